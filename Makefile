@@ -1,0 +1,37 @@
+# Two commands do all the set-up: `make demo` and `make test`. Both create or reuse .venv.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Every ROS process we start stays on loopback with its own domain.
+export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
+export ROS_DOMAIN_ID ?= 61
+
+.PHONY: venv test demo bench soak lint clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt requirements.lock setup.py
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt -c requirements.lock
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+test: venv
+	$(PY) -m pytest -q test
+
+demo: venv
+	$(VENV)/bin/jax-perception demo --out demo_out
+
+bench: venv
+	$(VENV)/bin/jax-perception bench --json bench_out/bench.json
+
+soak: venv
+	JAX_PERCEPTION_SOAK_S=600 $(PY) -m pytest -q -m soak test
+
+lint: venv
+	$(PY) -m pytest -q test/test_flake8.py test/test_pep257.py
+
+clean:
+	rm -rf $(VENV) demo_out bench_out .pytest_cache

@@ -1,0 +1,31 @@
+from glob import glob
+
+from setuptools import find_packages, setup
+
+package_name = 'jax_perception_node'
+
+setup(
+    name=package_name,
+    version='0.1.0',
+    packages=find_packages(exclude=['test']),
+    data_files=[
+        ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
+        ('share/' + package_name, ['package.xml']),
+        ('share/' + package_name + '/launch', glob('launch/*.launch.py')),
+        ('share/' + package_name + '/config', glob('config/*.yaml')),
+    ],
+    install_requires=['setuptools', 'numpy', 'jax', 'rosbags', 'pyyaml', 'matplotlib'],
+    extras_require={'bench': ['torch']},
+    zip_safe=True,
+    maintainer='jax_perception_node maintainers',
+    maintainer_email='maintainers@jax-perception.invalid',
+    description='Real-time LiDAR + camera BEV fusion on JAX that never recompiles.',
+    license='Apache-2.0',
+    tests_require=['pytest'],
+    entry_points={
+        'console_scripts': [
+            'jax_perception_node = jax_perception_node.node:main',
+            'jax-perception = jax_perception_node.cli:main',
+        ],
+    },
+)
