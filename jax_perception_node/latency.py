@@ -1,0 +1,50 @@
+"""Per-frame latency records and rolling percentile statistics."""
+
+from collections import deque
+from typing import Iterable, Mapping
+
+import numpy as np
+
+# Keys of one frame's record, in the order they are published on ~/debug/latency.
+FRAME_KEYS = ('num_points', 'bucket', 'overflow_points', 'decode_ms', 'pad_ms', 'compute_ms',
+              'publish_ms', 'total_ms', 'age_ms', 'cameras_used', 'compiles_after_warmup')
+STAGES = ('decode_ms', 'pad_ms', 'compute_ms', 'publish_ms', 'total_ms', 'age_ms')
+
+
+def percentiles(values: Iterable[float]) -> dict[str, float]:
+    """p50 / p95 / p99 / max of ``values`` (all 0.0 when empty), rounded to microseconds."""
+    data = np.asarray(list(values), np.float64)
+    if data.size == 0:
+        return {'p50': 0.0, 'p95': 0.0, 'p99': 0.0, 'max': 0.0}
+    p50, p95, p99 = np.percentile(data, [50, 95, 99])
+    return {'p50': round(float(p50), 3), 'p95': round(float(p95), 3),
+            'p99': round(float(p99), 3), 'max': round(float(data.max()), 3)}
+
+
+def format_value(value: float | int) -> str:
+    """Render a record value as the decimal string published in DiagnosticStatus values."""
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    return f'{float(value):.3f}'
+
+
+class LatencyWindow:
+    """The last ``size`` frame records, for rolled-up percentiles."""
+
+    def __init__(self, size: int):
+        self._records: deque[Mapping[str, float]] = deque(maxlen=size)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def add(self, record: Mapping[str, float]) -> None:
+        """Append one frame's record (keys from FRAME_KEYS)."""
+        self._records.append(record)
+
+    def stats(self, key: str) -> dict[str, float]:
+        """Percentiles of ``key`` over the window."""
+        return percentiles(r[key] for r in self._records if key in r)
+
+    def summary(self, keys: Iterable[str] = STAGES) -> dict[str, dict[str, float]]:
+        """Percentiles per stage."""
+        return {key: self.stats(key) for key in keys}

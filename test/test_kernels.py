@@ -1,0 +1,210 @@
+"""Kernels against the independent NumPy reference in reference.py."""
+
+import numpy as np
+import pytest
+
+from jax_perception_node.pipeline import BevPipeline, compile_count
+from reference import lift_ref, quat_matrix, voxelize_ref
+from conftest import camera_params, small_config
+
+RNG = np.random.default_rng(7)
+
+
+def random_cloud(n: int, cfg, rng=RNG, margin: float = 3.0) -> np.ndarray:
+    """Points spread over and beyond the grid, keeping clear of cell edges.
+
+    float32 kernel vs float64 reference may floor a point sitting within rounding of an edge
+    differently; edges are tested separately with exactly representable values.
+    """
+    g = cfg.grid
+    lo = np.array([g.x_min - margin, g.y_min - margin, g.z_min - margin])
+    hi = np.array([g.x_max + margin, g.y_max + margin, g.z_max + margin])
+    xyz = rng.uniform(lo, hi, size=(n, 3))
+    t = np.asarray(cfg.lidar.translation)
+    frac = ((xyz[:, :2] + t[:2] - [g.x_min, g.y_min]) / g.resolution) % 1.0
+    zrel = xyz[:, 2] + t[2]
+    clear = ((np.abs(frac - 0.5) < 0.499).all(axis=1)
+             & (np.abs(zrel - g.z_min) > 1e-4) & (np.abs(zrel - g.z_max) > 1e-4))
+    xyz = xyz[clear]
+    intensity = rng.uniform(0, 255, size=(len(xyz), 1))
+    return np.hstack([xyz, intensity]).astype(np.float32)
+
+
+def lidar_part(features):
+    return features[..., :6]
+
+
+@pytest.fixture(scope='module')
+def lidar_pipe():
+    cfg = small_config(cameras=0, **{'lidar.rotation_xyzw': [0.0, 0.0, 0.38268343, 0.92387953]})
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    return pipe
+
+
+def test_voxelize_random_clouds_match_reference(lidar_pipe):
+    for n in (1, 50, 700, 1024):
+        points = random_cloud(n, lidar_pipe.cfg)
+        out = lidar_pipe.process(points).features
+        np.testing.assert_allclose(lidar_part(out), voxelize_ref(points, lidar_pipe.cfg),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_voxelize_dense_cells_match_reference(lidar_pipe):
+    # Many points per cell: exercises the density saturation (n >= 63) and the means.
+    cfg = lidar_pipe.cfg
+    g = cfg.grid
+    cells = np.array([[3, 4], [3, 5], [20, 40], [31, 0]])
+    centre = np.array([g.x_min, g.y_min]) + (cells + 0.5) * g.resolution
+    grid_xy = np.repeat(centre, [300, 100, 40, 5], axis=0)
+    grid_xy += RNG.uniform(-0.2, 0.2, size=grid_xy.shape) * g.resolution
+    grid_xyz = np.hstack([grid_xy, RNG.uniform(-1.5, 1.5, size=(len(grid_xy), 1))])
+    rot = quat_matrix(cfg.lidar.rotation_xyzw)
+    lidar_xyz = (grid_xyz - cfg.lidar.translation) @ rot      # R^T (p - t), row-wise
+    points = np.hstack([lidar_xyz, RNG.uniform(0, 1, size=(len(grid_xy), 1))]).astype(np.float32)
+    out = lidar_pipe.process(points).features
+    ref = voxelize_ref(points, lidar_pipe.cfg)
+    assert ref[..., 1].max() == 1.0
+    np.testing.assert_allclose(lidar_part(out), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_voxelize_edges_range_and_nonfinite():
+    # Identity extrinsic and a power-of-two resolution: every edge is exact in float32 too.
+    cfg = small_config(cameras=0, **{'lidar.translation': [0.0, 0.0, 0.0]})
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    g = cfg.grid
+    edge = [
+        [g.x_min, g.y_min, 0.0, 1.0],               # lower corner: cell (0, 0)
+        [g.x_min + 0.5, g.y_min + 1.0, 0.0, 2.0],   # on inner edges: cell (1, 2)
+        [g.x_max, 0.0, 0.0, 3.0],                   # x == x_max: outside
+        [0.0, g.y_max, 0.0, 3.0],                   # y == y_max: outside
+        [g.x_max - 1e-3, g.y_max - 1e-3, 0.0, 4.0],  # last cell
+        [0.0, 0.0, g.z_min, 5.0],                   # z == z_min: inside
+        [0.0, 0.0, g.z_max, 6.0],                   # z == z_max: outside
+        [0.0, 0.0, g.z_max + 5, 6.0],
+        [0.0, 0.0, g.z_min - 5, 6.0],
+        [g.x_min - 0.01, 0.0, 0.0, 7.0],
+        [0.0, g.y_min - 100.0, 0.0, 7.0],
+        [np.nan, 1.0, 0.0, 1.0], [1.0, np.inf, 0.0, 1.0], [1.0, 1.0, -np.inf, 1.0],
+        [1.0, 1.0, 0.0, np.nan], [1.0, 1.0, 0.0, np.inf],
+    ]
+    points = np.array(edge, np.float32)
+    out = lidar_part(pipe.process(points).features)
+    ref = voxelize_ref(points, cfg)
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6)
+    occupied = {tuple(ij) for ij in np.argwhere(out[..., 0] == 1)}
+    assert occupied == {(0, 0), (1, 2), (g.height - 1, g.width - 1), (16, 24)}
+    assert out[16, 24, 2] == out[16, 24, 4] == g.z_min   # the z == z_min point alone
+
+
+def test_voxelize_empty_and_all_outside(lidar_pipe):
+    assert not lidar_pipe.process(np.zeros((0, 4), np.float32)).features.any()
+    far = np.full((300, 4), 1e6, np.float32)
+    nan = np.full((300, 4), np.nan, np.float32)
+    for cloud in (far, nan):
+        assert not lidar_pipe.process(cloud).features.any()
+
+
+def test_same_output_whichever_bucket():
+    points = random_cloud(60, small_config())
+    maps = {'front': RNG.uniform(size=(12, 20, 3)).astype(np.float32)}
+    outputs = []
+    for buckets in ([64], [256], [1024]):
+        pipe = BevPipeline(small_config(buckets=buckets))
+        pipe.warmup()
+        # Stale garbage in the padding rows must not leak into the result.
+        pipe.padder._buffers[buckets[0]][:] = 3.0
+        result = pipe.process(points, maps)
+        assert result.bucket == buckets[0]
+        outputs.append(result.features)
+    for other in outputs[1:]:
+        np.testing.assert_array_equal(outputs[0], other)
+
+
+@pytest.fixture(scope='module')
+def camera_pipe():
+    pipe = BevPipeline(small_config())
+    pipe.warmup()
+    return pipe
+
+
+def test_lift_matches_reference_with_random_maps(camera_pipe):
+    cfg = camera_pipe.cfg
+    maps = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
+    for used in (('front', 'rear'), ('front',), ('rear',), ()):
+        given = {name: maps[name] for name in used}
+        out = camera_pipe.process(np.zeros((0, 4), np.float32), given).features
+        camera, coverage = lift_ref(cfg, given)
+        np.testing.assert_allclose(out[..., 6:9], camera, rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(out[..., 9], coverage)
+        assert out.shape[-1] == 10
+
+
+def test_lift_constant_map_reads_constant_where_covered(camera_pipe):
+    maps = {name: np.full((12, 20, 3), 2.5, np.float32) for name in ('front', 'rear')}
+    out = camera_pipe.process(np.zeros((0, 4), np.float32), maps).features
+    covered = out[..., 9] == 1
+    assert 0.1 < covered.mean() < 0.9     # both cameras see part of the grid, not all of it
+    np.testing.assert_allclose(out[covered][:, 6:9], 2.5, rtol=1e-6)
+    assert not out[~covered][:, 6:9].any()
+    _, coverage = lift_ref(camera_pipe.cfg, maps)
+    np.testing.assert_array_equal(out[..., 9], coverage)
+
+
+def test_single_bright_pixel_lands_in_the_hand_computed_cell():
+    # Camera 2 m above the ground at the origin looking along +x; one height level at z = 0.
+    # Pixel (row 9, col 3) with cx = 8, cy = 4, fx = fy = 10 is 5 px below and 5 px left of
+    # the centre: its ray meets the ground at x = 2 m * 10 / 5 = 4 m, y = +5 * 4 / 10 = 2 m.
+    # Cell centres sit at integer metres (x_min = -0.5, y_min = -8.5): row 4, column 10.
+    params = {
+        'grid.x_min': -0.5, 'grid.x_max': 15.5, 'grid.y_min': -8.5, 'grid.y_max': 8.5,
+        'grid.z_min': -1.0, 'grid.z_max': 1.0, 'grid.resolution': 1.0,
+        'buckets': [16], 'compilation_cache_dir': '', 'fusion.num_heights': 1,
+        'cameras.names': ['front'],
+        **camera_params('front', height=12, width=17, channels=1, fx=10.0, fy=10.0, cx=8.0,
+                        cy=4.0, translation=(0.0, 0.0, 2.0)),
+    }
+    from jax_perception_node.config import config_from_parameters
+    pipe = BevPipeline(config_from_parameters(params))
+    pipe.warmup()
+    fmap = np.zeros((12, 17, 1), np.float32)
+    fmap[9, 3, 0] = 1.0
+    camera = pipe.process(np.zeros((0, 4), np.float32), {'front': fmap}).features[..., 6]
+    assert np.unravel_index(np.argmax(camera), camera.shape) == (4, 10)
+    assert camera[4, 10] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_calibration_change_does_not_recompile(camera_pipe):
+    cfg = camera_pipe.cfg
+    maps = {name: np.full((12, 20, 3), 1.0, np.float32) for name in ('front', 'rear')}
+    empty = np.zeros((0, 4), np.float32)
+    before = camera_pipe.process(empty, maps).features
+    moved = small_config(**camera_params('front', translation=(1.0, 0.0, 3.0), fx=5.0),
+                         **{'lidar.translation': [0.0, 0.0, 1.0]})
+    count = compile_count()
+    camera_pipe.set_calibration(moved.lidar, moved.cameras)
+    after = camera_pipe.process(empty, maps).features
+    assert compile_count() == count
+    assert not np.array_equal(before[..., 9], after[..., 9])
+    _, coverage = lift_ref(moved, maps)
+    np.testing.assert_array_equal(after[..., 9], coverage)
+    camera_pipe.set_calibration(cfg.lidar, cfg.cameras)
+
+
+def test_fusion_projection_and_relu(tmp_path):
+    rng = np.random.default_rng(3)
+    weights, bias = rng.normal(size=(10, 5)), rng.normal(size=5)
+    path = tmp_path / 'w.npz'
+    np.savez(path, W=weights, b=bias)
+    cfg = small_config(**{'fusion.weights_file': str(path), 'fusion.activation': 'relu'})
+    plain = BevPipeline(small_config())
+    projected = BevPipeline(cfg)
+    plain.warmup()
+    projected.warmup()
+    points = random_cloud(200, cfg)
+    maps = {'front': rng.uniform(size=(12, 20, 3)).astype(np.float32)}
+    fused = plain.process(points, maps).features.astype(np.float64)
+    out = projected.process(points, maps).features
+    assert out.shape == (32, 48, 5)
+    np.testing.assert_allclose(out, np.maximum(fused @ weights + bias, 0), rtol=1e-4, atol=1e-4)

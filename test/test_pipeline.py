@@ -1,0 +1,113 @@
+"""BevPipeline: buckets, overflow, warm-up and the never-recompile guarantee."""
+
+import os
+import stat
+
+import numpy as np
+import pytest
+
+from jax_perception_node.config import ConfigError
+from jax_perception_node.pipeline import BevPipeline, compile_count, enable_compilation_cache
+from reference import voxelize_ref
+from conftest import small_config
+
+
+@pytest.fixture(scope='module')
+def pipe():
+    pipe = BevPipeline(small_config())
+    pipe.warmup()
+    return pipe
+
+
+def test_warmup_compiles_every_bucket(pipe):
+    assert set(pipe.compile_seconds) == {'calibration', '64', '256', '1024'}
+    assert pipe.compiles_after_warmup == 0
+
+
+def test_process_needs_warmup():
+    with pytest.raises(RuntimeError, match='warmup'):
+        BevPipeline(small_config()).process(np.zeros((1, 4), np.float32))
+
+
+def test_200_random_frames_never_recompile():
+    pipe = BevPipeline(small_config())
+    pipe.warmup()
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(0, 3000, size=200)
+    sizes[:4] = [0, 1, 1024, 1025]
+    before = compile_count()
+    buckets = set()
+    for i, n in enumerate(sizes):
+        points = rng.normal(scale=6.0, size=(n, 4)).astype(np.float32)
+        cameras = {}
+        if i % 3:
+            cameras['front'] = rng.uniform(size=(12, 20, 3)).astype(np.float32)
+        if i % 5:
+            cameras['rear'] = None if i % 2 else rng.uniform(size=(12, 20, 3)).astype(np.float32)
+        result = pipe.process(points, cameras)
+        buckets.add(result.bucket)
+        assert result.compiles_after_warmup == 0
+        assert result.overflow_points == max(0, n - 1024)
+        assert result.num_points == n
+    assert compile_count() == before
+    assert buckets == {64, 256, 1024}
+
+
+def test_overflow_subsample_is_an_even_stride(pipe):
+    rng = np.random.default_rng(1)
+    points = rng.normal(scale=5.0, size=(5000, 4)).astype(np.float32)
+    result = pipe.process(points)
+    assert (result.bucket, result.overflow_points) == (1024, 5000 - 1024)
+    kept = points[(np.arange(1024) * 5000) // 1024]
+    np.testing.assert_allclose(result.features[..., :6], voxelize_ref(kept, pipe.cfg),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_overflow_truncate_keeps_first_rows():
+    pipe = BevPipeline(small_config(cameras=0, overflow_policy='truncate'))
+    pipe.warmup()
+    points = np.random.default_rng(2).normal(scale=5.0, size=(3000, 4)).astype(np.float32)
+    result = pipe.process(points)
+    np.testing.assert_allclose(result.features[..., :6], voxelize_ref(points[:1024], pipe.cfg),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_precut_cloud_reports_original_count(pipe):
+    result = pipe.process(np.zeros((1024, 4), np.float32), num_points=9000)
+    assert (result.num_points, result.overflow_points) == (9000, 9000 - 1024)
+
+
+def test_nonfinite_features_are_zeroed_and_counted(pipe):
+    fmap = np.ones((12, 20, 3), np.float32)
+    fmap[0, 0, 0] = np.nan
+    fmap[5, 5, 1] = np.inf
+    result = pipe.process(np.zeros((0, 4), np.float32), {'front': fmap})
+    assert result.nonfinite_features == 2
+    assert np.isfinite(result.features).all()
+
+
+def test_wrong_camera_inputs_are_rejected_by_name(pipe):
+    with pytest.raises(ValueError, match='side'):
+        pipe.process(np.zeros((0, 4), np.float32), {'side': np.zeros((12, 20, 3), np.float32)})
+    with pytest.raises(ValueError, match='front'):
+        pipe.process(np.zeros((0, 4), np.float32), {'front': np.zeros((2, 2, 3), np.float32)})
+
+
+def test_compilation_cache_dir_is_private(tmp_path):
+    target = tmp_path / 'a' / 'cache'
+    assert enable_compilation_cache(str(target)) == target
+    assert stat.S_IMODE(target.stat().st_mode) == 0o700
+    shared = tmp_path / 'shared'
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(ConfigError, match='compilation_cache_dir: .*writable by group or others'):
+        enable_compilation_cache(str(shared))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='needs root to create a directory for another uid')
+def test_compilation_cache_dir_of_another_user_is_refused(tmp_path):
+    other = tmp_path / 'other'
+    other.mkdir(mode=0o700)
+    os.chown(other, 12345, 12345)
+    with pytest.raises(ConfigError, match='owned by uid 12345'):
+        enable_compilation_cache(str(other))
