@@ -12,7 +12,7 @@ PARAMS_FILE = REPO / 'config' / 'jax_perception.param.yaml'
 
 # DDS never leaves loopback; the domain is per run so parallel runs do not cross-talk.
 os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-os.environ.setdefault('ROS_DOMAIN_ID', str(100 + os.getpid() % 100))
+os.environ.setdefault('ROS_DOMAIN_ID', str(10 + os.getpid() % 80))
 
 FRONT = [-0.5, 0.5, -0.5, 0.5]      # optical z -> grid +x, x -> -y, y -> -z
 REAR = [-0.5, -0.5, 0.5, 0.5]       # optical z -> grid -x

@@ -1,0 +1,179 @@
+"""Real-rclpy test harness: the node as its own process, a probe node in the test process."""
+
+import os
+from pathlib import Path
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import yaml
+
+NODE_EXE = Path(sys.executable).with_name('jax_perception_node')
+
+
+def write_params(params: dict, path: Path) -> Path:
+    """Write flat dotted parameters as a ROS 2 param file."""
+    tree: dict = {}
+    for key, value in params.items():
+        *parents, leaf = key.split('.')
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    path.write_text(yaml.safe_dump({'/**': {'ros__parameters': tree}}))
+    return path
+
+
+class NodeProcess:
+    """jax_perception_node started through its console script, output captured to a file."""
+
+    def __init__(self, params_file: Path, log_path: Path, extra_args=()):
+        if not NODE_EXE.exists() and shutil.which('jax_perception_node') is None:
+            raise RuntimeError('jax_perception_node console script is not installed')
+        exe = str(NODE_EXE) if NODE_EXE.exists() else 'jax_perception_node'
+        self.log_path = log_path
+        self._log = open(log_path, 'w')
+        env = dict(os.environ, PYTHONUNBUFFERED='1')
+        self.proc = subprocess.Popen(
+            [exe, '--ros-args', '--params-file', str(params_file), *extra_args],
+            stdout=self._log, stderr=subprocess.STDOUT, env=env)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self) -> int:
+        if self.alive():
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+def make_cloud(points: np.ndarray, stamp_ns: int, frame_id: str = 'lidar'):
+    """float32 (N, 4) -> sensor_msgs/PointCloud2 with x, y, z, intensity (built by hand here)."""
+    from sensor_msgs.msg import PointCloud2, PointField
+    import array
+    msg = PointCloud2()
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
+    msg.header.frame_id = frame_id
+    msg.height, msg.width = 1, len(points)
+    msg.fields = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, count=1)
+                  for i, n in enumerate(('x', 'y', 'z', 'intensity'))]
+    msg.is_bigendian = sys.byteorder == 'big'
+    msg.point_step, msg.row_step = 16, 16 * len(points)
+    msg.is_dense = False
+    data = array.array('B')
+    data.frombytes(np.ascontiguousarray(points, np.float32).tobytes())
+    msg.data = data
+    return msg
+
+
+def make_features(fmap: np.ndarray, stamp_ns: int, frame_id: str = 'camera'):
+    """float32 (H, W, C) -> sensor_msgs/Image 32FC<C>."""
+    from sensor_msgs.msg import Image
+    import array
+    msg = Image()
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
+    msg.header.frame_id = frame_id
+    msg.height, msg.width = fmap.shape[:2]
+    msg.encoding = f'32FC{fmap.shape[2]}'
+    msg.is_bigendian = sys.byteorder == 'big'
+    msg.step = fmap.shape[1] * fmap.shape[2] * 4
+    data = array.array('B')
+    data.frombytes(np.ascontiguousarray(fmap, np.float32).tobytes())
+    msg.data = data
+    return msg
+
+
+def stamp_of(msg) -> int:
+    return msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+
+
+def status_values(status) -> dict:
+    return {kv.key: kv.value for kv in status.values}
+
+
+class Probe:
+    """A test-side rclpy node publishing the node's inputs and collecting its outputs."""
+
+    def __init__(self, cameras=(), ns='/jax_perception'):
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import qos_profile_sensor_data, QoSProfile
+        from sensor_msgs.msg import Image, PointCloud2
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node('probe', context=self.context)
+        self.lock = threading.Lock()
+        self.features, self.latency, self.diagnostics, self.images = [], [], [], []
+        self.cloud_pub = self.node.create_publisher(
+            PointCloud2, f'{ns}/input/pointcloud', qos_profile_sensor_data)
+        self.camera_pubs = {name: self.node.create_publisher(
+            Image, f'{ns}/input/camera/{name}/features', qos_profile_sensor_data)
+            for name in cameras}
+        keep = (lambda store: lambda msg: self._keep(store, msg))
+        self.node.create_subscription(Image, f'{ns}/output/bev_features', keep(self.features),
+                                      QoSProfile(depth=50))
+        self.node.create_subscription(DiagnosticArray, f'{ns}/debug/latency',
+                                      keep(self.latency), QoSProfile(depth=100))
+        self.node.create_subscription(DiagnosticArray, '/diagnostics', keep(self.diagnostics),
+                                      QoSProfile(depth=20))
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self._thread.start()
+
+    def _keep(self, store, msg):
+        with self.lock:
+            store.append(msg)
+
+    def subscribe_images(self, ns='/jax_perception'):
+        from rclpy.qos import QoSProfile
+        from sensor_msgs.msg import Image
+        self.node.create_subscription(Image, f'{ns}/output/bev_image',
+                                      lambda m: self._keep(self.images, m), QoSProfile(depth=5))
+
+    def wait_for(self, predicate, timeout: float = 30.0, what: str = 'condition') -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if predicate():
+                    return
+            time.sleep(0.02)
+        raise AssertionError(f'timed out after {timeout} s waiting for {what}')
+
+    def wait_ready(self, node_proc: NodeProcess, timeout: float = 90.0) -> None:
+        """Until the node subscribes to the cloud topic (it does so only after warm-up)."""
+        deadline = time.monotonic() + timeout
+        while self.cloud_pub.get_subscription_count() == 0:
+            if not node_proc.alive():
+                raise AssertionError(f'node exited:\n{node_proc.log()}')
+            if time.monotonic() > deadline:
+                raise AssertionError(f'node not ready in {timeout} s:\n{node_proc.log()}')
+            time.sleep(0.05)
+        for pub in self.camera_pubs.values():
+            while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        time.sleep(0.3)     # let the outputs' discovery settle too
+
+    def last_status(self):
+        with self.lock:
+            return self.diagnostics[-1].status[0] if self.diagnostics else None
+
+    def close(self):
+        import rclpy
+        self.executor.shutdown()
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)

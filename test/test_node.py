@@ -1,0 +1,177 @@
+"""The node through real rclpy: a separate process, real DDS on loopback, real messages."""
+
+import time
+
+import numpy as np
+import pytest
+
+from jax_perception_node.pipeline import BevPipeline
+from conftest import small_config, small_params
+from ros_harness import (make_cloud, make_features, NodeProcess, Probe, stamp_of, status_values,
+                         write_params)
+from jax_perception_node.latency import FRAME_KEYS
+
+PARAMS = small_params(**{'diagnostics.period_s': 0.2, 'diagnostics.lidar_timeout_s': 30.0})
+T0 = 1_700_000_000 * 10**9
+
+
+@pytest.fixture(scope='module')
+def running(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp('node')
+    node = NodeProcess(write_params(PARAMS, tmp / 'params.yaml'), tmp / 'node.log')
+    probe = Probe(cameras=('front', 'rear'))
+    try:
+        probe.wait_ready(node)
+        yield node, probe
+    finally:
+        probe.close()
+        node.stop()
+
+
+@pytest.fixture(scope='module')
+def reference():
+    pipe = BevPipeline(small_config())
+    pipe.warmup()
+    return pipe
+
+
+def image_array(msg) -> np.ndarray:
+    channels = int(msg.encoding[4:])
+    return np.frombuffer(bytes(msg.data), np.float32).reshape(msg.height, msg.width, channels)
+
+
+def counts(probe) -> dict:
+    return {k: int(v) for k, v in status_values(probe.last_status()).items()
+            if k in ('received', 'processed', 'dropped', 'rejected')}
+
+
+def wait_counts(probe, predicate, what, timeout=20.0):
+    start = len(probe.diagnostics)
+    probe.wait_for(lambda: len(probe.diagnostics) > start + 1
+                   and predicate(status_values(probe.diagnostics[-1].status[0])),
+                   timeout=timeout, what=what)
+
+
+def test_outputs_equal_the_pipeline_and_never_recompile(running, reference):
+    node, probe = running
+    rng = np.random.default_rng(11)
+    sizes = [0, 1, 40, 64, 65, 300, 1024, 1025, 5000, 700]
+    for k, n in enumerate(sizes):
+        stamp = T0 + k * 10**9      # further apart than the sync tolerance: no stale pairing
+        points = rng.normal(scale=5.0, size=(n, 4)).astype(np.float32)
+        maps = {}
+        if k % 2 == 0:
+            maps['front'] = rng.uniform(size=(12, 20, 3)).astype(np.float32)
+        if k % 3 != 2:
+            maps['rear'] = rng.uniform(size=(12, 20, 3)).astype(np.float32)
+        for name, fmap in maps.items():
+            probe.camera_pubs[name].publish(make_features(fmap, stamp + 20_000_000))
+        time.sleep(0.15)
+        probe.cloud_pub.publish(make_cloud(points, stamp))
+        probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.features),
+                       what=f'output of frame {k} ({n} points)')
+        out = next(m for m in probe.features if stamp_of(m) == stamp)
+        assert out.encoding == '32FC10' and out.header.frame_id == 'base_link'
+        expected = reference.process(points, maps).features
+        np.testing.assert_array_equal(image_array(out), expected)
+    probe.wait_for(lambda: len(probe.latency) >= len(sizes), what='latency messages')
+    stamps = [stamp_of(m) for m in probe.latency]
+    assert len(set(stamps)) == len(stamps) == len(probe.features)
+    for msg, n in zip(probe.latency, sizes):
+        values = status_values(msg.status[0])
+        assert list(values) == list(FRAME_KEYS)
+        assert int(values['num_points']) == n
+        assert int(values['overflow_points']) == max(0, n - 1024)
+        assert values['compiles_after_warmup'] == '0'
+        assert float(values['total_ms']) >= float(values['compute_ms']) > 0
+    assert [int(status_values(m.status[0])['bucket']) for m in probe.latency] == [
+        64, 64, 64, 64, 256, 1024, 1024, 1024, 1024, 1024]
+    assert node.alive()
+
+
+def test_malformed_clouds_are_rejected_and_counted(running):
+    node, probe = running
+    wait_counts(probe, lambda v: True, 'a diagnostics message')
+    before = counts(probe)
+    good_stamps, bad = [], 0
+    for k in range(12):
+        stamp = T0 + 10**10 + k * 100_000_000
+        msg = make_cloud(np.ones((50, 4), np.float32), stamp)
+        if k % 3 == 1:
+            msg.fields = msg.fields[1:]                  # no x
+            bad += 1
+        elif k % 3 == 2:
+            msg.data = msg.data[:-7]                     # truncated
+            bad += 1
+        else:
+            good_stamps.append(stamp)
+        probe.cloud_pub.publish(msg)
+        time.sleep(0.05)
+    probe.wait_for(lambda: all(any(stamp_of(m) == s for m in probe.features)
+                               for s in good_stamps), what='every good frame')
+    wait_counts(probe, lambda v: int(v['rejected']) == before['rejected'] + bad,
+                'rejected count')
+    after = counts(probe)
+    assert after['received'] - before['received'] == 12
+    assert after['rejected'] - before['rejected'] == bad
+    assert after['processed'] - before['processed'] == len(good_stamps)
+    assert node.alive()
+    assert 'point cloud rejected' in node.log() and 'missing field "x"' in node.log()
+
+
+def test_camera_that_stops_is_masked_and_warned(running):
+    node, probe = running
+    rng = np.random.default_rng(5)
+    for k in range(6):
+        stamp = T0 + 2 * 10**10 + k * 250_000_000     # beyond the 0.1 s tolerance
+        probe.camera_pubs['rear'].publish(
+            make_features(rng.uniform(size=(12, 20, 3)).astype(np.float32), stamp))
+        if k < 2:
+            probe.camera_pubs['front'].publish(
+                make_features(rng.uniform(size=(12, 20, 3)).astype(np.float32), stamp))
+        time.sleep(0.1)
+        probe.cloud_pub.publish(make_cloud(np.ones((10, 4), np.float32), stamp))
+        probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.latency),
+                       what=f'frame {k}')
+        latency = next(m for m in probe.latency if stamp_of(m) == stamp)
+        assert status_values(latency.status[0])['cameras_used'] == ('2' if k < 2 else '1')
+    wait_counts(probe, lambda v: v['stale_cameras'] == 'front', 'stale front camera')
+    status = probe.last_status()
+    assert status.level == status.WARN and 'camera front stale' in status.message
+
+
+def test_faster_than_the_node_drops_instead_of_queueing(running):
+    node, probe = running
+    wait_counts(probe, lambda v: True, 'a diagnostics message')
+    before = counts(probe)
+    points = np.random.default_rng(9).normal(scale=5.0, size=(1024, 4)).astype(np.float32)
+    sent = 150
+    for k in range(sent):
+        probe.cloud_pub.publish(make_cloud(points, T0 + 3 * 10**10 + k * 1_000_000))
+    wait_counts(probe, lambda v: int(v['received']) == int(v['processed']) + int(v['dropped'])
+                + int(v['rejected']) and int(v['received']) > before['received'],
+                'accounting to settle')
+    time.sleep(0.5)
+    wait_counts(probe, lambda v: True, 'final counts')
+    after = counts(probe)
+    received = after['received'] - before['received']
+    dropped = after['dropped'] - before['dropped']
+    processed = after['processed'] - before['processed']
+    assert 0 < received <= sent
+    assert received == processed + dropped
+    assert dropped > 0, 'a burst of 150 clouds should outrun the node'
+    recent = [float(status_values(m.status[0])['total_ms'])
+              for m in probe.latency if stamp_of(m) >= T0 + 3 * 10**10]
+    # Latest-wins: a frame waits for at most one frame in progress, never for a queue.
+    assert max(recent) < 1000.0
+    assert node.alive()
+
+
+def test_bad_parameter_exits_with_one_line(tmp_path):
+    params = write_params(small_params(**{'grid.resolution': 0.0}), tmp_path / 'bad.yaml')
+    node = NodeProcess(params, tmp_path / 'bad.log')
+    node.proc.wait(timeout=60)
+    assert node.proc.returncode == 1
+    log = node.log().strip()
+    assert log == 'jax_perception_node: bad parameter grid.resolution: must be > 0, got 0'
+    node.stop()
