@@ -18,7 +18,8 @@ class PaddedCloud:
 
 
 class BucketPadder:
-    """Pads (N, 4) float32 clouds into preallocated per-bucket buffers, without allocating.
+    """
+    Pads (N, 4) float32 clouds into preallocated per-bucket buffers, without allocating.
 
     Sizes are static: each is one compiled executable. A cloud above the largest bucket is cut
     to it by the overflow policy ('subsample': even stride over the whole cloud; 'truncate':
@@ -33,7 +34,7 @@ class BucketPadder:
 
     @property
     def capacity(self) -> int:
-        """The largest bucket: no frame computes on more points."""
+        """Return the largest bucket: no frame computes on more points."""
         return self.sizes[-1]
 
     def bucket_for(self, num_points: int) -> int:

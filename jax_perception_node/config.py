@@ -1,4 +1,5 @@
-"""Parameters of the node and the CLI: one YAML layout, validated into frozen dataclasses.
+"""
+Parameters of the node and the CLI: one YAML layout, validated into frozen dataclasses.
 
 The param file uses the ROS 2 layout (``/**: ros__parameters:``). ROS flattens nested keys to
 dotted names (``grid.x_min``); this module works on that flat form, so the node (which gets the
@@ -89,7 +90,7 @@ class Pose:
 
 @dataclass(frozen=True)
 class GridConfig:
-    """The BEV grid in the grid frame; ``height``/``width`` are static (changing them recompiles)."""
+    """The BEV grid in the grid frame; ``height`` and ``width`` are static (changes recompile)."""
 
     frame_id: str
     x_min: float
@@ -113,7 +114,7 @@ class GridConfig:
 
 @dataclass(frozen=True)
 class CameraConfig:
-    """One camera's feature map shape (static) and calibration (traced) at feature-map resolution."""
+    """One camera: feature-map shape (static) and calibration (traced), in feature-map pixels."""
 
     name: str
     height: int

@@ -1,4 +1,5 @@
-"""Pure JAX kernels: LiDAR voxelization, camera lift and fusion onto the BEV grid.
+"""
+Pure JAX kernels: LiDAR voxelization, camera lift and fusion onto the BEV grid.
 
 Shapes in the signatures use B (bucket capacity), H x W (grid rows x columns), N (cameras),
 K (height levels), H_f x W_f x C (camera feature map). Arguments after ``*`` are static: they fix
@@ -21,7 +22,8 @@ MIN_DEPTH_M = 0.1
 def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
              lidar_translation: jax.Array, grid: jax.Array, *, height: int,
              width: int) -> jax.Array:
-    """Rasterize a padded cloud into the six LiDAR BEV channels.
+    """
+    Rasterize a padded cloud into the six LiDAR BEV channels.
 
     points: float32[B, 4] x, y, z, intensity in the LiDAR frame; rows >= num_valid are padding.
     num_valid: int32[] count of real rows. lidar_rotation float32[3, 3] and lidar_translation
@@ -66,7 +68,8 @@ def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
 
 
 class LiftTables(NamedTuple):
-    """Precomputed bilinear taps of the camera lift, from grid and calibration only.
+    """
+    Precomputed bilinear taps of the camera lift, from grid and calibration only.
 
     index: int32[N*K*4, H*W] rows of the flattened feature maps (N*H_f*W_f, C), one row per tap.
     weight: float32[N*K*4, H*W] bilinear weights, 0 for invalid samples.
@@ -81,7 +84,8 @@ class LiftTables(NamedTuple):
 def lift_geometry(intrinsics: jax.Array, camera_rotation: jax.Array,
                   camera_translation: jax.Array, grid: jax.Array, *, height: int, width: int,
                   num_heights: int, map_height: int, map_width: int) -> LiftTables:
-    """Project every cell centre at every height level into every camera (Simple-BEV geometry).
+    """
+    Project every cell centre at every height level into every camera (Simple-BEV geometry).
 
     intrinsics: float32[N, 4] (fx, fy, cx, cy) at feature-map resolution, pixel centres at
     integer coordinates. camera_rotation float32[N, 3, 3] and camera_translation float32[N, 3]
@@ -129,7 +133,8 @@ def lift_geometry(intrinsics: jax.Array, camera_rotation: jax.Array,
 
 def lift_cameras(features: jax.Array, camera_valid: jax.Array, tables: LiftTables, *,
                  height: int, width: int) -> tuple[jax.Array, jax.Array]:
-    """Sample camera features into the BEV grid with the precomputed taps.
+    """
+    Sample camera features into the BEV grid with the precomputed taps.
 
     features: float32[N, H_f, W_f, C]; camera_valid: bool[N] (False masks a missing or stale
     camera for this frame). Returns (camera BEV float32[H, W, C], coverage float32[H, W]): the
@@ -154,7 +159,8 @@ def lift_cameras(features: jax.Array, camera_valid: jax.Array, tables: LiftTable
 def fuse(lidar: jax.Array, camera: jax.Array, coverage: jax.Array,
          projection: tuple[jax.Array, jax.Array] | None = None, *,
          activation: str = 'none') -> jax.Array:
-    """Concatenate [6 LiDAR | C camera | coverage] and apply the optional 1x1 projection.
+    """
+    Concatenate [6 LiDAR | C camera | coverage] and apply the optional 1x1 projection.
 
     lidar float32[H, W, 6], camera float32[H, W, C], coverage float32[H, W]. projection is
     (W float32[6 + C + 1, C_out], b float32[C_out]) or None; without it the output is the plain

@@ -1,4 +1,5 @@
-"""The ROS 2 node: PointCloud2 and camera feature maps in, fused BEV and latency out.
+"""
+The ROS 2 node: PointCloud2 and camera feature maps in, fused BEV and latency out.
 
 Thin by design: parameters -> PipelineConfig, messages -> NumPy, ``BevPipeline.process``,
 NumPy -> messages. Subscription callbacks only store the newest cloud (latest wins: a cloud
@@ -11,6 +12,7 @@ import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import ParameterDescriptor
 import rclpy
 from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import ParameterException
@@ -18,13 +20,12 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data, QoSProfile
-from rcl_interfaces.msg import ParameterDescriptor
 from sensor_msgs.msg import Image, PointCloud2
 
-from .camera import byte_array, features_image_fields, FeatureMapError, read_features
+from .camera import byte_array, FeatureMapError, features_image_fields, read_features
 from .cloud import CloudFormatError, read_points
 from .config import CAMERA_PARAMETERS, config_from_parameters, ConfigError, PARAMETERS
-from .latency import FRAME_KEYS, format_value, LatencyWindow
+from .latency import format_value, FRAME_KEYS, LatencyWindow
 from .pipeline import BevPipeline
 from .render import bev_to_rgb
 from .sync import CameraSync
@@ -212,7 +213,7 @@ class JaxPerceptionNode(Node):
     # -- diagnostics ---------------------------------------------------------------------------
 
     def diagnostic_status(self) -> DiagnosticStatus:
-        """The rolled-up status: counts, latency percentiles, level and reason."""
+        """Roll up counts, latency percentiles, level and reason into one status."""
         with self._lock:
             counts = dict(self.counts)
             total, age = self.window.stats('total_ms'), self.window.stats('age_ms')

@@ -1,4 +1,5 @@
-"""BevPipeline: one ahead-of-time compiled executable per bucket, warmed at start-up.
+"""
+BevPipeline: one ahead-of-time compiled executable per bucket, warmed at start-up.
 
 Static (changing it recompiles, so it is fixed at construction): grid H x W, bucket sizes,
 camera count, feature-map shape and channels, height levels, projection shape, activation.
@@ -56,7 +57,8 @@ def install_compile_counter() -> None:
 
 
 def enable_compilation_cache(path: str) -> Path | None:
-    """Point JAX's persistent compilation cache at ``path``, created private (0700).
+    """
+    Point JAX's persistent compilation cache at ``path``, created private (0700).
 
     Its files are executed, so a directory owned by another user or writable by group or
     others is refused with a ConfigError. An empty path leaves the cache off.
@@ -163,7 +165,8 @@ class BevPipeline:
     # -- start-up ----------------------------------------------------------------------------
 
     def warmup(self) -> dict[str, float]:
-        """Compile the calibration function and every bucket, run each once; returns seconds.
+        """
+        Compile the calibration function and every bucket, run each once; returns seconds.
 
         Keys are 'calibration' and the bucket sizes as strings. After this returns, the compile
         counter's value is the baseline for ``compiles_after_warmup``.
@@ -201,7 +204,8 @@ class BevPipeline:
 
     def set_calibration(self, lidar: Pose | None = None,
                         cameras: tuple[CameraConfig, ...] | None = None) -> None:
-        """Set the LiDAR and camera calibration; recomputes the lift tables, never recompiles.
+        """
+        Set the LiDAR and camera calibration; recomputes the lift tables, never recompiles.
 
         ``cameras`` must keep the configured names, order and feature-map shapes.
         """
@@ -228,7 +232,8 @@ class BevPipeline:
 
     def process(self, points: np.ndarray, cameras: Mapping[str, np.ndarray | None] | None = None,
                 num_points: int | None = None) -> FrameResult:
-        """Run one frame: pad, transfer, compute, fetch.
+        """
+        Run one frame: pad, transfer, compute, fetch.
 
         points: float32[N, 4] x, y, z, intensity in the LiDAR frame (any N; above the largest
         bucket the overflow policy applies). cameras: name -> float32[H_f, W_f, C] or None; a

@@ -1,4 +1,4 @@
-"""BEV pictures for people: forward up, left on the left, heights coloured, camera coverage tinted."""
+"""BEV pictures for people: forward up, left on the left, heights coloured, coverage tinted."""
 
 import numpy as np
 
@@ -8,7 +8,8 @@ _RAMP = np.array([[40, 30, 120], [30, 110, 160], [40, 170, 120], [180, 210, 60],
 
 
 def bev_to_rgb(features: np.ndarray, z_min: float, z_max: float) -> np.ndarray:
-    """float32[H, W, C >= 7] fused BEV (unprojected) -> uint8[H, W, 3] picture.
+    """
+    float32[H, W, C >= 7] fused BEV (unprojected) -> uint8[H, W, 3] picture.
 
     Occupied cells take a colour from their z_max; empty cells covered by a camera are grey,
     the rest black. Rows are flipped so +x (forward) is up and columns so +y (left) is left.

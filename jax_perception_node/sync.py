@@ -1,4 +1,5 @@
-"""LiDAR-camera pairing: each camera contributes its newest feature map near the LiDAR stamp.
+"""
+LiDAR-camera pairing: each camera contributes its newest feature map near the LiDAR stamp.
 
 Shared by the live node and offline replay, so both pair frames identically. Stamps are
 integer nanoseconds (the message header stamp).
@@ -23,7 +24,8 @@ class Pairing:
 
 
 class CameraSync:
-    """Keeps the last few feature maps per camera and pairs them with LiDAR stamps.
+    """
+    Keeps the last few feature maps per camera and pairs them with LiDAR stamps.
 
     A map pairs with a LiDAR frame when ``|t_camera - t_lidar| <= tolerance``; among those the
     newest wins. When time goes backwards (a bag loops, a simulator restarts) the buffers are
@@ -52,7 +54,8 @@ class CameraSync:
         return jumped
 
     def pair(self, lidar_stamp_ns: int) -> tuple[Pairing, bool]:
-        """Pick each camera's map for a LiDAR frame; also True when the LiDAR clock went back.
+        """
+        Pick each camera's map for a LiDAR frame; also True when the LiDAR clock went back.
 
         On a backwards LiDAR stamp every camera buffer is cleared first, except maps that are
         already within the tolerance of the new stamp (they belong to the new timeline).

@@ -3,9 +3,8 @@
 import os
 from pathlib import Path
 
-import pytest
-
 from jax_perception_node.config import config_from_parameters, PipelineConfig
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PARAMS_FILE = REPO / 'config' / 'jax_perception.param.yaml'
@@ -29,7 +28,7 @@ def camera_params(name: str, height: int = 12, width: int = 20, channels: int = 
 
 
 def small_params(cameras: int = 2, **overrides) -> dict:
-    """A 32 x 48 grid, tiny buckets and up to two small cameras: compiles in about a second."""
+    """Return a 32 x 48 grid, tiny buckets and up to two small cameras (compiles in ~1 s)."""
     params = {
         'grid.x_min': -8.0, 'grid.x_max': 8.0, 'grid.y_min': -12.0, 'grid.y_max': 12.0,
         'grid.z_min': -2.0, 'grid.z_max': 2.0, 'grid.resolution': 0.5,
@@ -52,4 +51,5 @@ def small_config(cameras: int = 2, **overrides) -> PipelineConfig:
 
 @pytest.fixture
 def tiny_cfg() -> PipelineConfig:
+    """small_config() with two cameras."""
     return small_config()

@@ -4,7 +4,7 @@ import numpy as np
 
 
 def quat_matrix(q) -> np.ndarray:
-    """Rotation matrix of a unit quaternion (x, y, z, w), written from the textbook formula."""
+    """Return the rotation matrix of a unit quaternion (x, y, z, w), by the textbook formula."""
     x, y, z, w = np.asarray(q, np.float64) / np.linalg.norm(q)
     return np.array([[w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y)],
                      [2 * (x * y + w * z), w * w - x * x + y * y - z * z, 2 * (y * z - w * x)],
@@ -17,7 +17,7 @@ def grid_of(cfg):
 
 
 def voxelize_ref(points, cfg) -> np.ndarray:
-    """The six LiDAR channels by the contract: transform, floor, filter, per-cell statistics."""
+    """Compute the six LiDAR channels by the contract: transform, floor, filter, statistics."""
     x_min, y_min, z_min, z_max, res, h, w = grid_of(cfg)
     pts = np.asarray(points, np.float64).reshape(-1, 4)
     rot = quat_matrix(cfg.lidar.rotation_xyzw)

@@ -1,17 +1,17 @@
 """Kernels against the independent NumPy reference in reference.py."""
 
+from conftest import camera_params, small_config
+from jax_perception_node.pipeline import BevPipeline, compile_count
 import numpy as np
 import pytest
-
-from jax_perception_node.pipeline import BevPipeline, compile_count
 from reference import lift_ref, quat_matrix, voxelize_ref
-from conftest import camera_params, small_config
 
 RNG = np.random.default_rng(7)
 
 
 def random_cloud(n: int, cfg, rng=RNG, margin: float = 3.0) -> np.ndarray:
-    """Points spread over and beyond the grid, keeping clear of cell edges.
+    """
+    Points spread over and beyond the grid, keeping clear of cell edges.
 
     float32 kernel vs float64 reference may floor a point sitting within rounding of an edge
     differently; edges are tested separately with exactly representable values.

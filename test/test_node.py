@@ -2,14 +2,13 @@
 
 import time
 
+from conftest import small_config, small_params
+from jax_perception_node.latency import FRAME_KEYS
+from jax_perception_node.pipeline import BevPipeline
 import numpy as np
 import pytest
-
-from jax_perception_node.pipeline import BevPipeline
-from conftest import small_config, small_params
 from ros_harness import (make_cloud, make_features, NodeProcess, Probe, stamp_of, status_values,
                          write_params)
-from jax_perception_node.latency import FRAME_KEYS
 
 PARAMS = small_params(**{'diagnostics.period_s': 0.2, 'diagnostics.lidar_timeout_s': 30.0})
 T0 = 1_700_000_000 * 10**9

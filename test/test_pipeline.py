@@ -3,13 +3,12 @@
 import os
 import stat
 
-import numpy as np
-import pytest
-
+from conftest import small_config
 from jax_perception_node.config import ConfigError
 from jax_perception_node.pipeline import BevPipeline, compile_count, enable_compilation_cache
+import numpy as np
+import pytest
 from reference import voxelize_ref
-from conftest import small_config
 
 
 @pytest.fixture(scope='module')

@@ -1,0 +1,15 @@
+"""ament_pep257 docstring checks over the package."""
+
+from pathlib import Path
+
+from ament_pep257.main import main
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.linter
+@pytest.mark.pep257
+def test_pep257():
+    rc = main(argv=[str(ROOT / p) for p in ('jax_perception_node', 'launch', 'test', 'setup.py')])
+    assert rc == 0, 'Found code style errors / warnings'
