@@ -1,0 +1,218 @@
+"""
+PointCloud2 -> float32 (x, y, z, intensity) rows, without ROS.
+
+Message fields are read by attribute, so an rclpy ``sensor_msgs.msg.PointCloud2`` (``data`` an
+``array.array('B')``) and a ``rosbags`` message (``data`` a uint8 NumPy array) both work, as does
+anything with the same attributes and a bytes-like ``data``.
+
+The layout is validated from the header alone before anything sized from it is allocated, so a
+corrupt or hostile header costs a :class:`CloudFormatError`, never a huge allocation. Fields are
+found by name (``x``, ``y``, ``z`` required, ``intensity`` optional), may have any PointField
+datatype and either byte order, and may sit anywhere inside a padded ``point_step``; organized
+clouds (``height > 1``) are flattened row-major, skipping any padding at the end of each row.
+Fields other than these four are ignored, whatever they contain.
+"""
+
+from collections import namedtuple
+
+import numpy as np
+
+
+class CloudFormatError(ValueError):
+    """A PointCloud2 cannot be decoded; the message names the problem (field, sizes)."""
+
+
+# sensor_msgs/PointField datatype constant -> NumPy (and struct) type character.
+POINTFIELD_DTYPES: dict[int, str] = {
+    1: 'b',   # INT8
+    2: 'B',   # UINT8
+    3: 'h',   # INT16
+    4: 'H',   # UINT16
+    5: 'i',   # INT32
+    6: 'I',   # UINT32
+    7: 'f',   # FLOAT32
+    8: 'd',   # FLOAT64
+}
+
+OVERFLOW_POLICIES = ('subsample', 'truncate')
+OUTPUT_FIELDS = ('x', 'y', 'z', 'intensity')
+REQUIRED_FIELDS = ('x', 'y', 'z')
+
+# What the header says, checked: dtypes maps each present output field to (offset, dtype).
+_Layout = namedtuple('_Layout', 'height width point_step row_step dtypes')
+
+
+def point_count(msg) -> int:
+    """Validate the layout like :func:`read_points` and return height * width."""
+    layout = _layout(msg, _byte_view(msg.data).size)
+    return layout.height * layout.width
+
+
+def read_points(msg, max_points: int | None = None,
+                policy: str = 'subsample') -> tuple[np.ndarray, int]:
+    """
+    Decode to float32[M, 4] (x, y, z, intensity) and return (points, N).
+
+    N = height * width is the number of points in the message. When N > ``max_points`` only
+    M = ``max_points`` rows are converted, chosen by ``keep_rows(N, max_points, policy)``, so a
+    huge cloud never allocates more than ``max_points * 16`` bytes of output; otherwise M = N.
+    A missing ``intensity`` field reads as 0; NaN and Inf are passed through.
+
+    For the common layout (native float32 x, y, z, intensity at offsets 0, 4, 8, 12, point_step
+    a multiple of 4, rows not padded) the result is a view of ``msg.data`` when the selected rows
+    allow it (no copy: it may be read-only and must not outlive changes to the message);
+    otherwise it is one freshly allocated array.
+    """
+    if policy not in OVERFLOW_POLICIES:
+        raise ValueError(f'policy must be one of {OVERFLOW_POLICIES}, got {policy!r}')
+    if max_points is not None and max_points < 0:
+        raise ValueError(f'max_points must be >= 0, got {max_points}')
+    raw = _byte_view(msg.data)
+    layout = _layout(msg, raw.size)
+    height, width, point_step, row_step = layout[:4]
+    num_points = height * width
+    if num_points == 0:
+        return np.empty((0, 4), np.float32), 0
+
+    # rows: None for all of them, else what keep_rows selects (a slice or an index array).
+    rows = None
+    if max_points is not None and num_points > max_points:
+        rows = keep_rows(num_points, max_points, policy)
+    # Unpadded rows (or a single row) make the cloud one run of points with a fixed stride.
+    flat = height == 1 or row_step == width * point_step
+
+    if flat and _is_native_xyzi(layout):
+        view = np.ndarray((num_points, 4), np.float32, buffer=raw, strides=(point_step, 4))
+        return (view if rows is None else view[rows]), num_points
+
+    dtype = np.dtype({
+        'names': list(layout.dtypes),
+        'formats': [dt for _, dt in layout.dtypes.values()],
+        'offsets': [offset for offset, _ in layout.dtypes.values()],
+        'itemsize': point_step,
+    })
+    if rows is None:
+        count = num_points
+    elif isinstance(rows, slice):
+        count = len(range(*rows.indices(num_points)))
+    else:
+        count = rows.size
+    if flat:
+        records = np.ndarray((num_points,), dtype, buffer=raw, strides=(point_step,))
+        index = slice(None) if rows is None else rows
+    else:
+        records = np.ndarray((height, width), dtype, buffer=raw, strides=(row_step, point_step))
+        if isinstance(rows, slice):
+            rows = np.arange(*rows.indices(num_points))
+        # All rows: assign through a (height, width) view of each output column instead.
+        index = None if rows is None else np.divmod(rows, width)
+
+    points = np.empty((count, 4), np.float32)
+    # float64 -> float32 overflow becomes Inf, which the kernel drops like any non-finite value.
+    with np.errstate(over='ignore', invalid='ignore'):
+        for k, name in enumerate(OUTPUT_FIELDS):
+            if name not in layout.dtypes:
+                points[:, k] = 0.0
+            elif index is None:
+                points[:, k].reshape(height, width)[...] = records[name]
+            else:
+                points[:, k] = records[name][index]
+    return points, num_points
+
+
+def keep_rows(num_points: int, capacity: int, policy: str) -> slice | np.ndarray:
+    """
+    Rows kept when a cloud of ``num_points`` rows meets a buffer of ``capacity`` rows.
+
+    'subsample': a deterministic even stride over the whole cloud, int64 indices
+    ``(arange(capacity) * num_points) // capacity`` (ascending, distinct);
+    'truncate': the first ``capacity`` rows, as a slice. A cloud that fits keeps every row
+    (``slice(0, num_points)``) under either policy.
+    """
+    if policy not in OVERFLOW_POLICIES:
+        raise ValueError(f'policy must be one of {OVERFLOW_POLICIES}, got {policy!r}')
+    if capacity < 0 or num_points < 0:
+        raise ValueError(f'num_points {num_points} and capacity {capacity} must be >= 0')
+    if num_points <= capacity:
+        return slice(0, num_points)
+    if policy == 'truncate':
+        return slice(0, capacity)
+    if capacity == 0:
+        return np.empty(0, np.int64)
+    # i * N // c = i * q + i * r // c with N = q * c + r: exact without forming i * N, which
+    # would overflow int64 for a large N times a large capacity.
+    quotient, remainder = divmod(num_points, capacity)
+    i = np.arange(capacity, dtype=np.int64)
+    return i * quotient + (i * remainder) // capacity
+
+
+def _byte_view(data) -> np.ndarray:
+    """msg.data as a flat uint8 array without copying (bytes, array.array, NumPy)."""
+    if isinstance(data, np.ndarray):
+        # A rosbags array may be a strided slice, which the buffer protocol cannot export.
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    try:
+        return np.frombuffer(memoryview(data).cast('B'), np.uint8)
+    except TypeError:
+        # A plain sequence of ints (a hand-built message): one copy.
+        try:
+            return np.asarray(data, dtype=np.uint8).reshape(-1)
+        except (TypeError, ValueError, OverflowError):
+            raise CloudFormatError(
+                f'data of type {type(data).__name__} is not a byte buffer') from None
+
+
+def _layout(msg, num_bytes: int) -> _Layout:
+    """Check the header against the data size; every failure is a CloudFormatError."""
+    # int() first: NumPy scalars from a foreign message would wrap around in the products.
+    height, width = int(msg.height), int(msg.width)
+    point_step, row_step = int(msg.point_step), int(msg.row_step)
+    for name, value in (('height', height), ('width', width), ('point_step', point_step),
+                        ('row_step', row_step)):
+        if value < 0:
+            raise CloudFormatError(f'{name} {value} is negative')
+    if point_step == 0:
+        raise CloudFormatError('point_step is 0')
+
+    endian = '>' if msg.is_bigendian else '<'
+    dtypes = {}
+    for field in msg.fields:
+        name = field.name
+        if name not in OUTPUT_FIELDS:
+            continue
+        if name in dtypes:
+            raise CloudFormatError(f'duplicate field "{name}"')
+        datatype, offset, count = int(field.datatype), int(field.offset), int(field.count)
+        if datatype not in POINTFIELD_DTYPES:
+            raise CloudFormatError(f'field "{name}": unknown datatype {datatype}')
+        if count != 1:
+            raise CloudFormatError(f'field "{name}": count {count}, expected 1')
+        dtype = np.dtype(endian + POINTFIELD_DTYPES[datatype])
+        if offset < 0 or offset + dtype.itemsize > point_step:
+            raise CloudFormatError(
+                f'field "{name}": bytes {offset}..{offset + dtype.itemsize} extend past '
+                f'point_step {point_step}')
+        dtypes[name] = (offset, dtype)
+    for name in REQUIRED_FIELDS:
+        if name not in dtypes:
+            raise CloudFormatError(f'missing field "{name}"')
+
+    if row_step < width * point_step:
+        raise CloudFormatError(
+            f'row_step {row_step} < width {width} * point_step {point_step}')
+    if num_bytes < row_step * height:
+        raise CloudFormatError(
+            f'data has {num_bytes} bytes, expected row_step {row_step} * height {height} = '
+            f'{row_step * height} bytes')
+    # Keep the output order x, y, z, intensity whatever order the message lists them in.
+    ordered = {name: dtypes[name] for name in OUTPUT_FIELDS if name in dtypes}
+    return _Layout(height, width, point_step, row_step, ordered)
+
+
+def _is_native_xyzi(layout: _Layout) -> bool:
+    """Whether rows are x, y, z, intensity as native float32 at offsets 0, 4, 8, 12."""
+    native = np.dtype(np.float32)
+    return (layout.point_step % 4 == 0 and
+            list(layout.dtypes) == list(OUTPUT_FIELDS) and
+            all(layout.dtypes[name] == (4 * k, native)
+                for k, name in enumerate(OUTPUT_FIELDS)))
