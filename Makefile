@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 # Every ROS process we start stays on loopback with its own domain.
 export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export ROS_DOMAIN_ID ?= 61
+export FASTRTPS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_local.xml
 
 .PHONY: venv test demo bench soak lint clean
 

@@ -10,6 +10,7 @@ Every error is a :class:`ConfigError` that names the offending key.
 from dataclasses import dataclass
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -402,3 +403,14 @@ class _Reader:
         if abs(norm - 1.0) > 1e-3:
             raise ConfigError(f'{prefix}.rotation_xyzw: not a unit quaternion (norm {norm:.4f})')
         return Pose(translation, tuple(float(v) for v in q / norm))
+
+
+def default_params_file(filename: str = 'jax_perception.param.yaml') -> Path:
+    """Return a shipped config file: the source tree's (editable installs too), else installed."""
+    name = Path('config') / filename
+    candidates = [Path(__file__).resolve().parent.parent / name,
+                  Path(sys.prefix) / 'share' / 'jax_perception_node' / name]
+    for path in candidates:
+        if path.exists():
+            return path
+    raise ConfigError(f'params file: {name} not found in {[str(c.parent) for c in candidates]}')

@@ -12,6 +12,8 @@ PARAMS_FILE = REPO / 'config' / 'jax_perception.param.yaml'
 # DDS never leaves loopback; the domain is per run so parallel runs do not cross-talk.
 os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
 os.environ.setdefault('ROS_DOMAIN_ID', str(10 + os.getpid() % 80))
+# Big messages over shared memory, UDP on loopback only: see config/fastdds_local.xml.
+os.environ.setdefault('FASTRTPS_DEFAULT_PROFILES_FILE', str(REPO / 'config' / 'fastdds_local.xml'))
 
 FRONT = [-0.5, 0.5, -0.5, 0.5]      # optical z -> grid +x, x -> -y, y -> -z
 REAR = [-0.5, -0.5, 0.5, 0.5]       # optical z -> grid -x

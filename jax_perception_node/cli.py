@@ -1,0 +1,184 @@
+"""
+``jax-perception``: sample-bag, replay, play, bench and demo.
+
+Each command is a function ``args -> int``; ``main`` turns user errors (bad params, missing or
+unsuitable bags) into one line on stderr and exit code 1, never a traceback.
+"""
+
+import argparse
+import json
+from pathlib import Path
+import shutil
+import sys
+
+from .bagio import BagError, POINTCLOUD_TOPIC
+from .config import ConfigError, default_params_file, load_config
+
+
+class UsageError(Exception):
+    """Bad command-line arguments."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def _camera_topics(pairs: list[str]) -> dict[str, str]:
+    topics = {}
+    for pair in pairs or []:
+        name, sep, topic = pair.partition('=')
+        if not sep or not name or not topic:
+            raise UsageError(f'--camera-topic expects NAME=TOPIC, got {pair!r}')
+        topics[name] = topic
+    return topics
+
+
+def _load(args):
+    return load_config(args.params or default_params_file())
+
+
+def cmd_sample_bag(args) -> int:
+    """Write the synthetic drive as an MCAP bag."""
+    from .synthetic_drive import write_sample_bag
+    out = Path(args.out)
+    if out.exists():
+        if not args.force:
+            raise UsageError(f'{out} exists (use --force to replace it)')
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    cfg = _load(args)
+    if args.cameras is not None and not 0 <= args.cameras <= len(cfg.cameras):
+        raise UsageError(f'--cameras {args.cameras}: the params configure {len(cfg.cameras)}')
+    summary = write_sample_bag(out, cfg, seconds=args.seconds, num_cameras=args.cameras,
+                               seed=args.seed)
+    print(f'wrote {out}: ' + ', '.join(f'{k} {v}' for k, v in summary.items()))
+    return 0
+
+
+def cmd_replay(args) -> int:
+    """Replay a bag offline through the pipeline."""
+    from .replay import progress_bar, replay_bag
+    from .report import latency_table, save_bev_png, save_latency_png
+    cfg = _load(args)
+    for name in _camera_topics(args.camera_topic):
+        if name not in [c.name for c in cfg.cameras]:
+            raise UsageError(f'--camera-topic {name}=...: no camera {name!r} in the params')
+    if Path(args.out).exists():
+        raise UsageError(f'{args.out} exists, not overwriting')
+    result = replay_bag(args.input, args.out, cfg, args.pointcloud_topic,
+                        _camera_topics(args.camera_topic), snapshot_frames=(0, -1),
+                        progress=progress_bar())
+    summary = result.summary()
+    print(f'\n{result.frames} frames, {result.rejected} rejected clouds, '
+          f'{result.rejected_feature_maps} rejected feature maps, '
+          f'{result.overflowed} overflowed, compiles after warm-up: '
+          f'{result.compiles_after_warmup}, warm-up {result.warmup_s:.2f} s')
+    print('buckets: ' + ', '.join(f'{k}: {v}' for k, v in summary['buckets'].items()))
+    print(latency_table(result.records))
+    for line in result.errors[:5]:
+        print(f'  rejected: {line}')
+    print(f'wrote {args.out}')
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(summary, indent=2) + '\n')
+    if args.png:
+        png = Path(args.png)
+        png.mkdir(parents=True, exist_ok=True)
+        for index, features in result.snapshots.items():
+            save_bev_png(features, cfg.grid, png / f'bev_{index:04d}.png',
+                         f'frame {index}: LiDAR z_max with camera coverage')
+        if result.records:
+            save_latency_png(result.records, png / 'latency.png', 'replay latency per frame')
+        print(f'pictures in {png}')
+    return 0 if result.compiles_after_warmup == 0 else 1
+
+
+def cmd_play(args) -> int:
+    """Publish a bag on live topics."""
+    from .live import play_bag
+    cfg = _load(args)
+    return play_bag(args.input, cfg, args.pointcloud_topic, _camera_topics(args.camera_topic),
+                    rate=args.rate, loop=args.loop, restamp=args.restamp)
+
+
+def cmd_bench(args) -> int:
+    """Side-by-side benchmarks."""
+    from .bench import run_benchmarks
+    return run_benchmarks(quick=args.quick, json_path=args.json, out_dir=args.out)
+
+
+def cmd_demo(args) -> int:
+    """Node + player + recorder on the embedded sample drive."""
+    from .demo import run_demo
+    return run_demo(Path(args.out), params=args.params, seconds=args.seconds)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The jax-perception argument parser."""
+    parser = _Parser(prog='jax-perception', description=__doc__.strip().splitlines()[0])
+    sub = parser.add_subparsers(dest='command', required=True, parser_class=_Parser)
+
+    def with_params(p):
+        p.add_argument('--params', help='ROS 2 param file (default: the shipped one)')
+        return p
+
+    def with_topics(p):
+        p.add_argument('--pointcloud-topic', default=POINTCLOUD_TOPIC,
+                       help='PointCloud2 topic in the bag (default: %(default)s)')
+        p.add_argument('--camera-topic', action='append', metavar='NAME=TOPIC',
+                       help='feature-map topic of camera NAME in the bag (repeatable)')
+        return p
+
+    p = with_params(sub.add_parser('sample-bag', help='write the synthetic drive bag'))
+    p.add_argument('out')
+    p.add_argument('--seconds', type=float, default=8.0)
+    p.add_argument('--cameras', type=int, default=None, help='first N configured cameras')
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--force', action='store_true', help='replace OUT if it exists')
+    p.set_defaults(func=cmd_sample_bag)
+
+    p = with_topics(with_params(sub.add_parser('replay', help='offline replay of a bag')))
+    p.add_argument('input')
+    p.add_argument('--out', required=True, help='output bag (MCAP)')
+    p.add_argument('--json', help='write the summary as JSON')
+    p.add_argument('--png', help='folder for BEV pictures and the latency plot')
+    p.set_defaults(func=cmd_replay)
+
+    p = with_topics(with_params(sub.add_parser('play', help='publish a bag on live topics')))
+    p.add_argument('input')
+    p.add_argument('--rate', type=float, default=1.0)
+    p.add_argument('--loop', action='store_true')
+    p.add_argument('--restamp', action='store_true',
+                   help='shift header stamps to the wall clock (age measured from publish)')
+    p.set_defaults(func=cmd_play)
+
+    p = sub.add_parser('bench', help='side-by-side benchmarks')
+    p.add_argument('--quick', action='store_true')
+    p.add_argument('--json')
+    p.add_argument('--out', default='bench_out', help='folder for the table and plot')
+    p.set_defaults(func=cmd_bench)
+
+    p = with_params(sub.add_parser('demo', help='the main job on the embedded sample drive'))
+    p.add_argument('--out', default='demo_out')
+    p.add_argument('--seconds', type=float, default=8.0)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``jax-perception`` console script."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if getattr(args, 'rate', 1.0) <= 0:
+            raise UsageError('--rate must be > 0')
+        return args.func(args)
+    except (UsageError, ConfigError, BagError) as exc:
+        print(f'jax-perception: {exc}', file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""
+The one-command demo: sample drive -> player -> node (own process) -> recorder -> report.
+
+Everything talks over real DDS on loopback (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``) in a
+domain of its own, so two demos on one machine do not see each other.
+"""
+
+import os
+from pathlib import Path
+import re
+import signal
+import subprocess
+import sys
+import time
+
+
+from . import bagio
+from .config import default_params_file, load_config
+from .latency import percentiles, STAGES
+
+RECORDED_TOPICS = {bagio.FEATURES_TOPIC: bagio.IMAGE_TYPE,
+                   bagio.LATENCY_TOPIC: bagio.DIAGNOSTICS_TYPE,
+                   bagio.DIAGNOSTICS_TOPIC: bagio.DIAGNOSTICS_TYPE}
+
+
+def local_ros_env() -> dict:
+    """Environment for ROS processes on this machine only; also applied to this process.
+
+    Loopback discovery, a domain of our own unless one is set, and the Fast DDS profile with a
+    shared-memory segment big enough for clouds and BEV images (see config/fastdds_local.xml).
+    """
+    env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST', PYTHONUNBUFFERED='1')
+    env.setdefault('ROS_DOMAIN_ID', str(10 + os.getpid() % 80))
+    env.setdefault('FASTRTPS_DEFAULT_PROFILES_FILE', str(default_params_file('fastdds_local.xml')))
+    keys = ('ROS_AUTOMATIC_DISCOVERY_RANGE', 'ROS_DOMAIN_ID', 'FASTRTPS_DEFAULT_PROFILES_FILE')
+    os.environ.update({k: env[k] for k in keys})
+    return env
+
+
+def _script(name: str) -> str:
+    local = Path(sys.executable).with_name(name)
+    return str(local) if local.exists() else name
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def sample_bag(out: Path, params: Path, seconds: float) -> Path:
+    """The cached sample drive for these params and duration (generated on first use)."""
+    from .synthetic_drive import write_sample_bag
+    stat = params.stat()
+    bag = out / f'sample_drive_{seconds:g}s_{int(stat.st_mtime)}'
+    if not (bag / 'metadata.yaml').exists():
+        for old in out.glob('sample_drive_*'):
+            subprocess.run(['rm', '-rf', str(old)], check=False)
+        print(f'generating the sample drive ({seconds:g} s) ...', flush=True)
+        write_sample_bag(bag, load_config(params), seconds=seconds)
+    return bag
+
+
+def run_demo(out: Path, params: str | None = None, seconds: float = 8.0) -> int:
+    """Run the demo into ``out``; non-zero when the node produced nothing or recompiled."""
+    import rclpy
+    from .live import Recorder
+    params_file = Path(params) if params else default_params_file()
+    cfg = load_config(params_file)
+    out.mkdir(parents=True, exist_ok=True)
+    bag = sample_bag(out, params_file, seconds)
+    env = local_ros_env()
+    recording = out / 'recording'
+    if recording.exists():
+        subprocess.run(['rm', '-rf', str(recording)], check=True)
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    recorder = Recorder(recording, RECORDED_TOPICS, context)
+    probe = rclpy.create_node('jax_perception_demo', context=context)
+    node_log = open(out / 'node.log', 'w')
+    started = time.perf_counter()
+    node = subprocess.Popen([_script('jax_perception_node'), '--ros-args', '--params-file',
+                             str(params_file)], stdout=node_log, stderr=subprocess.STDOUT,
+                            env=env)
+    try:
+        while probe.count_subscribers(bagio.POINTCLOUD_TOPIC) == 0:
+            if node.poll() is not None:
+                print(f'the node exited during start-up; see {out / "node.log"}')
+                return 1
+            if time.perf_counter() - started > 120:
+                print('the node did not become ready within 120 s')
+                return 1
+            time.sleep(0.05)
+        startup_s = time.perf_counter() - started
+        print(f'node ready after {startup_s:.2f} s; playing {bag.name} in real time ...',
+              flush=True)
+        time.sleep(0.5)     # let the player's publishers and the recorder match first
+        player = subprocess.run(
+            [_script('jax-perception'), 'play', str(bag), '--restamp', '--params',
+             str(params_file)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        if player.returncode != 0:
+            print(player.stdout)
+            return 1
+        # Wait for the last frame and one more /diagnostics roll-up.
+        diag_seen = recorder.count(bagio.DIAGNOSTICS_TOPIC)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and recorder.count(bagio.DIAGNOSTICS_TOPIC) < \
+                diag_seen + 2:
+            time.sleep(0.1)
+    finally:
+        _stop(node)
+        node_log.close()
+        recorder.close()
+        probe.destroy_node()
+        rclpy.try_shutdown(context=context)
+    return write_report(out, bag, recording, cfg, startup_s)
+
+
+def _pipeline_statuses(statuses, lidar_timeout_s: float):
+    """Return (last status, last status while clouds were still flowing)."""
+    ours = [s for s in statuses if s.name == 'jax_perception: pipeline']
+    flowing = [s for s in ours if float({kv.key: kv.value for kv in s.values}.get(
+        'seconds_since_cloud', 'inf')) < lidar_timeout_s]
+    return (ours[-1] if ours else None), (flowing[-1] if flowing else None)
+
+
+def _level(status) -> str:
+    if status is None:
+        return 'none received'
+    return f'{("OK", "WARN", "ERROR", "STALE")[status.level]}: {status.message}'
+
+
+def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -> int:
+    """Read the recording back and write report.md, bev.png and latency.png."""
+    from .camera import read_features
+    from .report import latency_table, save_bev_png, save_latency_png
+    reader = bagio.open_reader(bag)
+    frames_in = next(c.msgcount for c in reader.connections
+                     if c.topic == bagio.POINTCLOUD_TOPIC)
+    reader.close()
+    records, statuses, best = [], [], None
+    reader = bagio.open_reader(recording)
+    for topic, _, raw, msgtype in bagio.iter_messages(reader, list(RECORDED_TOPICS)):
+        msg = bagio.TYPESTORE.deserialize_cdr(raw, msgtype)
+        if topic == bagio.LATENCY_TOPIC:
+            values = {kv.key: float(kv.value) for kv in msg.status[0].values}
+            records.append(values)
+        elif topic == bagio.DIAGNOSTICS_TOPIC:
+            statuses.extend(msg.status)
+        elif topic == bagio.FEATURES_TOPIC:
+            features = read_features(msg)
+            score = float(features[..., 0].sum())
+            if best is None or score > best[0]:
+                best = (score, features.copy(), bagio.stamp_ns(msg.header.stamp))
+    reader.close()
+    status, playing = _pipeline_statuses(statuses, cfg.diagnostics.lidar_timeout_s)
+    counts = {kv.key: kv.value for kv in status.values} if status else {}
+    compiles = int(counts.get('compiles_after_warmup', '0'))
+    warmup = re.search(r'warm-up: (.*)', (out / 'node.log').read_text())
+    lines = [
+        '# jax_perception demo report', '',
+        f'Sample drive `{bag.name}` played in real time through the node (own process, DDS on '
+        'loopback), outputs recorded to `recording/`.', '',
+        '| | |', '|---|---:|',
+        f'| LiDAR frames in the bag | {frames_in} |',
+        f'| frames received by the node | {counts.get("received", "?")} |',
+        f'| frames out (bev_features) | {len(records)} |',
+        f'| dropped (latest wins) | {counts.get("dropped", "?")} |',
+        f'| rejected | {counts.get("rejected", "?")} |',
+        f'| overflowed (subsampled) | {counts.get("overflowed", "?")} |',
+        f'| compiles after warm-up | {compiles} |',
+        f'| start-up to ready | {startup_s:.2f} s |',
+        f'| /diagnostics while playing | {_level(playing)} |',
+        f'| /diagnostics after the bag ended | {_level(status)} |', '',
+        f'Warm-up: {warmup.group(1) if warmup else "see node.log"}', '',
+        'Per-stage latency (ms); age = publish time minus the LiDAR stamp:', '',
+        latency_table(records, STAGES), '',
+    ]
+    if records:
+        points = percentiles(r['num_points'] for r in records)
+        lines.append(f'Points per frame: p50 {points["p50"]:.0f}, max {points["max"]:.0f}; '
+                     f'cameras used p50 '
+                     f'{percentiles(r["cameras_used"] for r in records)["p50"]:.0f}.')
+    report = '\n'.join(lines) + '\n'
+    (out / 'report.md').write_text(report)
+    if best is not None:
+        save_bev_png(best[1], cfg.grid, out / 'bev.png',
+                     'BEV: LiDAR z_max (colour) and camera coverage (grey)')
+    if records:
+        save_latency_png(records, out / 'latency.png', 'demo: per-frame latency')
+    print(report)
+    print(f'wrote {out / "report.md"}, {out / "bev.png"}, {out / "latency.png"}, '
+          f'{recording}/')
+    if not records:
+        print('FAILED: the node produced no output')
+        return 1
+    if compiles:
+        print(f'FAILED: {compiles} compiles after warm-up')
+        return 1
+    return 0
+
+

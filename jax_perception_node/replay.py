@@ -1,0 +1,164 @@
+"""
+Offline replay: every LiDAR frame of a bag through BevPipeline, outputs into a new bag.
+
+No ROS graph is needed. Cameras pair with LiDAR through the node's own ``CameraSync``, fed in
+bag-time order, which is the order a live node receives them in.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+import sys
+import time
+from typing import Callable
+
+from . import bagio
+from .camera import FeatureMapError, features_image_fields, read_features
+from .cloud import CloudFormatError, read_points
+from .config import PipelineConfig
+from .latency import FRAME_KEYS, format_value, percentiles, STAGES
+from .pipeline import BevPipeline
+from .render import bev_to_rgb
+from .sync import CameraSync
+
+
+@dataclass
+class ReplayResult:
+    """What a replay did: counts, per-frame records, and a few frames kept for pictures."""
+
+    frames: int = 0
+    rejected: int = 0
+    rejected_feature_maps: int = 0
+    overflowed: int = 0
+    compiles_after_warmup: int = 0
+    warmup_s: float = 0.0
+    buckets: dict[int, int] = field(default_factory=dict)
+    records: list[dict] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    snapshots: dict[int, object] = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        """JSON-ready summary (keys of the DESIGN contract first)."""
+        return {
+            'frames': self.frames, 'rejected': self.rejected,
+            'compiles_after_warmup': self.compiles_after_warmup,
+            'buckets': {str(k): v for k, v in sorted(self.buckets.items())},
+            'latency_ms': {s: percentiles(r[s] for r in self.records) for s in STAGES},
+            'rejected_feature_maps': self.rejected_feature_maps,
+            'overflowed_frames': self.overflowed, 'warmup_s': round(self.warmup_s, 3),
+            'cameras_used': percentiles(r['cameras_used'] for r in self.records),
+        }
+
+
+def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
+               pointcloud_topic: str = bagio.POINTCLOUD_TOPIC,
+               camera_topics: dict[str, str] | None = None,
+               snapshot_frames: tuple[int, ...] = (),
+               progress: Callable[[int, int], None] | None = None,
+               pipeline: BevPipeline | None = None) -> ReplayResult:
+    """Run every LiDAR frame of ``src`` through the pipeline and write the outputs to ``dst``.
+
+    Raises BagError when the input cannot be read, lacks the LiDAR topic, or ``dst`` exists.
+    ``snapshot_frames`` are frame indices whose features are kept in the result (-1 = last).
+    """
+    reader = bagio.open_reader(src)
+    try:
+        types = bagio.topic_types(reader)
+        if types.get(pointcloud_topic) != bagio.POINTCLOUD_TYPE:
+            raise bagio.BagError(f'{src}: no {bagio.POINTCLOUD_TYPE} topic {pointcloud_topic} '
+                                 f'(topics: {", ".join(sorted(types)) or "none"})')
+        camera_topics = {c.name: (camera_topics or {}).get(c.name, bagio.camera_topic(c.name))
+                         for c in cfg.cameras}
+        total = next(c.msgcount for c in reader.connections if c.topic == pointcloud_topic)
+        pipe = pipeline or BevPipeline(cfg)
+        result = ReplayResult()
+        start = time.perf_counter()
+        if pipeline is None:
+            pipe.warmup()
+        result.warmup_s = time.perf_counter() - start
+        by_topic = {t: name for name, t in camera_topics.items() if types.get(t) == bagio.IMAGE_TYPE}
+        sync = CameraSync(pipe.camera_names, cfg.max_camera_lidar_delay_s)
+        with bagio.BagWriter(dst, compress=True) as writer:
+            for topic, timestamp, raw, msgtype in bagio.iter_messages(
+                    reader, [pointcloud_topic, *by_topic]):
+                msg = bagio.TYPESTORE.deserialize_cdr(raw, msgtype)
+                if topic in by_topic:
+                    _add_camera(sync, cfg, by_topic[topic], msg, result)
+                    continue
+                _frame(pipe, cfg, sync, msg, timestamp, writer, result, snapshot_frames, total)
+                if progress:
+                    progress(result.frames + result.rejected, total)
+        result.compiles_after_warmup = pipe.compiles_after_warmup
+        return result
+    finally:
+        reader.close()
+
+
+def _add_camera(sync, cfg, name, msg, result) -> None:
+    cam = cfg.cameras[sync.names.index(name)]
+    try:
+        fmap = read_features(msg, cam.height, cam.width, cam.channels)
+    except FeatureMapError as exc:
+        result.rejected_feature_maps += 1
+        result.errors.append(f'camera {name}: {exc}')
+        return
+    sync.add(name, bagio.stamp_ns(msg.header.stamp), fmap)
+
+
+def _frame(pipe, cfg, sync, msg, timestamp, writer, result, snapshot_frames, total) -> None:
+    started = time.perf_counter()
+    try:
+        points, num_points = read_points(msg, pipe.padder.capacity, cfg.overflow_policy)
+    except CloudFormatError as exc:
+        result.rejected += 1
+        result.errors.append(f'point cloud at {timestamp}: {exc}')
+        return
+    decoded = time.perf_counter()
+    stamp = bagio.stamp_ns(msg.header.stamp)
+    pairing, _ = sync.pair(stamp)
+    out = pipe.process(points, pairing.maps, num_points=num_points)
+    write_start = time.perf_counter()
+    frame_id = cfg.grid.frame_id
+    writer.write(bagio.FEATURES_TOPIC,
+                 bagio.image_msg(features_image_fields(out.features), stamp, frame_id),
+                 timestamp)
+    if pipe.output_channels == cfg.fused_channels:
+        rgb = bev_to_rgb(out.features, cfg.grid.z_min, cfg.grid.z_max)
+        writer.write(bagio.IMAGE_TOPIC, bagio.image_msg(
+            {'height': rgb.shape[0], 'width': rgb.shape[1], 'encoding': 'rgb8',
+             'is_bigendian': 0, 'step': rgb.shape[1] * 3, 'data': rgb}, stamp, frame_id),
+            timestamp)
+    done = time.perf_counter()
+    total_ms = (done - started) * 1e3
+    record = {
+        'num_points': out.num_points, 'bucket': out.bucket,
+        'overflow_points': out.overflow_points, 'decode_ms': (decoded - started) * 1e3,
+        'pad_ms': out.pad_ms, 'compute_ms': out.compute_ms,
+        'publish_ms': (done - write_start) * 1e3, 'total_ms': total_ms,
+        # Offline a frame is available the moment it is read: its age is its processing time.
+        'age_ms': total_ms, 'cameras_used': out.cameras_used,
+        'compiles_after_warmup': out.compiles_after_warmup,
+    }
+    writer.write(bagio.LATENCY_TOPIC, bagio.diagnostic_array(
+        stamp, frame_id, 'jax_perception: frame',
+        {k: format_value(record[k]) for k in FRAME_KEYS}), timestamp)
+    index = result.frames
+    if index in snapshot_frames or (-1 in snapshot_frames and index == total - 1):
+        result.snapshots[index] = out.features.copy()
+    result.frames += 1
+    result.overflowed += out.overflow_points > 0
+    result.buckets[out.bucket] = result.buckets.get(out.bucket, 0) + 1
+    result.records.append(record)
+
+
+def progress_bar(stream=sys.stderr) -> Callable[[int, int], None]:
+    """A one-line progress bar on ``stream`` (only redrawn on a terminal)."""
+    def draw(done: int, total: int) -> None:
+        if not stream.isatty() and done != total:
+            return
+        width = 30
+        filled = int(width * done / max(total, 1))
+        stream.write(f'\r[{"#" * filled}{"." * (width - filled)}] {done}/{total} frames')
+        if done >= total:
+            stream.write('\n')
+        stream.flush()
+    return draw
