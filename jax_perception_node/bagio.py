@@ -58,9 +58,8 @@ def header(stamp: int, frame_id: str):
     """std_msgs/Header for a nanosecond stamp."""
     t = TYPESTORE.types
     sec, nanosec = divmod(int(stamp), 1_000_000_000)
-    return t['std_msgs/msg/Header'](stamp=t['builtin_interfaces/msg/Time'](sec=sec,
-                                                                            nanosec=nanosec),
-                                    frame_id=frame_id)
+    time = t['builtin_interfaces/msg/Time'](sec=sec, nanosec=nanosec)
+    return t['std_msgs/msg/Header'](stamp=time, frame_id=frame_id)
 
 
 def image_msg(fields: dict, stamp: int, frame_id: str):
@@ -83,7 +82,8 @@ def diagnostic_array(stamp: int, frame_id: str, name: str, values: dict[str, str
 
 
 def shift_stamp(raw: bytes, offset_ns: int) -> bytes:
-    """Shift the std_msgs/Header stamp at the start of a CDR message by ``offset_ns``.
+    """
+    Shift the std_msgs/Header stamp at the start of a CDR message by ``offset_ns``.
 
     Every message this package plays starts with a Header, whose stamp (int32 sec, uint32
     nanosec) follows the 4-byte CDR encapsulation header; byte 1 of it gives the endianness.

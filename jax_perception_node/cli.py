@@ -114,7 +114,7 @@ def cmd_demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The jax-perception argument parser."""
+    """Build the jax-perception argument parser."""
     parser = _Parser(prog='jax-perception', description=__doc__.strip().splitlines()[0])
     sub = parser.add_subparsers(dest='command', required=True, parser_class=_Parser)
 

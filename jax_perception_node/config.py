@@ -10,8 +10,8 @@ Every error is a :class:`ConfigError` that names the offending key.
 from dataclasses import dataclass
 import math
 import os
-import sys
 from pathlib import Path
+import sys
 from typing import Any, Mapping
 
 import numpy as np

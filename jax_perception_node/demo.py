@@ -24,7 +24,8 @@ RECORDED_TOPICS = {bagio.FEATURES_TOPIC: bagio.IMAGE_TYPE,
 
 
 def local_ros_env() -> dict:
-    """Environment for ROS processes on this machine only; also applied to this process.
+    """
+    Environment for ROS processes on this machine only; also applied to this process.
 
     Loopback discovery, a domain of our own unless one is set, and the Fast DDS profile with a
     shared-memory segment big enough for clouds and BEV images (see config/fastdds_local.xml).
@@ -53,7 +54,7 @@ def _stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
 
 
 def sample_bag(out: Path, params: Path, seconds: float) -> Path:
-    """The cached sample drive for these params and duration (generated on first use)."""
+    """Return the cached sample drive for these params and duration (made on first use)."""
     from .synthetic_drive import write_sample_bag
     stat = params.stat()
     bag = out / f'sample_drive_{seconds:g}s_{int(stat.st_mtime)}'
@@ -204,5 +205,3 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
         print(f'FAILED: {compiles} compiles after warm-up')
         return 1
     return 0
-
-

@@ -19,7 +19,7 @@ _ROS_TYPES = {}
 
 
 def ros_type(msgtype: str):
-    """rclpy message class for 'pkg/msg/Name'."""
+    """Return the rclpy message class of 'pkg/msg/Name'."""
     if msgtype not in _ROS_TYPES:
         package, _, name = msgtype.split('/')
         module = __import__(f'{package}.msg', fromlist=[name])
@@ -30,7 +30,8 @@ def ros_type(msgtype: str):
 def play_bag(src, cfg: PipelineConfig, pointcloud_topic: str = bagio.POINTCLOUD_TOPIC,
              camera_topics: dict[str, str] | None = None, rate: float = 1.0, loop: bool = False,
              restamp: bool = False, wait_s: float = 5.0, context=None) -> int:
-    """Publish a bag's LiDAR and camera messages onto the node's inputs at recorded timing.
+    """
+    Publish a bag's LiDAR and camera messages onto the node's inputs at recorded timing.
 
     ``pointcloud_topic`` / ``camera_topics`` name the topics in the bag; they are published on
     the node's own input names. ``restamp`` shifts every header stamp by (wall clock at start

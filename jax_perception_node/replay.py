@@ -15,7 +15,7 @@ from . import bagio
 from .camera import FeatureMapError, features_image_fields, read_features
 from .cloud import CloudFormatError, read_points
 from .config import PipelineConfig
-from .latency import FRAME_KEYS, format_value, percentiles, STAGES
+from .latency import format_value, FRAME_KEYS, percentiles, STAGES
 from .pipeline import BevPipeline
 from .render import bev_to_rgb
 from .sync import CameraSync
@@ -37,7 +37,7 @@ class ReplayResult:
     snapshots: dict[int, object] = field(default_factory=dict)
 
     def summary(self) -> dict:
-        """JSON-ready summary (keys of the DESIGN contract first)."""
+        """Return a JSON-ready dict: the keys of the DESIGN contract first."""
         return {
             'frames': self.frames, 'rejected': self.rejected,
             'compiles_after_warmup': self.compiles_after_warmup,
@@ -55,7 +55,8 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
                snapshot_frames: tuple[int, ...] = (),
                progress: Callable[[int, int], None] | None = None,
                pipeline: BevPipeline | None = None) -> ReplayResult:
-    """Run every LiDAR frame of ``src`` through the pipeline and write the outputs to ``dst``.
+    """
+    Run every LiDAR frame of ``src`` through the pipeline and write the outputs to ``dst``.
 
     Raises BagError when the input cannot be read, lacks the LiDAR topic, or ``dst`` exists.
     ``snapshot_frames`` are frame indices whose features are kept in the result (-1 = last).
@@ -75,7 +76,8 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
         if pipeline is None:
             pipe.warmup()
         result.warmup_s = time.perf_counter() - start
-        by_topic = {t: name for name, t in camera_topics.items() if types.get(t) == bagio.IMAGE_TYPE}
+        by_topic = {t: name for name, t in camera_topics.items()
+                    if types.get(t) == bagio.IMAGE_TYPE}
         sync = CameraSync(pipe.camera_names, cfg.max_camera_lidar_delay_s)
         with bagio.BagWriter(dst, compress=True) as writer:
             for topic, timestamp, raw, msgtype in bagio.iter_messages(
@@ -151,7 +153,7 @@ def _frame(pipe, cfg, sync, msg, timestamp, writer, result, snapshot_frames, tot
 
 
 def progress_bar(stream=sys.stderr) -> Callable[[int, int], None]:
-    """A one-line progress bar on ``stream`` (only redrawn on a terminal)."""
+    """Return a one-line progress bar on ``stream`` (redrawn only on a terminal)."""
     def draw(done: int, total: int) -> None:
         if not stream.isatty() and done != total:
             return

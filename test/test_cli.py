@@ -17,7 +17,7 @@ from ros_harness import write_params
 
 @pytest.fixture(scope='module')
 def sample(tmp_path_factory):
-    """A 1.5 s sample drive with the shipped config (LiDAR + 4 cameras)."""
+    """Write a 1.5 s sample drive with the shipped config (LiDAR + 4 cameras)."""
     bag = tmp_path_factory.mktemp('bags') / 'drive'
     assert main(['sample-bag', str(bag), '--seconds', '1.5', '--seed', '3']) == 0
     return bag

@@ -4,7 +4,7 @@ import ast
 from pathlib import Path
 
 from conftest import PARAMS_FILE, REPO, small_params
-from jax_perception_node.config import (ConfigError, config_from_parameters, load_config,
+from jax_perception_node.config import (config_from_parameters, ConfigError, load_config,
                                         PARAMETERS, read_param_file)
 import numpy as np
 import pytest
@@ -116,8 +116,8 @@ def test_launch_file_builds_a_description_where_launch_exists():
     pytest.importorskip('launch_ros', reason='launch_ros is not on PyPI (full ROS install only)')
     import launch
     import importlib.util
-    spec = importlib.util.spec_from_file_location('jp_launch', Path(REPO / 'launch' /
-                                                                   'jax_perception.launch.py'))
+    path = Path(REPO / 'launch' / 'jax_perception.launch.py')
+    spec = importlib.util.spec_from_file_location('jp_launch', path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert isinstance(module.generate_launch_description(), launch.LaunchDescription)

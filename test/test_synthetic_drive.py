@@ -1,0 +1,251 @@
+"""The synthetic drive: bag layout, LiDAR and camera geometry, rates, determinism."""
+
+import math
+
+from conftest import PARAMS_FILE, small_config
+from jax_perception_node.config import config_from_parameters, load_config, read_param_file
+from jax_perception_node.synthetic_drive import (
+    camera_stamp_offset, camera_topic, EPOCH_NS, LidarModel, POINT_DTYPE, POINTCLOUD_TOPIC,
+    SyntheticDrive, write_sample_bag)
+import numpy as np
+import pytest
+from rosbags.rosbag2 import Reader
+from rosbags.typesys import get_typestore, Stores
+
+SECONDS = 2.0
+TS = get_typestore(Stores.ROS2_JAZZY)
+FLOAT32, UINT16 = 7, 4
+
+
+@pytest.fixture(scope='module')
+def cfg():
+    return load_config(PARAMS_FILE)
+
+
+@pytest.fixture(scope='module')
+def bag(cfg, tmp_path_factory):
+    """Write the 2 s default bag once; return summary, topics, messages and progress calls."""
+    path = tmp_path_factory.mktemp('drive') / 'bag'
+    calls = []
+    summary = write_sample_bag(path, cfg, seconds=SECONDS,
+                               progress=lambda done, total: calls.append((done, total)))
+    with Reader(path) as reader:
+        topics = {name: info.msgtype for name, info in reader.topics.items()}
+        messages = [(conn.topic, stamp, TS.deserialize_cdr(raw, conn.msgtype))
+                    for conn, stamp, raw in reader.messages()]
+    return summary, topics, messages, calls
+
+
+def stamp_ns(msg) -> int:
+    return msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
+
+
+def clouds(messages):
+    return [msg for topic, _, msg in messages if topic == POINTCLOUD_TOPIC]
+
+
+def points_of(msg) -> np.ndarray:
+    return np.frombuffer(msg.data, dtype=POINT_DTYPE, count=msg.width)
+
+
+def test_topics_types_and_counts(bag, cfg):
+    summary, topics, messages, calls = bag
+    names = [c.name for c in cfg.cameras]
+    assert topics == {POINTCLOUD_TOPIC: 'sensor_msgs/msg/PointCloud2',
+                      **{camera_topic(n): 'sensor_msgs/msg/Image' for n in names}}
+    assert camera_topic('front') == '/jax_perception/input/camera/front/features'
+    assert len(clouds(messages)) == summary['frames'] == round(SECONDS * 10)
+    for name in names:
+        count = sum(topic == camera_topic(name) for topic, _, _ in messages)
+        assert count == summary['camera_messages'][name]
+        assert abs(count - SECONDS * 12) <= 1
+    assert calls[-1] == (len(messages), len(messages))
+    assert [done for done, _ in calls] == list(range(1, len(messages) + 1))
+
+
+def test_stamps_and_pairing(bag, cfg):
+    _, _, messages, _ = bag
+    times = [stamp for _, stamp, _ in messages]
+    assert times == sorted(times)
+    assert all(stamp == stamp_ns(msg) for _, stamp, msg in messages)
+    lidar = np.array([stamp_ns(m) for m in clouds(messages)])
+    assert lidar[0] == EPOCH_NS
+    assert np.all(np.diff(lidar) == 100_000_000)
+    for index, cam in enumerate(cfg.cameras):
+        stamps = np.array([stamp for topic, stamp, _ in messages
+                           if topic == camera_topic(cam.name)])
+        assert stamps[0] == EPOCH_NS + round(camera_stamp_offset(index) * 1e9)
+        assert np.allclose(np.diff(stamps), 1e9 / 12, atol=1)
+        gap = np.abs(stamps[:, None] - lidar[None, :]).min(axis=1)
+        assert gap.max() < 0.1e9
+        assert gap.min() > 0        # never exactly on a LiDAR stamp: pairing is not trivial
+    offsets = {camera_stamp_offset(i) for i in range(len(cfg.cameras))}
+    assert len(offsets) == len(cfg.cameras) and max(offsets) <= 0.035
+
+
+def test_pointcloud_layout(bag):
+    for msg in clouds(bag[2]):
+        assert msg.header.frame_id == 'lidar'
+        assert (msg.height, msg.point_step, msg.row_step) == (1, 24, 24 * msg.width)
+        assert msg.is_dense and not msg.is_bigendian
+        assert len(msg.data) == msg.row_step
+        assert [(f.name, f.offset, f.datatype, f.count) for f in msg.fields] == [
+            ('x', 0, FLOAT32, 1), ('y', 4, FLOAT32, 1), ('z', 8, FLOAT32, 1),
+            ('intensity', 12, FLOAT32, 1), ('ring', 16, UINT16, 1), ('time', 20, FLOAT32, 1)]
+
+
+def test_point_counts_vary_in_a_plausible_range(bag):
+    summary, _, messages, _ = bag
+    counts = [msg.width for msg in clouds(messages)]
+    assert len(set(counts)) > len(counts) // 2 and max(counts) - min(counts) > 2000
+    assert 15_000 < min(counts) and max(counts) <= 64 * 2048
+    assert (summary['min_points'], summary['max_points']) == (min(counts), max(counts))
+
+
+def test_points_geometry(bag):
+    for msg in clouds(bag[2])[::5]:
+        p = points_of(msg)
+        xyz = np.stack([p['x'], p['y'], p['z']], axis=-1)
+        assert np.all(np.isfinite(xyz))
+        r = np.linalg.norm(xyz, axis=1)
+        assert r.min() >= 0.9 and r.max() <= 100.2
+        assert p['ring'].max() < 64
+        assert np.all((p['intensity'] >= 0) & (p['intensity'] <= 255))
+        assert np.all((p['time'] >= 0) & (p['time'] < 0.1))
+        assert np.all(np.diff(p['time']) >= 0)      # firing order
+        # Ring 0 looks 15 deg down: on flat ground 1.8 m below the sensor, at 6.7 m.
+        low = p[p['ring'] == 0]
+        assert len(low) > 1000
+        assert abs(np.median(low['z']) + 1.8) < 0.02
+        assert np.mean(np.abs(low['z'] + 1.8) < 0.1) > 0.8
+        elevation = np.degrees(np.arcsin(low['z'] / np.linalg.norm(
+            np.stack([low['x'], low['y'], low['z']], -1), axis=1)))
+        assert np.allclose(elevation, -15.0, atol=0.05)
+
+
+def test_feature_maps(bag, cfg):
+    shapes = {c.name: (c.height, c.width, c.channels) for c in cfg.cameras}
+    seen = set()
+    for topic, _, msg in bag[2]:
+        if topic == POINTCLOUD_TOPIC:
+            continue
+        name = topic.split('/')[-2]
+        seen.add(name)
+        h, w, c = shapes[name]
+        assert msg.header.frame_id == f'{name}_optical'
+        assert (msg.height, msg.width, msg.encoding, msg.step) == (h, w, f'32FC{c}', w * c * 4)
+        assert not msg.is_bigendian
+        feats = np.frombuffer(msg.data, dtype='<f4').reshape(h, w, c)
+        assert np.all(np.isfinite(feats))
+        assert np.all(feats[..., 2:7].sum(axis=-1) == 1)       # one class per pixel
+    assert seen == set(shapes)
+
+
+def test_camera_sees_ground_where_the_camera_model_puts_it(cfg):
+    drive = SyntheticDrive(cfg)
+    front = cfg.cameras[0]
+    assert front.name == 'front' and front.pose.translation[2] == 1.6
+    feats = drive.camera_features('front', 0.0)
+    # The front camera looks level along +x from 1.6 m: row v sees ground at the optical depth
+    # z with (v - cy) / fy = 1.6 / z.
+    v = np.arange(front.height)[:, None] * np.ones((1, front.width))
+    ground = (feats[..., 2] == 1) & (v > front.cy)
+    assert ground.sum() > 0.4 * front.width * (front.height - front.cy)
+    assert np.allclose(feats[..., 0][ground], (v[ground] - front.cy) / (front.fy * 1.6),
+                       rtol=1e-5)
+    assert np.all(feats[..., 1][ground] == 0)
+    bottom = front.height - 1
+    assert feats[bottom, int(front.cx), 2] == 1
+    assert feats[bottom, int(front.cx), 0] == pytest.approx(
+        (bottom - front.cy) / (front.fy * 1.6), rel=1e-6)
+    assert feats[0, :, 6].sum() > 0                # open country: sky at the top
+
+
+def test_every_camera_agrees_with_its_calibration(cfg):
+    drive = SyntheticDrive(cfg)
+    for cam in cfg.cameras:
+        feats = drive.camera_features(cam.name, 1.0)
+        v, u = np.mgrid[0:cam.height, 0:cam.width]
+        ray = np.stack([(u - cam.cx) / cam.fx, (v - cam.cy) / cam.fy, np.ones(u.shape)], -1)
+        down = -(ray @ cam.pose.rotation_matrix().T)[..., 2]        # grid-frame z drop per depth
+        ground = feats[..., 2] == 1
+        assert ground.sum() > 100
+        assert np.all(down[ground] > 0)
+        assert np.allclose(feats[..., 0][ground], down[ground] / cam.pose.translation[2],
+                           rtol=1e-5)
+        sky = feats[..., 6] == 1
+        assert np.all(down[sky] < 0) and np.all(feats[..., 0][sky] == 0)
+
+
+def test_lidar_frames_are_pure_functions_of_seed_and_time(cfg):
+    model = LidarModel(beams=16, azimuth_steps=256)
+    a = SyntheticDrive(cfg, seed=3, lidar=model)
+    b = SyntheticDrive(cfg, seed=3, lidar=model)
+    first = a.lidar_frame(0.7)
+    b.lidar_frame(5.0)
+    assert np.array_equal(first, b.lidar_frame(0.7))
+    assert not np.array_equal(first, SyntheticDrive(cfg, seed=4, lidar=model).lidar_frame(0.7))
+    assert np.array_equal(a.camera_features('left', 0.4), b.camera_features('left', 0.4))
+
+
+def test_same_seed_same_bytes_other_seed_other_bytes(cfg, tmp_path):
+    def write(folder, seed):
+        path = tmp_path / folder / 'bag'
+        path.parent.mkdir()
+        write_sample_bag(path, cfg, seconds=0.3, seed=seed)
+        return (path / 'bag.mcap').read_bytes(), (path / 'metadata.yaml').read_bytes()
+
+    first = write('a', 0)
+    assert first == write('b', 0)
+    other = write('c', 1)
+    assert other[0] != first[0]
+
+
+def test_lidar_only_and_camera_count_errors(cfg, tmp_path):
+    summary = write_sample_bag(tmp_path / 'lidar', cfg, seconds=0.2, num_cameras=0)
+    with Reader(tmp_path / 'lidar') as reader:
+        assert list(reader.topics) == [POINTCLOUD_TOPIC]
+        assert reader.message_count == 2
+    assert summary['camera_messages'] == {}
+    two = write_sample_bag(tmp_path / 'two', cfg, seconds=0.2, num_cameras=2)
+    assert list(two['camera_messages']) == ['front', 'left']
+    with pytest.raises(ValueError, match='num_cameras=5.*4 camera'):
+        write_sample_bag(tmp_path / 'five', cfg, seconds=0.2, num_cameras=5)
+    assert not (tmp_path / 'five').exists()
+    with pytest.raises(ValueError, match='num_cameras'):
+        SyntheticDrive(cfg, num_cameras=-1)
+    with pytest.raises(FileExistsError):
+        write_sample_bag(tmp_path / 'lidar', cfg, seconds=0.2)
+    with pytest.raises(ValueError, match='seconds'):
+        write_sample_bag(tmp_path / 'zero', cfg, seconds=0)
+    with pytest.raises(ValueError, match='no rate for camera'):
+        write_sample_bag(tmp_path / 'rates', cfg, seconds=0.2, camera_hz={'front': 12.0})
+    with pytest.raises(ValueError, match='unknown camera'):
+        SyntheticDrive(cfg, num_cameras=1).camera_features('left', 0.0)
+    with pytest.raises(ValueError, match='LidarModel'):
+        LidarModel(dropout=1.0)
+
+
+def test_other_configs(tmp_path):
+    # Tiny cameras with 3 and 10 channels, and a LiDAR 0.5 m up, off-centre, pitched down 5 deg.
+    ten = small_config(cameras=1, **{'cameras.front.channels': 10})
+    feats = SyntheticDrive(ten).camera_features('front', 0.5)
+    assert feats.shape == (12, 20, 10) and feats.dtype == np.float32
+    assert np.array_equal(feats[..., 8:], feats[..., :2])
+    three = small_config(cameras=2)
+    assert SyntheticDrive(three).camera_features('rear', 0.5).shape == (12, 20, 3)
+
+    params = read_param_file(PARAMS_FILE)
+    pitch = math.radians(5.0)
+    params.update({'lidar.translation': [0.3, -0.2, 0.5],
+                   'lidar.rotation_xyzw': [0.0, math.sin(pitch / 2), 0.0, math.cos(pitch / 2)]})
+    tilted = config_from_parameters(params)
+    p = SyntheticDrive(tilted, lidar=LidarModel(beams=16, azimuth_steps=512)).lidar_frame(0.0)
+    xyz = np.stack([p['x'], p['y'], p['z']], axis=-1).astype(float)
+    base = xyz @ tilted.lidar.rotation_matrix().T + np.array(tilted.lidar.translation)
+    near_ground = np.abs(base[:, 2]) < 0.1
+    assert near_ground.mean() > 0.5
+    summary = write_sample_bag(tmp_path / 'bag', tilted, seconds=0.1, num_cameras=1,
+                               camera_hz={'front': 30.0}, lidar_hz=20.0)
+    # 20 Hz for 0.1 s: 2 sweeps; 30 Hz from +4 ms up to half a sweep after the last: 3 maps.
+    assert summary['frames'] == 2 and summary['camera_messages'] == {'front': 3}
