@@ -59,6 +59,7 @@ class JaxPerceptionNode(Node):
                                      'nonfinite_features'), 0)
         self._stale: tuple[str, ...] = ()
         self._overflow_since_report = 0
+        self._nonfinite_since_report = 0
         self._last_cloud = time.monotonic()
         self._lock = threading.Lock()
         self._pending = None
@@ -199,6 +200,7 @@ class JaxPerceptionNode(Node):
             self.counts['overflowed'] += result.overflow_points > 0
             self.counts['nonfinite_features'] += result.nonfinite_features
             self._overflow_since_report += result.overflow_points > 0
+            self._nonfinite_since_report += result.nonfinite_features
             self._stale = pairing.stale
             self.window.add(record)
 
@@ -218,7 +220,8 @@ class JaxPerceptionNode(Node):
             counts = dict(self.counts)
             total, age = self.window.stats('total_ms'), self.window.stats('age_ms')
             stale, overflowed = self._stale, self._overflow_since_report
-            self._overflow_since_report = 0
+            nonfinite = self._nonfinite_since_report
+            self._overflow_since_report = self._nonfinite_since_report = 0
             silent_s = time.monotonic() - self._last_cloud
         compiles = self.pipe.compiles_after_warmup
         problems = []
@@ -234,6 +237,8 @@ class JaxPerceptionNode(Node):
         if overflowed:
             problems.append((WARN, f'{overflowed} clouds above the largest bucket '
                                    f'({self.pipe.padder.capacity} points), subsampled'))
+        if nonfinite:
+            problems.append((WARN, f'{nonfinite} non-finite feature values zeroed'))
         level = max((p[0] for p in problems), default=OK)
         values = {**counts, 'compiles_after_warmup': compiles,
                   'stale_cameras': ' '.join(stale), 'seconds_since_cloud': f'{silent_s:.2f}'}

@@ -31,13 +31,15 @@ def write_params(params: dict, path: Path) -> Path:
 class NodeProcess:
     """jax_perception_node started through its console script, output captured to a file."""
 
-    def __init__(self, params_file: Path, log_path: Path, extra_args=()):
+    def __init__(self, params_file: Path, log_path: Path, extra_args=(), domain_id=None):
         if not NODE_EXE.exists() and shutil.which('jax_perception_node') is None:
             raise RuntimeError('jax_perception_node console script is not installed')
         exe = str(NODE_EXE) if NODE_EXE.exists() else 'jax_perception_node'
         self.log_path = log_path
         self._log = open(log_path, 'w')
         env = dict(os.environ, PYTHONUNBUFFERED='1')
+        if domain_id is not None:
+            env['ROS_DOMAIN_ID'] = str(domain_id)
         self.proc = subprocess.Popen(
             [exe, '--ros-args', '--params-file', str(params_file), *extra_args],
             stdout=self._log, stderr=subprocess.STDOUT, env=env)
@@ -96,6 +98,11 @@ def make_features(fmap: np.ndarray, stamp_ns: int, frame_id: str = 'camera'):
     return msg
 
 
+def other_domain(offset: int) -> int:
+    """A ROS domain next to this run's own, so two test nodes never share topics."""
+    return (int(os.environ['ROS_DOMAIN_ID']) + offset) % 100 + 1
+
+
 def stamp_of(msg) -> int:
     return msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
 
@@ -107,15 +114,18 @@ def status_values(status) -> dict:
 class Probe:
     """A test-side rclpy node publishing the node's inputs and collecting its outputs."""
 
-    def __init__(self, cameras=(), ns='/jax_perception'):
+    _count = 0
+
+    def __init__(self, cameras=(), ns='/jax_perception', domain_id=None):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import qos_profile_sensor_data, QoSProfile
         from sensor_msgs.msg import Image, PointCloud2
         self.context = rclpy.Context()
-        rclpy.init(context=self.context)
-        self.node = rclpy.create_node('probe', context=self.context)
+        rclpy.init(context=self.context, domain_id=domain_id)
+        Probe._count += 1
+        self.node = rclpy.create_node(f'probe_{Probe._count}', context=self.context)
         self.lock = threading.Lock()
         self.features, self.latency, self.diagnostics, self.images = [], [], [], []
         self.cloud_pub = self.node.create_publisher(

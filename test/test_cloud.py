@@ -508,7 +508,14 @@ def test_fuzz_decodes_like_the_reference_or_rejects(case, max_points, policy):
         with pytest.raises(CloudFormatError):
             point_count(msg)
         return
-    points, n = read_points(msg, max_points, policy)
+    tracemalloc.start()
+    try:
+        points, n = read_points(msg, max_points, policy)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # Bounded by what the message holds plus the (capped) output, whatever the header says.
+    assert peak <= len(cloud.data) + points.nbytes + (64 << 10)
     assert n == len(expected) == point_count(msg)
     if max_points is not None:
         expected = expected[_reference_rows(n, max_points, policy)]
