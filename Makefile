@@ -8,7 +8,7 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export ROS_DOMAIN_ID ?= 61
 export FASTRTPS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_local.xml
 
-.PHONY: venv test demo bench soak lint clean
+.PHONY: venv test demo bench soak fuzz lint clean
 
 venv: $(STAMP)
 
@@ -29,7 +29,10 @@ bench: venv
 	$(VENV)/bin/jax-perception bench --json bench_out/bench.json
 
 soak: venv
-	JAX_PERCEPTION_SOAK_S=600 $(PY) -m pytest -q -m soak test
+	JAX_PERCEPTION_SOAK_S=600 $(PY) -m pytest -q -s -m soak test
+
+fuzz: venv
+	JAX_PERCEPTION_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q -k fuzz test/test_cloud.py test/test_camera.py
 
 lint: venv
 	$(PY) -m pytest -q test/test_flake8.py test/test_pep257.py

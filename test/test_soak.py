@@ -1,0 +1,115 @@
+"""
+Soak: the node at its peak rate with varying sizes and malformed clouds, for a minute or ten.
+
+``make test`` runs one minute; ``make soak`` sets JAX_PERCEPTION_SOAK_S=600. Frames are sent
+closed-loop (the next one as soon as the previous one's output is back), which is the node's
+peak rate without drops.
+"""
+
+import os
+import time
+
+from conftest import PARAMS_FILE
+from jax_perception_node.config import load_config
+from jax_perception_node.latency import percentiles
+from jax_perception_node.synthetic_drive import SyntheticDrive
+import numpy as np
+import psutil
+import pytest
+from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, Probe, stamp_of,
+                         status_values)
+import yaml
+
+SOAK_S = float(os.environ.get('JAX_PERCEPTION_SOAK_S', '60'))
+T0 = 1_900_000_000 * 10**9
+
+
+def set_stamp(msg, stamp):
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp, 1_000_000_000)
+    return msg
+
+
+@pytest.mark.soak
+def test_soak(tmp_path):
+    params = yaml.safe_load(PARAMS_FILE.read_text())
+    ros = params['/**']['ros__parameters']
+    ros['compilation_cache_dir'] = str(tmp_path / 'xla')
+    ros['diagnostics']['period_s'] = 0.5
+    params_file = tmp_path / 'params.yaml'
+    params_file.write_text(yaml.safe_dump(params))
+    cfg = load_config(params_file)
+
+    # A pool of realistic clouds of varying size (up to twice the largest bucket).
+    drive = SyntheticDrive(cfg, seed=2)
+    rng = np.random.default_rng(2)
+    clouds = []
+    for t in np.linspace(0.0, 7.5, 6):
+        frame = drive.lidar_frame(float(t))
+        xyzi = np.stack([frame[k] for k in ('x', 'y', 'z', 'intensity')], axis=1)
+        clouds.append(xyzi.astype(np.float32))
+    clouds.append(np.tile(clouds[-1], (3, 1)))                        # above 131072
+    clouds.append(np.zeros((0, 4), np.float32))
+    pool = [make_cloud(c, 0) for c in clouds]
+    broken = make_cloud(clouds[0], 0)
+    broken.data = broken.data[: len(broken.data) // 2]
+    maps = {c.name: make_features(drive.camera_features(c.name, 1.0), 0) for c in cfg.cameras}
+
+    domain = other_domain(3)
+    node = NodeProcess(params_file, tmp_path / 'node.log', domain_id=domain)
+    probe = Probe(cameras=[c.name for c in cfg.cameras], domain_id=domain)
+    sent = bad = 0
+    rss = []
+    try:
+        probe.wait_ready(node)
+        proc = psutil.Process(node.proc.pid)
+        start = time.monotonic()
+        next_sample = start
+        while (now := time.monotonic()) - start < SOAK_S:
+            stamp = T0 + sent * 50_000_000
+            if rng.uniform() < 0.05:
+                probe.cloud_pub.publish(set_stamp(broken, stamp))
+                bad += 1
+                sent += 1
+                time.sleep(0.01)
+                continue
+            for name, msg in maps.items():
+                probe.camera_pubs[name].publish(set_stamp(msg, stamp))
+            probe.cloud_pub.publish(set_stamp(pool[rng.integers(len(pool))], stamp))
+            sent += 1
+            probe.wait_for(lambda: probe.latency and stamp_of(probe.latency[-1]) == stamp,
+                           timeout=10.0, what='the soak frame')
+            if now >= next_sample:
+                rss.append((now - start, proc.memory_info().rss))
+                next_sample += 1.0
+        final = None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            time.sleep(0.6)
+            final = status_values(probe.last_status())
+            if int(final['received']) == sent:
+                break
+    finally:
+        probe.close()
+        node.stop()
+
+    assert int(final['received']) == sent
+    assert int(final['rejected']) == bad
+    assert int(final['received']) == (int(final['processed']) + int(final['dropped'])
+                                      + int(final['rejected']))
+    assert final['compiles_after_warmup'] == '0'
+    records = [(stamp_of(m), status_values(m.status[0])) for m in probe.latency]
+    assert all(v['compiles_after_warmup'] == '0' for _, v in records)
+    assert int(final['overflowed']) > 0
+
+    # Windows: the first and the last minute of a long soak; thirds of a short one.
+    window = min(60.0, SOAK_S / 3)
+    baseline = next(r for t, r in rss if t >= window)
+    growth = (rss[-1][1] - baseline) / baseline
+    totals = [float(v['total_ms']) for _, v in records]
+    n = max(1, int(len(totals) * window / SOAK_S))
+    first, last = percentiles(totals[:n])['p99'], percentiles(totals[-n:])['p99']
+    print(f'soak {SOAK_S:.0f} s: {len(totals)} frames ({len(totals) / SOAK_S:.1f} Hz), '
+          f'{bad} malformed, RSS {baseline / 2**20:.0f} -> {rss[-1][1] / 2**20:.0f} MiB '
+          f'({growth:+.1%}), total_ms p99 first {first:.1f} / last {last:.1f}')
+    assert growth < 0.05
+    assert last <= 1.2 * first
