@@ -99,7 +99,7 @@ def make_features(fmap: np.ndarray, stamp_ns: int, frame_id: str = 'camera'):
 
 
 def other_domain(offset: int) -> int:
-    """A ROS domain next to this run's own, so two test nodes never share topics."""
+    """Return a ROS domain next to this run's own, so two test nodes never share topics."""
     return (int(os.environ['ROS_DOMAIN_ID']) + offset) % 100 + 1
 
 

@@ -34,7 +34,7 @@ def balanced(v, _=None) -> bool:
 
 @pytest.fixture(scope='module')
 def lidar_node(tmp_path_factory):
-    """A LiDAR-only node with a 1 s LiDAR timeout and 5 Hz diagnostics."""
+    """Start a LiDAR-only node with a 1 s LiDAR timeout and 5 Hz diagnostics."""
     tmp = tmp_path_factory.mktemp('faults')
     params = small_params(cameras=0, **{'diagnostics.period_s': 0.2,
                                         'diagnostics.lidar_timeout_s': 1.0})
@@ -112,7 +112,7 @@ def test_lidar_timeout_is_an_error_and_recovers(lidar_node):
     settle(probe, lambda v, s: s.level == s.OK, 'OK again when clouds resume')
 
 
-PUBLISHER = '''
+PUBLISHER = """
 import sys, time
 import numpy as np
 import rclpy
@@ -134,7 +134,7 @@ for k in range({count}):
 time.sleep(0.3)
 node.destroy_node()
 rclpy.shutdown()
-'''
+"""
 
 
 def test_publisher_process_restart_and_exact_accounting(lidar_node):
