@@ -134,7 +134,8 @@ def _pipeline_statuses(statuses, lidar_timeout_s: float):
 def _level(status) -> str:
     if status is None:
         return 'none received'
-    return f'{("OK", "WARN", "ERROR", "STALE")[status.level]}: {status.message}'
+    level = ('OK', 'WARN', 'ERROR', 'STALE')[status.level]
+    return level if status.message == level else f'{level}: {status.message}'
 
 
 def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -> int:
@@ -191,8 +192,7 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
     report = '\n'.join(lines) + '\n'
     (out / 'report.md').write_text(report)
     if best is not None:
-        save_bev_png(best[1], cfg.grid, out / 'bev.png',
-                     'BEV: LiDAR z_max (colour) and camera coverage (grey)')
+        save_bev_png(best[1], cfg.grid, out / 'bev.png', 'demo frame with the most occupied cells')
     if records:
         save_latency_png(records, out / 'latency.png', 'demo: per-frame latency')
     print(report)

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .latency import percentiles, STAGES
-from .render import bev_to_rgb
+from .render import bev_to_rgb, RAMP
 
 
 def latency_table(records: Sequence[Mapping[str, float]],
@@ -34,23 +34,41 @@ def _pyplot():
 
 
 def save_bev_png(features: np.ndarray, grid, path: Path, title: str = '') -> Path:
-    """Draw LiDAR heights (z_max) with camera coverage, forward up, metres on the axes."""
+    """
+    Draw a fused BEV frame, forward up, metres on the axes.
+
+    Left: LiDAR heights (z_max) with camera coverage in grey. Right, when the frame has camera
+    channels: the lifted camera channel with the most variance, masked outside the coverage.
+    """
     plt = _pyplot()
-    rgb = bev_to_rgb(features, grid.z_min, grid.z_max)
-    fig, ax = plt.subplots(figsize=(7.2, 7.6), dpi=110)
-    # bev_to_rgb puts +x up and +y left, so the extent runs from y_max on the left.
-    ax.imshow(rgb, extent=(grid.y_max, grid.y_min, grid.x_min, grid.x_max),
+    camera_channels = features.shape[-1] - 7
+    panels = 2 if camera_channels > 0 else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6.4 * panels, 6.2), dpi=100, squeeze=False)
+    # Rows flipped (+x up) and columns flipped (+y left): the extent starts at y_max.
+    extent = (grid.y_max, grid.y_min, grid.x_min, grid.x_max)
+    ax = axes[0, 0]
+    ax.imshow(bev_to_rgb(features, grid.z_min, grid.z_max), extent=extent,
               interpolation='nearest')
-    ax.set_xlabel('y (m, + is left)')
-    ax.set_ylabel('x (m, + is forward)')
-    ax.set_title(title or 'BEV: LiDAR z_max (colour), camera coverage (grey)')
-    ax.plot([0], [0], marker='^', color='red', markersize=8)
     sm = plt.cm.ScalarMappable(
-        cmap=plt.matplotlib.colors.LinearSegmentedColormap.from_list(
-            'bev', [c / 255 for c in (np.array([[40, 30, 120], [30, 110, 160], [40, 170, 120],
-                                                [180, 210, 60], [250, 230, 40]]))]),
+        cmap=plt.matplotlib.colors.LinearSegmentedColormap.from_list('bev', RAMP / 255),
         norm=plt.Normalize(grid.z_min, grid.z_max))
-    fig.colorbar(sm, ax=ax, shrink=0.7, label='z_max (m)')
+    fig.colorbar(sm, ax=ax, shrink=0.75, label='LiDAR z_max (m)')
+    ax.set_title('LiDAR heights, camera coverage (grey)')
+    if camera_channels > 0:
+        camera = features[..., 6:6 + camera_channels]
+        covered = features[..., -1] > 0
+        k = int(np.argmax(camera[covered].var(axis=0))) if covered.any() else 0
+        shown = np.where(covered, camera[..., k], np.nan)[::-1, ::-1]
+        ax = axes[0, 1]
+        image = ax.imshow(shown, extent=extent, interpolation='nearest', cmap='magma')
+        fig.colorbar(image, ax=ax, shrink=0.75, label=f'camera channel {k}')
+        ax.set_title(f'Lifted camera features (channel {k} of {camera_channels})')
+    for ax in axes[0]:
+        ax.set_xlabel('y (m, + is left)')
+        ax.set_ylabel('x (m, + is forward)')
+        ax.plot([0], [0], marker='^', color='red', markersize=7)
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
