@@ -6,6 +6,7 @@ unsuitable bags) into one line on stderr and exit code 1, never a traceback.
 """
 
 import argparse
+from dataclasses import replace
 import json
 from pathlib import Path
 import shutil
@@ -40,7 +41,7 @@ def _load(args):
 
 def cmd_sample_bag(args) -> int:
     """Write the synthetic drive as an MCAP bag."""
-    from .synthetic_drive import write_sample_bag
+    from .synthetic_drive import LidarModel, write_sample_bag
     out = Path(args.out)
     if out.exists():
         if not args.force:
@@ -49,8 +50,15 @@ def cmd_sample_bag(args) -> int:
     cfg = _load(args)
     if args.cameras is not None and not 0 <= args.cameras <= len(cfg.cameras):
         raise UsageError(f'--cameras {args.cameras}: the params configure {len(cfg.cameras)}')
-    summary = write_sample_bag(out, cfg, seconds=args.seconds, num_cameras=args.cameras,
-                               seed=args.seed)
+    changes = {k: v for k, v in (('beams', args.beams), ('azimuth_steps', args.azimuth_steps),
+                                 ('range_noise_m', args.range_noise),
+                                 ('dropout', args.dropout)) if v is not None}
+    try:
+        lidar = replace(LidarModel(), **changes)
+        summary = write_sample_bag(out, cfg, seconds=args.seconds, num_cameras=args.cameras,
+                                   seed=args.seed, lidar=lidar)
+    except ValueError as exc:
+        raise UsageError(f'sample-bag: {exc}') from None
     print(f'wrote {out}: ' + ', '.join(f'{k} {v}' for k, v in summary.items()))
     return 0
 
@@ -101,6 +109,14 @@ def cmd_play(args) -> int:
                     rate=args.rate, loop=args.loop, restamp=args.restamp)
 
 
+def cmd_record(args) -> int:
+    """Record live topics into an MCAP bag until Ctrl-C or --seconds."""
+    from .live import record_topics
+    if Path(args.out).exists():
+        raise UsageError(f'{args.out} exists, not overwriting')
+    return record_topics(args.out, args.topic or [], args.seconds)
+
+
 def cmd_bench(args) -> int:
     """Side-by-side benchmarks."""
     from .bench import run_benchmarks
@@ -135,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--cameras', type=int, default=None, help='first N configured cameras')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--force', action='store_true', help='replace OUT if it exists')
+    p.add_argument('--beams', type=int, help='LiDAR beams (default 64)')
+    p.add_argument('--azimuth-steps', type=int, help='LiDAR columns per turn (default 2048)')
+    p.add_argument('--range-noise', type=float, help='LiDAR range noise sigma, m (0.02)')
+    p.add_argument('--dropout', type=float, help='probability a return is lost (0.02)')
     p.set_defaults(func=cmd_sample_bag)
 
     p = with_topics(with_params(sub.add_parser('replay', help='offline replay of a bag')))
@@ -151,6 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--restamp', action='store_true',
                    help='shift header stamps to the wall clock (age measured from publish)')
     p.set_defaults(func=cmd_play)
+
+    p = sub.add_parser('record', help='record live topics into an MCAP bag')
+    p.add_argument('out')
+    p.add_argument('--topic', action='append', metavar='TOPIC',
+                   help='topic to record (repeatable; default: the node outputs and '
+                        '/diagnostics)')
+    p.add_argument('--seconds', type=float, default=None, help='stop after this long')
+    p.set_defaults(func=cmd_record)
 
     p = sub.add_parser('bench', help='side-by-side benchmarks')
     p.add_argument('--quick', action='store_true')

@@ -59,6 +59,24 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'diagnostics.lidar_timeout_s': (1.0, 's without a LiDAR frame before ERROR'),
 }
 
+
+def parameter_type(key: str) -> str:
+    """Name the ROS parameter type a key expects, e.g. 'double' or 'double[3]'."""
+    if key.startswith('cameras.') and key != 'cameras.names':
+        return CAMERA_TYPES[key.rsplit('.', 1)[1]]
+    default = PARAMETERS[key][0]
+    if isinstance(default, list):
+        kinds = {type(v) for v in default}
+        inner = 'string' if key == 'cameras.names' else (
+            'integer' if kinds == {int} else 'double')
+        return f'{inner}[]' if key in ('buckets', 'cameras.names') else f'{inner}[{len(default)}]'
+    return {bool: 'bool', int: 'integer', float: 'double', str: 'string'}[type(default)]
+
+
+CAMERA_TYPES = {'height': 'integer', 'width': 'integer', 'channels': 'integer', 'fx': 'double',
+                'fy': 'double', 'cx': 'double', 'cy': 'double', 'translation': 'double[3]',
+                'rotation_xyzw': 'double[4]'}
+
 CAMERA_PARAMETERS: dict[str, str] = {
     'height': 'feature-map rows',
     'width': 'feature-map columns',

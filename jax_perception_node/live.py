@@ -10,7 +10,7 @@ import time
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-from rclpy.qos import qos_profile_sensor_data, QoSProfile
+from rclpy.qos import qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
 
 from . import bagio
 from .config import PipelineConfig
@@ -36,7 +36,7 @@ def play_bag(src, cfg: PipelineConfig, pointcloud_topic: str = bagio.POINTCLOUD_
     ``pointcloud_topic`` / ``camera_topics`` name the topics in the bag; they are published on
     the node's own input names. ``restamp`` shifts every header stamp by (wall clock at start
     minus the first bag time), keeping the stamps' spacing, so the node's age measures real
-    latency; each loop restamps afresh, so stamps keep growing. Playing starts once every
+    latency; each loop restamps afresh, so stamps keep growing. Playing starts once the LiDAR
     topic has a subscriber, or after ``wait_s``, so the first frames are not lost to discovery.
     """
     reader = bagio.open_reader(src)
@@ -58,8 +58,7 @@ def play_bag(src, cfg: PipelineConfig, pointcloud_topic: str = bagio.POINTCLOUD_
                                                  qos_profile_sensor_data)
                 for src_topic, dst_topic in remap.items()}
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(
-                p.get_subscription_count() == 0 for p in pubs.values()):
+        while time.monotonic() < deadline and pubs[pointcloud_topic].get_subscription_count() == 0:
             time.sleep(0.02)
         node.get_logger().info(f'playing {src}: ' + ', '.join(
             f'{a} -> {b}' for a, b in remap.items()))
@@ -97,10 +96,61 @@ def _play_once(reader, pubs, rate: float, restamp: bool) -> int:
     return sent
 
 
+DEFAULT_RECORD_TOPICS = (bagio.FEATURES_TOPIC, bagio.LATENCY_TOPIC, bagio.DIAGNOSTICS_TOPIC)
+
+
+def record_topics(dst, topics, seconds: float | None = None, discover_s: float = 2.0) -> int:
+    """
+    Record live topics into a new MCAP bag until Ctrl-C or ``seconds``.
+
+    Message types come from the ROS graph, so every topic must have a publisher within
+    ``discover_s``; the default topics are the node's outputs and /diagnostics.
+    """
+    topics = list(topics) or list(DEFAULT_RECORD_TOPICS)
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node('jax_perception_record_discovery', context=context)
+    try:
+        deadline = time.monotonic() + discover_s
+        found = {}
+        while time.monotonic() < deadline and len(found) < len(topics):
+            for topic in topics:
+                publishers = node.get_publishers_info_by_topic(topic)
+                if publishers:
+                    found[topic] = publishers
+            time.sleep(0.05)
+        missing = [t for t in topics if t not in found]
+        if missing:
+            raise bagio.BagError(f'no publisher found for {", ".join(missing)} within '
+                                 f'{discover_s:g} s')
+        types = {t: infos[0].topic_type for t, infos in found.items()}
+        # Like rosbag2: a reliable reader would not match a best-effort (sensor-data) writer.
+        qos = {t: QoSProfile(depth=100) if all(
+            i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in infos)
+            else qos_profile_sensor_data for t, infos in found.items()}
+        recorder = Recorder(dst, types, context, qos=qos)
+        print(f'recording {", ".join(topics)} into {dst} (Ctrl-C to stop)', flush=True)
+        try:
+            end = None if seconds is None else time.monotonic() + seconds
+            while context.ok() and (end is None or time.monotonic() < end):
+                time.sleep(0.1)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            recorder.close()
+        print('recorded ' + ', '.join(f'{t}: {recorder.count(t)}' for t in topics))
+        return 0
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+
+
 class Recorder:
     """Records live topics into a new bag from a background executor thread."""
 
-    def __init__(self, path, topics: dict[str, str], context, compress: bool = True):
+    def __init__(self, path, topics: dict[str, str], context, compress: bool = True,
+                 qos: dict | None = None):
+        """Subscribe to ``topics`` (topic -> msgtype); QoS per topic, reliable by default."""
         self.writer = bagio.BagWriter(path, compress=compress)
         self.node = rclpy.create_node('jax_perception_recorder', context=context)
         self._lock = threading.Lock()
@@ -108,7 +158,7 @@ class Recorder:
             self.node.create_subscription(
                 ros_type(msgtype), topic,
                 lambda data, t=topic, m=msgtype: self._write(t, m, data),
-                QoSProfile(depth=100), raw=True)
+                (qos or {}).get(topic, QoSProfile(depth=100)), raw=True)
         self.executor = SingleThreadedExecutor(context=context)
         self.executor.add_node(self.node)
         self._thread = threading.Thread(target=self.executor.spin, daemon=True)
@@ -119,7 +169,7 @@ class Recorder:
             self.writer.write_raw(topic, msgtype, data, time.time_ns())
 
     def count(self, topic: str) -> int:
-        """Messages recorded so far on ``topic``."""
+        """Return how many messages were recorded on ``topic`` so far."""
         with self._lock:
             return self.writer.counts.get(topic, 0)
 

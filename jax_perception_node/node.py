@@ -24,7 +24,8 @@ from sensor_msgs.msg import Image, PointCloud2
 
 from .camera import byte_array, FeatureMapError, features_image_fields, read_features
 from .cloud import CloudFormatError, read_points
-from .config import CAMERA_PARAMETERS, config_from_parameters, ConfigError, PARAMETERS
+from .config import (CAMERA_PARAMETERS, config_from_parameters, ConfigError, parameter_type,
+                     PARAMETERS)
 from .latency import format_value, FRAME_KEYS, LatencyWindow
 from .pipeline import BevPipeline
 from .render import bev_to_rgb
@@ -90,14 +91,17 @@ class JaxPerceptionNode(Node):
     def _declare_parameters(self) -> dict:
         """Declare every parameter with its description; returns the flat values."""
         def declare(name, default, description):
+            constraint = f'type {parameter_type(name)}, checked by the node at start-up'
             if default == []:
                 # An empty list has no type of its own; a camera list is strings.
-                descriptor = ParameterDescriptor(description=description)
+                descriptor = ParameterDescriptor(description=description,
+                                                 additional_constraints=constraint)
                 default = Parameter.Type.STRING_ARRAY
             else:
                 # Types are checked by config_from_parameters, which names the key; static
                 # typing would reject `fx: 40` for a double with a less helpful message.
-                descriptor = ParameterDescriptor(description=description, dynamic_typing=True)
+                descriptor = ParameterDescriptor(description=description, dynamic_typing=True,
+                                                 additional_constraints=constraint)
             return self.declare_parameter(name, default, descriptor).value
 
         values = {key: declare(key, default, text)

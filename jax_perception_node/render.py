@@ -4,7 +4,7 @@ import numpy as np
 
 # A compact perceptual ramp (dark blue -> teal -> yellow), interpolated per cell.
 RAMP = np.array([[40, 30, 120], [30, 110, 160], [40, 170, 120], [180, 210, 60],
-                  [250, 230, 40]], np.float32)
+                 [250, 230, 40]], np.float32)
 
 
 def bev_to_rgb(features: np.ndarray, z_min: float, z_max: float) -> np.ndarray:

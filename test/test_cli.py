@@ -1,6 +1,7 @@
 """jax-perception CLI: sample-bag, replay (MCAP and sqlite3), the error paths, and the demo."""
 
 import json
+from pathlib import Path
 
 from conftest import PARAMS_FILE, small_params
 from jax_perception_node import bagio
@@ -138,3 +139,35 @@ def test_user_errors_print_one_line_and_return_1(argv, message, sample, tmp_path
     assert err.startswith('jax-perception: ') and '\n' not in err, err
     assert message in err
     assert 'Traceback' not in captured.out + captured.err
+
+
+def test_play_and_record_round_trip(sample, tmp_path):
+    """`play` publishes the bag live; `record` (another process) writes what it hears."""
+    import subprocess
+    import sys
+    exe = str(Path(sys.executable).with_name('jax-perception'))
+    topics = [bagio.POINTCLOUD_TOPIC, bagio.camera_topic('front')]
+    out = tmp_path / 'recorded'
+    topic_args = [arg for t in topics for arg in ('--topic', t)]
+    player = subprocess.Popen([exe, 'play', str(sample), '--loop'],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        recorder = subprocess.run(
+            [exe, 'record', str(out), '--seconds', '4', *topic_args],
+            capture_output=True, text=True, timeout=60)
+    finally:
+        player.terminate()
+        player.wait(timeout=10)
+    assert recorder.returncode == 0, recorder.stderr
+    clouds = read_all(out, [bagio.POINTCLOUD_TOPIC])
+    maps = read_all(out, [bagio.camera_topic('front')])
+    assert len(clouds) >= 20 and len(maps) >= 20          # about 10 and 12 Hz for ~3 s
+    sent = {bagio.stamp_ns(m.header.stamp): m.width for _, _, m in read_all(
+        sample, [bagio.POINTCLOUD_TOPIC])}
+    for _, _, msg in clouds:                            # played unchanged, not restamped
+        assert sent[bagio.stamp_ns(msg.header.stamp)] == msg.width
+
+
+def test_record_without_publishers_is_a_user_error(tmp_path, capsys):
+    assert main(['record', str(tmp_path / 'o'), '--topic', '/nobody/here']) == 1
+    assert 'no publisher found for /nobody/here' in capsys.readouterr().err

@@ -7,8 +7,8 @@ from jax_perception_node.latency import FRAME_KEYS
 from jax_perception_node.pipeline import BevPipeline
 import numpy as np
 import pytest
-from ros_harness import (make_cloud, make_features, NodeProcess, Probe, stamp_of, status_values,
-                         write_params)
+from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, Probe, stamp_of,
+                         status_values, write_params)
 
 PARAMS = small_params(**{'diagnostics.period_s': 0.2, 'diagnostics.lidar_timeout_s': 30.0})
 T0 = 1_700_000_000 * 10**9
@@ -174,3 +174,46 @@ def test_bad_parameter_exits_with_one_line(tmp_path):
     log = node.log().strip()
     assert log == 'jax_perception_node: bad parameter grid.resolution: must be > 0, got 0'
     node.stop()
+
+
+def test_parameters_are_declared_with_types_and_descriptions(running):
+    node, probe = running
+    from rcl_interfaces.srv import DescribeParameters
+    client = probe.node.create_client(DescribeParameters, '/jax_perception/describe_parameters')
+    assert client.wait_for_service(timeout_sec=10)
+    names = ['grid.resolution', 'buckets', 'cameras.names', 'cameras.front.fx']
+    future = client.call_async(DescribeParameters.Request(names=names))
+    probe.wait_for(future.done, what='describe_parameters')
+    described = {d.name: d for d in future.result().descriptors}
+    assert described['grid.resolution'].description.startswith('m per cell')
+    assert described['grid.resolution'].additional_constraints.startswith('type double')
+    assert described['buckets'].additional_constraints.startswith('type integer[]')
+    assert described['cameras.front.fx'].additional_constraints.startswith('type double')
+    assert 'focal length' in described['cameras.front.fx'].description
+
+
+def test_use_sim_time_ages_follow_the_sim_clock(tmp_path):
+    from rclpy.qos import QoSProfile
+    from rosgraph_msgs.msg import Clock
+    domain = other_domain(4)
+    params = small_params(cameras=0, use_sim_time=True)
+    node = NodeProcess(write_params(params, tmp_path / 'p.yaml'), tmp_path / 'n.log',
+                       domain_id=domain)
+    probe = Probe(domain_id=domain)
+    try:
+        clock = probe.node.create_publisher(Clock, '/clock', QoSProfile(depth=10))
+        probe.wait_ready(node)
+        now = 50 * 10**9                                   # the simulation is at t = 50 s
+        msg = Clock()
+        msg.clock.sec = 50
+        for _ in range(10):
+            clock.publish(msg)
+            time.sleep(0.05)
+        stamp = now - 250_000_000                          # a cloud from 250 ms ago, sim time
+        probe.cloud_pub.publish(make_cloud(np.ones((5, 4), np.float32), stamp))
+        probe.wait_for(lambda: probe.latency, what='the frame')
+        age = float(status_values(probe.latency[0].status[0])['age_ms'])
+        assert 249.0 <= age < 260.0, age     # wall-clock age would be ~10^12 ms
+    finally:
+        probe.close()
+        node.stop()

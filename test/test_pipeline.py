@@ -110,3 +110,24 @@ def test_compilation_cache_dir_of_another_user_is_refused(tmp_path):
     os.chown(other, 12345, 12345)
     with pytest.raises(ConfigError, match='owned by uid 12345'):
         enable_compilation_cache(str(other))
+
+
+def test_huge_clouds_are_capped_before_any_big_allocation():
+    """A 2 M-point message costs the capped output, not a copy of the cloud."""
+    import tracemalloc
+    from types import SimpleNamespace
+    from jax_perception_node.cloud import read_points
+    n = 2_000_000
+    data = np.random.default_rng(0).normal(size=(n, 4)).astype(np.float32).view(np.uint8)
+    field = (lambda name, offset: SimpleNamespace(name=name, offset=offset, datatype=7, count=1))
+    msg = SimpleNamespace(height=1, width=n, point_step=16, row_step=16 * n, is_bigendian=False,
+                          fields=[field(k, 4 * i) for i, k in enumerate('xyz')]
+                          + [field('intensity', 12)], data=data.reshape(-1))
+    tracemalloc.start()
+    try:
+        points, total = read_points(msg, max_points=1024, policy='subsample')
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (points.shape, total) == ((1024, 4), n)
+    assert peak < 64 * 1024, peak        # vs 32 MB for the cloud itself
