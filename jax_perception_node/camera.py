@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .cloud import byte_view
 from .config import CameraConfig
 
 
@@ -51,7 +52,7 @@ def read_features(msg, height: int | None = None, width: int | None = None,
     if step < row_bytes:
         raise FeatureMapError(
             f'step {step} < width {cols} * channels {num_channels} * 4 = {row_bytes} bytes')
-    raw = _byte_view(msg.data)
+    raw = byte_view(msg.data, FeatureMapError)
     if raw.size < step * rows:
         raise FeatureMapError(
             f'data has {raw.size} bytes, expected step {step} * height {rows} = '
@@ -121,18 +122,3 @@ def calibration_arrays(
         rotation[k] = camera.pose.rotation_matrix()
         translation[k] = camera.pose.translation
     return intrinsics, rotation, translation
-
-
-def _byte_view(data) -> np.ndarray:
-    """msg.data as a flat uint8 array without copying (bytes, array.array, NumPy)."""
-    if isinstance(data, np.ndarray):
-        # A rosbags array may be a strided slice, which the buffer protocol cannot export.
-        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    try:
-        return np.frombuffer(memoryview(data).cast('B'), np.uint8)
-    except TypeError:
-        try:
-            return np.asarray(data, dtype=np.uint8).reshape(-1)
-        except (TypeError, ValueError, OverflowError):
-            raise FeatureMapError(
-                f'data of type {type(data).__name__} is not a byte buffer') from None

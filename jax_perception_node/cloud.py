@@ -44,7 +44,7 @@ _Layout = namedtuple('_Layout', 'height width point_step row_step dtypes')
 
 def point_count(msg) -> int:
     """Validate the layout like :func:`read_points` and return height * width."""
-    layout = _layout(msg, _byte_view(msg.data).size)
+    layout = _layout(msg, byte_view(msg.data).size)
     return layout.height * layout.width
 
 
@@ -67,7 +67,7 @@ def read_points(msg, max_points: int | None = None,
         raise ValueError(f'policy must be one of {OVERFLOW_POLICIES}, got {policy!r}')
     if max_points is not None and max_points < 0:
         raise ValueError(f'max_points must be >= 0, got {max_points}')
-    raw = _byte_view(msg.data)
+    raw = byte_view(msg.data)
     layout = _layout(msg, raw.size)
     height, width, point_step, row_step = layout[:4]
     num_points = height * width
@@ -146,8 +146,12 @@ def keep_rows(num_points: int, capacity: int, policy: str) -> slice | np.ndarray
     return i * quotient + (i * remainder) // capacity
 
 
-def _byte_view(data) -> np.ndarray:
-    """msg.data as a flat uint8 array without copying (bytes, array.array, NumPy)."""
+def byte_view(data, error: type[Exception] = CloudFormatError) -> np.ndarray:
+    """
+    Return ``msg.data`` as a flat uint8 array without copying (bytes, array.array, NumPy).
+
+    Raises ``error`` (the caller's layer's exception) when ``data`` is no byte buffer.
+    """
     if isinstance(data, np.ndarray):
         # A rosbags array may be a strided slice, which the buffer protocol cannot export.
         return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
@@ -158,8 +162,7 @@ def _byte_view(data) -> np.ndarray:
         try:
             return np.asarray(data, dtype=np.uint8).reshape(-1)
         except (TypeError, ValueError, OverflowError):
-            raise CloudFormatError(
-                f'data of type {type(data).__name__} is not a byte buffer') from None
+            raise error(f'data of type {type(data).__name__} is not a byte buffer') from None
 
 
 def _layout(msg, num_bytes: int) -> _Layout:
