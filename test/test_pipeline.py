@@ -131,3 +131,29 @@ def test_huge_clouds_are_capped_before_any_big_allocation():
         tracemalloc.stop()
     assert (points.shape, total) == ((1024, 4), n)
     assert peak < 64 * 1024, peak        # vs 32 MB for the cloud itself
+
+
+def test_warm_start_loads_stored_executables(tmp_path):
+    """A second pipeline on the same cache compiles nothing; a damaged entry is recompiled."""
+    cache = tmp_path / 'xla'
+    cfg = small_config(compilation_cache_dir=str(cache))
+    cold = BevPipeline(cfg)
+    cold.warmup()
+    assert (cold._store.hits, cold._store.misses) == (0, 4)
+    points = np.random.default_rng(5).normal(scale=5, size=(300, 4)).astype(np.float32)
+    maps = {'front': np.ones((12, 20, 3), np.float32)}
+    before = compile_count()
+    warm = BevPipeline(cfg)
+    warm.warmup()
+    assert compile_count() == before
+    assert (warm._store.hits, warm._store.misses) == (4, 0)
+    np.testing.assert_array_equal(warm.process(points, maps).features,
+                                  cold.process(points, maps).features)
+    entries = sorted((cache / 'aot').iterdir())
+    assert all(stat.S_IMODE(e.stat().st_mode) == 0o600 for e in entries)
+    entries[0].write_bytes(b'not an executable')
+    again = BevPipeline(cfg)
+    again.warmup()
+    assert (again._store.hits, again._store.misses) == (3, 1)
+    np.testing.assert_array_equal(again.process(points, maps).features,
+                                  cold.process(points, maps).features)
