@@ -1,12 +1,15 @@
 """
-Serialized AOT executables next to JAX's persistent cache, so a warm start skips tracing.
+The persistent compilation cache: serialized AOT executables in a private directory.
 
-JAX's own cache saves the XLA compile but still traces and lowers every function to compute its
-key (about 0.1-0.2 s per bucket here, more than the cached compile itself). This store keys the
-finished executable by everything that determines it instead: jax/jaxlib versions, the device,
-the source of the kernels, the static values and every argument's shape and dtype. A change of
-any of them is a miss. Entries are pickles that XLA loads and runs, so they live only inside
-the private (0700) cache directory and are written 0600; a damaged entry is recompiled.
+JAX's own persistent cache (``jax_compilation_cache_dir``) saves the XLA compile but still
+traces and lowers every function to compute its key, about 0.1-0.2 s per bucket here, more than
+the cached compile itself; and with jax 0.10.2 an executable it returns serializes without its
+object code. This store keys the finished executable by everything that determines it instead:
+jax/jaxlib versions, the device, the source of the kernels, the static values and every
+argument's shape and dtype, so any change is a miss, never a wrong hit. A warm start loads each
+executable without tracing, lowering or compiling. Entries are pickles that XLA loads and runs:
+they live only in a directory that is private (0700, owned by this user) and are written 0600;
+a damaged entry is recompiled and replaced.
 """
 
 import hashlib
@@ -18,7 +21,38 @@ import jax
 from jax.experimental.serialize_executable import deserialize_and_load, serialize
 import jaxlib
 
+from .config import ConfigError
+
 _SOURCES = ('kernels.py', 'pipeline.py', 'executable_cache.py')
+
+
+def private_cache_dir(path: str) -> Path | None:
+    """
+    Create or check the cache directory: private (0700) and owned by this user.
+
+    A directory owned by another user or writable by group or others is refused with a
+    ConfigError naming ``compilation_cache_dir``. An empty path means no cache (None).
+    """
+    if not path:
+        return None
+    key = 'compilation_cache_dir'
+    directory = Path(os.path.expanduser(path))
+    try:
+        if not directory.exists():
+            directory.mkdir(mode=0o700, parents=True)
+            directory.chmod(0o700)
+        info = directory.stat()
+    except OSError as exc:
+        raise ConfigError(f'{key}: cannot create {directory}: {exc.strerror or exc}') from None
+    if not directory.is_dir():
+        raise ConfigError(f'{key}: {directory} is not a directory')
+    if info.st_uid != os.geteuid():
+        raise ConfigError(f'{key}: {directory} is owned by uid {info.st_uid}, not by this user '
+                          f'(uid {os.geteuid()}); refusing to execute code cached there')
+    if info.st_mode & 0o022:
+        raise ConfigError(f'{key}: {directory} is writable by group or others (mode '
+                          f'{info.st_mode & 0o777:o}); run chmod 700 on it')
+    return directory
 
 
 def _code_fingerprint() -> str:

@@ -43,17 +43,16 @@ def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
             & jnp.isfinite(x) & jnp.isfinite(y) & jnp.isfinite(z) & jnp.isfinite(intensity)
             & (row >= 0) & (row < height) & (col >= 0) & (col < width)
             & (z >= z_min) & (z < z_max))
-    # Dropped points go to one extra dump cell, so every scatter has a static size.
+    # Dropped points get index `cells`, which mode='drop' skips: the scatters keep a static
+    # size without a dump cell to slice off afterwards.
     cells = height * width
     cell = jnp.where(keep, row * width + col, cells).astype(jnp.int32)
-    z = jnp.where(keep, z, 0.0)
-    intensity = jnp.where(keep, intensity, 0.0)
-    sums = jnp.zeros((cells + 1, 3), jnp.float32).at[cell].add(
-        jnp.stack([jnp.ones_like(z), z, intensity], axis=1))
+    sums = jnp.zeros((cells, 3), jnp.float32).at[cell].add(
+        jnp.stack([jnp.ones_like(z), z, intensity], axis=1), mode='drop')
     # max of (z, -z) gives z_max and -z_min in one scatter.
-    extremes = jnp.full((cells + 1, 2), -jnp.inf, jnp.float32).at[cell].max(
-        jnp.stack([z, -z], axis=1))
-    count, sums, extremes = sums[:cells, 0], sums[:cells], extremes[:cells]
+    extremes = jnp.full((cells, 2), -jnp.inf, jnp.float32).at[cell].max(
+        jnp.stack([z, -z], axis=1), mode='drop')
+    count = sums[:, 0]
     occupied = count > 0
     inv = 1.0 / jnp.maximum(count, 1.0)
     channels = jnp.stack([

@@ -11,14 +11,11 @@ compiled executables and ``np.asarray`` of their results: none of these compiles
 
 from dataclasses import dataclass
 import functools
-import os
-from pathlib import Path
 import threading
 import time
 from typing import Mapping
 
 import jax
-from jax.experimental.compilation_cache import compilation_cache
 import jax.numpy as jnp
 import numpy as np
 
@@ -26,7 +23,7 @@ from . import kernels
 from .buckets import BucketPadder
 from .camera import calibration_arrays
 from .config import CameraConfig, ConfigError, load_fusion_weights, PipelineConfig, Pose
-from .executable_cache import ExecutableCache
+from .executable_cache import ExecutableCache, private_cache_dir
 
 COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
 _compile_lock = threading.Lock()
@@ -55,41 +52,6 @@ def install_compile_counter() -> None:
         if not _listener_installed:
             jax.monitoring.register_event_duration_secs_listener(_on_duration)
             _listener_installed = True
-
-
-def enable_compilation_cache(path: str) -> Path | None:
-    """
-    Point JAX's persistent compilation cache at ``path``, created private (0700).
-
-    Its files are executed, so a directory owned by another user or writable by group or
-    others is refused with a ConfigError. An empty path leaves the cache off.
-    """
-    if not path:
-        return None
-    key = 'compilation_cache_dir'
-    directory = Path(os.path.expanduser(path))
-    try:
-        if not directory.exists():
-            directory.mkdir(mode=0o700, parents=True)
-            directory.chmod(0o700)
-        info = directory.stat()
-    except OSError as exc:
-        raise ConfigError(f'{key}: cannot create {directory}: {exc.strerror or exc}') from None
-    if not directory.is_dir():
-        raise ConfigError(f'{key}: {directory} is not a directory')
-    if info.st_uid != os.geteuid():
-        raise ConfigError(f'{key}: {directory} is owned by uid {info.st_uid}, not by this user '
-                          f'(uid {os.geteuid()}); refusing to execute code cached there')
-    if info.st_mode & 0o022:
-        raise ConfigError(f'{key}: {directory} is writable by group or others (mode '
-                          f'{info.st_mode & 0o777:o}); run chmod 700 on it')
-    if jax.config.jax_compilation_cache_dir != str(directory):
-        jax.config.update('jax_compilation_cache_dir', str(directory))
-        jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
-        jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
-        # A compile before this point may have settled JAX on "no cache"; make it look again.
-        compilation_cache.reset_cache()
-    return directory
 
 
 @dataclass(frozen=True)
@@ -125,7 +87,7 @@ class BevPipeline:
 
     def __init__(self, cfg: PipelineConfig):
         self.cfg = cfg
-        self.cache_dir = enable_compilation_cache(cfg.compilation_cache_dir)
+        self.cache_dir = private_cache_dir(cfg.compilation_cache_dir)
         install_compile_counter()
         grid = cfg.grid
         self.height, self.width = grid.height, grid.width

@@ -5,7 +5,8 @@ import stat
 
 from conftest import small_config
 from jax_perception_node.config import ConfigError
-from jax_perception_node.pipeline import BevPipeline, compile_count, enable_compilation_cache
+from jax_perception_node.executable_cache import private_cache_dir
+from jax_perception_node.pipeline import BevPipeline, compile_count
 import numpy as np
 import pytest
 from reference import voxelize_ref
@@ -94,13 +95,13 @@ def test_wrong_camera_inputs_are_rejected_by_name(pipe):
 
 def test_compilation_cache_dir_is_private(tmp_path):
     target = tmp_path / 'a' / 'cache'
-    assert enable_compilation_cache(str(target)) == target
+    assert private_cache_dir(str(target)) == target
     assert stat.S_IMODE(target.stat().st_mode) == 0o700
     shared = tmp_path / 'shared'
     shared.mkdir()
     shared.chmod(0o777)
     with pytest.raises(ConfigError, match='compilation_cache_dir: .*writable by group or others'):
-        enable_compilation_cache(str(shared))
+        private_cache_dir(str(shared))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason='needs root to create a directory for another uid')
@@ -109,7 +110,7 @@ def test_compilation_cache_dir_of_another_user_is_refused(tmp_path):
     other.mkdir(mode=0o700)
     os.chown(other, 12345, 12345)
     with pytest.raises(ConfigError, match='owned by uid 12345'):
-        enable_compilation_cache(str(other))
+        private_cache_dir(str(other))
 
 
 def test_huge_clouds_are_capped_before_any_big_allocation():
@@ -156,4 +157,13 @@ def test_warm_start_loads_stored_executables(tmp_path):
     again.warmup()
     assert (again._store.hits, again._store.misses) == (3, 1)
     np.testing.assert_array_equal(again.process(points, maps).features,
+                                  cold.process(points, maps).features)
+    # Rebuilt from scratch in a used directory, the entries still load and run.
+    for entry in (cache / 'aot').iterdir():
+        entry.unlink()
+    BevPipeline(cfg).warmup()
+    last = BevPipeline(cfg)
+    last.warmup()
+    assert last._store.hits == 4
+    np.testing.assert_array_equal(last.process(points, maps).features,
                                   cold.process(points, maps).features)
