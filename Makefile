@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# Every ROS process we start stays on loopback with its own domain.
+# Every ROS process we start stays on loopback; tests, demo and benchmarks each pick a
+# ROS_DOMAIN_ID of their own (from the process id) unless one is set.
 export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
-export ROS_DOMAIN_ID ?= 61
 export FASTRTPS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_local.xml
 
 .PHONY: venv test demo bench soak fuzz lint clean
@@ -17,6 +17,8 @@ $(STAMP): requirements.txt requirements.lock setup.py
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt -c requirements.lock
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	@# Bytecode now: where PYTHONDONTWRITEBYTECODE is set, every node start would recompile it.
+	$(PY) -m compileall -q jax_perception_node
 	@touch $(STAMP)
 
 test: venv
