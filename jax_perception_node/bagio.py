@@ -15,13 +15,10 @@ from rosbags.rosbag2 import CompressionFormat, CompressionMode, Reader, StorageP
 from rosbags.rosbag2.errors import ReaderError, WriterError
 from rosbags.typesys import get_typestore, Stores
 
+from .topics import (camera_topic, DIAGNOSTICS_TOPIC, FEATURES_TOPIC, IMAGE_TOPIC,  # noqa: F401
+                     LATENCY_TOPIC, POINTCLOUD_TOPIC)
+
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
-NAMESPACE = '/jax_perception'
-POINTCLOUD_TOPIC = f'{NAMESPACE}/input/pointcloud'
-FEATURES_TOPIC = f'{NAMESPACE}/output/bev_features'
-IMAGE_TOPIC = f'{NAMESPACE}/output/bev_image'
-LATENCY_TOPIC = f'{NAMESPACE}/debug/latency'
-DIAGNOSTICS_TOPIC = '/diagnostics'
 POINTCLOUD_TYPE = 'sensor_msgs/msg/PointCloud2'
 IMAGE_TYPE = 'sensor_msgs/msg/Image'
 DIAGNOSTICS_TYPE = 'diagnostic_msgs/msg/DiagnosticArray'
@@ -29,11 +26,6 @@ DIAGNOSTICS_TYPE = 'diagnostic_msgs/msg/DiagnosticArray'
 
 class BagError(Exception):
     """A bag cannot be read or written as asked; the message names the bag and the problem."""
-
-
-def camera_topic(name: str) -> str:
-    """Input topic of a camera's feature maps (the node's own name for it)."""
-    return f'{NAMESPACE}/input/camera/{name}/features'
 
 
 def open_reader(path: str | Path) -> Reader:

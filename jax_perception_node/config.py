@@ -226,6 +226,20 @@ def read_param_file(path: str | os.PathLike) -> dict[str, Any]:
     raise ConfigError(f'params file {path}: no "<node>: ros__parameters:" section')
 
 
+def write_param_file(params: Mapping[str, Any], path: str | os.PathLike) -> Path:
+    """Write flat dotted parameters as a ROS 2 param file (``/**: ros__parameters:``)."""
+    tree: dict = {}
+    for key, value in params.items():
+        *parents, leaf = key.split('.')
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    path = Path(path)
+    path.write_text(yaml.safe_dump({'/**': {'ros__parameters': tree}}))
+    return path
+
+
 def load_config(path: str | os.PathLike) -> PipelineConfig:
     """Load and validate a param YAML; raises ConfigError naming the bad key."""
     return config_from_parameters(read_param_file(path))

@@ -43,14 +43,16 @@ def _script(name: str) -> str:
     return str(local) if local.exists() else name
 
 
-def _stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def stop_process(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
+    """SIGINT, then SIGKILL after ``timeout_s``; a process that already ended is left alone."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def sample_bag(out: Path, params: Path, seconds: float) -> Path:
@@ -115,7 +117,7 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0) -> int:
                 diag_seen + 2:
             time.sleep(0.1)
     finally:
-        _stop(node)
+        stop_process(node)
         node_log.close()
         recorder.close()
         probe.destroy_node()

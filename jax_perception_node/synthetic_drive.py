@@ -45,8 +45,8 @@ from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import get_typestore, Stores
 
 from .config import CameraConfig, PipelineConfig
+from .topics import camera_topic, POINTCLOUD_TOPIC
 
-POINTCLOUD_TOPIC = '/jax_perception/input/pointcloud'
 LIDAR_FRAME_ID = 'lidar'
 EPOCH_NS = 1_700_000_000 * 10**9       # stamp of t = 0: fixed, so bags are byte-reproducible
 
@@ -94,11 +94,6 @@ BX, BY, BZ, BVX, BVY, BHX, BHY, BHZ, BYAW, BRHO, BCLS = range(11)
 CX, CY, CVX, CVY, CR, CZ0, CZ1, CRHO, CCLS = range(9)
 _NO_BOXES = np.zeros((0, 11))
 _NO_CYLINDERS = np.zeros((0, 9))
-
-
-def camera_topic(name: str) -> str:
-    """Input topic of camera ``name``'s feature maps, as the node subscribes to it."""
-    return f'/jax_perception/input/camera/{name}/features'
 
 
 @dataclass(frozen=True)

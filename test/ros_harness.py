@@ -9,23 +9,10 @@ import sys
 import threading
 import time
 
+from jax_perception_node.config import write_param_file as write_params  # noqa: F401
 import numpy as np
-import yaml
 
 NODE_EXE = Path(sys.executable).with_name('jax_perception_node')
-
-
-def write_params(params: dict, path: Path) -> Path:
-    """Write flat dotted parameters as a ROS 2 param file."""
-    tree: dict = {}
-    for key, value in params.items():
-        *parents, leaf = key.split('.')
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    path.write_text(yaml.safe_dump({'/**': {'ros__parameters': tree}}))
-    return path
 
 
 class NodeProcess:

@@ -1,0 +1,330 @@
+"""
+Peer implementations of the kernel contract (DESIGN.md) for the benchmarks: NumPy and PyTorch.
+
+Both compute the same fused BEV features as :class:`~jax_perception_node.pipeline.BevPipeline`
+(``[6 LiDAR] + [C camera] + [1 coverage]``, then the optional 1x1 projection) from the same
+:class:`~jax_perception_node.config.PipelineConfig`, independently of the JAX kernels, in
+float32 like the JAX side. They are written the way a careful user of each library would:
+vectorised (``np.bincount`` / ``np.maximum.at``; ``index_add_`` / ``scatter_reduce_``), no
+Python loop over points or cells.
+
+Like the JAX pipeline, the camera lift's geometry (projection, validity, bilinear taps and
+weights) depends only on grid and calibration, so it is computed once per calibration
+(:func:`lift_tables`, NumPy, shared by both peers and not timed); per frame the peers only gather
+and accumulate the taps. Unlike the pipeline, the peers take the cloud unpadded: they have no
+compile to amortise, so padding would only cost them.
+
+PyTorch is the optional ``bench`` extra: importing this module never imports torch;
+:func:`torch_available` says whether :class:`TorchBev` can be built.
+"""
+
+import importlib.util
+import os
+from typing import Mapping, NamedTuple
+
+import numpy as np
+
+from .config import load_fusion_weights, PipelineConfig
+
+MIN_DEPTH_M = 0.1     # the contract's minimum depth for a valid camera sample
+
+
+class PeerTables(NamedTuple):
+    """
+    Bilinear taps of the camera lift, from grid and calibration only (float32 geometry).
+
+    index: int64[T, H*W] rows of the flattened maps (N*H_f*W_f, C), T = N*K*4 taps (camera-major).
+    weight: float32[T, H*W] bilinear weights, 0 for invalid samples.
+    samples: float32[N, H*W] valid samples per camera and cell (0..K).
+    """
+
+    index: np.ndarray
+    weight: np.ndarray
+    samples: np.ndarray
+
+
+def _grid_vector(cfg: PipelineConfig) -> np.ndarray:
+    g = cfg.grid
+    return np.array([g.x_min, g.y_min, g.z_min, g.z_max, g.resolution], np.float32)
+
+
+def lift_tables(cfg: PipelineConfig) -> PeerTables | None:
+    """
+    Project every cell centre at every height level into every camera, once per calibration.
+
+    Follows the contract: cell centres ``(x_min + (i + .5) res, y_min + (j + .5) res)``, levels
+    ``z_min + (k + .5)(z_max - z_min) / K``; ``p_cam = R^T (p - t)``; valid when depth > 0.1 m
+    and ``-0.5 <= u < W_f - 0.5``, ``-0.5 <= v < H_f - 0.5``; four bilinear taps with edge
+    clamping. Arithmetic is float32 to match the JAX side bit for bit where it matters
+    (validity at the map border). Returns None without cameras.
+    """
+    if not cfg.cameras:
+        return None
+    h, w, k = cfg.grid.height, cfg.grid.width, cfg.fusion.num_heights
+    x_min, y_min, z_min, z_max, res = _grid_vector(cfg)
+    f32 = np.float32
+    xs = x_min + (np.arange(h, dtype=f32) + f32(0.5)) * res
+    ys = y_min + (np.arange(w, dtype=f32) + f32(0.5)) * res
+    zs = z_min + (np.arange(k, dtype=f32) + f32(0.5)) * ((z_max - z_min) / f32(k))
+    gx, gy, gz = np.meshgrid(xs, ys, zs, indexing='ij')     # [H, W, K]
+    pts = np.stack([gx, gy, gz], axis=-1).reshape(h * w, k, 3)
+    index, weight, samples = [], [], []
+    map_offset = 0
+    for cam in cfg.cameras:
+        rot = cam.pose.rotation_matrix().astype(f32)
+        trans = np.asarray(cam.pose.translation, f32)
+        rel = pts - trans
+        # p_cam[i] = sum_j R[j, i] rel[j]: R^T (p - t), in float32.
+        c = [rel[..., 0] * rot[0, i] + rel[..., 1] * rot[1, i] + rel[..., 2] * rot[2, i]
+             for i in range(3)]
+        depth = c[2]
+        safe = np.where(depth > MIN_DEPTH_M, depth, f32(1.0))
+        u = f32(cam.fx) * c[0] / safe + f32(cam.cx)
+        v = f32(cam.fy) * c[1] / safe + f32(cam.cy)
+        valid = ((depth > MIN_DEPTH_M) & (u >= -0.5) & (u < cam.width - 0.5)
+                 & (v >= -0.5) & (v < cam.height - 0.5))
+        u0, v0 = np.floor(u), np.floor(v)
+        du, dv = u - u0, v - v0
+        taps_i, taps_w = [], []
+        for oy, wy in ((0, f32(1.0) - dv), (1, dv)):
+            for ox, wx in ((0, f32(1.0) - du), (1, du)):
+                col = np.clip(u0 + ox, 0, cam.width - 1).astype(np.int64)
+                row = np.clip(v0 + oy, 0, cam.height - 1).astype(np.int64)
+                taps_i.append(row * cam.width + col + map_offset)
+                taps_w.append(np.where(valid, wx * wy, f32(0.0)).astype(f32))
+        # [HW, K, 4] -> [K*4, HW]: tap order (level, tap) within the camera, like the kernel.
+        index.append(np.stack(taps_i, axis=-1).reshape(h * w, k * 4).T)
+        weight.append(np.stack(taps_w, axis=-1).reshape(h * w, k * 4).T)
+        samples.append(valid.sum(axis=1).astype(f32))
+        map_offset += cam.height * cam.width
+    return PeerTables(np.ascontiguousarray(np.concatenate(index)),
+                      np.ascontiguousarray(np.concatenate(weight)), np.stack(samples))
+
+
+class NumpyBev:
+    """
+    The fused BEV of one frame in NumPy (float32, vectorised), from a PipelineConfig.
+
+    ``process(points, cameras)`` takes float32[N, 4] (x, y, z, intensity in the LiDAR frame, any
+    N, no padding) and name -> float32[H_f, W_f, C] (a camera left out or None is masked) and
+    returns float32[H, W, C_out], the same values as ``BevPipeline.process(...).features``.
+    """
+
+    name = 'numpy'
+
+    def __init__(self, cfg: PipelineConfig):
+        self.cfg = cfg
+        g = cfg.grid
+        self.height, self.width = g.height, g.width
+        self._grid = _grid_vector(cfg)
+        self._rot = cfg.lidar.rotation_matrix().astype(np.float32)
+        self._trans = np.asarray(cfg.lidar.translation, np.float32)
+        self.tables = lift_tables(cfg)
+        self.camera_names = tuple(c.name for c in cfg.cameras)
+        self._projection = load_fusion_weights(cfg)
+        self._log64 = np.float32(np.log(64.0))
+
+    def voxelize(self, points: np.ndarray) -> np.ndarray:
+        """Six LiDAR channels float32[H, W, 6] of a float32[N, 4] cloud (contract order)."""
+        h, w = self.height, self.width
+        cells = h * w
+        p = np.asarray(points, np.float32)
+        px, py, pz, intensity = p[:, 0], p[:, 1], p[:, 2], p[:, 3]
+        r, t = self._rot, self._trans
+        x_min, y_min, z_min, z_max, res = self._grid
+        with np.errstate(invalid='ignore', over='ignore'):
+            x = r[0, 0] * px + r[0, 1] * py + r[0, 2] * pz + t[0]
+            y = r[1, 0] * px + r[1, 1] * py + r[1, 2] * pz + t[1]
+            z = r[2, 0] * px + r[2, 1] * py + r[2, 2] * pz + t[2]
+            row = np.floor((x - x_min) / res)
+            col = np.floor((y - y_min) / res)
+            # NaN compares False, so non-finite x, y, z fall out of the range tests.
+            keep = ((row >= 0) & (row < h) & (col >= 0) & (col < w)
+                    & (z >= z_min) & (z < z_max) & np.isfinite(intensity))
+        cell = (row[keep] * w + col[keep]).astype(np.intp)
+        z, intensity = z[keep], intensity[keep]
+        count = np.bincount(cell, minlength=cells).astype(np.float32)
+        z_sum = np.bincount(cell, weights=z, minlength=cells).astype(np.float32)
+        i_sum = np.bincount(cell, weights=intensity, minlength=cells).astype(np.float32)
+        z_hi = np.full(cells, -np.inf, np.float32)
+        np.maximum.at(z_hi, cell, z)
+        z_lo = np.full(cells, np.inf, np.float32)
+        np.minimum.at(z_lo, cell, z)
+        occupied = count > 0
+        inv = np.float32(1.0) / np.maximum(count, np.float32(1.0))
+        out = np.empty((cells, 6), np.float32)
+        out[:, 0] = occupied
+        out[:, 1] = np.minimum(np.float32(1.0), np.log1p(count) / self._log64)
+        out[:, 2] = np.where(occupied, z_hi, np.float32(0.0))
+        out[:, 3] = z_sum * inv
+        out[:, 4] = np.where(occupied, z_lo, np.float32(0.0))
+        out[:, 5] = i_sum * inv
+        return out.reshape(h, w, 6)
+
+    def lift(self, cameras: Mapping[str, np.ndarray | None]) -> tuple[np.ndarray, np.ndarray]:
+        """Camera BEV float32[H, W, C] and coverage float32[H, W] from the precomputed taps."""
+        tables = self.tables
+        n = len(self.camera_names)
+        taps_per_camera = tables.index.shape[0] // n
+        cells = self.height * self.width
+        channels = self.cfg.camera_channels
+        maps = [cameras.get(name) for name in self.camera_names]
+        valid = np.array([m is not None for m in maps], np.float32)
+        flat = np.concatenate([
+            np.zeros((c.height * c.width, channels), np.float32) if m is None
+            else np.asarray(m, np.float32).reshape(-1, channels)
+            for c, m in zip(self.cfg.cameras, maps)])
+        summed = np.zeros((cells, channels), np.float32)
+        gathered = np.empty((cells, channels), np.float32)
+        for tap in range(tables.index.shape[0]):
+            if not valid[tap // taps_per_camera]:
+                continue     # a masked camera adds nothing: skip its gathers
+            np.take(flat, tables.index[tap], axis=0, out=gathered)
+            gathered *= tables.weight[tap][:, None]
+            summed += gathered
+        count = valid @ tables.samples
+        camera = summed / np.maximum(count, np.float32(1.0))[:, None]
+        coverage = (count > 0).astype(np.float32)
+        return camera.reshape(self.height, self.width, channels), \
+            coverage.reshape(self.height, self.width)
+
+    def process(self, points: np.ndarray,
+                cameras: Mapping[str, np.ndarray | None] | None = None) -> np.ndarray:
+        """Fused features float32[H, W, C_out] of one frame."""
+        lidar = self.voxelize(points)
+        if self.tables is None:
+            camera = np.zeros((self.height, self.width, 0), np.float32)
+            coverage = np.zeros((self.height, self.width), np.float32)
+        else:
+            camera, coverage = self.lift(cameras or {})
+        fused = np.concatenate([lidar, camera, coverage[..., None]], axis=-1)
+        if self._projection is None:
+            return fused
+        weights, bias = self._projection
+        out = fused @ weights + bias
+        return np.maximum(out, 0.0) if self.cfg.fusion.activation == 'relu' else out
+
+
+def torch_available() -> bool:
+    """Whether PyTorch (the optional ``bench`` extra) can be imported."""
+    return importlib.util.find_spec('torch') is not None
+
+
+class TorchBev:
+    """
+    The fused BEV of one frame in PyTorch eager on the CPU (float32), same API as NumpyBev.
+
+    Uses ``index_add_`` for counts and sums and ``scatter_reduce_(amax)`` for the extremes,
+    with ``torch.set_num_threads`` = the CPU count. Inputs and output are NumPy arrays
+    (``torch.from_numpy`` / ``.numpy()``, no copies), so callers time the same work.
+    """
+
+    name = 'torch'
+
+    def __init__(self, cfg: PipelineConfig, threads: int | None = None):
+        import torch
+        self.torch = torch
+        torch.set_num_threads(threads or os.cpu_count() or 1)
+        self.cfg = cfg
+        self.height, self.width = cfg.grid.height, cfg.grid.width
+        self._grid = [float(v) for v in _grid_vector(cfg)]
+        self._rot = torch.from_numpy(cfg.lidar.rotation_matrix().astype(np.float32))
+        self._trans = torch.from_numpy(np.asarray(cfg.lidar.translation, np.float32))
+        self.camera_names = tuple(c.name for c in cfg.cameras)
+        tables = lift_tables(cfg)
+        self.tables = None if tables is None else PeerTables(
+            *(torch.from_numpy(a) for a in tables))
+        weights = load_fusion_weights(cfg)
+        self._projection = None if weights is None else tuple(
+            torch.from_numpy(a) for a in weights)
+        self._log64 = float(np.float32(np.log(64.0)))
+
+    @property
+    def version(self) -> str:
+        """torch.__version__."""
+        return self.torch.__version__
+
+    def voxelize(self, points):
+        """Six LiDAR channels float32[H, W, 6] (a tensor) of a float32[N, 4] cloud."""
+        torch = self.torch
+        h, w = self.height, self.width
+        cells = h * w
+        p = torch.from_numpy(np.ascontiguousarray(points, np.float32))
+        px, py, pz, intensity = p[:, 0], p[:, 1], p[:, 2], p[:, 3]
+        r, t = self._rot, self._trans
+        x_min, y_min, z_min, z_max, res = self._grid
+        x = r[0, 0] * px + r[0, 1] * py + r[0, 2] * pz + t[0]
+        y = r[1, 0] * px + r[1, 1] * py + r[1, 2] * pz + t[1]
+        z = r[2, 0] * px + r[2, 1] * py + r[2, 2] * pz + t[2]
+        row = torch.floor((x - x_min) / res)
+        col = torch.floor((y - y_min) / res)
+        keep = ((row >= 0) & (row < h) & (col >= 0) & (col < w)
+                & (z >= z_min) & (z < z_max) & torch.isfinite(intensity))
+        # Dropped points go to one extra dump cell: fixed-size scatters, no compaction.
+        cell = torch.where(keep, row * w + col, torch.full_like(row, cells)).long()
+        z = torch.where(keep, z, torch.zeros_like(z))
+        intensity = torch.where(keep, intensity, torch.zeros_like(intensity))
+        sums = torch.zeros((cells + 1, 3), dtype=torch.float32).index_add_(
+            0, cell, torch.stack([torch.ones_like(z), z, intensity], dim=1))
+        extremes = torch.full((cells + 1, 2), -float('inf'), dtype=torch.float32)
+        extremes.scatter_reduce_(0, cell[:, None].expand(-1, 2), torch.stack([z, -z], dim=1),
+                                 reduce='amax')
+        count, sums, extremes = sums[:cells, 0], sums[:cells], extremes[:cells]
+        occupied = count > 0
+        inv = 1.0 / torch.clamp(count, min=1.0)
+        zero = torch.zeros((), dtype=torch.float32)
+        out = torch.stack([
+            occupied.float(),
+            torch.clamp(torch.log1p(count) / self._log64, max=1.0),
+            torch.where(occupied, extremes[:, 0], zero),
+            sums[:, 1] * inv,
+            torch.where(occupied, -extremes[:, 1], zero),
+            sums[:, 2] * inv,
+        ], dim=1)
+        return out.reshape(h, w, 6)
+
+    def lift(self, cameras: Mapping[str, np.ndarray | None]):
+        """Camera BEV float32[H, W, C] and coverage float32[H, W] (tensors) from the taps."""
+        torch = self.torch
+        tables = self.tables
+        n = len(self.camera_names)
+        taps_per_camera = tables.index.shape[0] // n
+        cells = self.height * self.width
+        channels = self.cfg.camera_channels
+        maps = [cameras.get(name) for name in self.camera_names]
+        valid = torch.tensor([m is not None for m in maps], dtype=torch.float32)
+        flat = torch.cat([
+            torch.zeros((c.height * c.width, channels)) if m is None
+            else torch.from_numpy(np.ascontiguousarray(m, np.float32)).reshape(-1, channels)
+            for c, m in zip(self.cfg.cameras, maps)])
+        summed = torch.zeros((cells, channels), dtype=torch.float32)
+        gathered = torch.empty((cells, channels), dtype=torch.float32)
+        for tap in range(tables.index.shape[0]):
+            if maps[tap // taps_per_camera] is None:
+                continue     # a masked camera adds nothing: skip its gathers
+            torch.index_select(flat, 0, tables.index[tap], out=gathered)
+            summed.addcmul_(gathered, tables.weight[tap][:, None])
+        count = valid @ tables.samples
+        camera = summed / torch.clamp(count, min=1.0)[:, None]
+        coverage = (count > 0).float()
+        return camera.reshape(self.height, self.width, channels), \
+            coverage.reshape(self.height, self.width)
+
+    def process(self, points: np.ndarray,
+                cameras: Mapping[str, np.ndarray | None] | None = None) -> np.ndarray:
+        """Fused features float32[H, W, C_out] of one frame, as a NumPy array."""
+        torch = self.torch
+        with torch.inference_mode():
+            lidar = self.voxelize(points)
+            if self.tables is None:
+                camera = torch.zeros((self.height, self.width, 0))
+                coverage = torch.zeros((self.height, self.width))
+            else:
+                camera, coverage = self.lift(cameras or {})
+            fused = torch.cat([lidar, camera, coverage[..., None]], dim=-1)
+            if self._projection is not None:
+                weights, bias = self._projection
+                fused = fused @ weights + bias
+                if self.cfg.fusion.activation == 'relu':
+                    fused = torch.relu(fused)
+            return fused.numpy()

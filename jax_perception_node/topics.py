@@ -1,0 +1,13 @@
+"""The node's topic names as seen from outside (node ``jax_perception`` in the root namespace)."""
+
+NAMESPACE = '/jax_perception'
+POINTCLOUD_TOPIC = f'{NAMESPACE}/input/pointcloud'
+FEATURES_TOPIC = f'{NAMESPACE}/output/bev_features'
+IMAGE_TOPIC = f'{NAMESPACE}/output/bev_image'
+LATENCY_TOPIC = f'{NAMESPACE}/debug/latency'
+DIAGNOSTICS_TOPIC = '/diagnostics'
+
+
+def camera_topic(name: str) -> str:
+    """Input topic of a camera's feature maps."""
+    return f'{NAMESPACE}/input/camera/{name}/features'
