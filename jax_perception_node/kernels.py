@@ -9,13 +9,14 @@ calibration and grid offsets can change at run time without recompiling.
 ``grid`` is always ``float32[5] = (x_min, y_min, z_min, z_max, resolution)`` in metres.
 """
 
+import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 LIDAR_CHANNELS = ('occupancy', 'density', 'z_max', 'z_mean', 'z_min', 'intensity_mean')
-_LOG_64 = float(jnp.log(64.0))
+_LOG_64 = math.log(64.0)
 MIN_DEPTH_M = 0.1
 
 

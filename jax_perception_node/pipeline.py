@@ -4,9 +4,10 @@ BevPipeline: one ahead-of-time compiled executable per bucket, warmed at start-u
 Static (changing it recompiles, so it is fixed at construction): grid H x W, bucket sizes,
 camera count, feature-map shape and channels, height levels, projection shape, activation.
 Traced (changing it never recompiles): calibration, grid offsets and resolution, point counts.
-The per-frame path only touches preallocated NumPy buffers, ``jax.device_put``-free calls of the
-compiled executables and ``np.asarray`` of their results: none of these compiles, so after
-``warmup()`` the process-wide compile counter stays where it was.
+The per-frame path only touches preallocated NumPy buffers, calls of the compiled executables
+and ``np.asarray`` of their results: none of these compiles, so after ``warmup()`` the
+process-wide compile counter stays where it was. Executables come from the private executable
+store when a previous start left them there (see executable_cache.py).
 """
 
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ def _on_duration(event: str, duration_secs: float, **_) -> None:
 
 
 def compile_count() -> int:
-    """XLA compile requests in this process since the counter was installed (cache hits too)."""
+    """Return the XLA compiles in this process since the counter was installed."""
     install_compile_counter()
     with _compile_lock:
         return _compile_count
