@@ -57,7 +57,7 @@ def test_soak(tmp_path):
     domain = other_domain(3)
     node = NodeProcess(params_file, tmp_path / 'node.log', domain_id=domain)
     probe = Probe(cameras=[c.name for c in cfg.cameras], domain_id=domain)
-    sent = bad = 0
+    sent = bad = lost = 0
     rss = []
     try:
         probe.wait_ready(node)
@@ -76,8 +76,13 @@ def test_soak(tmp_path):
                 probe.camera_pubs[name].publish(set_stamp(msg, stamp))
             probe.cloud_pub.publish(set_stamp(pool[rng.integers(len(pool))], stamp))
             sent += 1
-            probe.wait_for(lambda: probe.latency and stamp_of(probe.latency[-1]) == stamp,
-                           timeout=10.0, what='the soak frame')
+            try:
+                probe.wait_for(lambda: probe.latency and stamp_of(probe.latency[-1]) == stamp,
+                               timeout=3.0, what='the soak frame')
+            except AssertionError:
+                # Sensor-data QoS is best effort: over thousands of multi-MB clouds one may
+                # not arrive. Counted, bounded below, and checked against the node's count.
+                lost += 1
             if now >= next_sample:
                 rss.append((now - start, proc.memory_info().rss))
                 next_sample += 1.0
@@ -86,18 +91,22 @@ def test_soak(tmp_path):
         while time.monotonic() < deadline:
             time.sleep(0.6)
             final = status_values(probe.last_status())
-            if int(final['received']) == sent:
+            if int(final['received']) == sent - lost:
                 break
     finally:
         probe.close()
         node.stop()
 
-    assert int(final['received']) == sent
-    assert int(final['rejected']) == bad
+    assert lost <= max(1, sent // 1000)
+    assert int(final['received']) == sent - lost
+    # A bad cloud still waiting when the next good one arrives is replaced (dropped), not
+    # rejected: together they account for every bad cloud.
+    assert int(final['rejected']) + int(final['dropped']) == bad
     assert int(final['received']) == (int(final['processed']) + int(final['dropped'])
                                       + int(final['rejected']))
     assert final['compiles_after_warmup'] == '0'
     records = [(stamp_of(m), status_values(m.status[0])) for m in probe.latency]
+    assert int(final['processed']) == len(records)
     assert all(v['compiles_after_warmup'] == '0' for _, v in records)
     assert int(final['overflowed']) > 0
 
@@ -109,7 +118,7 @@ def test_soak(tmp_path):
     n = max(1, int(len(totals) * window / SOAK_S))
     first, last = percentiles(totals[:n])['p99'], percentiles(totals[-n:])['p99']
     print(f'soak {SOAK_S:.0f} s: {len(totals)} frames ({len(totals) / SOAK_S:.1f} Hz), '
-          f'{bad} malformed, RSS {baseline / 2**20:.0f} -> {rss[-1][1] / 2**20:.0f} MiB '
+          f'{bad} malformed, {lost} lost in transport, RSS {baseline / 2**20:.0f} -> {rss[-1][1] / 2**20:.0f} MiB '
           f'({growth:+.1%}), total_ms p99 first {first:.1f} / last {last:.1f}')
     assert growth < 0.05
     assert last <= 1.2 * first
