@@ -118,7 +118,8 @@ def test_soak(tmp_path):
     n = max(1, int(len(totals) * window / SOAK_S))
     first, last = percentiles(totals[:n])['p99'], percentiles(totals[-n:])['p99']
     print(f'soak {SOAK_S:.0f} s: {len(totals)} frames ({len(totals) / SOAK_S:.1f} Hz), '
-          f'{bad} malformed, {lost} lost in transport, RSS {baseline / 2**20:.0f} -> {rss[-1][1] / 2**20:.0f} MiB '
-          f'({growth:+.1%}), total_ms p99 first {first:.1f} / last {last:.1f}')
+          f'{bad} malformed, {lost} lost in transport, RSS {baseline / 2**20:.0f} -> '
+          f'{rss[-1][1] / 2**20:.0f} MiB ({growth:+.1%}), total_ms p99 first {first:.1f} / '
+          f'last {last:.1f}')
     assert growth < 0.05
     assert last <= 1.2 * first
