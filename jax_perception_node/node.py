@@ -7,6 +7,7 @@ that arrives while another waits replaces it and counts as dropped); a worker th
 decoding, compute and publishing, so a slow frame never queues up latency.
 """
 
+import signal
 import sys
 import threading
 import time
@@ -18,6 +19,7 @@ from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data, QoSProfile
 from sensor_msgs.msg import Image, PointCloud2
@@ -269,8 +271,16 @@ class JaxPerceptionNode(Node):
 
 
 def main(args=None) -> int:
-    """Console script ``jax_perception_node``: exit 1 with one line on a bad parameter."""
-    rclpy.init(args=args)
+    """
+    Console script ``jax_perception_node``: exit 1 with one line on a bad parameter.
+
+    SIGINT and SIGTERM stop the spin loop; the worker finishes its frame and stops before the
+    context shuts down, so no frame is ever published into a dead context.
+    """
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
     try:
         node = JaxPerceptionNode()
     except (ConfigError, ParameterException) as exc:
@@ -280,8 +290,9 @@ def main(args=None) -> int:
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
+        while not stop.is_set():
+            executor.spin_once(timeout_sec=0.1)
+    except ExternalShutdownException:
         pass
     finally:
         node.destroy_node()

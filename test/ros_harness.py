@@ -103,7 +103,8 @@ class Probe:
 
     _count = 0
 
-    def __init__(self, cameras=(), ns='/jax_perception', domain_id=None):
+    def __init__(self, cameras=(), ns='/jax_perception', domain_id=None, features=True):
+        """Publish to the node's inputs; keep every output (``features=False``: no BEV images)."""
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.executors import SingleThreadedExecutor
@@ -121,8 +122,9 @@ class Probe:
             Image, f'{ns}/input/camera/{name}/features', qos_profile_sensor_data)
             for name in cameras}
         keep = (lambda store: lambda msg: self._keep(store, msg))
-        self.node.create_subscription(Image, f'{ns}/output/bev_features', keep(self.features),
-                                      QoSProfile(depth=50))
+        if features:    # 3.9 MB each at the shipped grid: a long run would fill the memory
+            self.node.create_subscription(Image, f'{ns}/output/bev_features',
+                                          keep(self.features), QoSProfile(depth=50))
         self.node.create_subscription(DiagnosticArray, f'{ns}/debug/latency',
                                       keep(self.latency), QoSProfile(depth=100))
         self.node.create_subscription(DiagnosticArray, '/diagnostics', keep(self.diagnostics),
@@ -148,7 +150,7 @@ class Probe:
             with self.lock:
                 if predicate():
                     return
-            time.sleep(0.02)
+            time.sleep(0.002)
         raise AssertionError(f'timed out after {timeout} s waiting for {what}')
 
     def wait_ready(self, node_proc: NodeProcess, timeout: float = 90.0) -> None:

@@ -56,9 +56,9 @@ def test_soak(tmp_path):
 
     domain = other_domain(3)
     node = NodeProcess(params_file, tmp_path / 'node.log', domain_id=domain)
-    probe = Probe(cameras=[c.name for c in cfg.cameras], domain_id=domain)
+    probe = Probe(cameras=[c.name for c in cfg.cameras], domain_id=domain, features=False)
     sent = bad = lost = 0
-    rss = []
+    rss, progress = [], []
     try:
         probe.wait_ready(node)
         proc = psutil.Process(node.proc.pid)
@@ -84,7 +84,9 @@ def test_soak(tmp_path):
                 # not arrive. Counted, bounded below, and checked against the node's count.
                 lost += 1
             if now >= next_sample:
+                cpu = proc.cpu_times()
                 rss.append((now - start, proc.memory_info().rss))
+                progress.append((now - start, sent, cpu.user, cpu.system))
                 next_sample += 1.0
         final = None
         deadline = time.monotonic() + 10
@@ -97,6 +99,9 @@ def test_soak(tmp_path):
         probe.close()
         node.stop()
 
+    for a, b in zip(progress[::20], progress[20::20]):
+        print(f'  t={a[0]:5.0f} s: {(b[1] - a[1]) / (b[0] - a[0]):5.1f} frames/s, node cpu user '
+              f'{(b[2] - a[2]) / (b[0] - a[0]):.2f} sys {(b[3] - a[3]) / (b[0] - a[0]):.2f}')
     assert lost <= max(1, sent // 1000)
     assert int(final['received']) == sent - lost
     # A bad cloud still waiting when the next good one arrives is replaced (dropped), not
