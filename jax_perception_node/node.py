@@ -19,9 +19,9 @@ from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.signals import SignalHandlerOptions
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data, QoSProfile
+from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import Image, PointCloud2
 
 from .camera import byte_array, FeatureMapError, features_image_fields, read_features
