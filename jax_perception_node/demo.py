@@ -8,6 +8,7 @@ domain of its own, so two demos on one machine do not see each other.
 import os
 from pathlib import Path
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -62,7 +63,7 @@ def sample_bag(out: Path, params: Path, seconds: float) -> Path:
     bag = out / f'sample_drive_{seconds:g}s_{int(stat.st_mtime)}'
     if not (bag / 'metadata.yaml').exists():
         for old in out.glob('sample_drive_*'):
-            subprocess.run(['rm', '-rf', str(old)], check=False)
+            shutil.rmtree(old, ignore_errors=True)
         print(f'generating the sample drive ({seconds:g} s) ...', flush=True)
         write_sample_bag(bag, load_config(params), seconds=seconds)
     return bag
@@ -79,7 +80,7 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0) -> int:
     env = local_ros_env()
     recording = out / 'recording'
     if recording.exists():
-        subprocess.run(['rm', '-rf', str(recording)], check=True)
+        shutil.rmtree(recording)
 
     context = rclpy.Context()
     rclpy.init(context=context)
