@@ -179,8 +179,8 @@ class JaxPerceptionNode(Node):
         header = msg.header
         header.frame_id = self.cfg.grid.frame_id
         self.pub_features.publish(self._image(header, features_image_fields(result.features)))
-        if self.pub_image.get_subscription_count() > 0 and result.features.shape[-1] >= 7 \
-                and self.pipe.output_channels == self.cfg.fused_channels:
+        # The picture reads the raw LiDAR channels, which a projection no longer has.
+        if self.pub_image.get_subscription_count() > 0 and not self.pipe.projected:
             rgb = bev_to_rgb(result.features, self.cfg.grid.z_min, self.cfg.grid.z_max)
             h, w = rgb.shape[:2]
             self.pub_image.publish(self._image(header, {

@@ -99,6 +99,7 @@ class BevPipeline:
         weights = load_fusion_weights(cfg)
         self._projection = None if weights is None else tuple(jax.device_put(w) for w in weights)
         self.output_channels = cfg.fused_channels if weights is None else weights[0].shape[1]
+        self.projected = weights is not None     # output channels are no longer the raw ones
         if cfg.cameras:
             first = cfg.cameras[0]
             self._map_shape = (first.height, first.width, first.channels)

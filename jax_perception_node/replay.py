@@ -123,7 +123,7 @@ def _frame(pipe, cfg, sync, msg, timestamp, writer, result, snapshot_frames, tot
     writer.write(bagio.FEATURES_TOPIC,
                  bagio.image_msg(features_image_fields(out.features), stamp, frame_id),
                  timestamp)
-    if pipe.output_channels == cfg.fused_channels:
+    if not pipe.projected:
         rgb = bev_to_rgb(out.features, cfg.grid.z_min, cfg.grid.z_max)
         writer.write(bagio.IMAGE_TOPIC, bagio.image_msg(
             {'height': rgb.shape[0], 'width': rgb.shape[1], 'encoding': 'rgb8',

@@ -217,3 +217,20 @@ def test_use_sim_time_ages_follow_the_sim_clock(tmp_path):
     finally:
         probe.close()
         node.stop()
+
+
+def test_bev_image_is_published_to_subscribers(running):
+    node, probe = running
+    probe.subscribe_images()
+    time.sleep(0.5)
+    stamp = T0 + 90 * 10**9
+    points = np.array([[1.2, 0.3, 0.5, 1.0]], np.float32)    # one point ahead of the LiDAR
+    probe.cloud_pub.publish(make_cloud(points, stamp))
+    probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.images), what='bev_image')
+    image = next(m for m in probe.images if stamp_of(m) == stamp)
+    assert (image.encoding, image.height, image.width) == ('rgb8', 32, 48)
+    rgb = np.frombuffer(bytes(image.data), np.uint8).reshape(32, 48, 3)
+    # Grid row i = (x - x_min) / res with x = 1.2 + 0.25 (LiDAR offset): row 18 of 32; drawn
+    # forward up, so picture row 31 - 18 = 13; y = 0.3 - 0.5 -> column 23, mirrored to 24.
+    lit = {tuple(p) for p in np.argwhere(rgb.sum(axis=2) > 48 * 3)}
+    assert lit == {(13, 24)}
