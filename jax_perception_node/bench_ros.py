@@ -93,6 +93,18 @@ def save_inputs(path: Path, raw: np.ndarray, num_points: int, camera_names, maps
     return Path(path)
 
 
+def latency_record(msg) -> tuple[int, dict[str, float]]:
+    """Return (stamp ns, numeric values) of a ~/debug/latency DiagnosticArray."""
+    stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+    values = {}
+    for kv in msg.status[0].values if msg.status else ():
+        try:
+            values[kv.key] = float(kv.value)
+        except ValueError:
+            pass
+    return stamp, values
+
+
 def _spin_in_thread(context, node):
     from rclpy.executors import SingleThreadedExecutor
     executor = SingleThreadedExecutor(context=context)
@@ -195,13 +207,7 @@ def subscribe(out: Path, until: Path, grace_s: float = 1.0, timeout_s: float = 6
             features.append((raw_stamp_ns(raw), received))
 
     def on_latency(msg) -> None:
-        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        values = {}
-        for kv in msg.status[0].values if msg.status else ():
-            try:
-                values[kv.key] = float(kv.value)
-            except ValueError:
-                pass
+        stamp, values = latency_record(msg)
         with lock:
             latency.append((stamp, values))
 
@@ -376,13 +382,7 @@ class Probe:
         self._executor, self._thread = _spin_in_thread(self.context, self.node)
 
     def _on_latency(self, msg) -> None:
-        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        values = {}
-        for kv in msg.status[0].values if msg.status else ():
-            try:
-                values[kv.key] = float(kv.value)
-            except ValueError:
-                pass
+        stamp, values = latency_record(msg)
         with self._lock:
             self.latency[stamp] = values
 

@@ -1,5 +1,6 @@
 """Shared fixtures: small configs that compile fast, and an isolated ROS domain per test run."""
 
+import ast
 import os
 from pathlib import Path
 
@@ -49,6 +50,18 @@ def small_params(cameras: int = 2, **overrides) -> dict:
 def small_config(cameras: int = 2, **overrides) -> PipelineConfig:
     """small_params() validated."""
     return config_from_parameters(small_params(cameras, **overrides))
+
+
+def absolute_imports(module: str) -> set[str]:
+    """Return the top-level packages a module of jax_perception_node imports (not relative)."""
+    source = REPO / 'jax_perception_node' / f'{module}.py'
+    imported = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split('.')[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            imported.add(node.module.split('.')[0])
+    return imported
 
 
 @pytest.fixture

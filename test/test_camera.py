@@ -1,13 +1,12 @@
 """Feature-map Images <-> arrays for rclpy and rosbags messages, and calibration arrays."""
 
 import array
-import ast
 from dataclasses import dataclass, replace
 import os
-from pathlib import Path
 import struct
 import sys
 
+from conftest import absolute_imports
 from hypothesis import event, given, HealthCheck, settings
 from hypothesis import strategies as st
 from jax_perception_node.camera import (byte_array, calibration_arrays, FeatureMapError,
@@ -289,14 +288,7 @@ def test_calibration_arrays_without_cameras():
 
 
 def test_camera_module_imports_no_ros():
-    source = Path(__file__).parents[1] / 'jax_perception_node' / 'camera.py'
-    imported = set()
-    for node in ast.walk(ast.parse(source.read_text())):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name.split('.')[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            imported.add(node.module.split('.')[0])
-    assert imported <= {'array', 're', 'sys', 'typing', 'numpy'}
+    assert absolute_imports('camera') <= {'array', 're', 'sys', 'typing', 'numpy'}
 
 
 # -- fuzz -------------------------------------------------------------------------------------

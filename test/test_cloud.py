@@ -1,14 +1,13 @@
 """PointCloud2 decoding against an independent struct-based decoder, for every message flavour."""
 
-import ast
 from dataclasses import dataclass, replace
 import os
-from pathlib import Path
 import struct
 import sys
 import time
 import tracemalloc
 
+from conftest import absolute_imports
 from hypothesis import event, given, HealthCheck, settings
 from hypothesis import strategies as st
 from jax_perception_node.cloud import CloudFormatError, keep_rows, point_count, read_points
@@ -450,14 +449,7 @@ def test_keep_rows_does_not_overflow_for_huge_counts():
 # -- layering ---------------------------------------------------------------------------------
 
 def test_cloud_module_imports_no_ros():
-    source = Path(__file__).parents[1] / 'jax_perception_node' / 'cloud.py'
-    imported = set()
-    for node in ast.walk(ast.parse(source.read_text())):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name.split('.')[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            imported.add(node.module.split('.')[0])
-    assert imported <= {'collections', 'sys', 'numpy'}
+    assert absolute_imports('cloud') <= {'collections', 'sys', 'numpy'}
 
 
 # -- fuzz -------------------------------------------------------------------------------------
