@@ -12,10 +12,10 @@ export FASTRTPS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_local.xml
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements.lock setup.py
+$(STAMP): requirements.txt requirements-dev.txt requirements.lock setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt -c requirements.lock
+	$(PY) -m pip install --quiet -r requirements-dev.txt -c requirements.lock
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@# Bytecode now: where PYTHONDONTWRITEBYTECODE is set, every node start would recompile it.
 	$(PY) -m compileall -q jax_perception_node

@@ -14,8 +14,10 @@ setup(
         ('share/' + package_name + '/launch', glob('launch/*.launch.py')),
         ('share/' + package_name + '/config', glob('config/*.yaml') + glob('config/*.xml')),
     ],
-    install_requires=['setuptools', 'numpy', 'jax', 'rosbags', 'pyyaml', 'matplotlib'],
-    extras_require={'bench': ['torch']},
+    install_requires=['setuptools', 'numpy', 'jax', 'rosbags', 'pyyaml'],
+    # The node needs none of these: reports and pictures, peers, fleet replay.
+    extras_require={'tools': ['matplotlib', 'psutil'], 'bench': ['torch', 'scipy'],
+                    'fleet': ['ray']},
     zip_safe=True,
     maintainer='jax_perception_node maintainers',
     maintainer_email='maintainers@jax-perception.invalid',
