@@ -27,6 +27,7 @@ setup(
     entry_points={
         'console_scripts': [
             'jax_perception_node = jax_perception_node.node:main',
+            'jax_perception_lifecycle_node = jax_perception_node.lifecycle_node:main',
             'jax-perception = jax_perception_node.cli:main',
         ],
     },

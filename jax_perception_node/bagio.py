@@ -15,12 +15,13 @@ from rosbags.rosbag2 import CompressionFormat, CompressionMode, Reader, StorageP
 from rosbags.rosbag2.errors import ReaderError, WriterError
 from rosbags.typesys import get_typestore, Stores
 
-from .topics import (camera_topic, DIAGNOSTICS_TOPIC, FEATURES_TOPIC, IMAGE_TOPIC,  # noqa: F401
-                     LATENCY_TOPIC, POINTCLOUD_TOPIC)
+from .topics import (camera_info_topic, camera_topic, DIAGNOSTICS_TOPIC,  # noqa: F401
+                     FEATURES_TOPIC, IMAGE_TOPIC, LATENCY_TOPIC, POINTCLOUD_TOPIC)
 
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 POINTCLOUD_TYPE = 'sensor_msgs/msg/PointCloud2'
 IMAGE_TYPE = 'sensor_msgs/msg/Image'
+CAMERA_INFO_TYPE = 'sensor_msgs/msg/CameraInfo'
 DIAGNOSTICS_TYPE = 'diagnostic_msgs/msg/DiagnosticArray'
 
 
@@ -89,7 +90,14 @@ def shift_stamp(raw: bytes, offset_ns: int) -> bytes:
 
 
 class BagWriter:
-    """A new MCAP (or sqlite3) bag; topics are added on first write."""
+    """
+    A new MCAP (or sqlite3) bag; topics are added on first write.
+
+    ``compress`` zstd-compresses MCAP chunks (rosbag2's 'storage' mode; BEV features are mostly
+    zeros). Chunk compression is part of the MCAP format, so every MCAP reader decodes such a
+    bag, where per-message compression ('message' mode) hands other readers zstd frames instead
+    of CDR. sqlite3 has no storage compression: there ``compress`` compresses each message.
+    """
 
     def __init__(self, path: str | Path, storage: str = 'mcap', compress: bool = False):
         self.path = Path(path)
@@ -97,8 +105,9 @@ class BagWriter:
         try:
             self._writer = Writer(self.path, version=9, storage_plugin=plugin)
             if compress:
-                # Per-message zstd (rosbag2's 'message' mode): BEV features are mostly zeros.
-                self._writer.set_compression(CompressionMode.MESSAGE, CompressionFormat.ZSTD)
+                mode = (CompressionMode.STORAGE if plugin == StoragePlugin.MCAP
+                        else CompressionMode.MESSAGE)
+                self._writer.set_compression(mode, CompressionFormat.ZSTD)
             self._writer.open()
         except (WriterError, OSError) as exc:
             raise BagError(f'{self.path}: cannot write bag: {exc}') from None

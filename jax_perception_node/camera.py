@@ -2,11 +2,14 @@
 Camera feature maps as sensor_msgs/Image <-> float32 arrays, and calibrations, without ROS.
 
 A feature map travels as an Image with encoding ``32FC<C>``: ``height`` x ``width`` pixels of
-``C`` float32 channels, row-major and channel-last, rows ``step`` bytes apart. Message fields are
-read by attribute, so rclpy and ``rosbags`` messages both work.
+``C`` float32 channels, row-major and channel-last, rows ``step`` bytes apart. Intrinsics come
+from the parameters or from a sensor_msgs/CameraInfo at image resolution, scaled here to the
+feature map. Message fields are read by attribute, so rclpy and ``rosbags`` messages both work.
 """
 
 import array
+import dataclasses
+import math
 import re
 import sys
 from typing import Sequence
@@ -19,6 +22,15 @@ from .config import CameraConfig
 
 class FeatureMapError(ValueError):
     """A camera feature Image cannot be used; the message names the problem."""
+
+
+class CameraInfoError(ValueError):
+    """A CameraInfo cannot give intrinsics for the feature map; the message names the field."""
+
+
+# Image size over feature-map size may differ this much (relative) between x and y: backbones
+# round odd sizes (900 / 16 = 56.25 rows -> 56), a different aspect ratio is a wrong pairing.
+SCALE_TOLERANCE = 0.02
 
 
 # [0-9], not \d, which also matches other scripts' digits.
@@ -122,3 +134,66 @@ def calibration_arrays(
         rotation[k] = camera.pose.rotation_matrix()
         translation[k] = camera.pose.translation
     return intrinsics, rotation, translation
+
+
+def scale_camera_info(msg, map_height: int, map_width: int) -> tuple[float, float, float, float]:
+    """
+    Scale a CameraInfo (K at image resolution) to (fx, fy, cx, cy) at feature-map resolution.
+
+    With s_x = W_f / W and s_y = H_f / H: fx_f = fx s_x, cx_f = (cx + 0.5) s_x - 0.5, the same
+    for y (pixel centres stay at integer coordinates at both resolutions). Raises
+    :class:`CameraInfoError` naming the field for a focal length that is not finite and positive,
+    a principal point that is not finite, a zero size, an image smaller than the map, scale
+    factors that differ between x and y by more than ``SCALE_TOLERANCE``, or binning / ROI
+    (K then describes another image than the one the features were computed from).
+    """
+    width, height = int(msg.width), int(msg.height)
+    if width <= 0 or height <= 0:
+        raise CameraInfoError(f'width {width}, height {height}: the image size must be > 0')
+    k = [float(v) for v in msg.k]
+    if len(k) != 9:
+        raise CameraInfoError(f'k has {len(k)} values, expected 9')
+    fx, cx, fy, cy = k[0], k[2], k[4], k[5]
+    for name, value in (('k[0] (fx)', fx), ('k[4] (fy)', fy)):
+        if not math.isfinite(value) or value <= 0:
+            raise CameraInfoError(f'{name} = {value}: the focal length must be finite and > 0')
+    for name, value in (('k[2] (cx)', cx), ('k[5] (cy)', cy)):
+        if not math.isfinite(value):
+            raise CameraInfoError(f'{name} = {value}: the principal point must be finite')
+    binning = (int(msg.binning_x), int(msg.binning_y))
+    if max(binning) > 1:
+        raise CameraInfoError(f'binning_x, binning_y = {binning}: binned images are not '
+                              'supported, publish K for the image the features come from')
+    roi = msg.roi
+    if int(roi.width) or int(roi.height) or int(roi.x_offset) or int(roi.y_offset):
+        if (int(roi.x_offset), int(roi.y_offset), int(roi.width), int(roi.height)) != (
+                0, 0, width, height):
+            raise CameraInfoError('roi: a region of interest is not supported, publish K for '
+                                  'the image the features come from')
+    if width < map_width or height < map_height:
+        raise CameraInfoError(f'width {width}, height {height}: smaller than the '
+                              f'{map_width} x {map_height} feature map')
+    scale_x, scale_y = map_width / width, map_height / height
+    if abs(scale_x - scale_y) > SCALE_TOLERANCE * max(scale_x, scale_y):
+        raise CameraInfoError(
+            f'width {width}, height {height}: scales to the {map_width} x {map_height} '
+            f'feature map by {scale_x:.4g} in x but {scale_y:.4g} in y')
+    return (fx * scale_x, fy * scale_y, (cx + 0.5) * scale_x - 0.5, (cy + 0.5) * scale_y - 0.5)
+
+
+def with_intrinsics(cameras: Sequence[CameraConfig], name: str,
+                    intrinsics: Sequence[float]) -> tuple[CameraConfig, ...] | None:
+    """
+    Return ``cameras`` with camera ``name``'s (fx, fy, cx, cy) replaced, or None if unchanged.
+
+    Values are compared at float32, the precision the lift uses, so a CameraInfo repeating the
+    intrinsics in force changes nothing (and costs no lift-table update).
+    """
+    index = [c.name for c in cameras].index(name)
+    camera = cameras[index]
+    current = np.array((camera.fx, camera.fy, camera.cx, camera.cy), np.float32)
+    if np.array_equal(current, np.asarray(intrinsics, np.float32)):
+        return None
+    fx, fy, cx, cy = (float(v) for v in intrinsics)
+    updated = dataclasses.replace(camera, fx=fx, fy=fy, cx=cx, cy=cy)
+    return tuple(cameras[:index]) + (updated,) + tuple(cameras[index + 1:])

@@ -11,3 +11,8 @@ DIAGNOSTICS_TOPIC = '/diagnostics'
 def camera_topic(name: str) -> str:
     """Input topic of a camera's feature maps."""
     return f'{NAMESPACE}/input/camera/{name}/features'
+
+
+def camera_info_topic(name: str) -> str:
+    """Input topic of a camera's sensor_msgs/CameraInfo (K at image resolution)."""
+    return f'{NAMESPACE}/input/camera/{name}/camera_info'

@@ -3,6 +3,9 @@ Launch the jax_perception node with its parameter file.
 
 ros2 launch jax_perception_node jax_perception.launch.py \
     pointcloud_topic:=/sensing/lidar/top/pointcloud use_sim_time:=true
+
+managed:=true starts the lifecycle variant (jax_perception_lifecycle_node) instead: it waits
+unconfigured until a lifecycle manager (or ``ros2 lifecycle set``) configures and activates it.
 """
 
 import os
@@ -10,12 +13,14 @@ import os
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
+from launch.conditions import IfCondition, UnlessCondition
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
 from launch_ros.parameter_descriptions import ParameterValue
 
 PACKAGE = 'jax_perception_node'
 EXECUTABLE = 'jax_perception_node'
+MANAGED_EXECUTABLE = 'jax_perception_lifecycle_node'
 PARAMS_FILE = os.path.join('config', 'jax_perception.param.yaml')
 
 
@@ -32,17 +37,23 @@ def generate_launch_description():
                               description='debug | info | warn | error'),
         DeclareLaunchArgument('pointcloud_topic', default_value='~/input/pointcloud',
                               description='LiDAR PointCloud2 topic to subscribe to'),
+        DeclareLaunchArgument('managed', default_value='false',
+                              description='true: the lifecycle node, unconfigured until '
+                                          'configured and activated'),
     ]
-    node = Node(
-        package=PACKAGE,
-        executable=EXECUTABLE,
-        name='jax_perception',
-        namespace=LaunchConfiguration('namespace'),
-        output='screen',
-        parameters=[LaunchConfiguration('params_file'),
-                    {'use_sim_time': ParameterValue(LaunchConfiguration('use_sim_time'),
-                                                    value_type=bool)}],
-        remappings=[('~/input/pointcloud', LaunchConfiguration('pointcloud_topic'))],
-        arguments=['--ros-args', '--log-level', LaunchConfiguration('log_level')],
-    )
-    return LaunchDescription(args + [node])
+    common = {
+        'package': PACKAGE,
+        'name': 'jax_perception',
+        'namespace': LaunchConfiguration('namespace'),
+        'output': 'screen',
+        'parameters': [LaunchConfiguration('params_file'),
+                       {'use_sim_time': ParameterValue(LaunchConfiguration('use_sim_time'),
+                                                       value_type=bool)}],
+        'remappings': [('~/input/pointcloud', LaunchConfiguration('pointcloud_topic'))],
+        'arguments': ['--ros-args', '--log-level', LaunchConfiguration('log_level')],
+    }
+    managed = LaunchConfiguration('managed')
+    return LaunchDescription(args + [
+        Node(executable=EXECUTABLE, condition=UnlessCondition(managed), **common),
+        LifecycleNode(executable=MANAGED_EXECUTABLE, condition=IfCondition(managed), **common),
+    ])

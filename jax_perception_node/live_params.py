@@ -1,0 +1,81 @@
+"""
+Which parameters may change while the node runs, and the check of a change.
+
+Live parameters are read arithmetically at run time: calibrations (applied through
+``BevPipeline.set_calibration``, which never compiles), the sync tolerance, the diagnostics
+thresholds and the output frame id. Static parameters fix array shapes or what the executables
+were built with: changing one means building and compiling a new pipeline, so a running node
+refuses the change with a reason that says so. The core of this module imports no ROS.
+"""
+
+from typing import Any, Mapping
+
+from .config import config_from_parameters, ConfigError, PARAMETERS, PipelineConfig
+
+SHAPES = 'changes array shapes'
+COMPILED = 'compiled into the executables'
+BUILT = 'fixed when the pipeline is built'
+
+LIVE_KEYS = frozenset({
+    'grid.frame_id', 'lidar.translation', 'lidar.rotation_xyzw',
+    'sync.max_camera_lidar_delay_s', 'diagnostics.period_s', 'diagnostics.window',
+    'diagnostics.latency_budget_ms', 'diagnostics.lidar_timeout_s',
+})
+LIVE_CAMERA_KEYS = frozenset({'fx', 'fy', 'cx', 'cy', 'translation', 'rotation_xyzw'})
+INTRINSIC_KEYS = ('fx', 'fy', 'cx', 'cy')
+
+# Static key -> why. Grid z limits and the overflow policy are used arithmetically, but the
+# pipeline takes them once at construction.
+STATIC_KEYS: dict[str, str] = {
+    'grid.x_min': SHAPES, 'grid.x_max': SHAPES, 'grid.y_min': SHAPES, 'grid.y_max': SHAPES,
+    'grid.resolution': SHAPES, 'buckets': SHAPES, 'cameras.names': SHAPES,
+    'fusion.num_heights': SHAPES, 'fusion.weights_file': SHAPES,
+    'fusion.activation': COMPILED,
+    'grid.z_min': BUILT, 'grid.z_max': BUILT, 'overflow_policy': BUILT,
+    'compilation_cache_dir': BUILT,
+}
+STATIC_CAMERA_KEYS = {'height': SHAPES, 'width': SHAPES, 'channels': SHAPES}
+
+
+def is_ours(key: str) -> bool:
+    """Return True for the node's own parameters (not use_sim_time, QoS overrides, ...)."""
+    return key in PARAMETERS or key.startswith('cameras.')
+
+
+def static_reason(key: str) -> str | None:
+    """Why ``key`` cannot change while the pipeline runs, or None for a live key."""
+    if key in STATIC_KEYS:
+        return STATIC_KEYS[key]
+    if key.startswith('cameras.') and key.count('.') == 2:
+        leaf = key.rsplit('.', 1)[1]
+        return STATIC_CAMERA_KEYS.get(leaf)
+    return None
+
+
+def plain(value: Any) -> Any:
+    """Return an rclpy parameter value as plain Python (array.array and tuples as lists)."""
+    return list(value) if hasattr(value, 'tolist') or isinstance(value, tuple) else value
+
+
+def check_update(values: Mapping[str, Any],
+                 changes: Mapping[str, Any]) -> tuple[dict[str, Any], PipelineConfig]:
+    """
+    Validate ``changes`` against the running ``values``; return the new values and config.
+
+    Keys that are not the node's own are ignored. Raises :class:`ConfigError`: for a static key
+    whose value changes, ``'<key> is static (<why>): restart the node to change it'``; for a bad
+    value, the config layer's message naming the key.
+    """
+    ours = {key: plain(value) for key, value in changes.items() if is_ours(key)}
+    for key, value in ours.items():
+        reason = static_reason(key)
+        if reason is not None and plain(values.get(key)) != value:
+            raise ConfigError(f'{key} is static ({reason}): restart the node to change it')
+    merged = {**values, **ours}
+    return merged, config_from_parameters(merged)
+
+
+def changed_intrinsics(changes: Mapping[str, Any]) -> set[str]:
+    """Return the cameras whose fx, fy, cx or cy is among ``changes``."""
+    return {key.split('.')[1] for key in changes
+            if key.startswith('cameras.') and key.rsplit('.', 1)[1] in INTRINSIC_KEYS}
