@@ -3,13 +3,14 @@
 import os
 import stat
 
-from conftest import small_config
+from conftest import camera_params, small_config
+import jax
 from jax_perception_node.config import ConfigError
 from jax_perception_node.executable_cache import private_cache_dir
 from jax_perception_node.pipeline import BevPipeline, compile_count
 import numpy as np
 import pytest
-from reference import voxelize_ref
+from reference import lift_ref, quat_matrix, voxelize_ref
 
 
 @pytest.fixture(scope='module')
@@ -21,7 +22,30 @@ def pipe():
 
 def test_warmup_compiles_every_bucket(pipe):
     assert set(pipe.compile_seconds) == {'calibration', '64', '256', '1024'}
-    assert pipe.compiles_after_warmup == 0
+
+
+def test_the_compile_counter_sees_a_cold_warmup(tmp_path):
+    """Positive control: a warm-up on an empty store compiles, and the counter says so."""
+    pipe = BevPipeline(small_config(compilation_cache_dir=str(tmp_path / 'xla')))
+    before = compile_count()
+    pipe.warmup()
+    # One executable for the calibration tables and one per bucket, all compiled here.
+    assert (pipe._store.hits, pipe._store.misses) == (0, 4)
+    assert compile_count() - before >= 4
+
+
+def test_the_compile_counter_sees_a_compile_after_warmup():
+    """Positive control: any compile in the process after warm-up shows in every count."""
+    pipe = BevPipeline(small_config(cameras=0))
+    pipe.warmup()
+    points = np.ones((10, 4), np.float32)
+    assert pipe.process(points).compiles_after_warmup == 0
+    before = compile_count()
+    doubled = jax.jit(lambda x: x * 2.0 - 1.0)(np.arange(7, dtype=np.float32))
+    np.testing.assert_array_equal(np.asarray(doubled), np.arange(7) * 2.0 - 1.0)
+    assert compile_count() == before + 1
+    assert pipe.compiles_after_warmup == 1
+    assert pipe.process(points).compiles_after_warmup == 1
 
 
 def test_process_needs_warmup():
@@ -50,6 +74,7 @@ def test_200_random_frames_never_recompile():
         assert result.overflow_points == max(0, n - 1024)
         assert result.num_points == n
     assert compile_count() == before
+    assert pipe.compiles_after_warmup == 0
     assert buckets == {64, 256, 1024}
 
 
@@ -167,3 +192,51 @@ def test_warm_start_loads_stored_executables(tmp_path):
     assert last._store.hits == 4
     np.testing.assert_array_equal(last.process(points, maps).features,
                                   cold.process(points, maps).features)
+
+
+def cell_centre_cloud(cfg, rng, n=400):
+    """
+    Points near cell centres of the grid (never within 0.2 cells of an edge), in the LiDAR frame.
+
+    Drawn in the grid frame and moved into the LiDAR frame with the inverse of the configured
+    pose, so float32 rounding cannot move a point across a cell edge or the z range.
+    """
+    g = cfg.grid
+    rows = rng.integers(0, g.height, n)
+    cols = rng.integers(0, g.width, n)
+    offset = rng.uniform(0.2, 0.8, size=(n, 2))
+    x = g.x_min + (rows + offset[:, 0]) * g.resolution
+    y = g.y_min + (cols + offset[:, 1]) * g.resolution
+    z = rng.uniform(g.z_min + 0.1, g.z_max - 0.1, n)
+    grid_xyz = np.stack([x, y, z], axis=1)
+    rot = quat_matrix(cfg.lidar.rotation_xyzw)
+    lidar_xyz = (grid_xyz - np.asarray(cfg.lidar.translation)) @ rot
+    intensity = rng.uniform(0, 100, size=(n, 1))
+    return np.hstack([lidar_xyz, intensity]).astype(np.float32)
+
+
+def test_set_calibration_matches_the_reference_on_features():
+    """Moved LiDAR and cameras: every output channel equals the NumPy reference, no compile."""
+    pipe = BevPipeline(small_config())
+    pipe.warmup()
+    moved = small_config(**camera_params('front', translation=(0.5, 0.3, 2.5), fx=6.0,
+                                         cx=10.0, rotation=[-0.56085, 0.43065, -0.43065, 0.56085]),
+                         **camera_params('rear', translation=(-1.5, 0.4, 1.2), fy=11.0,
+                                         rotation=[-0.5, -0.5, 0.5, 0.5]),
+                         **{'lidar.translation': [-0.6, 1.1, 0.8],
+                            'lidar.rotation_xyzw': [0.0, 0.0, 0.25881905, 0.96592583]})
+    rng = np.random.default_rng(21)
+    maps = {name: rng.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
+    points = cell_centre_cloud(moved, rng)
+    before = compile_count()
+    pipe.set_calibration(moved.lidar, moved.cameras)
+    out = pipe.process(points, maps).features
+    assert compile_count() == before
+    np.testing.assert_allclose(out[..., :6], voxelize_ref(points, moved), rtol=1e-5, atol=1e-5)
+    camera, coverage = lift_ref(moved, maps)
+    assert 0 < coverage.sum() < coverage.size      # the moved cameras see part of the grid
+    np.testing.assert_allclose(out[..., 6:9], camera, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(out[..., 9], coverage)
+    # The original calibration's reference differs: the check above could not pass unchanged.
+    original_camera, _ = lift_ref(pipe.cfg, maps)
+    assert not np.allclose(original_camera, camera, atol=1e-3)
