@@ -2,7 +2,9 @@
 Offline replay: every LiDAR frame of a bag through BevPipeline, outputs into a new bag.
 
 No ROS graph is needed. Cameras pair with LiDAR through the node's own ``CameraSync``, fed in
-bag-time order, which is the order a live node receives them in.
+bag-time order, which is the order a live node receives them in. CameraInfo messages in the bag
+set the intrinsics the way they do in the node: scaled to the feature map, applied without a
+compile, and counted when rejected.
 """
 
 from dataclasses import dataclass, field
@@ -12,7 +14,8 @@ import time
 from typing import Callable
 
 from . import bagio
-from .camera import FeatureMapError, features_image_fields, read_features
+from .camera import (CameraInfoError, FeatureMapError, features_image_fields, read_features,
+                     scale_camera_info, with_intrinsics)
 from .cloud import CloudFormatError, read_points
 from .config import PipelineConfig
 from .latency import format_value, FRAME_KEYS, percentiles, STAGES
@@ -28,6 +31,8 @@ class ReplayResult:
     frames: int = 0
     rejected: int = 0
     rejected_feature_maps: int = 0
+    rejected_camera_info: int = 0
+    camera_info_applied: int = 0
     overflowed: int = 0
     compiles_after_warmup: int = 0
     warmup_s: float = 0.0
@@ -44,6 +49,8 @@ class ReplayResult:
             'buckets': {str(k): v for k, v in sorted(self.buckets.items())},
             'latency_ms': {s: percentiles(r[s] for r in self.records) for s in STAGES},
             'rejected_feature_maps': self.rejected_feature_maps,
+            'rejected_camera_info': self.rejected_camera_info,
+            'camera_info_applied': self.camera_info_applied,
             'overflowed_frames': self.overflowed, 'warmup_s': round(self.warmup_s, 3),
             'cameras_used': percentiles(r['cameras_used'] for r in self.records),
         }
@@ -54,12 +61,16 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
                camera_topics: dict[str, str] | None = None,
                snapshot_frames: tuple[int, ...] = (),
                progress: Callable[[int, int], None] | None = None,
-               pipeline: BevPipeline | None = None) -> ReplayResult:
+               pipeline: BevPipeline | None = None,
+               camera_info_topics: dict[str, str] | None = None) -> ReplayResult:
     """
     Run every LiDAR frame of ``src`` through the pipeline and write the outputs to ``dst``.
 
     Raises BagError when the input cannot be read, lacks the LiDAR topic, or ``dst`` exists.
     ``snapshot_frames`` are frame indices whose features are kept in the result (-1 = last).
+    ``camera_topics`` / ``camera_info_topics`` map camera names to bag topics; unnamed cameras
+    use the node's input names. A given ``pipeline`` must be warmed; each replay starts it from
+    the parameters' calibration, so one bag's CameraInfo never carries over to the next.
     """
     reader = bagio.open_reader(src)
     try:
@@ -78,13 +89,21 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
         result.warmup_s = time.perf_counter() - start
         by_topic = {t: name for name, t in camera_topics.items()
                     if types.get(t) == bagio.IMAGE_TYPE}
+        info_topics = {c.name: (camera_info_topics or {}).get(
+            c.name, bagio.camera_info_topic(c.name)) for c in cfg.cameras}
+        info_by_topic = {t: name for name, t in info_topics.items()
+                         if types.get(t) == bagio.CAMERA_INFO_TYPE}
         sync = CameraSync(pipe.camera_names, cfg.max_camera_lidar_delay_s)
+        calibration = _Intrinsics(pipe, cfg.cameras, result)
         with bagio.BagWriter(dst, compress=True) as writer:
             for topic, timestamp, raw, msgtype in bagio.iter_messages(
-                    reader, [pointcloud_topic, *by_topic]):
+                    reader, [pointcloud_topic, *by_topic, *info_by_topic]):
                 msg = bagio.TYPESTORE.deserialize_cdr(raw, msgtype)
                 if topic in by_topic:
                     _add_camera(sync, cfg, by_topic[topic], msg, result)
+                    continue
+                if topic in info_by_topic:
+                    calibration.update(info_by_topic[topic], msg)
                     continue
                 _frame(pipe, cfg, sync, msg, timestamp, writer, result, snapshot_frames, total)
                 if progress:
@@ -93,6 +112,29 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
         return result
     finally:
         reader.close()
+
+
+class _Intrinsics:
+    """The camera intrinsics in force: parameters until a CameraInfo replaces them."""
+
+    def __init__(self, pipe: BevPipeline, cameras, result: ReplayResult):
+        self.pipe, self.cameras, self.result = pipe, tuple(cameras), result
+        if self.cameras:
+            pipe.set_calibration(cameras=self.cameras)
+
+    def update(self, name: str, msg) -> None:
+        cam = self.cameras[[c.name for c in self.cameras].index(name)]
+        try:
+            intrinsics = scale_camera_info(msg, cam.height, cam.width)
+        except CameraInfoError as exc:
+            self.result.rejected_camera_info += 1
+            self.result.errors.append(f'camera {name}: CameraInfo rejected: {exc}')
+            return
+        updated = with_intrinsics(self.cameras, name, intrinsics)
+        if updated is not None:
+            self.pipe.set_calibration(cameras=updated)
+            self.cameras = updated
+            self.result.camera_info_applied += 1
 
 
 def _add_camera(sync, cfg, name, msg, result) -> None:

@@ -1,0 +1,49 @@
+"""rosbags messages built by hand for bag tests (no rclpy, no code under test to build them)."""
+
+import sys
+
+from jax_perception_node import bagio
+import numpy as np
+
+TYPES = bagio.TYPESTORE.types
+
+
+def header(stamp_ns: int, frame_id: str):
+    """std_msgs/Header at ``stamp_ns``."""
+    sec, nanosec = divmod(int(stamp_ns), 1_000_000_000)
+    return TYPES['std_msgs/msg/Header'](
+        stamp=TYPES['builtin_interfaces/msg/Time'](sec=sec, nanosec=nanosec), frame_id=frame_id)
+
+
+def cloud(points: np.ndarray, stamp_ns: int):
+    """float32 (N, 4) -> PointCloud2 with x, y, z, intensity."""
+    fields = [TYPES['sensor_msgs/msg/PointField'](name=n, offset=4 * i, datatype=7, count=1)
+              for i, n in enumerate(('x', 'y', 'z', 'intensity'))]
+    data = np.frombuffer(np.ascontiguousarray(points, np.float32).tobytes(), np.uint8)
+    return TYPES[bagio.POINTCLOUD_TYPE](
+        header=header(stamp_ns, 'lidar'), height=1, width=len(points), fields=fields,
+        is_bigendian=sys.byteorder == 'big', point_step=16, row_step=16 * len(points),
+        data=data, is_dense=True)
+
+
+def features(fmap: np.ndarray, stamp_ns: int):
+    """float32 (H, W, C) -> Image 32FC<C>."""
+    rows, cols, channels = fmap.shape
+    return TYPES[bagio.IMAGE_TYPE](
+        header=header(stamp_ns, 'camera'), height=rows, width=cols,
+        encoding=f'32FC{channels}', is_bigendian=sys.byteorder == 'big',
+        step=cols * channels * 4,
+        data=np.frombuffer(np.ascontiguousarray(fmap, np.float32).tobytes(), np.uint8))
+
+
+def camera_info(width: int, height: int, fx: float, fy: float, cx: float, cy: float,
+                stamp_ns: int = 0):
+    """CameraInfo with K = [fx 0 cx; 0 fy cy; 0 0 1] for a ``width`` x ``height`` image."""
+    k = np.array([fx, 0, cx, 0, fy, cy, 0, 0, 1], np.float64)
+    roi = TYPES['sensor_msgs/msg/RegionOfInterest'](
+        x_offset=0, y_offset=0, height=0, width=0, do_rectify=False)
+    return TYPES[bagio.CAMERA_INFO_TYPE](
+        header=header(stamp_ns, 'camera'), height=height, width=width,
+        distortion_model='plumb_bob', d=np.zeros(5), k=k, r=np.eye(3).reshape(-1),
+        p=np.array([fx, 0, cx, 0, 0, fy, cy, 0, 0, 0, 1, 0], np.float64),
+        binning_x=0, binning_y=0, roi=roi)

@@ -1,0 +1,239 @@
+"""Intrinsics from sensor_msgs/CameraInfo: scaling, rejection, the pipeline, replay, the node."""
+
+import copy
+import time
+
+import bag_messages
+from conftest import camera_params, small_config, small_params
+from jax_perception_node import bagio
+from jax_perception_node.camera import (CameraInfoError, scale_camera_info, SCALE_TOLERANCE,
+                                        with_intrinsics)
+from jax_perception_node.pipeline import BevPipeline
+from jax_perception_node.replay import replay_bag
+import numpy as np
+import pytest
+from ros_harness import (make_cloud, make_features, NodeProcess, Probe, stamp_of,
+                         status_values, write_params)
+
+# The front camera of small_params(): a 12 x 20 feature map with fx = fy = 8, cx 9.5, cy 5.5.
+MAP_H, MAP_W = 12, 20
+# A CameraInfo at 4x the map (80 x 48 image). By hand, with s = 20 / 80 = 12 / 48 = 1/4:
+# fx_f = 24 / 4 = 6, fy_f = 28 / 4 = 7, cx_f = (35.5 + 0.5) / 4 - 0.5 = 8.5,
+# cy_f = (19.5 + 0.5) / 4 - 0.5 = 4.5.
+IMAGE = {'width': 80, 'height': 48, 'fx': 24.0, 'fy': 28.0, 'cx': 35.5, 'cy': 19.5}
+SCALED = {'fx': 6.0, 'fy': 7.0, 'cx': 8.5, 'cy': 4.5}
+T0 = 1_700_000_000 * 10**9
+
+
+def scaled_config(cameras: int = 1):
+    """The config a user would write with the CameraInfo's intrinsics scaled by hand."""
+    return small_config(cameras, **camera_params('front', **SCALED))
+
+
+def bad_infos():
+    """(what, CameraInfo) pairs that must each be rejected."""
+    good = bag_messages.camera_info(**IMAGE)
+    cases = []
+
+    def case(what, **k):
+        msg = copy.deepcopy(good)
+        for key, value in k.items():
+            if key.startswith('k'):
+                msg.k[int(key[1:])] = value
+            else:
+                setattr(msg, key, value)
+        cases.append((what, msg))
+
+    case('zero fx', k0=0.0)
+    case('negative fy', k4=-28.0)
+    case('NaN fx', k0=float('nan'))
+    case('infinite cx', k2=float('inf'))
+    case('zero width', width=0)
+    case('zero height', height=0)
+    case('aspect differs', width=80, height=60)
+    case('smaller than the map', width=10, height=6)
+    case('binning', binning_x=2, binning_y=2)
+    return cases
+
+
+def test_scaling_matches_the_hand_computed_values():
+    msg = bag_messages.camera_info(**IMAGE)
+    assert scale_camera_info(msg, MAP_H, MAP_W) == pytest.approx(
+        (SCALED['fx'], SCALED['fy'], SCALED['cx'], SCALED['cy']), abs=1e-12)
+    # Same size as the map: pixel-centre convention keeps everything as it is.
+    same = bag_messages.camera_info(20, 12, 8.0, 9.0, 9.5, 5.5)
+    assert scale_camera_info(same, MAP_H, MAP_W) == pytest.approx((8.0, 9.0, 9.5, 5.5))
+    # A backbone that rounds rows (900 / 16 = 56.25 -> 56) is within the tolerance.
+    rounded = bag_messages.camera_info(1600, 900, 1266.0, 1266.0, 816.0, 491.0)
+    fx, fy, cx, cy = scale_camera_info(rounded, 56, 100)
+    assert fx == pytest.approx(1266.0 * 100 / 1600) and fy == pytest.approx(1266.0 * 56 / 900)
+    assert cx == pytest.approx(816.5 / 16 - 0.5) and cy == pytest.approx(491.5 * 56 / 900 - 0.5)
+    assert abs(100 / 1600 - 56 / 900) <= SCALE_TOLERANCE * (100 / 1600)
+
+
+@pytest.mark.parametrize('what,msg', bad_infos(), ids=[c[0] for c in bad_infos()])
+def test_bad_camera_info_is_rejected_naming_the_field(what, msg):
+    with pytest.raises(CameraInfoError) as info:
+        scale_camera_info(msg, MAP_H, MAP_W)
+    named = {'zero fx': 'fx', 'negative fy': 'fy', 'NaN fx': 'fx', 'infinite cx': 'cx',
+             'zero width': 'width', 'zero height': 'height', 'aspect differs': 'in y',
+             'smaller than the map': 'smaller', 'binning': 'binning'}[what]
+    assert named in str(info.value)
+
+
+def test_with_intrinsics_replaces_one_camera_and_ignores_repeats():
+    cameras = small_config(2).cameras
+    assert with_intrinsics(cameras, 'front', (8.0, 8.0, 9.5, 5.5)) is None
+    updated = with_intrinsics(cameras, 'rear', (6.0, 7.0, 8.5, 4.5))
+    assert updated[0] == cameras[0]
+    assert (updated[1].fx, updated[1].fy, updated[1].cx, updated[1].cy) == (6.0, 7.0, 8.5, 4.5)
+    assert updated[1].pose == cameras[1].pose and updated[1].height == cameras[1].height
+
+
+def frame_inputs(seed: int):
+    rng = np.random.default_rng(seed)
+    points = rng.normal(scale=4.0, size=(200, 4)).astype(np.float32)
+    points[:, 0] = np.abs(points[:, 0]) + 1.0          # ahead, where the front camera looks
+    return points, rng.uniform(size=(MAP_H, MAP_W, 3)).astype(np.float32)
+
+
+@pytest.fixture(scope='module')
+def scaled_reference():
+    pipe = BevPipeline(scaled_config())
+    pipe.warmup()
+    return pipe
+
+
+def test_pipeline_with_camera_info_equals_the_scaled_parameters(scaled_reference):
+    pipe = BevPipeline(small_config(1))
+    pipe.warmup()
+    points, fmap = frame_inputs(1)
+    before = pipe.process(points, {'front': fmap}).features
+    intrinsics = scale_camera_info(bag_messages.camera_info(**IMAGE), MAP_H, MAP_W)
+    pipe.set_calibration(cameras=with_intrinsics(pipe.cfg.cameras, 'front', intrinsics))
+    after = pipe.process(points, {'front': fmap}).features
+    expected = scaled_reference.process(points, {'front': fmap}).features
+    assert not np.array_equal(before[..., 6:], expected[..., 6:]), 'the intrinsics must matter'
+    np.testing.assert_array_equal(after, expected)
+    assert pipe.compiles_after_warmup == 0
+
+
+def write_bag(path, frames, infos):
+    """LiDAR + front features per frame; ``infos``: (frame index, CameraInfo) before a frame."""
+    with bagio.BagWriter(path) as writer:
+        for k, (points, fmap) in enumerate(frames):
+            stamp = T0 + k * 100_000_000
+            for index, info in infos:
+                if index == k:
+                    writer.write(bagio.camera_info_topic('front'), info, stamp - 2_000_000)
+            writer.write(bagio.camera_topic('front'), bag_messages.features(fmap, stamp),
+                         stamp - 1_000_000)
+            writer.write(bagio.POINTCLOUD_TOPIC, bag_messages.cloud(points, stamp), stamp)
+
+
+def test_replay_reads_camera_info_from_the_bag(tmp_path, scaled_reference):
+    frames = [frame_inputs(k) for k in range(4)]
+    infos = [(1, bag_messages.camera_info(**IMAGE)), (2, bag_messages.camera_info(**IMAGE))]
+    infos += [(3, msg) for _, msg in bad_infos()]
+    write_bag(tmp_path / 'in', frames, infos)
+    cfg = small_config(1)
+    params_pipe = BevPipeline(cfg)
+    params_pipe.warmup()
+    result = replay_bag(tmp_path / 'in', tmp_path / 'out', cfg)
+    assert result.compiles_after_warmup == 0
+    assert result.frames == 4
+    assert result.camera_info_applied == 1          # the repeat at frame 2 changes nothing
+    assert result.rejected_camera_info == len(bad_infos())
+    assert any('CameraInfo rejected' in e and 'fx' in e for e in result.errors)
+    reader = bagio.open_reader(tmp_path / 'out')
+    try:
+        outputs = [bagio.TYPESTORE.deserialize_cdr(raw, t) for _, _, raw, t in
+                   bagio.iter_messages(reader, [bagio.FEATURES_TOPIC])]
+    finally:
+        reader.close()
+    for k, ((points, fmap), msg) in enumerate(zip(frames, outputs)):
+        got = np.frombuffer(bytes(msg.data), np.float32).reshape(msg.height, msg.width, -1)
+        # Frame 0 precedes every CameraInfo: the parameters are the fallback.
+        ref = params_pipe if k == 0 else scaled_reference
+        np.testing.assert_array_equal(got, ref.process(points, {'front': fmap}).features)
+
+
+# -- the node ---------------------------------------------------------------------------------
+
+def ros_camera_info(width, height, fx, fy, cx, cy):
+    from sensor_msgs.msg import CameraInfo
+    msg = CameraInfo(width=width, height=height, distortion_model='plumb_bob')
+    msg.k = [fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0]
+    return msg
+
+
+@pytest.fixture(scope='module')
+def running(tmp_path_factory):
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import CameraInfo
+    tmp = tmp_path_factory.mktemp('camera_info')
+    params = small_params(1, **{'diagnostics.period_s': 0.2,
+                                'diagnostics.lidar_timeout_s': 60.0})
+    node = NodeProcess(write_params(params, tmp / 'params.yaml'), tmp / 'node.log')
+    probe = Probe(cameras=('front',))
+    info_pub = probe.node.create_publisher(
+        CameraInfo, bagio.camera_info_topic('front'), qos_profile_sensor_data)
+    try:
+        probe.wait_ready(node)
+        probe.wait_for(lambda: info_pub.get_subscription_count() > 0, what='camera_info sub')
+        yield node, probe, info_pub
+    finally:
+        probe.close()
+        node.stop()
+
+
+def send_frame(probe, k, points, fmap):
+    stamp = T0 + k * 10**9
+    probe.camera_pubs['front'].publish(make_features(fmap, stamp))
+    time.sleep(0.15)
+    probe.cloud_pub.publish(make_cloud(points, stamp))
+    probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.features)
+                   and any(stamp_of(m) == stamp for m in probe.latency),
+                   what=f'output of frame {k}')
+    msg = next(m for m in probe.features if stamp_of(m) == stamp)
+    latency = next(m for m in probe.latency if stamp_of(m) == stamp)
+    assert status_values(latency.status[0])['compiles_after_warmup'] == '0'
+    return np.frombuffer(bytes(msg.data), np.float32).reshape(msg.height, msg.width, -1)
+
+
+def wait_status(probe, predicate, what):
+    start = len(probe.diagnostics)
+    probe.wait_for(lambda: len(probe.diagnostics) > start + 1
+                   and predicate(status_values(probe.diagnostics[-1].status[0])),
+                   timeout=20.0, what=what)
+    return status_values(probe.diagnostics[-1].status[0])
+
+
+def test_node_applies_camera_info_without_a_compile(running, scaled_reference):
+    node, probe, info_pub = running
+    params_pipe = BevPipeline(small_config(1))
+    params_pipe.warmup()
+    points, fmap = frame_inputs(7)
+    before = send_frame(probe, 0, points, fmap)
+    np.testing.assert_array_equal(before, params_pipe.process(points, {'front': fmap}).features)
+
+    info_pub.publish(ros_camera_info(**IMAGE))
+    wait_status(probe, lambda v: v['camera_info_applied'] == '1', 'CameraInfo applied')
+    after = send_frame(probe, 1, points, fmap)
+    np.testing.assert_array_equal(after, scaled_reference.process(points, {'front': fmap})
+                                  .features)
+
+    bad = [ros_camera_info(80, 48, 0.0, 28.0, 35.5, 19.5),            # zero focal length
+           ros_camera_info(80, 48, float('nan'), 28.0, 35.5, 19.5),   # NaN focal length
+           ros_camera_info(0, 48, 24.0, 28.0, 35.5, 19.5),            # zero size
+           ros_camera_info(80, 60, 24.0, 28.0, 35.5, 19.5)]           # x and y scale differ
+    for msg in bad:
+        info_pub.publish(msg)
+        time.sleep(0.05)
+    values = wait_status(probe, lambda v: v['rejected_camera_info'] == str(len(bad)),
+                         'CameraInfo rejections counted')
+    assert values['camera_info_applied'] == '1'
+    still = send_frame(probe, 2, points, fmap)
+    np.testing.assert_array_equal(still, after)
+    assert node.alive()
+    assert 'CameraInfo rejected' in node.log()
