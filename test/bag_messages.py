@@ -38,7 +38,7 @@ def features(fmap: np.ndarray, stamp_ns: int):
 
 def camera_info(width: int, height: int, fx: float, fy: float, cx: float, cy: float,
                 stamp_ns: int = 0):
-    """CameraInfo with K = [fx 0 cx; 0 fy cy; 0 0 1] for a ``width`` x ``height`` image."""
+    """Build a CameraInfo with K = [fx 0 cx; 0 fy cy; 0 0 1] for a ``width`` x ``height`` image."""
     k = np.array([fx, 0, cx, 0, fy, cy, 0, 0, 1], np.float64)
     roi = TYPES['sensor_msgs/msg/RegionOfInterest'](
         x_offset=0, y_offset=0, height=0, width=0, do_rectify=False)

@@ -26,12 +26,12 @@ T0 = 1_700_000_000 * 10**9
 
 
 def scaled_config(cameras: int = 1):
-    """The config a user would write with the CameraInfo's intrinsics scaled by hand."""
+    """Return the config a user would write with the CameraInfo's intrinsics scaled by hand."""
     return small_config(cameras, **camera_params('front', **SCALED))
 
 
 def bad_infos():
-    """(what, CameraInfo) pairs that must each be rejected."""
+    """Return (what, CameraInfo) pairs that must each be rejected."""
     good = bag_messages.camera_info(**IMAGE)
     cases = []
 
@@ -119,7 +119,7 @@ def test_pipeline_with_camera_info_equals_the_scaled_parameters(scaled_reference
 
 
 def write_bag(path, frames, infos):
-    """LiDAR + front features per frame; ``infos``: (frame index, CameraInfo) before a frame."""
+    """Write LiDAR + front features per frame; ``infos``: (frame index, CameraInfo) before."""
     with bagio.BagWriter(path) as writer:
         for k, (points, fmap) in enumerate(frames):
             stamp = T0 + k * 100_000_000
