@@ -1,0 +1,167 @@
+"""Live parameters: the live/static table, the update check, and the node's parameter callback."""
+
+import time
+
+from conftest import camera_params, small_config, small_params
+from jax_perception_node.config import ConfigError, PARAMETERS
+from jax_perception_node.live_params import (check_update, LIVE_KEYS, STATIC_KEYS,
+                                             static_reason)
+from jax_perception_node.pipeline import BevPipeline
+import numpy as np
+import pytest
+from ros_harness import (make_cloud, make_features, NodeProcess, Probe, stamp_of,
+                         status_values, write_params)
+
+T0 = 1_700_000_000 * 10**9
+
+
+def test_every_parameter_is_either_live_or_static():
+    assert LIVE_KEYS.isdisjoint(STATIC_KEYS)
+    assert LIVE_KEYS | set(STATIC_KEYS) == set(PARAMETERS)
+
+
+@pytest.mark.parametrize('key,reason', [
+    ('grid.resolution', 'changes array shapes'), ('buckets', 'changes array shapes'),
+    ('cameras.names', 'changes array shapes'), ('cameras.front.height', 'changes array shapes'),
+    ('cameras.front.channels', 'changes array shapes'), ('fusion.num_heights',
+                                                         'changes array shapes'),
+    ('fusion.activation', 'compiled into the executables'),
+    ('cameras.front.fx', None), ('cameras.front.rotation_xyzw', None),
+    ('lidar.translation', None), ('sync.max_camera_lidar_delay_s', None),
+    ('diagnostics.latency_budget_ms', None)])
+def test_static_reason(key, reason):
+    assert static_reason(key) == reason
+
+
+def test_check_update_refuses_static_keys_and_bad_values():
+    values = small_params(1)
+    with pytest.raises(ConfigError) as info:
+        check_update(values, {'grid.resolution': 0.25})
+    assert str(info.value) == ('grid.resolution is static (changes array shapes): '
+                               'restart the node to change it')
+    with pytest.raises(ConfigError, match=r'^cameras.front.fx: must be > 0'):
+        check_update(values, {'cameras.front.fx': -1.0})
+    # Setting a static key to the value it has changes nothing and is fine.
+    merged, cfg = check_update(values, {'grid.resolution': 0.5, 'use_sim_time': True,
+                                        'cameras.front.fx': 6.0})
+    assert 'use_sim_time' not in merged and cfg.cameras[0].fx == 6.0
+    assert values['cameras.front.fx'] == 8.0                 # the input is left alone
+
+
+# -- the node ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope='module')
+def running(tmp_path_factory):
+    from rcl_interfaces.srv import GetParameters, SetParameters
+    tmp = tmp_path_factory.mktemp('live')
+    params = small_params(1, **{'diagnostics.period_s': 0.2,
+                                'diagnostics.lidar_timeout_s': 60.0})
+    node = NodeProcess(write_params(params, tmp / 'params.yaml'), tmp / 'node.log')
+    probe = Probe(cameras=('front',))
+    try:
+        probe.wait_ready(node)
+        setter = probe.node.create_client(SetParameters, '/jax_perception/set_parameters')
+        getter = probe.node.create_client(GetParameters, '/jax_perception/get_parameters')
+        assert setter.wait_for_service(timeout_sec=10) and getter.wait_for_service(timeout_sec=10)
+        yield node, probe, setter, getter
+    finally:
+        probe.close()
+        node.stop()
+
+
+def set_parameters(probe, setter, **values):
+    """Set parameters through the node's service; returns the per-parameter results."""
+    from rclpy.parameter import Parameter
+    from rcl_interfaces.srv import SetParameters
+    params = [Parameter(k.replace('__', '.'), value=v).to_parameter_msg()
+              for k, v in values.items()]
+    future = setter.call_async(SetParameters.Request(parameters=params))
+    probe.wait_for(future.done, what='set_parameters')
+    return future.result().results
+
+
+def get_parameter(probe, getter, name):
+    from rclpy.parameter import parameter_value_to_python
+    from rcl_interfaces.srv import GetParameters
+    future = getter.call_async(GetParameters.Request(names=[name]))
+    probe.wait_for(future.done, what='get_parameters')
+    return parameter_value_to_python(future.result().values[0])
+
+
+def send_frame(probe, k, points, fmap, camera_offset_ns=20_000_000):
+    stamp = T0 + k * 10**9
+    probe.camera_pubs['front'].publish(make_features(fmap, stamp + camera_offset_ns))
+    time.sleep(0.15)
+    probe.cloud_pub.publish(make_cloud(points, stamp))
+    probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.features)
+                   and any(stamp_of(m) == stamp for m in probe.latency),
+                   what=f'output of frame {k}')
+    msg = next(m for m in probe.features if stamp_of(m) == stamp)
+    values = status_values(next(m for m in probe.latency if stamp_of(m) == stamp).status[0])
+    assert values['compiles_after_warmup'] == '0'
+    features = np.frombuffer(bytes(msg.data), np.float32).reshape(msg.height, msg.width, -1)
+    return features, int(values['cameras_used'])
+
+
+def reference(**overrides):
+    pipe = BevPipeline(small_config(1, **overrides))
+    pipe.warmup()
+    return pipe
+
+
+def frame_inputs(seed):
+    rng = np.random.default_rng(seed)
+    points = rng.normal(scale=4.0, size=(300, 4)).astype(np.float32)
+    points[:, 0] = np.abs(points[:, 0]) + 1.0
+    return points, rng.uniform(size=(12, 20, 3)).astype(np.float32)
+
+
+def test_live_calibration_applies_without_a_compile(running):
+    node, probe, setter, getter = running
+    points, fmap = frame_inputs(3)
+    before, _ = send_frame(probe, 0, points, fmap)
+    np.testing.assert_array_equal(before, reference().process(points, {'front': fmap}).features)
+
+    results = set_parameters(probe, setter, cameras__front__fx=6.0)
+    assert results[0].successful, results[0].reason
+    assert get_parameter(probe, getter, 'cameras.front.fx') == 6.0
+    after, used = send_frame(probe, 1, points, fmap)
+    expected = reference(**camera_params('front', fx=6.0)).process(points, {'front': fmap})
+    assert used == 1 and not np.array_equal(after, before)
+    np.testing.assert_array_equal(after, expected.features)
+
+    # Pose of the LiDAR and of the camera, two keys in one atomic set.
+    results = set_parameters(probe, setter, lidar__translation=[0.5, 0.25, 1.0],
+                             cameras__front__translation=[1.5, 0.25, 1.25])
+    assert all(r.successful for r in results), [r.reason for r in results]
+    moved, _ = send_frame(probe, 2, points, fmap)
+    expected = reference(**{**camera_params('front', fx=6.0, translation=(1.5, 0.25, 1.25)),
+                            'lidar.translation': [0.5, 0.25, 1.0]})
+    np.testing.assert_array_equal(moved, expected.process(points, {'front': fmap}).features)
+    assert node.alive()
+
+
+def test_static_and_bad_values_are_refused_with_a_reason(running):
+    node, probe, setter, getter = running
+    results = set_parameters(probe, setter, grid__resolution=0.25)
+    assert not results[0].successful
+    assert results[0].reason == ('grid.resolution is static (changes array shapes): '
+                                 'restart the node to change it')
+    assert get_parameter(probe, getter, 'grid.resolution') == 0.5
+    results = set_parameters(probe, setter, cameras__front__fx=-2.0)
+    assert not results[0].successful and results[0].reason.startswith('cameras.front.fx: ')
+    assert get_parameter(probe, getter, 'cameras.front.fx') > 0
+    assert 'parameter change refused' in node.log()
+
+
+def test_live_sync_tolerance_masks_a_camera(running):
+    node, probe, setter, getter = running
+    points, fmap = frame_inputs(4)
+    _, used = send_frame(probe, 10, points, fmap, camera_offset_ns=50_000_000)
+    assert used == 1                                    # within the 0.1 s default
+    results = set_parameters(probe, setter, sync__max_camera_lidar_delay_s=0.01)
+    assert results[0].successful, results[0].reason
+    _, used = send_frame(probe, 11, points, fmap, camera_offset_ns=50_000_000)
+    assert used == 0
+    _, used = send_frame(probe, 12, points, fmap, camera_offset_ns=5_000_000)
+    assert used == 1
