@@ -1,7 +1,8 @@
-"""PointCloud2 decoding against an independent struct-based decoder, for every message flavour."""
+"""PointCloud2 decoding against a struct-based decoder and sensor_msgs_py, for every flavour."""
 
 from dataclasses import dataclass, replace
 import os
+from pathlib import Path
 import struct
 import sys
 import time
@@ -513,3 +514,139 @@ def test_fuzz_decodes_like_the_reference_or_rejects(case, max_points, policy):
         expected = expected[_reference_rows(n, max_points, policy)]
     assert points.dtype == np.float32 and points.shape == expected.shape
     np.testing.assert_array_equal(points, expected)
+
+
+# -- a second oracle: sensor_msgs_py from ../shared -------------------------------------------
+
+VENDOR = (Path(__file__).resolve().parents[2] / 'shared' / 'vendor'
+          / 'sensor-msgs-py-jazzy')
+
+
+def point_cloud2():
+    """Import sensor_msgs_py.point_cloud2 from the vendor sources; skip where they are absent."""
+    if not (VENDOR / 'sensor_msgs_py' / 'point_cloud2.py').is_file():
+        pytest.skip(f'../shared is absent: no sensor_msgs_py oracle at {VENDOR}')
+    if str(VENDOR) not in sys.path:
+        sys.path.append(str(VENDOR))     # used in place, never copied (see its README)
+    from sensor_msgs_py import point_cloud2 as module
+    return module
+
+
+def oracle_decode(cloud: Cloud) -> np.ndarray | None:
+    """
+    Decode with sensor_msgs_py.point_cloud2.read_points; None where it refuses the layout.
+
+    Two layouts it misreads rather than refuses count as refused: an organized cloud with
+    padded rows (it reads ``width * height`` points back to back, ignoring ``row_step``), and
+    fields sharing bytes in a foreign byte order (it byteswaps the buffer in place, field by
+    field, so a shared byte is swapped once per field).
+    """
+    pc2 = point_cloud2()
+    if cloud.height > 1 and cloud.row_step != cloud.width * cloud.point_step:
+        return None
+    # x, y, z asked for by name (it refuses a cloud without them), intensity where present.
+    names = ['x', 'y', 'z'] + [f.name for f in cloud.fields if f.name == 'intensity'][:1]
+    if bool(cloud.is_bigendian) != (sys.byteorder == 'big'):
+        spans = sorted((f.offset, f.offset + TYPES[f.datatype][1]) for f in cloud.fields
+                       if f.name in names and f.datatype in TYPES)
+        if any(end > start for (_, end), (start, _) in zip(spans, spans[1:])):
+            return None
+    msg = as_flavour(cloud, 'rclpy')     # a message of its own: read_points byteswaps in place
+    try:
+        structured = pc2.read_points(msg, field_names=names)
+    except (AssertionError, KeyError, ValueError, TypeError):
+        return None
+    out = np.zeros((len(structured), 4), np.float32)
+    with np.errstate(over='ignore', invalid='ignore'):
+        for name in names:
+            out[:, XYZI.index(name)] = structured[name].astype(np.float32)
+    return out
+
+
+def rows_mismatch_only(cloud: Cloud) -> bool:
+    """Whether the one thing sensor_msgs_py leaves unchecked, row_step against data, is off."""
+    return (cloud.row_step < cloud.width * cloud.point_step
+            or len(cloud.data) < cloud.row_step * cloud.height)
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(random_clouds())
+def test_fuzz_agrees_with_sensor_msgs_py(case):
+    cloud, _ = case
+    theirs = oracle_decode(cloud)
+    if theirs is None:
+        event('sensor_msgs_py refuses')
+        return
+    try:
+        ours, n = read_points(as_flavour(cloud, 'rclpy'))
+    except CloudFormatError:
+        # It accepted a layout ours refuses: allowed only where the refusal is about row_step.
+        event('only sensor_msgs_py accepts')
+        assert rows_mismatch_only(cloud), cloud
+        return
+    event('both decode')
+    assert n == len(theirs)
+    np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize('is_bigendian', [False, True])
+@pytest.mark.parametrize('datatype', sorted(TYPES))
+def test_every_datatype_agrees_with_sensor_msgs_py(datatype, is_bigendian):
+    rng = np.random.default_rng(100 + datatype)
+    size = TYPES[datatype][1]
+    # The ring field sits first in memory but last in the list: read_points_numpy compares
+    # every requested field's datatype with the first listed one.
+    fields = [Field('x', 3, datatype), Field('y', 3 + size, datatype),
+              Field('z', 7 + 2 * size, datatype), Field('intensity', 7 + 3 * size, datatype),
+              Field('ring', 0, UINT16)]
+    values = {f.name: sample_values(f.datatype, 24, rng) for f in fields}
+    for height, width in ((1, 24), (4, 6)):
+        cloud = encode(height, width, fields, values, is_bigendian, point_step=7 + 4 * size + 3)
+        theirs = oracle_decode(cloud)
+        assert theirs is not None
+        points, n = read_points(as_flavour(cloud, 'rclpy'))
+        assert n == 24
+        np.testing.assert_array_equal(points, theirs)
+        same = point_cloud2().read_points_numpy(as_flavour(cloud, 'rclpy'),
+                                                field_names=list(XYZI))
+        with np.errstate(over='ignore'):
+            np.testing.assert_array_equal(points, same.astype(np.float32))
+
+
+def test_clouds_made_by_create_cloud_read_back_their_points():
+    pc2 = point_cloud2()
+    from std_msgs.msg import Header
+    rng = np.random.default_rng(8)
+    header = Header(frame_id='lidar')
+    xyzi = rng.normal(scale=20.0, size=(50, 4)).astype(np.float32)
+    fields = [PointField(name=name, offset=4 * k, datatype=FLOAT32, count=1)
+              for k, name in enumerate(XYZI)]
+    msg = pc2.create_cloud(header, fields, xyzi)
+    points, n = read_points(msg)
+    assert n == 50
+    np.testing.assert_array_equal(points, xyzi)
+    np.testing.assert_array_equal(points, pc2.read_points_numpy(msg))
+
+    xyz = pc2.create_cloud_xyz32(header, xyzi[:, :3].tolist())
+    points, _ = read_points(xyz)
+    np.testing.assert_array_equal(points, np.hstack([xyzi[:, :3], np.zeros((50, 1))]))
+
+    # Mixed types, a field between ours, a point_step wider than the fields.
+    mixed = [PointField(name='intensity', offset=0, datatype=UINT8, count=1),
+             PointField(name='ring', offset=2, datatype=UINT16, count=1),
+             PointField(name='x', offset=4, datatype=FLOAT64, count=1),
+             PointField(name='y', offset=12, datatype=INT16, count=1),
+             PointField(name='z', offset=16, datatype=FLOAT32, count=1)]
+    rows = [(int(rng.integers(0, 256)), k, float(rng.normal() * 1e3),
+             int(rng.integers(-2 ** 15, 2 ** 15)), float(np.float32(rng.normal())))
+            for k in range(30)]
+    msg = pc2.create_cloud(header, mixed, rows, point_step=28)
+    assert msg.point_step == 28
+    points, n = read_points(msg)
+    expected = np.array([[r[2], r[3], r[4], r[0]] for r in rows]).astype(np.float32)
+    assert n == 30
+    np.testing.assert_array_equal(points, expected)
+    structured = pc2.read_points(msg, field_names=list(XYZI))
+    np.testing.assert_array_equal(
+        points, np.stack([structured[k].astype(np.float32) for k in XYZI], axis=1))
