@@ -1,0 +1,58 @@
+"""The managed node as its own process, and a lifecycle_msgs client on a test probe."""
+
+import os
+from pathlib import Path
+import subprocess
+import sys
+
+from ros_harness import NodeProcess
+
+LIFECYCLE_EXE = Path(sys.executable).with_name('jax_perception_lifecycle_node')
+
+
+class LifecycleProcess(NodeProcess):
+    """jax_perception_lifecycle_node started through its console script, output to a file."""
+
+    def __init__(self, params_file: Path, log_path: Path, extra_args=()):
+        if not LIFECYCLE_EXE.exists():
+            raise RuntimeError(f'{LIFECYCLE_EXE} is not installed (pip install -e .)')
+        self.log_path = log_path
+        self._log = open(log_path, 'w')
+        self.proc = subprocess.Popen(
+            [str(LIFECYCLE_EXE), '--ros-args', '--params-file', str(params_file), *extra_args],
+            stdout=self._log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED='1'))
+
+
+class LifecycleClient:
+    """change_state / get_state of a lifecycle node, called from a Probe's node."""
+
+    def __init__(self, probe, node='/jax_perception'):
+        from lifecycle_msgs.srv import ChangeState, GetState
+        self.probe = probe
+        self._change = probe.node.create_client(ChangeState, f'{node}/change_state')
+        self._get = probe.node.create_client(GetState, f'{node}/get_state')
+
+    def wait_for_services(self, process=None, timeout: float = 60.0) -> None:
+        """Until both services are there (the node finished its constructor)."""
+        for client in (self._get, self._change):
+            self.probe.wait_for(lambda: client.service_is_ready()
+                                or (process is not None and not process.alive()),
+                                timeout=timeout, what=f'service {client.srv_name}')
+        if process is not None and not process.alive():
+            raise AssertionError(f'node exited:\n{process.log()}')
+
+    def state(self) -> str:
+        """Return the current state's label: unconfigured, inactive, active, finalized."""
+        from lifecycle_msgs.srv import GetState
+        future = self._get.call_async(GetState.Request())
+        self.probe.wait_for(future.done, what='get_state')
+        return future.result().current_state.label
+
+    def transition(self, transition_id: int, timeout: float = 120.0) -> bool:
+        """Request a lifecycle_msgs/Transition by id; True when it succeeded."""
+        from lifecycle_msgs.srv import ChangeState
+        request = ChangeState.Request()
+        request.transition.id = transition_id
+        future = self._change.call_async(request)
+        self.probe.wait_for(future.done, timeout=timeout, what=f'transition {transition_id}')
+        return future.result().success

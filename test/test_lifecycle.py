@@ -1,0 +1,138 @@
+"""The managed node through real rclpy: lifecycle transitions over the lifecycle_msgs services."""
+
+from conftest import small_config, small_params
+from jax_perception_node.pipeline import BevPipeline
+from lifecycle_harness import LifecycleClient, LifecycleProcess
+import numpy as np
+import pytest
+from ros_harness import make_cloud, Probe, stamp_of, status_values, write_params
+
+T0 = 1_700_000_000 * 10**9
+PARAMS = small_params(0, **{'diagnostics.period_s': 0.2, 'diagnostics.lidar_timeout_s': 60.0})
+
+
+def transitions():
+    from lifecycle_msgs.msg import Transition
+    return Transition
+
+
+@pytest.fixture
+def managed(tmp_path):
+    node = LifecycleProcess(write_params(PARAMS, tmp_path / 'params.yaml'), tmp_path / 'n.log')
+    probe = Probe()
+    client = LifecycleClient(probe)
+    try:
+        client.wait_for_services(node)
+        yield node, probe, client
+    finally:
+        probe.close()
+        node.stop()
+
+
+def serve(probe, stamp, points):
+    """Publish a cloud and wait for its output; returns the BEV features."""
+    probe.cloud_pub.publish(make_cloud(points, stamp))
+    probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.features)
+                   and any(stamp_of(m) == stamp for m in probe.latency), what=f'frame {stamp}')
+    msg = next(m for m in probe.features if stamp_of(m) == stamp)
+    return np.frombuffer(bytes(msg.data), np.float32).reshape(msg.height, msg.width, -1)
+
+
+def last_counts(probe):
+    """Received and processed counts of the newest /diagnostics (call inside wait_for)."""
+    if not probe.diagnostics:
+        return {}
+    return {k: int(v) for k, v in status_values(probe.diagnostics[-1].status[0]).items()
+            if k in ('received', 'processed')}
+
+
+def test_transitions_gate_the_output(managed):
+    node, probe, client = managed
+    t = transitions()
+    pipe = BevPipeline(small_config(0))
+    pipe.warmup()
+    points = np.random.default_rng(2).normal(scale=4.0, size=(100, 4)).astype(np.float32)
+
+    assert client.state() == 'unconfigured'
+    # Unconfigured and inactive: no subscription exists, so nothing can be served.
+    assert probe.cloud_pub.get_subscription_count() == 0
+    assert client.transition(t.TRANSITION_CONFIGURE)
+    assert client.state() == 'inactive'
+    assert probe.cloud_pub.get_subscription_count() == 0
+    assert 'warm-up:' in node.log()
+
+    assert client.transition(t.TRANSITION_ACTIVATE)
+    assert client.state() == 'active'
+    probe.wait_for(lambda: probe.cloud_pub.get_subscription_count() > 0, what='subscription')
+    out = serve(probe, T0, points)
+    np.testing.assert_array_equal(out, pipe.process(points).features)
+    probe.wait_for(lambda: last_counts(probe).get('processed') == 1, what='processed count')
+
+    assert client.transition(t.TRANSITION_DEACTIVATE)
+    assert client.state() == 'inactive'
+    probe.wait_for(lambda: probe.cloud_pub.get_subscription_count() == 0, what='unsubscribe')
+    with probe.lock:
+        diagnostics_while_active = len(probe.diagnostics)
+    probe.cloud_pub.publish(make_cloud(points, T0 + 10**9))     # nobody listens
+
+    assert client.transition(t.TRANSITION_ACTIVATE)
+    probe.wait_for(lambda: probe.cloud_pub.get_subscription_count() > 0, what='resubscribe')
+    serve(probe, T0 + 2 * 10**9, points)
+    assert not any(stamp_of(m) == T0 + 10**9 for m in probe.features + probe.latency)
+    # Counters survive deactivation: the second served frame is the second processed.
+    probe.wait_for(lambda: len(probe.diagnostics) > diagnostics_while_active
+                   and last_counts(probe) == {'received': 2, 'processed': 2},
+                   what='counts kept across deactivate')
+    values = status_values(probe.latency[-1].status[0])
+    assert values['compiles_after_warmup'] == '0'
+
+    # Shutdown from active ends the process cleanly.
+    assert client.transition(t.TRANSITION_ACTIVE_SHUTDOWN)
+    assert node.proc.wait(timeout=30) == 0
+    assert 'frame failed' not in node.log()
+
+
+def test_failed_configure_reports_the_reason_and_cleanup_releases(managed):
+    node, probe, client = managed
+    t = transitions()
+    from rcl_interfaces.srv import SetParameters
+    from rclpy.parameter import Parameter
+    setter = probe.node.create_client(SetParameters, '/jax_perception/set_parameters')
+    assert setter.wait_for_service(timeout_sec=10)
+
+    def set_param(name, value):
+        future = setter.call_async(SetParameters.Request(
+            parameters=[Parameter(name, value=value).to_parameter_msg()]))
+        probe.wait_for(future.done, what='set_parameters')
+        return future.result().results[0]
+
+    # Unconfigured, a static key may change: configure reads it (and here refuses it).
+    assert set_param('grid.resolution', 0.0).successful
+    assert not client.transition(t.TRANSITION_CONFIGURE)
+    assert client.state() == 'unconfigured'
+    assert 'configure failed: bad parameter grid.resolution: must be > 0, got 0' in node.log()
+
+    assert set_param('grid.resolution', 0.25).successful
+    assert client.transition(t.TRANSITION_CONFIGURE)
+    # Configured, the same key is static.
+    refused = set_param('grid.resolution', 0.5)
+    assert not refused.successful and 'is static' in refused.reason
+    assert client.transition(t.TRANSITION_CLEANUP)
+    assert client.state() == 'unconfigured'
+    assert set_param('grid.resolution', 0.5).successful
+
+    # Configure again after cleanup builds a new pipeline with the new grid.
+    assert client.transition(t.TRANSITION_CONFIGURE)
+    assert client.transition(t.TRANSITION_ACTIVATE)
+    probe.wait_for(lambda: probe.cloud_pub.get_subscription_count() > 0, what='subscription')
+    out = serve(probe, T0, np.ones((3, 4), np.float32))
+    assert out.shape[:2] == (32, 48)                     # 16 m x 24 m at 0.5 m
+    assert client.transition(t.TRANSITION_DEACTIVATE)
+    assert client.transition(t.TRANSITION_INACTIVE_SHUTDOWN)
+    assert node.proc.wait(timeout=30) == 0
+
+
+def test_shutdown_from_unconfigured(managed):
+    node, probe, client = managed
+    assert client.transition(transitions().TRANSITION_UNCONFIGURED_SHUTDOWN)
+    assert node.proc.wait(timeout=30) == 0
