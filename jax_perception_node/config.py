@@ -47,6 +47,8 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
                         'whole cloud) or truncate (first points)'),
     'cameras.names': ([], 'camera names; each needs a cameras.<name> block'),
     'fusion.num_heights': (4, 'height levels sampled per cell by the camera lift'),
+    'fusion.max_samples_per_cell': (0, 'camera-lift sample slots per cell (recompiles); 0: the '
+                                    'most any cell needs with the start-up calibration'),
     'fusion.weights_file': ('', 'optional .npz with W (C_in x C_out) and b (C_out)'),
     'fusion.activation': ('none', 'none | relu, applied after the projection (weights only)'),
     'sync.max_camera_lidar_delay_s': (0.1, 's, a feature map further than this from the LiDAR '
@@ -130,6 +132,11 @@ class GridConfig:
         """Columns W (y index)."""
         return int(round((self.y_max - self.y_min) / self.resolution))
 
+    def vector(self) -> np.ndarray:
+        """float32[5] (x_min, y_min, z_min, z_max, resolution), the kernels' ``grid``."""
+        return np.array([self.x_min, self.y_min, self.z_min, self.z_max, self.resolution],
+                        np.float32)
+
 
 @dataclass(frozen=True)
 class CameraConfig:
@@ -153,6 +160,7 @@ class FusionConfig:
     num_heights: int
     weights_file: str
     activation: str
+    max_samples_per_cell: int = 0   # lift slots per cell; 0: derived at warm-up
 
 
 @dataclass(frozen=True)
@@ -291,9 +299,14 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
     fusion = FusionConfig(
         num_heights=reader.integer('fusion.num_heights', minimum=1),
         weights_file=reader.string('fusion.weights_file'),
-        activation=reader.choice('fusion.activation', ACTIVATIONS))
+        activation=reader.choice('fusion.activation', ACTIVATIONS),
+        max_samples_per_cell=reader.integer('fusion.max_samples_per_cell', minimum=0))
     if fusion.num_heights > 64:
         raise ConfigError('fusion.num_heights: at most 64')
+    if fusion.max_samples_per_cell > len(cameras) * fusion.num_heights:
+        raise ConfigError(f'fusion.max_samples_per_cell: at most cameras x num_heights = '
+                          f'{len(cameras) * fusion.num_heights}, got '
+                          f'{fusion.max_samples_per_cell}')
 
     cfg = PipelineConfig(
         grid=grid, lidar=reader.pose('lidar'), buckets=tuple(buckets), overflow_policy=policy,

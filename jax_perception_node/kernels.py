@@ -2,13 +2,18 @@
 Pure JAX kernels: LiDAR voxelization, camera lift and fusion onto the BEV grid.
 
 Shapes in the signatures use B (bucket capacity), H x W (grid rows x columns), N (cameras),
-K (height levels), H_f x W_f x C (camera feature map). Arguments after ``*`` are static: they fix
-array shapes, so a new value means a new compile. Everything else is a traced array, so
-calibration and grid offsets can change at run time without recompiling.
+K (height levels), S (lift slots per cell), H_f x W_f x C (camera feature map). Arguments after
+``*`` are static: they fix array shapes, so a new value means a new compile. Everything else is
+a traced array, so calibration and grid offsets can change at run time without recompiling.
 
 ``grid`` is always ``float32[5] = (x_min, y_min, z_min, z_max, resolution)`` in metres.
+
+No kernel leaves a float32 product to a backend's default precision: the geometry is written
+out without dots, and the one matmul (the projection) asks for HIGHEST. NVIDIA GPUs otherwise
+run float32 dots as TF32 (10-bit mantissa), which moved a quarter of the lifted cells.
 """
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -69,88 +74,145 @@ def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
 
 class LiftTables(NamedTuple):
     """
-    Precomputed bilinear taps of the camera lift, from grid and calibration only.
+    The camera lift's compacted bilinear samples, from grid and calibration only.
 
-    index: int32[N*K*4, H*W] rows of the flattened feature maps (N*H_f*W_f, C), one row per tap.
-    weight: float32[N*K*4, H*W] bilinear weights, 0 for invalid samples.
-    samples: float32[N, H*W] valid samples per camera and cell (0..K).
+    The feature maps are read edge-padded by one pixel on every side, (H_f + 2) x (W_f + 2) per
+    camera, followed by one all-zero block; ``P = (N + 1) (H_f + 2) (W_f + 2)`` rows of C. Each
+    cell holds ``S`` sample slots (S is static: it fixes the shapes, see ``lift_geometry``).
+
+    top: int32[S, H*W] flat row of a sample's top-left tap; the other taps are +1, +(W_f + 2)
+    and +(W_f + 3). Unused slots point at the zero block.
+    frac: float32[2, S, H*W] (du, dv) = (u - floor(u), v - floor(v)); 0 in unused slots.
+    samples: float32[N, H*W] valid samples per camera and cell (0..K), for the mean.
     """
 
-    index: jax.Array
-    weight: jax.Array
+    top: jax.Array
+    frac: jax.Array
     samples: jax.Array
 
 
-def lift_geometry(intrinsics: jax.Array, camera_rotation: jax.Array,
-                  camera_translation: jax.Array, grid: jax.Array, *, height: int, width: int,
-                  num_heights: int, map_height: int, map_width: int) -> LiftTables:
-    """
-    Project every cell centre at every height level into every camera (Simple-BEV geometry).
-
-    intrinsics: float32[N, 4] (fx, fy, cx, cy) at feature-map resolution, pixel centres at
-    integer coordinates. camera_rotation float32[N, 3, 3] and camera_translation float32[N, 3]
-    map each optical frame (z forward, x right, y down) to the grid frame. A sample is valid when
-    its depth is > 0.1 m and -0.5 <= u < W_f - 0.5, -0.5 <= v < H_f - 0.5. Runs once per
-    calibration, not per frame.
-    """
+def _project(intrinsics: jax.Array, camera_rotation: jax.Array, camera_translation: jax.Array,
+             grid: jax.Array, *, height: int, width: int, num_heights: int, map_height: int,
+             map_width: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Pixel coordinates u, v and validity of every sample: each [N, K, H*W] (camera-major)."""
     x_min, y_min, z_min, z_max, res = grid[0], grid[1], grid[2], grid[3], grid[4]
     xs = x_min + (jnp.arange(height, dtype=jnp.float32) + 0.5) * res
     ys = y_min + (jnp.arange(width, dtype=jnp.float32) + 0.5) * res
     zs = z_min + (jnp.arange(num_heights, dtype=jnp.float32) + 0.5) * (z_max - z_min) / num_heights
-    gx, gy, gz = jnp.meshgrid(xs, ys, zs, indexing='ij')
-    pts = jnp.stack([gx, gy, gz], axis=-1).reshape(height * width, num_heights, 3)
-
-    # p_cam = R^T (p_grid - t), for every camera: [N, HW, K, 3]
-    rel = pts[None] - camera_translation[:, None, None, :]
-    cam = jnp.einsum('nij,nckj->ncki', jnp.swapaxes(camera_rotation, 1, 2), rel)
-    depth = cam[..., 2]
+    # [1, K, H*W] each: level-major so that a camera's samples of one cell are K apart.
+    gx = jnp.broadcast_to(xs[:, None], (height, width)).reshape(1, 1, -1)
+    gy = jnp.broadcast_to(ys[None, :], (height, width)).reshape(1, 1, -1)
+    gz = zs.reshape(1, -1, 1)
+    # p_cam = R^T (p_grid - t), written out: no dot, so no backend may lower its precision
+    # (a TF32 dot on an NVIDIA GPU moved a quarter of the samples).
+    r = camera_rotation[:, :, :, None, None]          # [N, 3, 3, 1, 1]
+    t = camera_translation[:, :, None, None]          # [N, 3, 1, 1]
+    rx, ry, rz = gx - t[:, 0], gy - t[:, 1], gz - t[:, 2]
+    cam_x = r[:, 0, 0] * rx + r[:, 1, 0] * ry + r[:, 2, 0] * rz
+    cam_y = r[:, 0, 1] * rx + r[:, 1, 1] * ry + r[:, 2, 1] * rz
+    depth = r[:, 0, 2] * rx + r[:, 1, 2] * ry + r[:, 2, 2] * rz
     safe = jnp.where(depth > MIN_DEPTH_M, depth, 1.0)
     fx, fy, cx, cy = (intrinsics[:, i, None, None] for i in range(4))
-    u = fx * cam[..., 0] / safe + cx
-    v = fy * cam[..., 1] / safe + cy
+    u = fx * cam_x / safe + cx
+    v = fy * cam_y / safe + cy
     valid = ((depth > MIN_DEPTH_M) & (u >= -0.5) & (u < map_width - 0.5)
              & (v >= -0.5) & (v < map_height - 0.5))
+    return u, v, valid
 
-    u0, v0 = jnp.floor(u), jnp.floor(v)
-    du, dv = u - u0, v - v0
-    taps_index, taps_weight = [], []
-    for oy, wy in ((0, 1.0 - dv), (1, dv)):
-        for ox, wx in ((0, 1.0 - du), (1, du)):
-            # Edge clamping: the border pixel repeats beyond the map.
-            col = jnp.clip(u0 + ox, 0, map_width - 1).astype(jnp.int32)
-            row = jnp.clip(v0 + oy, 0, map_height - 1).astype(jnp.int32)
-            taps_index.append(row * map_width + col)
-            taps_weight.append(jnp.where(valid, wx * wy, 0.0))
-    cam_offset = (jnp.arange(intrinsics.shape[0], dtype=jnp.int32)
-                  * (map_height * map_width))[:, None, None, None]
-    index = jnp.stack(taps_index, axis=-1) + cam_offset            # [N, HW, K, 4]
-    weight = jnp.stack(taps_weight, axis=-1)
+
+def lift_sample_counts(intrinsics: jax.Array, camera_rotation: jax.Array,
+                       camera_translation: jax.Array, grid: jax.Array, *, height: int,
+                       width: int, num_heights: int, map_height: int,
+                       map_width: int) -> jax.Array:
+    """
+    Valid camera samples per cell, int32[H*W], over all cameras and heights.
+
+    Its maximum is the slot count ``lift_geometry`` needs for this calibration. Arguments as
+    for ``lift_geometry``.
+    """
+    _, _, valid = _project(intrinsics, camera_rotation, camera_translation, grid, height=height,
+                           width=width, num_heights=num_heights, map_height=map_height,
+                           map_width=map_width)
+    return jnp.sum(valid, axis=(0, 1), dtype=jnp.int32)
+
+
+def lift_geometry(intrinsics: jax.Array, camera_rotation: jax.Array,
+                  camera_translation: jax.Array, grid: jax.Array, *, height: int, width: int,
+                  num_heights: int, map_height: int, map_width: int,
+                  slots: int) -> tuple[LiftTables, jax.Array]:
+    """
+    Project every cell centre at every height level into every camera and compact the samples.
+
+    intrinsics: float32[N, 4] (fx, fy, cx, cy) at feature-map resolution, pixel centres at
+    integer coordinates. camera_rotation float32[N, 3, 3] and camera_translation float32[N, 3]
+    map each optical frame (z forward, x right, y down) to the grid frame. A sample is valid when
+    its depth is > 0.1 m and -0.5 <= u < W_f - 0.5, -0.5 <= v < H_f - 0.5 (Simple-BEV geometry).
+
+    Each cell keeps its first ``slots`` valid samples in (camera, level) order; ``slots`` is
+    static (changing it recompiles). Returns the tables and int32[N], the valid samples of each
+    camera that did not fit (all 0 when ``slots`` >= ``max(lift_sample_counts(...))``). Runs
+    once per calibration, not per frame.
+    """
     n = intrinsics.shape[0]
-    to_taps = (lambda a: jnp.moveaxis(a, 1, 3).reshape(n * num_heights * 4, height * width))
-    return LiftTables(index=to_taps(index), weight=to_taps(weight).astype(jnp.float32),
-                      samples=jnp.sum(valid, axis=2).astype(jnp.float32))
+    u, v, valid = _project(intrinsics, camera_rotation, camera_translation, grid, height=height,
+                           width=width, num_heights=num_heights, map_height=map_height,
+                           map_width=map_width)
+    padded_w = map_width + 2
+    block = (map_height + 2) * padded_w
+    u0, v0 = jnp.floor(u), jnp.floor(v)
+    # -0.5 <= u < W_f - 0.5 puts u0 in [-1, W_f - 1]: with one pixel of edge padding all four
+    # taps lie inside the camera's padded block and edge clamping comes for free.
+    camera = jnp.arange(n, dtype=jnp.int32)[:, None, None]
+    top = camera * block + (v0.astype(jnp.int32) + 1) * padded_w + u0.astype(jnp.int32) + 1
+    top = jnp.where(valid, top, n * block).reshape(n * num_heights, height * width)
+    du = jnp.where(valid, u - u0, 0.0).reshape(n * num_heights, -1)
+    dv = jnp.where(valid, v - v0, 0.0).reshape(n * num_heights, -1)
+    flat_valid = valid.reshape(n * num_heights, -1)
+    # Valid samples first, in (camera, level) order: a stable sort of the invalid flags.
+    order = jnp.argsort(~flat_valid, axis=0, stable=True)[:slots]
+    rank = jnp.cumsum(flat_valid, axis=0) - 1
+    dropped = jnp.sum((flat_valid & (rank >= slots)).reshape(n, -1), axis=1, dtype=jnp.int32)
+    kept = jnp.take_along_axis(flat_valid, order, axis=0)
+    take = functools.partial(jnp.take_along_axis, indices=order, axis=0)
+    tables = LiftTables(
+        top=jnp.where(kept, take(top), n * block),
+        frac=jnp.stack([jnp.where(kept, take(du), 0.0), jnp.where(kept, take(dv), 0.0)]),
+        samples=jnp.sum(valid, axis=1).astype(jnp.float32))
+    return tables, dropped
 
 
 def lift_cameras(features: jax.Array, camera_valid: jax.Array, tables: LiftTables, *,
                  height: int, width: int) -> tuple[jax.Array, jax.Array]:
     """
-    Sample camera features into the BEV grid with the precomputed taps.
+    Sample camera features into the BEV grid with the compacted samples.
 
     features: float32[N, H_f, W_f, C]; camera_valid: bool[N] (False masks a missing or stale
     camera for this frame). Returns (camera BEV float32[H, W, C], coverage float32[H, W]): the
     mean of all valid samples over cameras and heights, 0 and coverage 0 where none is valid.
+    Work is S x H x W samples of four taps, S = the slots of ``tables``.
     """
     n, map_h, map_w, channels = features.shape
-    taps, cells = tables.index.shape
-    flat = features.reshape(n * map_h * map_w, channels)
-    valid = camera_valid.astype(jnp.float32)
-    # One gather per tap, accumulated: XLA fuses this into a single loop, while a batched
-    # gather + einsum materializes [T, H*W, C] and runs ~10x slower on the CPU.
-    summed = jnp.zeros((cells, channels), jnp.float32)
-    for tap in range(taps):
-        weight = tables.weight[tap] * valid[tap // (taps // n)]
-        summed = summed + weight[:, None] * flat[tables.index[tap]]
-    count = valid @ tables.samples
+    masked = jnp.where(camera_valid[:, None, None, None], features, 0.0)
+    padded = jnp.pad(masked, ((0, 0), (1, 1), (1, 1), (0, 0)), mode='edge')
+    flat = jnp.pad(padded, ((0, 1), (0, 0), (0, 0), (0, 0))).reshape(-1, channels)
+    row = map_w + 2
+
+    def tap(index):
+        # Indices are built in range by lift_geometry: skip the bounds handling of a gather.
+        return flat.at[index].get(mode='promise_in_bounds')
+
+    # Slot by slot, the four taps accumulated: XLA fuses this into one loop over the cells,
+    # where a batched gather + reduce materializes [S, 4, H*W, C] and runs several times slower.
+    summed = jnp.zeros((height * width, channels), jnp.float32)
+    for slot in range(tables.top.shape[0]):
+        top = tables.top[slot]
+        du, dv = tables.frac[0, slot][:, None], tables.frac[1, slot][:, None]
+        wx0, wx1, wy0, wy1 = 1.0 - du, du, 1.0 - dv, dv
+        summed = (summed + (wx0 * wy0) * tap(top) + (wx1 * wy0) * tap(top + 1)
+                  + (wx0 * wy1) * tap(top + row) + (wx1 * wy1) * tap(top + row + 1))
+    # Summed camera by camera: a reduce over the camera axis went to XNNPACK on the CPU and
+    # cost as much as the whole slot loop.
+    count = sum(jnp.where(camera_valid[i], tables.samples[i], 0.0) for i in range(n))
     camera = summed / jnp.maximum(count, 1.0)[:, None]
     coverage = (count > 0).astype(jnp.float32)
     return camera.reshape(height, width, channels), coverage.reshape(height, width)
@@ -164,11 +226,58 @@ def fuse(lidar: jax.Array, camera: jax.Array, coverage: jax.Array,
 
     lidar float32[H, W, 6], camera float32[H, W, C], coverage float32[H, W]. projection is
     (W float32[6 + C + 1, C_out], b float32[C_out]) or None; without it the output is the plain
-    concatenation and ``activation`` is ignored. Returns float32[H, W, C_out].
+    concatenation and ``activation`` is ignored. The projection runs at HIGHEST precision: full
+    float32 on every backend (NVIDIA GPUs default to TF32 for float32 dots). Returns
+    float32[H, W, C_out].
     """
     fused = jnp.concatenate([lidar, camera, coverage[..., None]], axis=-1)
     if projection is None:
         return fused
     weights, bias = projection
-    out = fused @ weights + bias
+    out = jnp.matmul(fused, weights, precision=jax.lax.Precision.HIGHEST) + bias
     return jax.nn.relu(out) if activation == 'relu' else out
+
+
+CALIBRATION_SIZE = 17   # LiDAR rotation (9, row-major), translation (3), grid (5)
+
+
+class FrameArgs(NamedTuple):
+    """
+    The arguments of one frame, grouped by how often they change (and cross to the device).
+
+    points: float32[B, 4] x, y, z, intensity in the LiDAR frame (per frame).
+    scalars: int32[1 + N] the count of real point rows, then 1 or 0 per camera: valid for this
+    frame or masked (per frame, one small transfer).
+    calibration: float32[17] LiDAR rotation (row-major), LiDAR translation, ``grid``
+    (per calibration; stays on the device).
+    features: float32[N, H_f, W_f, C] or None without cameras (only when a map changed).
+    lift: LiftTables or None without cameras (per calibration).
+    projection: (W float32[6 + C + 1, C_out], b float32[C_out]) or None (fixed).
+    """
+
+    points: jax.Array
+    scalars: jax.Array
+    calibration: jax.Array
+    features: jax.Array | None
+    lift: LiftTables | None
+    projection: tuple[jax.Array, jax.Array] | None
+
+
+def bev_frame(args: FrameArgs, *, height: int, width: int, activation: str) -> jax.Array:
+    """
+    One frame: voxelize, lift the cameras, fuse. Returns float32[H, W, C_out].
+
+    Without cameras (``args.features`` None) the camera block has 0 channels and coverage is 0.
+    """
+    calibration = args.calibration
+    lidar = voxelize(args.points, args.scalars[0], calibration[:9].reshape(3, 3),
+                     calibration[9:12], calibration[12:17], height=height, width=width)
+    if args.features is None:
+        camera = jnp.zeros((height, width, 0), jnp.float32)
+        coverage = jnp.zeros((height, width), jnp.float32)
+    else:
+        # Materialized before the concatenation: fused into it, the slot loop ran once per
+        # output channel instead of once per cell.
+        camera, coverage = jax.lax.optimization_barrier(lift_cameras(
+            args.features, args.scalars[1:] > 0, args.lift, height=height, width=width))
+    return fuse(lidar, camera, coverage, args.projection, activation=activation)

@@ -10,14 +10,19 @@ Python loop over points or cells.
 
 Like the JAX pipeline, the camera lift's geometry (projection, validity, bilinear taps and
 weights) depends only on grid and calibration, so it is computed once per calibration
-(:func:`lift_tables`, NumPy, shared by both peers and not timed); per frame the peers only gather
-and accumulate the taps. Unlike the pipeline, the peers take the cloud unpadded: they have no
-compile to amortise, so padding would only cost them.
+(:func:`lift_matrix`, NumPy, shared by both peers and not timed) and, like the pipeline's
+compacted samples, keeps only the valid taps: a CSR matrix (cells x feature-map pixels) whose
+product with the stacked maps is the sum of samples per cell (``scipy.sparse`` /
+``torch.sparse_csr_tensor``). So every ratio compares compilation, not a weaker algorithm.
+Unlike the pipeline, the peers take the cloud unpadded: they have no compile to amortise, so
+padding would only cost them.
 
-PyTorch is the optional ``bench`` extra: importing this module never imports torch;
-:func:`torch_available` says whether :class:`TorchBev` can be built.
+PyTorch and SciPy are the optional ``bench`` extra: importing this module imports neither;
+:func:`torch_available` says whether :class:`TorchBev` can be built. ``TorchBev`` runs on any
+torch device (``'cuda'`` for the accelerator benchmark).
 """
 
+import functools
 import importlib.util
 import os
 from typing import Mapping, NamedTuple
@@ -43,9 +48,36 @@ class PeerTables(NamedTuple):
     samples: np.ndarray
 
 
-def _grid_vector(cfg: PipelineConfig) -> np.ndarray:
-    g = cfg.grid
-    return np.array([g.x_min, g.y_min, g.z_min, g.z_max, g.resolution], np.float32)
+class LiftMatrix(NamedTuple):
+    """
+    The camera lift as a sparse matrix: only the valid taps, duplicates summed.
+
+    indptr int64[H*W + 1], indices int64[nnz], data float32[nnz]: CSR rows = cells, columns =
+    rows of the stacked flattened maps (N*H_f*W_f). samples: float32[N, H*W] as in PeerTables.
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    samples: np.ndarray
+    shape: tuple[int, int]
+
+
+def lift_matrix(cfg: PipelineConfig) -> LiftMatrix | None:
+    """Compress :func:`lift_tables` to CSR, once per calibration (None without cameras)."""
+    tables = lift_tables(cfg)
+    if tables is None:
+        return None
+    from scipy import sparse
+    cells = tables.index.shape[1]
+    pixels = sum(c.height * c.width for c in cfg.cameras)
+    keep = tables.weight != 0
+    rows = np.broadcast_to(np.arange(cells), tables.index.shape)[keep]
+    csr = sparse.csr_matrix((tables.weight[keep], (rows, tables.index[keep])),
+                            shape=(cells, pixels), dtype=np.float32)
+    csr.sum_duplicates()
+    return LiftMatrix(csr.indptr.astype(np.int64), csr.indices.astype(np.int64),
+                      csr.data.astype(np.float32), tables.samples, (cells, pixels))
 
 
 def lift_tables(cfg: PipelineConfig) -> PeerTables | None:
@@ -61,7 +93,7 @@ def lift_tables(cfg: PipelineConfig) -> PeerTables | None:
     if not cfg.cameras:
         return None
     h, w, k = cfg.grid.height, cfg.grid.width, cfg.fusion.num_heights
-    x_min, y_min, z_min, z_max, res = _grid_vector(cfg)
+    x_min, y_min, z_min, z_max, res = cfg.grid.vector()
     f32 = np.float32
     xs = x_min + (np.arange(h, dtype=f32) + f32(0.5)) * res
     ys = y_min + (np.arange(w, dtype=f32) + f32(0.5)) * res
@@ -116,10 +148,15 @@ class NumpyBev:
         self.cfg = cfg
         g = cfg.grid
         self.height, self.width = g.height, g.width
-        self._grid = _grid_vector(cfg)
+        self._grid = cfg.grid.vector()
         self._rot = cfg.lidar.rotation_matrix().astype(np.float32)
         self._trans = np.asarray(cfg.lidar.translation, np.float32)
-        self.tables = lift_tables(cfg)
+        self.tables = lift_matrix(cfg)
+        self._lift = None
+        if self.tables is not None:
+            from scipy import sparse
+            t = self.tables
+            self._lift = sparse.csr_matrix((t.data, t.indices, t.indptr), shape=t.shape)
         self.camera_names = tuple(c.name for c in cfg.cameras)
         self._projection = load_fusion_weights(cfg)
         self._log64 = np.float32(np.log(64.0))
@@ -162,27 +199,17 @@ class NumpyBev:
         return out.reshape(h, w, 6)
 
     def lift(self, cameras: Mapping[str, np.ndarray | None]) -> tuple[np.ndarray, np.ndarray]:
-        """Camera BEV float32[H, W, C] and coverage float32[H, W] from the precomputed taps."""
-        tables = self.tables
-        n = len(self.camera_names)
-        taps_per_camera = tables.index.shape[0] // n
-        cells = self.height * self.width
+        """Camera BEV float32[H, W, C] and coverage float32[H, W]: one sparse product."""
         channels = self.cfg.camera_channels
         maps = [cameras.get(name) for name in self.camera_names]
         valid = np.array([m is not None for m in maps], np.float32)
+        # A masked camera's pixels are zeros: its columns of the matrix add nothing.
         flat = np.concatenate([
             np.zeros((c.height * c.width, channels), np.float32) if m is None
             else np.asarray(m, np.float32).reshape(-1, channels)
             for c, m in zip(self.cfg.cameras, maps)])
-        summed = np.zeros((cells, channels), np.float32)
-        gathered = np.empty((cells, channels), np.float32)
-        for tap in range(tables.index.shape[0]):
-            if not valid[tap // taps_per_camera]:
-                continue     # a masked camera adds nothing: skip its gathers
-            np.take(flat, tables.index[tap], axis=0, out=gathered)
-            gathered *= tables.weight[tap][:, None]
-            summed += gathered
-        count = valid @ tables.samples
+        summed = self._lift @ flat
+        count = (self.tables.samples * valid[:, None]).sum(axis=0)
         camera = summed / np.maximum(count, np.float32(1.0))[:, None]
         coverage = (count > 0).astype(np.float32)
         return camera.reshape(self.height, self.width, channels), \
@@ -212,7 +239,7 @@ def torch_available() -> bool:
 
 class TorchBev:
     """
-    The fused BEV of one frame in PyTorch eager on the CPU (float32), same API as NumpyBev.
+    The fused BEV of one frame in PyTorch eager (float32) on ``device``, same API as NumpyBev.
 
     Uses ``index_add_`` for counts and sums and ``scatter_reduce_(amax)`` for the extremes,
     with ``torch.set_num_threads`` = the CPU count. Inputs and output are NumPy arrays
@@ -221,23 +248,35 @@ class TorchBev:
 
     name = 'torch'
 
-    def __init__(self, cfg: PipelineConfig, threads: int | None = None):
+    def __init__(self, cfg: PipelineConfig, threads: int | None = None, device: str = 'cpu'):
         import torch
         self.torch = torch
+        self.device = torch.device(device)
         torch.set_num_threads(threads or os.cpu_count() or 1)
+        # Full float32 on every device, like the JAX side (no TF32 matmuls on NVIDIA GPUs).
+        torch.backends.cuda.matmul.allow_tf32 = False
         self.cfg = cfg
         self.height, self.width = cfg.grid.height, cfg.grid.width
-        self._grid = [float(v) for v in _grid_vector(cfg)]
-        self._rot = torch.from_numpy(cfg.lidar.rotation_matrix().astype(np.float32))
-        self._trans = torch.from_numpy(np.asarray(cfg.lidar.translation, np.float32))
+        self._grid = [float(v) for v in cfg.grid.vector()]
+        put = functools.partial(self._to_device, torch=torch)
+        self._rot = put(cfg.lidar.rotation_matrix().astype(np.float32))
+        self._trans = put(np.asarray(cfg.lidar.translation, np.float32))
         self.camera_names = tuple(c.name for c in cfg.cameras)
-        tables = lift_tables(cfg)
-        self.tables = None if tables is None else PeerTables(
-            *(torch.from_numpy(a) for a in tables))
+        self.tables = lift_matrix(cfg)
+        self._lift = self._samples = None
+        if self.tables is not None:
+            t = self.tables
+            self._lift = torch.sparse_csr_tensor(put(t.indptr), put(t.indices), put(t.data),
+                                                 size=t.shape)
+            self._samples = put(t.samples)
+            # Staging for the maps, on the device: one copy per frame and camera.
+            self._flat = torch.zeros((t.shape[1], cfg.camera_channels), device=self.device)
         weights = load_fusion_weights(cfg)
-        self._projection = None if weights is None else tuple(
-            torch.from_numpy(a) for a in weights)
+        self._projection = None if weights is None else tuple(put(a) for a in weights)
         self._log64 = float(np.float32(np.log(64.0)))
+
+    def _to_device(self, array: np.ndarray, torch):
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
 
     @property
     def version(self) -> str:
@@ -249,7 +288,7 @@ class TorchBev:
         torch = self.torch
         h, w = self.height, self.width
         cells = h * w
-        p = torch.from_numpy(np.ascontiguousarray(points, np.float32))
+        p = torch.from_numpy(np.ascontiguousarray(points, np.float32)).to(self.device)
         px, py, pz, intensity = p[:, 0], p[:, 1], p[:, 2], p[:, 3]
         r, t = self._rot, self._trans
         x_min, y_min, z_min, z_max, res = self._grid
@@ -264,15 +303,16 @@ class TorchBev:
         cell = torch.where(keep, row * w + col, torch.full_like(row, cells)).long()
         z = torch.where(keep, z, torch.zeros_like(z))
         intensity = torch.where(keep, intensity, torch.zeros_like(intensity))
-        sums = torch.zeros((cells + 1, 3), dtype=torch.float32).index_add_(
+        sums = torch.zeros((cells + 1, 3), dtype=torch.float32, device=self.device).index_add_(
             0, cell, torch.stack([torch.ones_like(z), z, intensity], dim=1))
-        extremes = torch.full((cells + 1, 2), -float('inf'), dtype=torch.float32)
+        extremes = torch.full((cells + 1, 2), -float('inf'), dtype=torch.float32,
+                              device=self.device)
         extremes.scatter_reduce_(0, cell[:, None].expand(-1, 2), torch.stack([z, -z], dim=1),
                                  reduce='amax')
         count, sums, extremes = sums[:cells, 0], sums[:cells], extremes[:cells]
         occupied = count > 0
         inv = 1.0 / torch.clamp(count, min=1.0)
-        zero = torch.zeros((), dtype=torch.float32)
+        zero = torch.zeros((), dtype=torch.float32, device=self.device)
         out = torch.stack([
             occupied.float(),
             torch.clamp(torch.log1p(count) / self._log64, max=1.0),
@@ -284,27 +324,23 @@ class TorchBev:
         return out.reshape(h, w, 6)
 
     def lift(self, cameras: Mapping[str, np.ndarray | None]):
-        """Camera BEV float32[H, W, C] and coverage float32[H, W] (tensors) from the taps."""
+        """Camera BEV float32[H, W, C] and coverage float32[H, W] (tensors): one sparse product."""
         torch = self.torch
-        tables = self.tables
-        n = len(self.camera_names)
-        taps_per_camera = tables.index.shape[0] // n
-        cells = self.height * self.width
         channels = self.cfg.camera_channels
-        maps = [cameras.get(name) for name in self.camera_names]
-        valid = torch.tensor([m is not None for m in maps], dtype=torch.float32)
-        flat = torch.cat([
-            torch.zeros((c.height * c.width, channels)) if m is None
-            else torch.from_numpy(np.ascontiguousarray(m, np.float32)).reshape(-1, channels)
-            for c, m in zip(self.cfg.cameras, maps)])
-        summed = torch.zeros((cells, channels), dtype=torch.float32)
-        gathered = torch.empty((cells, channels), dtype=torch.float32)
-        for tap in range(tables.index.shape[0]):
-            if maps[tap // taps_per_camera] is None:
-                continue     # a masked camera adds nothing: skip its gathers
-            torch.index_select(flat, 0, tables.index[tap], out=gathered)
-            summed.addcmul_(gathered, tables.weight[tap][:, None])
-        count = valid @ tables.samples
+        flat, offset = self._flat, 0
+        valid = []
+        for cam, name in zip(self.cfg.cameras, self.camera_names):
+            fmap, size = cameras.get(name), cam.height * cam.width
+            valid.append(fmap is not None)
+            if fmap is None:
+                flat[offset:offset + size] = 0.0     # masked: its columns add nothing
+            else:
+                flat[offset:offset + size] = torch.from_numpy(
+                    np.ascontiguousarray(fmap, np.float32)).reshape(-1, channels)
+            offset += size
+        summed = self._lift @ flat
+        mask = torch.tensor(valid, dtype=torch.float32).to(self.device)
+        count = (self._samples * mask[:, None]).sum(dim=0)
         camera = summed / torch.clamp(count, min=1.0)[:, None]
         coverage = (count > 0).float()
         return camera.reshape(self.height, self.width, channels), \
@@ -317,8 +353,8 @@ class TorchBev:
         with torch.inference_mode():
             lidar = self.voxelize(points)
             if self.tables is None:
-                camera = torch.zeros((self.height, self.width, 0))
-                coverage = torch.zeros((self.height, self.width))
+                camera = torch.zeros((self.height, self.width, 0), device=self.device)
+                coverage = torch.zeros((self.height, self.width), device=self.device)
             else:
                 camera, coverage = self.lift(cameras or {})
             fused = torch.cat([lidar, camera, coverage[..., None]], dim=-1)
@@ -327,4 +363,4 @@ class TorchBev:
                 fused = fused @ weights + bias
                 if self.cfg.fusion.activation == 'relu':
                     fused = torch.relu(fused)
-            return fused.numpy()
+            return fused.cpu().numpy()

@@ -1,13 +1,21 @@
 """
 BevPipeline: one ahead-of-time compiled executable per bucket, warmed at start-up.
 
-Static (changing it recompiles, so it is fixed at construction): grid H x W, bucket sizes,
-camera count, feature-map shape and channels, height levels, projection shape, activation.
-Traced (changing it never recompiles): calibration, grid offsets and resolution, point counts.
-The per-frame path only touches preallocated NumPy buffers, calls of the compiled executables
-and ``np.asarray`` of their results: none of these compiles, so after ``warmup()`` the
-process-wide compile counter stays where it was. Executables come from the private executable
-store when a previous start left them there (see executable_cache.py).
+Static (changing it recompiles, so it is fixed at construction and warm-up): grid H x W, bucket
+sizes, camera count, feature-map shape and channels, height levels, the lift's slots per cell,
+projection shape, activation. Traced (changing it never recompiles): calibration, grid offsets
+and resolution, point counts.
+
+The lift's slots per cell are derived at warm-up from the calibration of that moment (the most
+valid samples any cell has), unless ``fusion.max_samples_per_cell`` fixes them. A later
+calibration that needs more is refused by ``set_calibration`` with a ConfigError naming the
+camera; the previous calibration stays in force.
+
+Per frame, only the bucket's point buffer and one int32 vector (point count, camera flags)
+cross to the device; the camera batch crosses only when a feature map changed; calibration and
+lift tables live on the device; the result is fetched once. None of this compiles, so after
+``warmup()`` the process-wide compile counter stays where it was. Executables come from the
+private executable store when a previous start left them there (see executable_cache.py).
 """
 
 from dataclasses import dataclass
@@ -65,22 +73,19 @@ class FrameResult:
     overflow_points: int       # points dropped by the overflow policy
     cameras_used: int          # cameras that contributed (not masked)
     nonfinite_features: int    # non-finite feature values replaced by 0 this frame
-    pad_ms: float              # host padding into the bucket buffer
-    compute_ms: float          # transfer, kernels, block_until_ready, result to host
+    pad_ms: float              # host: padding into the bucket buffer, staging the camera maps
+    compute_ms: float          # transfer_ms + device_ms + fetch_ms
     compiles_after_warmup: int
+    transfer_ms: float = 0.0   # putting the inputs on the device (dispatch; may overlap compute)
+    device_ms: float = 0.0     # executable call until its result is ready
+    fetch_ms: float = 0.0      # result to a NumPy array
+    cameras_sent: bool = False  # the camera batch crossed to the device this frame
 
 
-def _frame(points, num_valid, lidar_rotation, lidar_translation, grid, features, camera_valid,
-           tables, projection, *, height, width, activation):
-    lidar = kernels.voxelize(points, num_valid, lidar_rotation, lidar_translation, grid,
-                             height=height, width=width)
-    if features is None:
-        camera = jnp.zeros((height, width, 0), jnp.float32)
-        coverage = jnp.zeros((height, width), jnp.float32)
-    else:
-        camera, coverage = kernels.lift_cameras(features, camera_valid, tables,
-                                                height=height, width=width)
-    return kernels.fuse(lidar, camera, coverage, projection, activation=activation)
+def calibration_vector(lidar: Pose, grid: np.ndarray) -> np.ndarray:
+    """float32[17]: the LiDAR rotation (row-major) and translation, then the grid vector."""
+    return np.concatenate([lidar.rotation_matrix().reshape(-1), lidar.translation,
+                           grid]).astype(np.float32)
 
 
 class BevPipeline:
@@ -94,12 +99,12 @@ class BevPipeline:
         self.height, self.width = grid.height, grid.width
         self.padder = BucketPadder(cfg.buckets, cfg.overflow_policy)
         self.camera_names = tuple(c.name for c in cfg.cameras)
-        self._grid = np.array([grid.x_min, grid.y_min, grid.z_min, grid.z_max, grid.resolution],
-                              np.float32)
+        self._grid = grid.vector()
         weights = load_fusion_weights(cfg)
         self._projection = None if weights is None else tuple(jax.device_put(w) for w in weights)
         self.output_channels = cfg.fused_channels if weights is None else weights[0].shape[1]
         self.projected = weights is not None     # output channels are no longer the raw ones
+        n = len(cfg.cameras)
         if cfg.cameras:
             first = cfg.cameras[0]
             self._map_shape = (first.height, first.width, first.channels)
@@ -108,90 +113,127 @@ class BevPipeline:
                     raise ConfigError(f'cameras.{cam.name}: every camera needs the same feature-'
                                       f'map shape, got {(cam.height, cam.width, cam.channels)} '
                                       f'and {self._map_shape}')
-            self._features = np.zeros((len(cfg.cameras),) + self._map_shape, np.float32)
+            self._features = np.zeros((n,) + self._map_shape, np.float32)
         else:
             self._map_shape, self._features = None, None
-        self._camera_valid = np.zeros(len(cfg.cameras), bool)
+        # count of real rows, then one flag per camera: the per-frame scalars in one transfer
+        self._scalars = np.zeros(1 + n, np.int32)
+        self._camera_valid = np.zeros(n, bool)
+        self._features_device = None
         self._frame_jit = jax.jit(functools.partial(
-            _frame, height=self.height, width=self.width, activation=cfg.fusion.activation))
-        self._geometry_jit = jax.jit(functools.partial(
-            kernels.lift_geometry, height=self.height, width=self.width,
-            num_heights=cfg.fusion.num_heights,
-            map_height=self._map_shape[0] if self._map_shape else 1,
-            map_width=self._map_shape[1] if self._map_shape else 1))
+            kernels.bev_frame, height=self.height, width=self.width,
+            activation=cfg.fusion.activation))
         self._executables: dict[int, jax.stages.Compiled] = {}
-        self._store = ExecutableCache(self.cache_dir)
-        self._static = repr((self.height, self.width, cfg.fusion.activation,
-                             cfg.fusion.num_heights, self._map_shape))
-        self._geometry = None
+        self.store = ExecutableCache(self.cache_dir)
+        self.lift_slots = 0          # static, set by warmup() (0 without cameras)
+        self._counts = self._geometry = None
         self._tables = None
-        self._lidar_rotation = self._lidar_translation = None
+        self._calibration_device = None
         self._calibration = (cfg.lidar, cfg.cameras)
         self._baseline: int | None = None
         self.compile_seconds: dict[str, float] = {}
+
+    def _static(self) -> str:
+        return repr((self.height, self.width, self.cfg.fusion.activation,
+                     self.cfg.fusion.num_heights, self._map_shape, self.lift_slots))
+
+    def _geometry_jit(self, function, **static):
+        map_h, map_w = self._map_shape[:2]
+        return jax.jit(functools.partial(
+            function, height=self.height, width=self.width,
+            num_heights=self.cfg.fusion.num_heights, map_height=map_h, map_width=map_w,
+            **static))
 
     # -- start-up ----------------------------------------------------------------------------
 
     def warmup(self) -> dict[str, float]:
         """
-        Compile the calibration function and every bucket, run each once; returns seconds.
+        Compile the calibration functions and every bucket, run each once; returns seconds.
 
-        Keys are 'calibration' and the bucket sizes as strings. After this returns, the compile
-        counter's value is the baseline for ``compiles_after_warmup``.
+        Keys are 'calibration' and the bucket sizes as strings. Sets ``lift_slots``. After this
+        returns, the compile counter's value is the baseline for ``compiles_after_warmup``.
         """
         times = {}
         start = time.perf_counter()
         if self.cfg.cameras:
-            intr, rot, trans = calibration_arrays(self.cfg.cameras)
-            self._geometry = self._store.get(
-                'geometry', self._static, self._geometry_jit, (intr, rot, trans, self._grid),
-                jax.tree.structure(kernels.LiftTables(0, 0, 0)))
+            calibration = calibration_arrays(self._calibration[1]) + (self._grid,)
+            self._counts = self.store.get(
+                'lift_counts', self._static(), self._geometry_jit(kernels.lift_sample_counts),
+                calibration, jax.tree.structure(0))
+            needed = int(np.asarray(self._counts(*calibration)).max())
+            self.lift_slots = self.cfg.fusion.max_samples_per_cell or max(needed, 1)
+            tables = kernels.LiftTables(0, 0, 0)
+            self._geometry = self.store.get(
+                'geometry', self._static(),
+                self._geometry_jit(kernels.lift_geometry, slots=self.lift_slots), calibration,
+                jax.tree.structure((tables, 0)))
         times['calibration'] = time.perf_counter() - start
         self.set_calibration(*self._calibration)
         for size in self.padder.sizes:
             start = time.perf_counter()
-            self._executables[size] = self._store.get(
-                'frame', self._static, self._frame_jit, self._arg_specs(size),
+            self._executables[size] = self.store.get(
+                'frame', self._static(), self._frame_jit, (self._frame_specs(size),),
                 jax.tree.structure(0))
             times[str(size)] = time.perf_counter() - start
         # One real call per executable pays first-run costs now, not on the first frame.
+        self._features_device = None if self._features is None else jax.device_put(
+            self._features)
         for size in self.padder.sizes:
-            self._run(size, np.zeros((size, 4), np.float32), 0)
+            self._run(size, np.zeros((size, 4), np.float32))
         self.compile_seconds = times
         self._baseline = compile_count()
         return times
 
-    def _arg_specs(self, bucket: int) -> tuple:
+    def _frame_specs(self, bucket: int) -> kernels.FrameArgs:
         spec = jax.ShapeDtypeStruct
-        n = len(self.cfg.cameras)
-        features = None if self._map_shape is None else spec(
-            (n,) + self._map_shape, jnp.float32)
-        tables = None if self._tables is None else jax.tree.map(
-            lambda a: spec(a.shape, a.dtype), self._tables)
-        projection = None if self._projection is None else jax.tree.map(
-            lambda a: spec(a.shape, a.dtype), self._projection)
-        return (spec((bucket, 4), jnp.float32), spec((), jnp.int32), spec((3, 3), jnp.float32),
-                spec((3,), jnp.float32), spec((5,), jnp.float32), features,
-                spec((n,), jnp.bool_), tables, projection)
+        shape_of = functools.partial(jax.tree.map, lambda a: spec(a.shape, a.dtype))
+        return kernels.FrameArgs(
+            points=spec((bucket, 4), jnp.float32), scalars=spec(self._scalars.shape, jnp.int32),
+            calibration=spec((kernels.CALIBRATION_SIZE,), jnp.float32),
+            features=None if self._features is None else spec(self._features.shape, jnp.float32),
+            lift=None if self._tables is None else shape_of(self._tables),
+            projection=None if self._projection is None else shape_of(self._projection))
+
+    def frame_args(self, points: np.ndarray, count: int) -> kernels.FrameArgs:
+        """
+        The frame function's arguments for a padded cloud and the staged cameras.
+
+        points float32[B, 4] with ``count`` real rows. For running ``kernels.bev_frame`` some
+        other way (the benchmarks' naive jit and no-jit rows) on exactly this pipeline's state.
+        """
+        self._scalars[0] = count
+        self._scalars[1:] = self._camera_valid
+        return kernels.FrameArgs(points, self._scalars, self._calibration_device,
+                                 self._features_device, self._tables, self._projection)
 
     def set_calibration(self, lidar: Pose | None = None,
                         cameras: tuple[CameraConfig, ...] | None = None) -> None:
         """
         Set the LiDAR and camera calibration; recomputes the lift tables, never recompiles.
 
-        ``cameras`` must keep the configured names, order and feature-map shapes.
+        ``cameras`` must keep the configured names, order and feature-map shapes. A camera
+        calibration whose samples do not fit the lift's slots per cell (``lift_slots``, fixed
+        at warm-up) raises ConfigError naming the camera and changes nothing.
         """
-        if lidar is not None:
-            self._lidar_rotation = jax.device_put(lidar.rotation_matrix().astype(np.float32))
-            self._lidar_translation = jax.device_put(np.asarray(lidar.translation, np.float32))
         if cameras is not None and self.cfg.cameras:
             if tuple(c.name for c in cameras) != self.camera_names:
                 raise ConfigError(f'cameras.names: calibration for {[c.name for c in cameras]}, '
                                   f'the pipeline has {list(self.camera_names)}')
             if self._geometry is None:
                 raise RuntimeError('set_calibration(cameras=...) needs warmup() first')
-            self._tables = self._geometry(*calibration_arrays(cameras), self._grid)
-        self._calibration = (lidar or self._calibration[0], cameras or self._calibration[1])
+            tables, dropped = self._geometry(*calibration_arrays(cameras), self._grid)
+            dropped = np.asarray(dropped)
+            if dropped.any():
+                worst = int(np.argmax(dropped))
+                raise ConfigError(
+                    f'cameras.{self.camera_names[worst]}: this calibration puts more camera '
+                    f'samples in some cells than the {self.lift_slots} slots per cell fixed at '
+                    f'start-up ({int(dropped.sum())} samples would be lost); set '
+                    f'fusion.max_samples_per_cell (up to cameras x num_heights) and restart')
+            self._tables = tables
+        lidar = lidar or self._calibration[0]
+        self._calibration_device = jax.device_put(calibration_vector(lidar, self._grid))
+        self._calibration = (lidar, cameras or self._calibration[1])
 
     # -- per frame -----------------------------------------------------------------------------
 
@@ -222,29 +264,42 @@ class BevPipeline:
         padded = self.padder.pad(points)
         total = points.shape[0] if num_points is None else max(num_points, points.shape[0])
         overflow = padded.overflow + (total - points.shape[0])
-        nonfinite = self._stage_cameras(cameras or {})
-        padded_at = time.perf_counter()
-        features = self._run(padded.bucket, padded.buffer, padded.count)
-        done = time.perf_counter()
+        nonfinite, changed = self._stage_cameras(cameras or {})
+        staged = time.perf_counter()
+        if changed:
+            self._features_device = jax.device_put(self._features)
+        features, stages = self._run(padded.bucket, padded.buffer, padded.count)
         return FrameResult(
             features=features, num_points=total, bucket=padded.bucket, overflow_points=overflow,
             cameras_used=int(self._camera_valid.sum()), nonfinite_features=nonfinite,
-            pad_ms=(padded_at - start) * 1e3, compute_ms=(done - padded_at) * 1e3,
-            compiles_after_warmup=self.compiles_after_warmup)
+            pad_ms=(staged - start) * 1e3, compute_ms=sum(stages) * 1e3,
+            compiles_after_warmup=self.compiles_after_warmup, transfer_ms=stages[0] * 1e3,
+            device_ms=stages[1] * 1e3, fetch_ms=stages[2] * 1e3, cameras_sent=changed)
 
-    def _run(self, bucket: int, buffer: np.ndarray, count: int) -> np.ndarray:
-        out = self._executables[bucket](
-            buffer, np.int32(count), self._lidar_rotation, self._lidar_translation, self._grid,
-            self._features, self._camera_valid, self._tables, self._projection)
-        return np.asarray(out.block_until_ready())
+    def _run(self, bucket: int, buffer: np.ndarray, count: int = 0):
+        """Call the bucket's executable; returns the features and (put, device, fetch) s."""
+        start = time.perf_counter()
+        args = self.frame_args(buffer, count)
+        points, scalars = jax.device_put((args.points, args.scalars))
+        put = time.perf_counter()
+        out = self._executables[bucket](args._replace(points=points, scalars=scalars))
+        out.block_until_ready()
+        ready = time.perf_counter()
+        features = np.asarray(out)
+        return features, (put - start, ready - put, time.perf_counter() - ready)
 
-    def _stage_cameras(self, cameras: Mapping[str, np.ndarray | None]) -> int:
-        """Copy given maps into the preallocated batch; returns non-finite values zeroed."""
+    def _stage_cameras(self, cameras: Mapping[str, np.ndarray | None]) -> tuple[int, bool]:
+        """
+        Copy changed maps into the batch; returns (non-finite values zeroed, batch changed).
+
+        A map equal to what its slot holds is not copied again, so an unchanged batch does
+        not cross to the device again. A masked camera keeps its slot: the flag masks it.
+        """
         unknown = set(cameras) - set(self.camera_names)
         if unknown:
             raise ValueError(f'unknown camera {sorted(unknown)[0]!r}; '
                              f'configured: {list(self.camera_names)}')
-        nonfinite = 0
+        nonfinite, changed = 0, False
         for i, name in enumerate(self.camera_names):
             fmap = cameras.get(name)
             self._camera_valid[i] = fmap is not None
@@ -254,10 +309,13 @@ class BevPipeline:
                 raise ValueError(f'camera {name!r}: feature map {fmap.shape}, '
                                  f'expected {self._map_shape}')
             slot = self._features[i]
+            if np.array_equal(slot, fmap):
+                continue
             np.copyto(slot, fmap)
+            changed = True
             bad = ~np.isfinite(slot)
             if bad.any():
                 # NaN * 0 is NaN: a non-finite value would poison every cell sampling near it.
                 nonfinite += int(bad.sum())
                 slot[bad] = 0.0
-        return nonfinite
+        return nonfinite, changed

@@ -85,3 +85,24 @@ def bilinear(fmap, u, v) -> np.ndarray:
             c = min(max(u0 + dx, 0), wf - 1)
             value += wx * wy * fmap[r, c]
     return value
+
+
+def sample_counts_ref(cfg) -> np.ndarray:
+    """Valid camera samples per cell (H, W), over every camera and height level."""
+    x_min, y_min, z_min, z_max, res, h, w = grid_of(cfg)
+    k = cfg.fusion.num_heights
+    count = np.zeros((h, w), int)
+    ii, jj, kk = np.meshgrid(np.arange(h), np.arange(w), np.arange(k), indexing='ij')
+    p = np.stack([x_min + (ii + .5) * res, y_min + (jj + .5) * res,
+                  z_min + (kk + .5) * (z_max - z_min) / k], axis=-1)
+    for cam in cfg.cameras:
+        rot, t = quat_matrix(cam.pose.rotation_xyzw), np.asarray(cam.pose.translation)
+        c = (p - t) @ rot          # row vectors: (R^T (p - t))^T = (p - t)^T R
+        depth = c[..., 2]
+        with np.errstate(divide='ignore', invalid='ignore'):
+            u = cam.fx * c[..., 0] / depth + cam.cx
+            v = cam.fy * c[..., 1] / depth + cam.cy
+        ok = ((depth > 0.1) & (u >= -0.5) & (u < cam.width - 0.5)
+              & (v >= -0.5) & (v < cam.height - 0.5))
+        count += ok.sum(axis=-1)
+    return count

@@ -1,10 +1,11 @@
 """Kernels against the independent NumPy reference in reference.py."""
 
-from conftest import camera_params, small_config
+from conftest import camera_params, FRONT, small_config
+from jax_perception_node.config import ConfigError
 from jax_perception_node.pipeline import BevPipeline, compile_count
 import numpy as np
 import pytest
-from reference import lift_ref, quat_matrix, voxelize_ref
+from reference import lift_ref, quat_matrix, sample_counts_ref, voxelize_ref
 
 RNG = np.random.default_rng(7)
 
@@ -177,19 +178,84 @@ def test_single_bright_pixel_lands_in_the_hand_computed_cell():
 
 def test_calibration_change_does_not_recompile(camera_pipe):
     cfg = camera_pipe.cfg
-    maps = {name: np.full((12, 20, 3), 1.0, np.float32) for name in ('front', 'rear')}
-    empty = np.zeros((0, 4), np.float32)
-    before = camera_pipe.process(empty, maps).features
+    maps = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
+    points = random_cloud(300, cfg)
+    before = camera_pipe.process(points, maps).features
+    # Fewer samples per cell than at warm-up (a narrower front camera, a higher LiDAR).
     moved = small_config(**camera_params('front', translation=(1.0, 0.0, 3.0), fx=5.0),
                          **{'lidar.translation': [0.0, 0.0, 1.0]})
     count = compile_count()
     camera_pipe.set_calibration(moved.lidar, moved.cameras)
-    after = camera_pipe.process(empty, maps).features
+    after = camera_pipe.process(points, maps).features
     assert compile_count() == count
     assert not np.array_equal(before[..., 9], after[..., 9])
-    _, coverage = lift_ref(moved, maps)
+    camera, coverage = lift_ref(moved, maps)
+    np.testing.assert_allclose(after[..., 6:9], camera, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(after[..., 9], coverage)
+    np.testing.assert_allclose(after[..., :6], voxelize_ref(points, moved), rtol=1e-5, atol=1e-5)
     camera_pipe.set_calibration(cfg.lidar, cfg.cameras)
+    np.testing.assert_array_equal(camera_pipe.process(points, maps).features, before)
+
+
+def test_lift_slots_are_the_most_samples_any_cell_has(camera_pipe):
+    counts = sample_counts_ref(camera_pipe.cfg)
+    # Two cameras back to back with three levels: no cell is seen by both, so the compacted
+    # lift does half the dense work (cameras x levels = 6 samples per cell).
+    assert camera_pipe.lift_slots == counts.max() == 3
+    assert camera_pipe.lift_slots < 2 * camera_pipe.cfg.fusion.num_heights
+
+
+def _facing_front(**overrides):
+    # The rear camera turned to look forward: cells now hold samples of both cameras.
+    return small_config(**camera_params('rear', translation=(-1.0, 0.0, 1.5), rotation=FRONT),
+                        **overrides)
+
+
+def test_calibration_needing_more_slots_is_refused_and_changes_nothing(camera_pipe):
+    maps = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
+    empty = np.zeros((0, 4), np.float32)
+    before = camera_pipe.process(empty, maps).features
+    both = _facing_front()
+    assert sample_counts_ref(both).max() > camera_pipe.lift_slots
+    count = compile_count()
+    # Samples fill the slots in camera order, so the rear camera's are the ones that do not fit.
+    with pytest.raises(ConfigError, match=r'cameras\.rear: .*3 slots per cell.*'
+                                          r'fusion\.max_samples_per_cell'):
+        camera_pipe.set_calibration(both.lidar, both.cameras)
+    assert compile_count() == count
+    np.testing.assert_array_equal(camera_pipe.process(empty, maps).features, before)
+
+
+def test_max_samples_per_cell_makes_room_for_later_calibrations():
+    pipe = BevPipeline(small_config(**{'fusion.max_samples_per_cell': 6}))
+    pipe.warmup()
+    assert pipe.lift_slots == 6
+    both = _facing_front()
+    maps = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
+    count = compile_count()
+    pipe.set_calibration(both.lidar, both.cameras)
+    out = pipe.process(np.zeros((0, 4), np.float32), maps).features
+    assert compile_count() == count
+    camera, coverage = lift_ref(both, maps)
+    np.testing.assert_allclose(out[..., 6:9], camera, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(out[..., 9], coverage)
+    with pytest.raises(ConfigError, match='fusion.max_samples_per_cell: at most'):
+        small_config(**{'fusion.max_samples_per_cell': 7})
+
+
+def test_camera_batch_crosses_only_when_a_map_changed(camera_pipe):
+    cfg = camera_pipe.cfg
+    a = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
+    b = dict(a, front=RNG.normal(size=(12, 20, 3)).astype(np.float32))
+    empty = np.zeros((0, 4), np.float32)
+    steps = [(a, True), ({k: v.copy() for k, v in a.items()}, False), (b, True),
+             ({'rear': b['rear']}, False), (b, False), ({}, False), (a, True)]
+    for maps, sent in steps:
+        result = camera_pipe.process(empty, maps)
+        assert result.cameras_sent is sent
+        camera, coverage = lift_ref(cfg, maps)
+        np.testing.assert_allclose(result.features[..., 6:9], camera, rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(result.features[..., 9], coverage)
 
 
 def test_fusion_projection_and_relu(tmp_path):

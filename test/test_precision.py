@@ -1,0 +1,61 @@
+"""Every dot in the compiled functions states HIGHEST precision: caught on the CPU, not on a GPU."""
+
+import functools
+
+from conftest import small_config
+import jax
+from jax.extend.core import ClosedJaxpr, jaxprs_in_params
+import jax.numpy as jnp
+from jax_perception_node import kernels
+from jax_perception_node.camera import calibration_arrays
+from jax_perception_node.pipeline import BevPipeline
+import numpy as np
+
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def dots_without_highest(closed: ClosedJaxpr) -> list[str]:
+    """Return every dot_general / conv of a jaxpr (nested ones too) not at HIGHEST precision."""
+    found, stack = [], [closed.jaxpr]
+    while stack:
+        for eqn in stack.pop().eqns:
+            if eqn.primitive.name in ('dot_general', 'conv_general_dilated'):
+                precision = eqn.params.get('precision')
+                if not (isinstance(precision, tuple)
+                        and all(p == HIGHEST for p in precision)):
+                    found.append(f'{eqn.primitive.name} precision={precision} '
+                                 f'at {eqn.source_info.traceback}')
+            stack.extend(jaxprs_in_params(eqn.params))
+    return found
+
+
+def test_the_audit_catches_a_default_precision_dot():
+    # Positive control: a plain matmul and a plain einsum, also inside a nested jit.
+    x = jnp.ones((4, 3), jnp.float32)
+    assert len(dots_without_highest(jax.make_jaxpr(lambda a: a @ a.T)(x))) == 1
+    nested = jax.jit(lambda a: jnp.einsum('ij,kj->ik', a, a))
+    assert len(dots_without_highest(jax.make_jaxpr(lambda a: nested(a) + 1)(x))) == 1
+    exact = jax.make_jaxpr(lambda a: jnp.matmul(a, a.T, precision=HIGHEST))(x)
+    assert dots_without_highest(exact) == []
+
+
+def test_frame_and_geometry_functions_leave_no_precision_to_the_backend(tmp_path):
+    np.savez(tmp_path / 'w.npz', W=np.ones((10, 4)), b=np.zeros(4))
+    cfg = small_config(**{'fusion.weights_file': str(tmp_path / 'w.npz'),
+                          'fusion.activation': 'relu'})
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    frame = jax.make_jaxpr(functools.partial(
+        kernels.bev_frame, height=pipe.height, width=pipe.width, activation='relu'))(
+        pipe.frame_args(np.zeros((64, 4), np.float32), 0))
+    # The projection is a real dot: the audit sees it, at HIGHEST.
+    assert 'dot_general' in str(frame)
+    assert dots_without_highest(frame) == []
+    cam = cfg.cameras[0]
+    static = dict(height=pipe.height, width=pipe.width, num_heights=cfg.fusion.num_heights,
+                  map_height=cam.height, map_width=cam.width)
+    calibration = calibration_arrays(cfg.cameras) + (cfg.grid.vector(),)
+    for function in (functools.partial(kernels.lift_geometry, slots=pipe.lift_slots),
+                     kernels.lift_sample_counts):
+        closed = jax.make_jaxpr(functools.partial(function, **static))(*calibration)
+        assert dots_without_highest(closed) == []
