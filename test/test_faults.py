@@ -1,6 +1,5 @@
 """Hardening with the real node: hostile clouds, dead sensors, restarts, and exact accounting."""
 
-import re
 import subprocess
 import sys
 import time
@@ -90,12 +89,10 @@ def test_duplicate_and_backwards_stamps(lidar_node):
     points = np.ones((30, 4), np.float32)
     stamp = T0 + 5 * 10**9
     before = len(probe.latency)
-    probe.cloud_pub.publish(make_cloud(points, stamp))
-    time.sleep(0.2)
-    probe.cloud_pub.publish(make_cloud(points, stamp))          # duplicate stamp
-    time.sleep(0.2)
-    probe.cloud_pub.publish(make_cloud(points, T0 - 60 * 10**9))  # a bag loop: time goes back
-    probe.wait_for(lambda: len(probe.latency) >= before + 3, what='three frames')
+    # Each cloud after the previous one's output: none may be replaced (latest wins).
+    for k, sent in enumerate([stamp, stamp, T0 - 60 * 10**9]):   # a duplicate, then a bag loop
+        probe.cloud_pub.publish(make_cloud(points, sent))
+        probe.wait_for(lambda: len(probe.latency) >= before + k + 1, what=f'frame {k}')
     assert [stamp_of(m) for m in probe.latency[before:]] == [stamp, stamp, T0 - 60 * 10**9]
     probe.wait_for(lambda: 'LiDAR stamp went backwards' in node.log(), what='the log line')
 
@@ -104,7 +101,7 @@ def test_lidar_timeout_is_an_error_and_recovers(lidar_node):
     node, probe = lidar_node
     send_and_wait(probe, np.ones((20, 4), np.float32), T0 + 6 * 10**9)
     settle(probe, lambda v, s: s.level == s.OK, 'OK while clouds flow')
-    time.sleep(1.3)
+    # The timeout is 1 s: the ERROR is waited for, with room for a busy machine.
     settle(probe, lambda v, s: s.level == s.ERROR and 'no point cloud' in s.message,
            'ERROR after the LiDAR timeout')
     for k in range(3):
@@ -124,8 +121,10 @@ rclpy.init()
 node = rclpy.create_node('external_publisher')
 pub = node.create_publisher(PointCloud2, '/jax_perception/input/pointcloud',
                             qos_profile_sensor_data)
-deadline = time.monotonic() + 20
-while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+deadline = time.monotonic() + 60
+while pub.get_subscription_count() == 0:
+    if time.monotonic() > deadline:
+        sys.exit('the node did not subscribe within 60 s')
     time.sleep(0.02)
 time.sleep(0.3)
 for k in range({count}):
@@ -143,7 +142,7 @@ def test_publisher_process_restart_and_exact_accounting(lidar_node):
     for run in range(2):
         script = PUBLISHER.format(test_dir=str(REPO / 'test'), count=8,
                                   t0=T0 + (20 + run) * 10**9)
-        subprocess.run([sys.executable, '-c', script], check=True, timeout=60)
+        subprocess.run([sys.executable, '-c', script], check=True, timeout=120)
     after = settle(probe, lambda v, s: balanced(v) and int(v['received'])
                    >= int(before['received']) + 16, 'both publisher runs counted')
     sent = 16
@@ -221,26 +220,37 @@ def test_camera_clock_going_back_resets_its_buffer(camera_node):
     probe.wait_for(lambda: 'stamp went backwards' in node.log(), what='reset log line')
 
 
-def warmup_seconds(params_file, log):
-    """Start a node until ready; return the warm-up total it logs (compiles, cache loads)."""
+def start_until_ready(params_file, log):
+    """Start a node, wait until it serves (warm-up done), stop it; return its log."""
     domain = other_domain(2)
     node = NodeProcess(params_file, log, domain_id=domain)
     probe = Probe(domain_id=domain)
     try:
         probe.wait_ready(node)
-        return float(re.search(r'warm-up: .*; total ([0-9.]+) s', node.log()).group(1))
+        return node.log()
     finally:
         probe.close()
         node.stop()
 
 
-def test_restart_with_a_warm_cache_is_faster(tmp_path):
+def store_entries(cache):
+    """Entries of the executable store: name -> (inode, mtime_ns, size)."""
+    return {e.name: (e.stat().st_ino, e.stat().st_mtime_ns, e.stat().st_size)
+            for e in (cache / 'aot').iterdir()}
+
+
+def test_restart_with_a_warm_cache_loads_every_executable(tmp_path):
     cache = tmp_path / 'xla'
     params = write_params(small_params(**{'compilation_cache_dir': str(cache)}),
                           tmp_path / 'params.yaml')
-    # The warm-up the node logs, not wall time to ready: process start and DDS discovery are
-    # the same either way and only add noise on a shared machine.
-    cold = warmup_seconds(params, tmp_path / 'cold.log')
-    assert (cache.stat().st_mode & 0o777) == 0o700 and any(cache.iterdir())
-    warm = warmup_seconds(params, tmp_path / 'warm.log')
-    assert warm < cold, (cold, warm)
+    start_until_ready(params, tmp_path / 'cold.log')
+    assert (cache.stat().st_mode & 0o777) == 0o700
+    cold = store_entries(cache)
+    # Cold: every executable compiled and stored (the calibration function and one per
+    # bucket at least), nothing half-written left behind.
+    assert len(cold) >= 1 + len([64, 256, 1024])
+    assert not [name for name in cold if name.endswith('.tmp')]
+    start_until_ready(params, tmp_path / 'warm.log')
+    # Warm: a miss would compile and write its entry anew (a new file renamed into place, so a
+    # new inode); every entry untouched means every executable was loaded, none compiled.
+    assert store_entries(cache) == cold
