@@ -14,6 +14,7 @@ import sys
 
 from .bagio import BagError, POINTCLOUD_TOPIC
 from .config import ConfigError, default_params_file, load_config
+from .fleet import FleetError, is_bag
 
 
 class UsageError(Exception):
@@ -64,16 +65,54 @@ def cmd_sample_bag(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    """Replay a bag offline through the pipeline."""
-    from .replay import progress_bar, replay_bag
-    from .report import latency_table, save_bev_png, save_latency_png
+    """Replay a bag offline through the pipeline, or several on a Ray cluster."""
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f'--workers must be at least 1, got {args.workers}')
+    on_ray = len(args.input) > 1 or args.workers is not None or args.ray_address is not None
+    first = Path(args.input[0])
+    if not on_ray and first.is_dir() and not is_bag(first) and any(map(is_bag, first.iterdir())):
+        raise UsageError(f'{first} is a folder of bags: replay them with --workers N '
+                         f'(or --ray-address ADDR)')
     cfg = _load(args)
     for name in _camera_topics(args.camera_topic):
         if name not in [c.name for c in cfg.cameras]:
             raise UsageError(f'--camera-topic {name}=...: no camera {name!r} in the params')
     if Path(args.out).exists():
         raise UsageError(f'{args.out} exists, not overwriting')
-    result = replay_bag(args.input, args.out, cfg, args.pointcloud_topic,
+    if on_ray:
+        return _replay_fleet(args, cfg)
+    return _replay_one(args, cfg)
+
+
+def _replay_fleet(args, cfg) -> int:
+    from . import fleet
+    if args.png:
+        raise UsageError('--png needs a single bag without --workers / --ray-address')
+    bags = fleet.expand_inputs(args.input)
+    with fleet.cluster(args.workers, args.ray_address) as workers:
+        result = fleet.replay_fleet(bags, args.out, cfg, workers, args.pointcloud_topic,
+                                    _camera_topics(args.camera_topic),
+                                    progress=fleet.fleet_progress_bar())
+    summary = result.summary()
+    totals = summary['totals']
+    for bag in summary['bags']:
+        state = f'error: {bag["error"]}' if bag['error'] else (
+            f'{bag["frames"]} frames, {bag["rejected"]} rejected, compiles after warm-up '
+            f'{bag["compiles_after_warmup"]}')
+        print(f'{bag["input"]}: {state} (worker {bag["worker"]}, attempts {bag["attempts"]})')
+    print(f'{totals["bags"] - totals["failed"]}/{totals["bags"]} bags, {totals["frames"]} '
+          f'frames in {totals["wall_s"]:.1f} s ({totals["frames_per_s"]:.1f} frames/s) on '
+          f'{len(summary["workers"])} workers; outputs in {args.out}')
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(summary, indent=2) + '\n')
+    return 0 if totals['failed'] == 0 and totals['compiles_after_warmup'] == 0 else 1
+
+
+def _replay_one(args, cfg) -> int:
+    from .replay import progress_bar, replay_bag
+    from .report import latency_table, save_bev_png, save_latency_png
+    result = replay_bag(args.input[0], args.out, cfg, args.pointcloud_topic,
                         _camera_topics(args.camera_topic), snapshot_frames=(0, -1),
                         progress=progress_bar())
     summary = result.summary()
@@ -157,9 +196,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--dropout', type=float, help='probability a return is lost (0.02)')
     p.set_defaults(func=cmd_sample_bag)
 
-    p = with_topics(with_params(sub.add_parser('replay', help='offline replay of a bag')))
-    p.add_argument('input')
-    p.add_argument('--out', required=True, help='output bag (MCAP)')
+    p = with_topics(with_params(sub.add_parser(
+        'replay', help='offline replay of a bag, or of many on a Ray cluster')))
+    p.add_argument('input', nargs='+', help='a bag; several, or folders of bags, for a fleet')
+    p.add_argument('--out', required=True,
+                   help='output bag (MCAP); with a fleet, a new folder with one bag per input')
+    p.add_argument('--workers', type=int,
+                   help='fleet replay: a local Ray cluster of N one-core workers (with '
+                        '--ray-address: N workers there; default: its CPUs)')
+    p.add_argument('--ray-address', help='fleet replay on this running Ray cluster')
     p.add_argument('--json', help='write the summary as JSON')
     p.add_argument('--png', help='folder for BEV pictures and the latency plot')
     p.set_defaults(func=cmd_replay)
@@ -201,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, 'rate', 1.0) <= 0:
             raise UsageError('--rate must be > 0')
         return args.func(args)
-    except (UsageError, ConfigError, BagError) as exc:
+    except (UsageError, ConfigError, BagError, FleetError) as exc:
         print(f'jax-perception: {exc}', file=sys.stderr)
         return 1
     except KeyboardInterrupt:

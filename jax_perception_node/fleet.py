@@ -1,0 +1,299 @@
+"""
+Fleet replay: a bag archive through the pipeline on a Ray cluster, one output bag per input.
+
+Each worker is a long-lived Ray actor (``fleet_worker.BagWorker``, one CPU) holding one warmed
+BevPipeline; the driver hands out whole bags, one at a time, to whichever worker is free, so
+outputs are those of the single-process replay. A bag is written under a hidden temporary folder
+in the output folder and renamed to its final name only when complete. A worker that dies
+mid-bag (killed process, lost node) is replaced by a new actor and the bag goes back to the
+front of the queue, up to ``max_attempts`` tries; a bag that cannot be read is reported with its
+reason and the others go on. Inputs and the output folder must be at the same paths on every
+machine of a multi-machine cluster (a shared file system).
+
+Ray is an optional extra (``pip install jax_perception_node[fleet]``), imported only here and
+only when a fleet runs.
+"""
+
+import contextlib
+from dataclasses import dataclass, field
+import logging
+import os
+from pathlib import Path
+import secrets
+import shutil
+import sys
+import time
+from typing import Callable, Iterator
+import uuid
+
+from . import bagio
+from .config import PipelineConfig
+
+BAG_FILE_SUFFIXES = ('.mcap', '.db3')
+
+
+class FleetError(Exception):
+    """A fleet replay cannot run as asked (inputs, output folder, Ray); the message says why."""
+
+
+def import_ray():
+    """Return the ``ray`` module, or raise FleetError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise FleetError('fleet replay needs Ray: pip install "jax_perception_node[fleet]" '
+                         '(or pip install ray)') from None
+    return ray
+
+
+def is_bag(path: Path) -> bool:
+    """Return True for a rosbag2 folder (it has metadata.yaml) or a bare .mcap / .db3 file."""
+    if path.is_dir():
+        return (path / 'metadata.yaml').is_file()
+    return path.is_file() and path.suffix in BAG_FILE_SUFFIXES
+
+
+def output_name(bag: Path) -> str:
+    """Name of a bag's output bag: the folder's name, or a bare file's name without suffix."""
+    return bag.stem if bag.is_file() else bag.name
+
+
+def expand_inputs(inputs: list[str]) -> list[Path]:
+    """
+    Turn bags and folders of bags into the list of bags, in the order given (folders sorted).
+
+    Raises FleetError for a missing path, a folder without bags, or two bags that would write
+    the same output name.
+    """
+    bags = []
+    for item in inputs:
+        path = Path(item)
+        if not path.exists():
+            raise FleetError(f'{path}: no such bag or folder')
+        if is_bag(path):
+            bags.append(path)
+            continue
+        inside = sorted(p for p in path.iterdir() if is_bag(p) and not p.name.startswith('.')) \
+            if path.is_dir() else []
+        if not inside:
+            raise FleetError(f'{path}: neither a bag (a rosbag2 folder, .mcap or .db3) nor a '
+                             f'folder of bags')
+        bags.extend(inside)
+    owners = {}
+    for bag in bags:
+        name = output_name(bag)
+        if name in owners:
+            raise FleetError(f'{owners[name]} and {bag} would both write the output bag {name}')
+        owners[name] = bag
+    return bags
+
+
+def lidar_frames(bag: Path, topic: str) -> int:
+    """Count the LiDAR messages of a bag from its metadata (0 when unreadable)."""
+    try:
+        reader = bagio.open_reader(bag)
+    except bagio.BagError:
+        return 0
+    try:
+        return next((c.msgcount for c in reader.connections if c.topic == topic), 0)
+    finally:
+        reader.close()
+
+
+def _local_token_auth() -> None:
+    """
+    Give a local cluster token authentication without writing the token to ~/.ray.
+
+    Ray reads these variables when it is imported, and the cluster's processes inherit them, so
+    they are set before the import and stay for the life of this process (one token per
+    process, valid for every local cluster it starts). A mode the user set is respected.
+    """
+    if 'RAY_AUTH_MODE' in os.environ:
+        return
+    os.environ['RAY_AUTH_MODE'] = 'token'
+    os.environ.setdefault('RAY_AUTH_TOKEN', secrets.token_hex(32))
+    if sys.modules.get('ray') is not None:
+        # Imported earlier without the mode: refresh its cached settings as Ray itself does
+        # when it turns token mode on (ray._private.authentication).
+        from ray._raylet import AuthenticationTokenLoader, Config
+        Config.initialize('')
+        AuthenticationTokenLoader.instance().reset_cache()
+
+
+@contextlib.contextmanager
+def cluster(workers: int | None = None, address: str | None = None) -> Iterator[int]:
+    """
+    Connect to Ray for the duration of the block; yields how many workers to start.
+
+    ``address`` joins an existing cluster (``ray start --head`` ...); without it a local cluster
+    of ``workers`` CPUs starts with its node address 127.0.0.1, token authentication (see
+    ``_local_token_auth``), no dashboard and no usage stats, and is shut down at the end. A
+    process already connected to Ray (a notebook, a test) keeps its connection. Workers default
+    to the cluster's CPU count.
+    """
+    os.environ.setdefault('RAY_USAGE_STATS_ENABLED', '0')
+    if address is None:
+        _local_token_auth()
+    ray = import_ray()
+    if ray.is_initialized():
+        yield workers or int(ray.cluster_resources().get('CPU', 1))
+        return
+    quiet = {'log_to_driver': False, 'logging_level': logging.ERROR}
+    try:
+        if address is None:
+            ray.init(num_cpus=workers, include_dashboard=False, _node_ip_address='127.0.0.1',
+                     **quiet)
+        else:
+            ray.init(address=address, **quiet)
+    except Exception as exc:    # noqa: B902 - Ray raises many kinds; all mean "no cluster"
+        what = f'--ray-address {address}' if address else 'local Ray cluster'
+        raise FleetError(f'{what}: {first_line(exc)}') from None
+    try:
+        yield workers or int(ray.cluster_resources().get('CPU', 1))
+    finally:
+        ray.shutdown()
+
+
+def first_line(exc: BaseException) -> str:
+    """First line of an exception's message (Ray's run to many lines)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+@dataclass
+class BagOutcome:
+    """One input bag: where it goes, how many tries, and what came back."""
+
+    bag: Path
+    output: Path
+    frames_expected: int
+    attempts: int = 0
+    worker: str | None = None
+    error: str | None = None
+    summary: dict | None = None
+    seconds: float = 0.0
+    cpu_s: float = 0.0
+    partial: Path | None = None
+
+    def report(self) -> dict:
+        """JSON-ready entry of the summary's ``bags`` list."""
+        entry = {'input': str(self.bag), 'output': None if self.error else str(self.output),
+                 'worker': self.worker, 'attempts': self.attempts, 'error': self.error,
+                 'seconds': self.seconds, 'cpu_s': self.cpu_s}
+        entry.update(self.summary or {'frames': 0, 'rejected': 0, 'compiles_after_warmup': 0,
+                                      'latency_ms': {}})
+        return entry
+
+
+@dataclass
+class FleetProgress:
+    """What the driver knows now; ``busy`` lists worker, pid, input, output, done, total."""
+
+    bags_done: int
+    bags_total: int
+    frames_done: int
+    frames_total: int
+    busy: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class FleetResult:
+    """
+    Every bag's outcome, every worker's start-up, and times.
+
+    ``wall_s`` is the whole run, worker start-up included; ``replay_s`` runs from the moment
+    the first worker was ready, so frames over it is the fleet's replay throughput.
+    """
+
+    bags: list[BagOutcome]
+    workers: list[dict]
+    wall_s: float
+    replay_s: float
+
+    @property
+    def failed(self) -> list[BagOutcome]:
+        """Bags that did not produce an output."""
+        return [b for b in self.bags if b.error]
+
+    def summary(self) -> dict:
+        """JSON-ready summary: ``bags``, ``totals`` (frames/s over both times) and ``workers``."""
+        bags = [b.report() for b in self.bags]
+        frames = sum(b['frames'] for b in bags)
+        return {'bags': bags, 'workers': self.workers, 'totals': {
+            'bags': len(bags), 'failed': len(self.failed), 'frames': frames,
+            'rejected': sum(b['rejected'] for b in bags),
+            'compiles_after_warmup': sum(b['compiles_after_warmup'] for b in bags),
+            'retries': sum(max(0, b['attempts'] - 1) for b in bags),
+            'wall_s': round(self.wall_s, 3), 'replay_s': round(self.replay_s, 3),
+            'frames_per_s': round(frames / self.wall_s, 2) if self.wall_s > 0 else 0.0,
+            'replay_frames_per_s': round(frames / self.replay_s, 2) if self.replay_s > 0
+            else 0.0}}
+
+
+def replay_fleet(bags: list[Path], out_dir: str | Path, cfg: PipelineConfig, workers: int,
+                 pointcloud_topic: str = bagio.POINTCLOUD_TOPIC,
+                 camera_topics: dict[str, str] | None = None,
+                 progress: Callable[[FleetProgress], None] | None = None,
+                 max_attempts: int = 3, poll_s: float = 0.1) -> FleetResult:
+    """
+    Replay ``bags`` into ``out_dir`` (created; must not exist) on the connected Ray cluster.
+
+    Starts ``min(workers, len(bags))`` actors; ``progress`` is called about every ``poll_s``
+    and once at the end. Raises FleetError when workers cannot start.
+    """
+    # Imported here: they bring JAX, which the CLI needs only once a replay runs.
+    from .fleet_driver import Scheduler
+    from .fleet_worker import BagWorker
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        raise FleetError(f'{out_dir} exists, not overwriting')
+    out_dir.mkdir(parents=True)
+    outcomes = [BagOutcome(Path(b), out_dir / output_name(Path(b)),
+                           lidar_frames(Path(b), pointcloud_topic)) for b in bags]
+    ray = import_ray()
+    actor = ray.remote(num_cpus=1, max_concurrency=2, max_restarts=0)(BagWorker)
+    job = {'pointcloud_topic': pointcloud_topic, 'camera_topics': camera_topics or {}}
+    scheduler = Scheduler(ray, actor, cfg, job, outcomes, max_attempts)
+    started = time.perf_counter()
+    try:
+        scheduler.run(min(workers, len(outcomes)), progress, poll_s)
+    except BaseException:
+        scheduler.stop()
+        if not any(out_dir.iterdir()):
+            out_dir.rmdir()     # nothing came of the run: leave no trace of it
+        raise
+    scheduler.stop()
+    done = time.perf_counter()
+    return FleetResult(outcomes, scheduler.worker_info(), done - started,
+                       done - (scheduler.first_ready or done))
+
+
+def fleet_progress_bar(stream=sys.stderr) -> Callable[[FleetProgress], None]:
+    """Return a one-line bar over bags and frames (redrawn only on a terminal)."""
+    def draw(state: FleetProgress) -> None:
+        finished = state.bags_done >= state.bags_total
+        if not stream.isatty() and not finished:
+            return
+        width = 30
+        filled = int(width * state.bags_done / max(state.bags_total, 1))
+        stream.write(f'\r[{"#" * filled}{"." * (width - filled)}] {state.bags_done}/'
+                     f'{state.bags_total} bags, {state.frames_done}/{state.frames_total} '
+                     f'frames, {len(state.busy)} busy ')
+        if finished:
+            stream.write('\n')
+        stream.flush()
+    return draw
+
+
+def remove_partial(outcome: BagOutcome) -> None:
+    """Remove the temporary folder of an attempt that did not finish."""
+    if outcome.partial is not None:
+        shutil.rmtree(outcome.partial, ignore_errors=True)
+        outcome.partial = None
+
+
+def new_partial(outcome: BagOutcome) -> Path:
+    """Hidden temporary sibling of the output bag, unique per attempt."""
+    outcome.partial = outcome.output.with_name(
+        f'.{outcome.output.name}.partial-{uuid.uuid4().hex[:12]}')
+    return outcome.partial

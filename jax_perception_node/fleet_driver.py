@@ -1,0 +1,183 @@
+"""
+The fleet's scheduling loop: start workers, hand out bags, replace workers that die.
+
+Used by ``fleet.replay_fleet``; ``ray`` and the actor class come in as arguments, so this module
+imports no Ray itself.
+"""
+
+from collections import deque
+import time
+
+from .fleet import (BagOutcome, first_line, FleetError, FleetProgress, new_partial,
+                    remove_partial)
+
+
+class Scheduler:
+    """One fleet run's state: workers starting, idle and busy, bags queued and finished."""
+
+    def __init__(self, ray, actor_class, cfg, job: dict, outcomes: list[BagOutcome],
+                 max_attempts: int):
+        self.ray = ray
+        self.actor_class = actor_class
+        self.cfg = cfg
+        self.job = job
+        self.outcomes = outcomes
+        self.max_attempts = max_attempts
+        self.queue = deque(outcomes)
+        self.finished = 0
+        self.spawned = 0
+        self.start_deaths = 0
+        self.max_start_deaths = max_attempts
+        self.starting = {}      # start() ref -> (label, actor, spawn time)
+        self.idle = []          # (label, actor)
+        self.running = {}       # replay() ref -> (label, actor, outcome)
+        self.polls = {}         # status() ref -> label
+        self.status = {}        # label -> last status() reply
+        self.info = {}          # label -> start() reply + start_s, died
+        self.first_ready: float | None = None   # perf_counter when the first worker was ready
+
+    def worker_info(self) -> list[dict]:
+        """Every worker that started, in start order."""
+        return [self.info[k] for k in sorted(self.info, key=lambda k: int(k[1:]))]
+
+    def spawn(self) -> None:
+        """Create one actor and ask it to warm up."""
+        label = f'w{self.spawned}'
+        self.spawned += 1
+        actor = self.actor_class.remote(self.cfg, label)
+        self.starting[actor.start.remote()] = (label, actor, time.perf_counter())
+
+    def run(self, workers: int, progress, poll_s: float) -> None:
+        """Replay every queued bag; returns when each has an output or an error."""
+        ray = self.ray
+        self.max_start_deaths = self.max_attempts * workers
+        for _ in range(workers):
+            self.spawn()
+        while self.queue or self.running:
+            self.assign()
+            refs = [*self.starting, *self.running]
+            if not refs:
+                raise FleetError('no worker left to replay the remaining bags')
+            ready, _ = ray.wait(refs, num_returns=1, timeout=poll_s)
+            if ready:
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for ref in ready:
+                if ref in self.starting:
+                    self.started(ref)
+                else:
+                    self.replayed(ref)
+            if progress and (self.queue or self.running):
+                self.poll()
+                progress(self.snapshot())
+        if progress:
+            progress(self.snapshot())
+
+    def assign(self) -> None:
+        """Give queued bags to idle workers."""
+        while self.queue and self.idle:
+            label, actor = self.idle.pop()
+            outcome = self.queue.popleft()
+            outcome.attempts += 1
+            outcome.worker = label
+            job = dict(self.job, input=str(outcome.bag), output=str(outcome.output),
+                       partial=str(new_partial(outcome)))
+            self.running[actor.replay.remote(job)] = (label, actor, outcome)
+
+    def started(self, ref) -> None:
+        """Take a worker that finished warming up into service, or handle its failure."""
+        label, actor, spawned = self.starting.pop(ref)
+        try:
+            info = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as exc:
+            # The process died (killed, node lost): a new actor, a bounded number of times.
+            self.start_deaths += 1
+            if self.start_deaths > self.max_start_deaths:
+                raise FleetError(f'workers keep dying while starting ({label}: '
+                                 f'{first_line(exc)})') from None
+            self.spawn()
+            return
+        except self.ray.exceptions.RayTaskError as exc:
+            raise FleetError(f'worker {label} could not start: {_cause(exc)}') from None
+        now = time.perf_counter()
+        self.first_ready = self.first_ready or now
+        info.update(start_s=round(now - spawned, 3), died=False)
+        self.info[label] = info
+        self.idle.append((label, actor))
+
+    def replayed(self, ref) -> None:
+        """Record a bag that came back: done, failed, or queued again when its worker died."""
+        label, actor, outcome = self.running.pop(ref)
+        self.status.pop(label, None)
+        try:
+            reply = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as exc:
+            self.ray.kill(actor, no_restart=True)
+            remove_partial(outcome)
+            if label in self.info:
+                self.info[label]['died'] = True
+            if outcome.attempts < self.max_attempts:
+                self.queue.appendleft(outcome)
+            else:
+                outcome.error = (f'worker died during the bag on each of {outcome.attempts} '
+                                 f'attempts (last: {first_line(exc)})')
+                self.finished += 1
+            if self.queue:
+                self.spawn()
+            return
+        except self.ray.exceptions.RayTaskError as exc:
+            reply = {'summary': None, 'error': _cause(exc), 'seconds': 0.0, 'cpu_s': 0.0}
+        remove_partial(outcome)
+        outcome.summary, outcome.error = reply['summary'], reply['error']
+        outcome.seconds, outcome.cpu_s = reply['seconds'], reply['cpu_s']
+        self.finished += 1
+        self.idle.append((label, actor))
+
+    def poll(self) -> None:
+        """Collect status replies that arrived; ask busy workers that have none pending."""
+        if self.polls:
+            ready, _ = self.ray.wait(list(self.polls), num_returns=len(self.polls), timeout=0)
+            for ref in ready:
+                label = self.polls.pop(ref)
+                try:
+                    self.status[label] = self.ray.get(ref)
+                except self.ray.exceptions.RayError:
+                    self.status.pop(label, None)    # its replay() reports the death
+        asked = set(self.polls.values())
+        for label, actor, _ in self.running.values():
+            if label not in asked:
+                self.polls[actor.status.remote()] = label
+
+    def snapshot(self) -> FleetProgress:
+        """Bags and frames done so far, and who is busy with what."""
+        frames = sum(o.summary['frames'] + o.summary['rejected']
+                     for o in self.outcomes if o.summary)
+        busy = []
+        for label, _, outcome in self.running.values():
+            status = self.status.get(label) or {}
+            done = status.get('done', 0) if status.get('bag') == str(outcome.bag) else 0
+            frames += done
+            busy.append({'worker': label, 'pid': self.info.get(label, {}).get('pid'),
+                         'input': outcome.bag, 'output': outcome.output, 'done': done,
+                         'total': outcome.frames_expected})
+        return FleetProgress(self.finished, len(self.outcomes), frames,
+                             sum(o.frames_expected for o in self.outcomes), busy)
+
+    def stop(self) -> None:
+        """Kill every actor and remove the partial output of bags still running."""
+        for label, actor, outcome in self.running.values():
+            remove_partial(outcome)
+        actors = [a for _, a, _ in self.running.values()] + [a for _, a in self.idle] + [
+            a for _, a, _ in self.starting.values()]
+        for actor in actors:
+            self.ray.kill(actor, no_restart=True)
+        self.running.clear()
+        self.idle.clear()
+        self.starting.clear()
+
+
+def _cause(exc) -> str:
+    """Describe the worker-side exception inside a RayTaskError in one line."""
+    cause = getattr(exc, 'cause', None)
+    if cause is not None:
+        return f'{type(cause).__name__}: {first_line(cause)}'
+    return first_line(exc)

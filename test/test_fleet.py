@@ -1,0 +1,217 @@
+"""Fleet replay on a local 2-worker Ray cluster: outputs, failures, a killed worker, the CLI."""
+
+import json
+import os
+from pathlib import Path
+import shutil
+import signal
+import subprocess
+import sys
+from types import SimpleNamespace
+
+from conftest import small_params
+from jax_perception_node import bagio, fleet
+from jax_perception_node.cli import main
+from jax_perception_node.config import config_from_parameters
+from jax_perception_node.replay import replay_bag
+from jax_perception_node.synthetic_drive import LidarModel, write_sample_bag
+import pytest
+from ros_harness import write_params
+
+# A few hundred points per frame: each bag replays in a fraction of a second.
+LIDAR = LidarModel(beams=16, azimuth_steps=256)
+DRIVES = {'drive0': (1.5, 0), 'drive1': (2.0, 1), 'drive2': (2.5, 2), 'drive3': (3.0, 3)}
+FRAMES = {name: round(seconds * 10) for name, (seconds, _) in DRIVES.items()}   # 10 Hz LiDAR
+# Frame keys of the latency topic that do not depend on timing.
+EXACT_KEYS = ('num_points', 'bucket', 'overflow_points', 'cameras_used', 'compiles_after_warmup')
+
+
+@pytest.fixture(scope='module')
+def ray_cluster():
+    """One local 2-CPU Ray cluster for the module; fleet runs in this process reuse it."""
+    with fleet.cluster(workers=2) as workers:
+        ray = fleet.import_ray()
+        yield SimpleNamespace(workers=workers, address=ray.get_runtime_context().gcs_address)
+
+
+@pytest.fixture(scope='module')
+def archive(tmp_path_factory, ray_cluster):
+    """
+    Four small drives, a truncated bag, a garbage .mcap, and in-process reference outputs.
+
+    After the cluster: Ray forks its processes before this process has JAX threads running.
+    """
+    root = tmp_path_factory.mktemp('fleet')
+    store = root / 'store'
+    store.mkdir(mode=0o700)
+    params = small_params(compilation_cache_dir=str(store))
+    write_params(params, root / 'params.yaml')
+    cfg = config_from_parameters(params)
+    bags = root / 'bags'
+    bags.mkdir()
+    for name, (seconds, seed) in DRIVES.items():
+        write_sample_bag(bags / name, cfg, seconds=seconds, seed=seed, lidar=LIDAR)
+    # A bag cut off mid-write: its metadata is fine, its MCAP file ends halfway.
+    shutil.copytree(bags / 'drive3', bags / 'truncated')
+    mcap = bags / 'truncated' / 'drive3.mcap'
+    mcap.write_bytes(mcap.read_bytes()[:mcap.stat().st_size // 2])
+    (bags / 'garbage.mcap').write_bytes(b'this is not an MCAP file')
+    reference = root / 'reference'
+    reference.mkdir()
+    for name in DRIVES:
+        replay_bag(bags / name, reference / name, cfg)
+    return SimpleNamespace(root=root, bags=bags, cfg=cfg, params=root / 'params.yaml',
+                           reference=reference, store=store)
+
+
+def messages(bag, topics):
+    reader = bagio.open_reader(bag)
+    try:
+        return [(topic, ts, bytes(raw), msgtype)
+                for topic, ts, raw, msgtype in bagio.iter_messages(reader, topics)]
+    finally:
+        reader.close()
+
+
+def latency_values(bag):
+    out = []
+    for _, ts, raw, msgtype in messages(bag, [bagio.LATENCY_TOPIC]):
+        values = {kv.key: kv.value
+                  for kv in bagio.TYPESTORE.deserialize_cdr(raw, msgtype).status[0].values}
+        out.append((ts, {k: values[k] for k in EXACT_KEYS}))
+    return out
+
+
+def assert_same_as_reference(out_dir: Path, archive, names):
+    """Features and pictures byte for byte; latency records on the timing-free keys."""
+    for name in names:
+        topics = [bagio.FEATURES_TOPIC, bagio.IMAGE_TOPIC]
+        got, want = messages(out_dir / name, topics), messages(archive.reference / name, topics)
+        assert len(got) == 2 * FRAMES[name]
+        assert got == want, name
+        latency = latency_values(out_dir / name)
+        assert len(latency) == FRAMES[name]
+        assert latency == latency_values(archive.reference / name)
+
+
+def test_fleet_outputs_equal_single_process_and_bad_bags_are_reported(
+        archive, ray_cluster, tmp_path, capsys):
+    out, report = tmp_path / 'out', tmp_path / 'summary.json'
+    code = main(['replay', str(archive.bags), '--out', str(out), '--workers', '2',
+                 '--params', str(archive.params), '--json', str(report)])
+    assert code == 1     # two bags failed
+    summary = json.loads(report.read_text())
+    bags = {Path(b['input']).name: b for b in summary['bags']}
+    assert sorted(bags) == ['drive0', 'drive1', 'drive2', 'drive3', 'garbage.mcap',
+                            'truncated']
+    for name, frames in FRAMES.items():
+        bag = bags[name]
+        assert (bag['frames'], bag['rejected'], bag['compiles_after_warmup']) == (frames, 0, 0)
+        assert (bag['error'], bag['attempts'], bag['output']) == (None, 1, str(out / name))
+        assert bag['worker'] in {w['worker'] for w in summary['workers']}
+        assert set(bag['latency_ms']['total_ms']) == {'p50', 'p95', 'p99', 'max'}
+    assert 'garbage.mcap' in bags['garbage.mcap']['error']
+    assert 'cannot read bag' in bags['garbage.mcap']['error']
+    assert bags['truncated']['error'] and bags['truncated']['output'] is None
+    for name in ('garbage.mcap', 'truncated'):
+        assert (bags[name]['frames'], bags[name]['attempts']) == (0, 1)
+    totals = summary['totals']
+    assert totals['frames'] == sum(FRAMES.values()) == 90
+    assert (totals['bags'], totals['failed'], totals['retries']) == (6, 2, 0)
+    assert totals['frames_per_s'] > 0
+    assert len(summary['workers']) == 2
+
+    # Only complete bags under their final names: no partials, nothing for the failed ones.
+    assert sorted(p.name for p in out.iterdir()) == sorted(FRAMES)
+    assert_same_as_reference(out, archive, FRAMES)
+    printed = capsys.readouterr().out
+    assert 'error:' in printed and '4/6 bags, 90 frames' in printed
+
+
+def test_a_worker_killed_mid_bag_has_its_bag_retried(archive, ray_cluster, tmp_path):
+    """
+    SIGKILL the worker while its bag's output is provably unfinished (process stopped).
+
+    One worker, so the replacement is the one that must finish the work: it starts from the
+    executable store its predecessor filled, without a compile.
+    """
+    killed = []
+
+    def kill_mid_bag(state: fleet.FleetProgress) -> None:
+        for busy in state.busy:
+            if killed or busy['pid'] is None:
+                continue
+            os.kill(busy['pid'], signal.SIGSTOP)
+            # Frozen: if its bag is not in place yet, the kill lands mid-bag for sure.
+            if not busy['output'].exists():
+                os.kill(busy['pid'], signal.SIGKILL)
+                killed.append(busy)
+            else:
+                os.kill(busy['pid'], signal.SIGCONT)
+
+    out = tmp_path / 'out'
+    result = fleet.replay_fleet([archive.bags / name for name in FRAMES], out, archive.cfg, 1,
+                                progress=kill_mid_bag, poll_s=0.01)
+    assert len(killed) == 1 and killed[0]['worker'] == 'w0'
+    summary = result.summary()
+    bags = {Path(b['input']).name: b for b in summary['bags']}
+    victim = killed[0]['input'].name
+    assert {n: b['attempts'] for n, b in bags.items()} == {
+        name: 2 if name == victim else 1 for name in FRAMES}
+    assert bags[victim]['worker'] == 'w1'
+    assert [b['error'] for b in bags.values()] == [None] * 4
+    totals = summary['totals']
+    assert (totals['frames'], totals['failed'], totals['retries']) == (90, 0, 1)
+    assert [(w['worker'], w['died']) for w in summary['workers']] == [('w0', True),
+                                                                      ('w1', False)]
+    assert summary['workers'][1]['start_compiles'] == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(FRAMES)
+    assert_same_as_reference(out, archive, FRAMES)
+
+
+# The child execs at once; JAX's warning about forking a threaded process does not apply.
+@pytest.mark.filterwarnings('ignore:os.fork\\(\\) was called')
+def test_cli_joins_a_running_cluster_by_address(archive, ray_cluster, tmp_path):
+    """A second process, as on another machine, joins with --ray-address (token inherited)."""
+    exe = str(Path(sys.executable).with_name('jax-perception'))
+    out = tmp_path / 'out'
+    done = subprocess.run(
+        [exe, 'replay', str(archive.bags / 'drive0'), str(archive.bags / 'drive1'),
+         '--out', str(out), '--ray-address', ray_cluster.address,
+         '--params', str(archive.params)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert '2/2 bags, 35 frames' in done.stdout
+    assert_same_as_reference(out, archive, ['drive0', 'drive1'])
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['{bags}', '--out', '{tmp}/o', '--workers', '0'], '--workers must be at least 1'),
+    (['{bags}/drive0', '{tmp}/missing', '--out', '{tmp}/o'], 'missing: no such bag or folder'),
+    (['{bags}/drive0', '{bags}/drive1', '--out', '{bags}'], 'exists, not overwriting'),
+    (['{bags}', '--out', '{tmp}/o'], 'is a folder of bags: replay them with --workers'),
+    (['{tmp}', '{bags}/drive0', '--out', '{tmp}/o', '--workers', '2'],
+     'neither a bag (a rosbag2 folder, .mcap or .db3) nor a folder of bags'),
+    (['{bags}/drive0', '{bags}/drive0', '--out', '{tmp}/o', '--workers', '2'],
+     'would both write the output bag drive0'),
+    (['{bags}', '--out', '{tmp}/o', '--workers', '2', '--png', '{tmp}/png'],
+     '--png needs a single bag'),
+])
+def test_user_errors_print_one_line_and_return_1(argv, message, archive, tmp_path, capsys):
+    argv = ['replay', *(a.format(bags=archive.bags, tmp=tmp_path) for a in argv),
+            '--params', str(archive.params)]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith('jax-perception: ') and '\n' not in err, err
+    assert message in err
+    assert 'Traceback' not in captured.out + captured.err
+    assert not (tmp_path / 'o').exists()
+
+
+def test_missing_ray_is_a_one_line_user_error(archive, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, 'ray', None)     # what `import ray` sees without Ray
+    assert main(['replay', str(archive.bags / 'drive0'), '--out', str(tmp_path / 'o'),
+                 '--workers', '2', '--params', str(archive.params)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == ('jax-perception: fleet replay needs Ray: pip install '
+                   '"jax_perception_node[fleet]" (or pip install ray)')
