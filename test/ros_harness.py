@@ -44,7 +44,7 @@ class NodeProcess:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                self.proc.wait(timeout=30)
         self._log.close()
         return self.proc.returncode
 
@@ -122,6 +122,8 @@ class Probe:
             Image, f'{ns}/input/camera/{name}/features', qos_profile_sensor_data)
             for name in cameras}
         keep = (lambda store: lambda msg: self._keep(store, msg))
+        self._output_topics = [f'{ns}/debug/latency'] + (
+            [f'{ns}/output/bev_features'] if features else [])
         if features:    # 3.9 MB each at the shipped grid: a long run would fill the memory
             self.node.create_subscription(Image, f'{ns}/output/bev_features',
                                           keep(self.features), QoSProfile(depth=50))
@@ -165,7 +167,13 @@ class Probe:
         for pub in self.camera_pubs.values():
             while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
                 time.sleep(0.05)
-        time.sleep(0.3)     # let the outputs' discovery settle too
+        # The node's outputs: wait until this probe sees a publisher on each topic it listens to.
+        for topic in self._output_topics:
+            while self.node.count_publishers(topic) == 0:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f'no publisher on {topic} in {timeout} s')
+                time.sleep(0.05)
+        time.sleep(0.1)     # both ends of a match learn of it at about the same moment
 
     def last_status(self):
         with self.lock:
