@@ -8,8 +8,6 @@ feature map. Message fields are read by attribute, so rclpy and ``rosbags`` mess
 """
 
 import array
-import dataclasses
-import math
 import re
 import sys
 from typing import Sequence
@@ -155,10 +153,10 @@ def scale_camera_info(msg, map_height: int, map_width: int) -> tuple[float, floa
         raise CameraInfoError(f'k has {len(k)} values, expected 9')
     fx, cx, fy, cy = k[0], k[2], k[4], k[5]
     for name, value in (('k[0] (fx)', fx), ('k[4] (fy)', fy)):
-        if not math.isfinite(value) or value <= 0:
+        if not np.isfinite(value) or value <= 0:
             raise CameraInfoError(f'{name} = {value}: the focal length must be finite and > 0')
     for name, value in (('k[2] (cx)', cx), ('k[5] (cy)', cy)):
-        if not math.isfinite(value):
+        if not np.isfinite(value):
             raise CameraInfoError(f'{name} = {value}: the principal point must be finite')
     binning = (int(msg.binning_x), int(msg.binning_y))
     if max(binning) > 1:
@@ -195,5 +193,7 @@ def with_intrinsics(cameras: Sequence[CameraConfig], name: str,
     if np.array_equal(current, np.asarray(intrinsics, np.float32)):
         return None
     fx, fy, cx, cy = (float(v) for v in intrinsics)
-    updated = dataclasses.replace(camera, fx=fx, fy=fy, cx=cx, cy=cy)
+    updated = CameraConfig(name=camera.name, height=camera.height, width=camera.width,
+                           channels=camera.channels, fx=fx, fy=fy, cx=cx, cy=cy,
+                           pose=camera.pose)
     return tuple(cameras[:index]) + (updated,) + tuple(cameras[index + 1:])
