@@ -136,7 +136,7 @@ def cluster(workers: int | None = None, address: str | None = None) -> Iterator[
         _local_token_auth()
     ray = import_ray()
     if ray.is_initialized():
-        yield workers or int(ray.cluster_resources().get('CPU', 1))
+        yield workers or max(1, int(ray.cluster_resources().get('CPU', 1)))
         return
     quiet = {'log_to_driver': False, 'logging_level': logging.ERROR}
     try:
@@ -149,7 +149,7 @@ def cluster(workers: int | None = None, address: str | None = None) -> Iterator[
         what = f'--ray-address {address}' if address else 'local Ray cluster'
         raise FleetError(f'{what}: {first_line(exc)}') from None
     try:
-        yield workers or int(ray.cluster_resources().get('CPU', 1))
+        yield workers or max(1, int(ray.cluster_resources().get('CPU', 1)))
     finally:
         ray.shutdown()
 
@@ -244,12 +244,14 @@ def replay_fleet(bags: list[Path], out_dir: str | Path, cfg: PipelineConfig, wor
     # Imported here: they bring JAX, which the CLI needs only once a replay runs.
     from .fleet_driver import Scheduler
     from .fleet_worker import BagWorker
-    out_dir = Path(out_dir)
+    # Absolute paths: a worker on another machine does not share this process's directory.
+    out_dir = Path(out_dir).absolute()
     if out_dir.exists():
         raise FleetError(f'{out_dir} exists, not overwriting')
+    bags = [Path(b).absolute() for b in bags]
     out_dir.mkdir(parents=True)
-    outcomes = [BagOutcome(Path(b), out_dir / output_name(Path(b)),
-                           lidar_frames(Path(b), pointcloud_topic)) for b in bags]
+    outcomes = [BagOutcome(b, out_dir / output_name(b), lidar_frames(b, pointcloud_topic))
+                for b in bags]
     ray = import_ray()
     actor = ray.remote(num_cpus=1, max_concurrency=2, max_restarts=0)(BagWorker)
     job = {'pointcloud_topic': pointcloud_topic, 'camera_topics': camera_topics or {}}

@@ -95,6 +95,7 @@ class BagWorker:
         with self._lock:
             self._bag, self._done, self._total = job['input'], 0, 0
         started, cpu = time.perf_counter(), time.process_time()
+        compiles_before = self._pipe.compiles_after_warmup
         summary, error = None, None
         try:
             partial.mkdir()
@@ -103,6 +104,8 @@ class BagWorker:
                                 progress=self._progress, pipeline=self._pipe)
             # A rename within one folder: the bag appears under its name whole or not at all.
             os.rename(partial / final.name, final)
+            # The pipeline counts since its warm-up; the summary is this bag's.
+            result.compiles_after_warmup -= compiles_before
             summary = result.summary()
         except Exception as exc:    # noqa: B902 - any bag's failure is reported, others go on
             # Our own errors already name the bag and the problem; others get their type.

@@ -56,6 +56,16 @@ def archive(tmp_path_factory, ray_cluster):
     mcap = bags / 'truncated' / 'drive3.mcap'
     mcap.write_bytes(mcap.read_bytes()[:mcap.stat().st_size // 2])
     (bags / 'garbage.mcap').write_bytes(b'this is not an MCAP file')
+    # A bag whose 6th cloud is cut short: replay fails there, after 5 frames were written.
+    reader = bagio.open_reader(bags / 'drive1')
+    with bagio.BagWriter(bags / 'broken') as writer:
+        clouds = 0
+        for topic, ts, raw, msgtype in bagio.iter_messages(reader, list(
+                bagio.topic_types(reader))):
+            clouds += topic == bagio.POINTCLOUD_TOPIC
+            writer.write_raw(topic, msgtype, bytes(raw)[:40] if clouds == 6 and
+                             topic == bagio.POINTCLOUD_TOPIC else raw, ts)
+    reader.close()
     reference = root / 'reference'
     reference.mkdir()
     for name in DRIVES:
@@ -99,10 +109,10 @@ def test_fleet_outputs_equal_single_process_and_bad_bags_are_reported(
     out, report = tmp_path / 'out', tmp_path / 'summary.json'
     code = main(['replay', str(archive.bags), '--out', str(out), '--workers', '2',
                  '--params', str(archive.params), '--json', str(report)])
-    assert code == 1     # two bags failed
+    assert code == 1     # three bags failed
     summary = json.loads(report.read_text())
     bags = {Path(b['input']).name: b for b in summary['bags']}
-    assert sorted(bags) == ['drive0', 'drive1', 'drive2', 'drive3', 'garbage.mcap',
+    assert sorted(bags) == ['broken', 'drive0', 'drive1', 'drive2', 'drive3', 'garbage.mcap',
                             'truncated']
     for name, frames in FRAMES.items():
         bag = bags[name]
@@ -112,20 +122,23 @@ def test_fleet_outputs_equal_single_process_and_bad_bags_are_reported(
         assert set(bag['latency_ms']['total_ms']) == {'p50', 'p95', 'p99', 'max'}
     assert 'garbage.mcap' in bags['garbage.mcap']['error']
     assert 'cannot read bag' in bags['garbage.mcap']['error']
-    assert bags['truncated']['error'] and bags['truncated']['output'] is None
-    for name in ('garbage.mcap', 'truncated'):
+    assert 'truncated: cannot read bag' in bags['truncated']['error']
+    assert 'SerdeError' in bags['broken']['error']
+    for name in ('garbage.mcap', 'truncated', 'broken'):
         assert (bags[name]['frames'], bags[name]['attempts']) == (0, 1)
+        assert bags[name]['output'] is None
     totals = summary['totals']
     assert totals['frames'] == sum(FRAMES.values()) == 90
-    assert (totals['bags'], totals['failed'], totals['retries']) == (6, 2, 0)
+    assert (totals['bags'], totals['failed'], totals['retries']) == (7, 3, 0)
     assert totals['frames_per_s'] > 0
     assert len(summary['workers']) == 2
 
-    # Only complete bags under their final names: no partials, nothing for the failed ones.
+    # Only complete bags under their final names: no partials, nothing for the failed ones
+    # (the broken bag had written 5 frames when it failed).
     assert sorted(p.name for p in out.iterdir()) == sorted(FRAMES)
     assert_same_as_reference(out, archive, FRAMES)
     printed = capsys.readouterr().out
-    assert 'error:' in printed and '4/6 bags, 90 frames' in printed
+    assert 'error:' in printed and '4/7 bags, 90 frames' in printed
 
 
 def test_a_worker_killed_mid_bag_has_its_bag_retried(archive, ray_cluster, tmp_path):
