@@ -34,8 +34,9 @@ import jaxlib
 
 from .config import ConfigError
 
-# Every module of the package: what the jitted functions call may move between modules, and a
-# spurious miss after an edit costs one compile while a stale hit would run old code.
+# Every module of the package, subpackages included: what the jitted functions call may move
+# between modules, and a spurious miss after an edit costs one compile while a stale hit would
+# run old code.
 PACKAGE_DIR = Path(__file__).resolve().parent
 CPUINFO = Path('/proc/cpuinfo')
 
@@ -94,10 +95,12 @@ def private_cache_dir(path: str) -> Path | None:
 
 
 def code_fingerprint(package_dir: Path | None = None) -> str:
-    """Return the SHA-256 of every ``*.py`` file of the package (``PACKAGE_DIR``), by name."""
+    """Return the SHA-256 of every ``*.py`` file of the package and its subpackages, by path."""
+    root = package_dir or PACKAGE_DIR
     digest = hashlib.sha256()
-    for source in sorted((package_dir or PACKAGE_DIR).glob('*.py')):
-        digest.update(source.name.encode() + b'\0' + source.read_bytes() + b'\0')
+    for source in sorted(root.rglob('*.py')):
+        name = source.relative_to(root).as_posix()
+        digest.update(name.encode() + b'\0' + source.read_bytes() + b'\0')
     return digest.hexdigest()
 
 
