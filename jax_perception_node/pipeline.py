@@ -74,6 +74,7 @@ class FrameResult:
     cameras_used: int          # cameras that contributed (not masked)
     nonfinite_features: int    # non-finite feature values replaced by 0 this frame
     pad_ms: float              # host: padding into the bucket buffer, staging the camera maps
+                               # (and putting them on the device when one changed)
     compute_ms: float          # transfer_ms + device_ms + fetch_ms
     compiles_after_warmup: int
     transfer_ms: float = 0.0   # putting the inputs on the device (dispatch; may overlap compute)
@@ -235,6 +236,15 @@ class BevPipeline:
         self._calibration_device = jax.device_put(calibration_vector(lidar, self._grid))
         self._calibration = (lidar, cameras or self._calibration[1])
 
+    def executable(self, bucket: int) -> jax.stages.Compiled:
+        """The compiled frame function of a bucket: ``executable(frame_args(...))``."""
+        return self._executables[bucket]
+
+    @property
+    def lift_samples(self) -> np.ndarray | None:
+        """Valid camera samples per camera and cell, float32[N, H*W], for this calibration."""
+        return None if self._tables is None else np.asarray(self._tables.samples)
+
     # -- per frame -----------------------------------------------------------------------------
 
     @property
@@ -264,10 +274,8 @@ class BevPipeline:
         padded = self.padder.pad(points)
         total = points.shape[0] if num_points is None else max(num_points, points.shape[0])
         overflow = padded.overflow + (total - points.shape[0])
-        nonfinite, changed = self._stage_cameras(cameras or {})
+        nonfinite, changed = self.stage_cameras(cameras or {})
         staged = time.perf_counter()
-        if changed:
-            self._features_device = jax.device_put(self._features)
         features, stages = self._run(padded.bucket, padded.buffer, padded.count)
         return FrameResult(
             features=features, num_points=total, bucket=padded.bucket, overflow_points=overflow,
@@ -288,12 +296,13 @@ class BevPipeline:
         features = np.asarray(out)
         return features, (put - start, ready - put, time.perf_counter() - ready)
 
-    def _stage_cameras(self, cameras: Mapping[str, np.ndarray | None]) -> tuple[int, bool]:
+    def stage_cameras(self, cameras: Mapping[str, np.ndarray | None]) -> tuple[int, bool]:
         """
-        Copy changed maps into the batch; returns (non-finite values zeroed, batch changed).
+        Stage the camera maps of the next frame; returns (non-finite values zeroed, changed).
 
-        A map equal to what its slot holds is not copied again, so an unchanged batch does
-        not cross to the device again. A masked camera keeps its slot: the flag masks it.
+        ``process`` calls it; ``frame_args`` reads what it staged. A map equal to what its slot
+        holds is not copied again, and the batch crosses to the device only when a map changed.
+        A masked camera keeps its slot: its flag masks it.
         """
         unknown = set(cameras) - set(self.camera_names)
         if unknown:
@@ -318,4 +327,6 @@ class BevPipeline:
                 # NaN * 0 is NaN: a non-finite value would poison every cell sampling near it.
                 nonfinite += int(bad.sum())
                 slot[bad] = 0.0
+        if changed:
+            self._features_device = jax.device_put(self._features)
         return nonfinite, changed

@@ -26,7 +26,8 @@ def latency_table(records: Sequence[Mapping[str, float]],
     return '\n'.join(lines)
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed)."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -40,7 +41,7 @@ def save_bev_png(features: np.ndarray, grid, path: Path, title: str = '') -> Pat
     Left: LiDAR heights (z_max) with camera coverage in grey. Right, when the frame has camera
     channels: the lifted camera channel with the most variance, masked outside the coverage.
     """
-    plt = _pyplot()
+    plt = pyplot()
     camera_channels = features.shape[-1] - 7
     panels = 2 if camera_channels > 0 else 1
     fig, axes = plt.subplots(1, panels, figsize=(6.4 * panels, 6.2), dpi=100, squeeze=False)
@@ -78,7 +79,7 @@ def save_bev_png(features: np.ndarray, grid, path: Path, title: str = '') -> Pat
 def save_latency_png(records: Sequence[Mapping[str, float]], path: Path,
                      title: str = 'Per-frame latency') -> Path:
     """Timeline of total / compute / age per frame and a histogram of total_ms."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (timeline, hist) = plt.subplots(1, 2, figsize=(11, 4), dpi=110,
                                          gridspec_kw={'width_ratios': [2.2, 1]})
     frames = np.arange(len(records))

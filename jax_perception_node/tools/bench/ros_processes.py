@@ -1,7 +1,7 @@
 """
 Helper processes and a probe for the ROS part of the benchmarks (``jax-perception bench``).
 
-Run as ``python -m jax_perception_node.bench_ros COMMAND ...``:
+Run as ``python -m jax_perception_node.tools.bench.ros_processes COMMAND ...``:
 
 - ``publish``: publishes one prepared cloud (and the cameras' feature maps, same stamp) on the
   node's inputs at a schedule of rates, header stamp = wall clock at publish, and writes the
@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from .topics import camera_topic, FEATURES_TOPIC, LATENCY_TOPIC, POINTCLOUD_TOPIC
+from jax_perception_node.topics import camera_topic, FEATURES_TOPIC, LATENCY_TOPIC, POINTCLOUD_TOPIC
 
 # Header stamp of a raw CDR message: int32 sec, uint32 nanosec after the 4-byte encapsulation.
 _STAMP = struct.Struct('<iI')
@@ -44,8 +44,8 @@ def cloud_message(raw: np.ndarray, num_points: int, stamp_ns: int = 0, frame_id:
     ring uint16, time float32; 24 bytes a point, little-endian), as a LiDAR driver sends them.
     """
     from sensor_msgs.msg import PointCloud2, PointField
-    from .camera import byte_array
-    from .synthetic_drive import POINT_FIELDS, POINT_STEP
+    from jax_perception_node.camera import byte_array
+    from jax_perception_node.synthetic_drive import POINT_FIELDS, POINT_STEP
     msg = PointCloud2()
     msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
     msg.header.frame_id = frame_id
@@ -62,7 +62,7 @@ def cloud_message(raw: np.ndarray, num_points: int, stamp_ns: int = 0, frame_id:
 def features_message(fmap: np.ndarray, stamp_ns: int = 0, frame_id: str = 'camera'):
     """sensor_msgs/Image 32FC<C> (rclpy) of a float32[H_f, W_f, C] feature map."""
     from sensor_msgs.msg import Image
-    from .camera import byte_array, features_image_fields
+    from jax_perception_node.camera import byte_array, features_image_fields
     fields = features_image_fields(fmap)
     msg = Image(height=fields['height'], width=fields['width'], encoding=fields['encoding'],
                 is_bigendian=fields['is_bigendian'], step=fields['step'])
@@ -244,7 +244,7 @@ def echo(height: int, width: int, channels: int, cameras: list[str]) -> int:
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
     from rclpy.qos import qos_profile_sensor_data, QoSProfile
     from sensor_msgs.msg import Image, PointCloud2
-    from .camera import byte_array
+    from jax_perception_node.camera import byte_array
     rclpy.init()
     node = rclpy.create_node('bench_echo')
     reply = Image(height=height, width=width, encoding=f'32FC{channels}',
@@ -342,13 +342,15 @@ def _lowering_split(cfg) -> dict:
     """
     import functools
     import jax
-    from .bench import FrameInputs
-    frame = FrameInputs(cfg)
+    from jax_perception_node import BevPipeline, kernels
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
     bucket = cfg.buckets[-1]
-    args = frame.args(np.zeros((bucket, 4), np.float32), 0, {})
-    specs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), args)
+    args = pipe.frame_args(np.zeros((bucket, 4), np.float32), 0)
+    frame = functools.partial(kernels.bev_frame, height=pipe.height, width=pipe.width,
+                              activation=cfg.fusion.activation)
     began = time.perf_counter()
-    lowered = jax.jit(functools.partial(frame.frame)).lower(*specs)
+    lowered = jax.jit(frame).lower(args)
     lowered_at = time.perf_counter()
     lowered.compile()
     done = time.perf_counter()
@@ -447,8 +449,8 @@ class Probe:
 
 
 def helper_command(*args: str) -> list[str]:
-    """Command line running ``python -m jax_perception_node.bench_ros ARGS`` in this venv."""
-    return [sys.executable, '-m', 'jax_perception_node.bench_ros', *args]
+    """Command line running ``python -m jax_perception_node.tools.bench.ros_processes ARGS`` in this venv."""
+    return [sys.executable, '-m', 'jax_perception_node.tools.bench.ros_processes', *args]
 
 
 def parse_schedule(text: str) -> list[tuple[str, float, float]]:
@@ -461,8 +463,8 @@ def parse_schedule(text: str) -> list[tuple[str, float, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m jax_perception_node.bench_ros``."""
-    parser = argparse.ArgumentParser(prog='python -m jax_perception_node.bench_ros')
+    """Entry point of ``python -m jax_perception_node.tools.bench.ros_processes``."""
+    parser = argparse.ArgumentParser(prog='python -m jax_perception_node.tools.bench.ros_processes')
     sub = parser.add_subparsers(dest='command', required=True)
     p = sub.add_parser('publish')
     p.add_argument('--inputs', required=True, type=Path)

@@ -25,11 +25,12 @@ torch device (``'cuda'`` for the accelerator benchmark).
 import functools
 import importlib.util
 import os
+import warnings
 from typing import Mapping, NamedTuple
 
 import numpy as np
 
-from .config import load_fusion_weights, PipelineConfig
+from jax_perception_node.config import load_fusion_weights, PipelineConfig
 
 MIN_DEPTH_M = 0.1     # the contract's minimum depth for a valid camera sample
 
@@ -80,18 +81,15 @@ def lift_matrix(cfg: PipelineConfig) -> LiftMatrix | None:
                       csr.data.astype(np.float32), tables.samples, (cells, pixels))
 
 
-def lift_tables(cfg: PipelineConfig) -> PeerTables | None:
+def sample_pixels(cfg: PipelineConfig) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """
-    Project every cell centre at every height level into every camera, once per calibration.
+    Pixel coordinates and validity of every camera sample: per camera (u, v, valid), [H*W, K].
 
     Follows the contract: cell centres ``(x_min + (i + .5) res, y_min + (j + .5) res)``, levels
     ``z_min + (k + .5)(z_max - z_min) / K``; ``p_cam = R^T (p - t)``; valid when depth > 0.1 m
-    and ``-0.5 <= u < W_f - 0.5``, ``-0.5 <= v < H_f - 0.5``; four bilinear taps with edge
-    clamping. Arithmetic is float32 to match the JAX side bit for bit where it matters
-    (validity at the map border). Returns None without cameras.
+    and ``-0.5 <= u < W_f - 0.5``, ``-0.5 <= v < H_f - 0.5``. Arithmetic is float32 to match
+    the JAX side bit for bit where it matters (validity at the map border).
     """
-    if not cfg.cameras:
-        return None
     h, w, k = cfg.grid.height, cfg.grid.width, cfg.fusion.num_heights
     x_min, y_min, z_min, z_max, res = cfg.grid.vector()
     f32 = np.float32
@@ -100,8 +98,7 @@ def lift_tables(cfg: PipelineConfig) -> PeerTables | None:
     zs = z_min + (np.arange(k, dtype=f32) + f32(0.5)) * ((z_max - z_min) / f32(k))
     gx, gy, gz = np.meshgrid(xs, ys, zs, indexing='ij')     # [H, W, K]
     pts = np.stack([gx, gy, gz], axis=-1).reshape(h * w, k, 3)
-    index, weight, samples = [], [], []
-    map_offset = 0
+    out = []
     for cam in cfg.cameras:
         rot = cam.pose.rotation_matrix().astype(f32)
         trans = np.asarray(cam.pose.translation, f32)
@@ -115,6 +112,22 @@ def lift_tables(cfg: PipelineConfig) -> PeerTables | None:
         v = f32(cam.fy) * c[1] / safe + f32(cam.cy)
         valid = ((depth > MIN_DEPTH_M) & (u >= -0.5) & (u < cam.width - 0.5)
                  & (v >= -0.5) & (v < cam.height - 0.5))
+        out.append((u, v, valid))
+    return out
+
+
+def lift_tables(cfg: PipelineConfig) -> PeerTables | None:
+    """
+    Four bilinear taps (edge clamping) of every sample of :func:`sample_pixels`, once per
+    calibration. Returns None without cameras.
+    """
+    if not cfg.cameras:
+        return None
+    f32 = np.float32
+    h, w, k = cfg.grid.height, cfg.grid.width, cfg.fusion.num_heights
+    index, weight, samples = [], [], []
+    map_offset = 0
+    for cam, (u, v, valid) in zip(cfg.cameras, sample_pixels(cfg)):
         u0, v0 = np.floor(u), np.floor(v)
         du, dv = u - u0, v - v0
         taps_i, taps_w = [], []
@@ -124,7 +137,7 @@ def lift_tables(cfg: PipelineConfig) -> PeerTables | None:
                 row = np.clip(v0 + oy, 0, cam.height - 1).astype(np.int64)
                 taps_i.append(row * cam.width + col + map_offset)
                 taps_w.append(np.where(valid, wx * wy, f32(0.0)).astype(f32))
-        # [HW, K, 4] -> [K*4, HW]: tap order (level, tap) within the camera, like the kernel.
+        # [HW, K, 4] -> [K*4, HW]: tap order (level, tap) within the camera.
         index.append(np.stack(taps_i, axis=-1).reshape(h * w, k * 4).T)
         weight.append(np.stack(taps_w, axis=-1).reshape(h * w, k * 4).T)
         samples.append(valid.sum(axis=1).astype(f32))
@@ -266,8 +279,11 @@ class TorchBev:
         self._lift = self._samples = None
         if self.tables is not None:
             t = self.tables
-            self._lift = torch.sparse_csr_tensor(put(t.indptr), put(t.indices), put(t.data),
-                                                 size=t.shape)
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore', UserWarning)    # "CSR support is in beta"
+                self._lift = torch.sparse_csr_tensor(
+                    put(t.indptr), put(t.indices), put(t.data), size=t.shape,
+                    check_invariants=False)
             self._samples = put(t.samples)
             # Staging for the maps, on the device: one copy per frame and camera.
             self._flat = torch.zeros((t.shape[1], cfg.camera_channels), device=self.device)
@@ -283,12 +299,20 @@ class TorchBev:
         """torch.__version__."""
         return self.torch.__version__
 
+    def upload(self, points: np.ndarray, cameras: Mapping[str, np.ndarray | None]):
+        """Copy a cloud and its maps to the device: (points tensor, name -> tensor or None)."""
+        torch = self.torch
+
+        def put(a):
+            return torch.from_numpy(np.ascontiguousarray(a, np.float32)).to(self.device)
+        return put(points), {name: None if m is None else put(m) for name, m in cameras.items()}
+
     def voxelize(self, points):
         """Six LiDAR channels float32[H, W, 6] (a tensor) of a float32[N, 4] cloud."""
         torch = self.torch
         h, w = self.height, self.width
         cells = h * w
-        p = torch.from_numpy(np.ascontiguousarray(points, np.float32)).to(self.device)
+        p = points if torch.is_tensor(points) else self.upload(points, {})[0]
         px, py, pz, intensity = p[:, 0], p[:, 1], p[:, 2], p[:, 3]
         r, t = self._rot, self._trans
         x_min, y_min, z_min, z_max, res = self._grid
@@ -335,8 +359,9 @@ class TorchBev:
             if fmap is None:
                 flat[offset:offset + size] = 0.0     # masked: its columns add nothing
             else:
-                flat[offset:offset + size] = torch.from_numpy(
-                    np.ascontiguousarray(fmap, np.float32)).reshape(-1, channels)
+                if not torch.is_tensor(fmap):
+                    fmap = torch.from_numpy(np.ascontiguousarray(fmap, np.float32))
+                flat[offset:offset + size] = fmap.reshape(-1, channels)
             offset += size
         summed = self._lift @ flat
         mask = torch.tensor(valid, dtype=torch.float32).to(self.device)
@@ -349,6 +374,10 @@ class TorchBev:
     def process(self, points: np.ndarray,
                 cameras: Mapping[str, np.ndarray | None] | None = None) -> np.ndarray:
         """Fused features float32[H, W, C_out] of one frame, as a NumPy array."""
+        return self.compute(*self.upload(points, cameras or {})).cpu().numpy()
+
+    def compute(self, points, cameras: Mapping[str, object | None] | None = None):
+        """Fused features (a tensor on the device) from tensors or arrays."""
         torch = self.torch
         with torch.inference_mode():
             lidar = self.voxelize(points)
@@ -363,4 +392,4 @@ class TorchBev:
                 fused = fused @ weights + bias
                 if self.cfg.fusion.activation == 'relu':
                     fused = torch.relu(fused)
-            return fused.cpu().numpy()
+            return fused

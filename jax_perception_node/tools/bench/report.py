@@ -1,0 +1,316 @@
+"""
+The benchmark report: targets, the markdown tables and the plot, all from the results JSON.
+
+``markdown(results)`` is what the README's performance section holds (``docs/bench.json`` is
+the run behind it; a test checks that they agree).
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from .common import DROP_LIMIT_PCT, rounded
+
+REQUIRED_KEYS = (
+    'recompile.speedup', 'recompile.naive_compiles', 'recompile.bucketed_compiles_after_warmup',
+    'pipeline.speedup_vs_numpy', 'pipeline.speedup_vs_torch_min', 'pipeline.rows',
+    'ros.age_p50_ms', 'ros.age_p99_ms', 'ros.floor_p50_ms', 'ros.overhead_ms',
+    'ros.peak_rate_hz', 'startup.cold_s', 'startup.warm_s')
+
+
+def targets(results: dict) -> list[dict]:
+    """List the targets with the measured value and whether each is met (None: not run)."""
+    rec, pipe = results.get('recompile') or {}, results.get('pipeline') or {}
+    ros, start = results.get('ros') or {}, results.get('startup') or {}
+    device = results.get('device') or {}
+
+    def item(name, target, value, met):
+        return {'name': name, 'target': target, 'value': value,
+                'met': None if value is None else bool(met(value))}
+
+    cold, warm = start.get('cold_s'), start.get('warm_s')
+    items = [
+        item('recompile.speedup', '>= 50', rec.get('speedup'), lambda v: v >= 50),
+        item('recompile.bucketed_compiles_after_warmup', '== 0',
+             rec.get('bucketed_compiles_after_warmup'), lambda v: v == 0),
+        item('pipeline.speedup_vs_numpy (131k points, no camera)', '>= 10',
+             pipe.get('speedup_vs_numpy'), lambda v: v >= 10),
+        item('pipeline.speedup_vs_torch_min (faster than PyTorch eager at every size)', '> 1',
+             pipe.get('speedup_vs_torch_min'), lambda v: v > 1),
+        item('pipeline.cameras_over_lidar (6-camera frame / LiDAR-only frame, 131k points)',
+             '<= 3', pipe.get('cameras_over_lidar'), lambda v: v <= 3),
+        item('pipeline.speedup_vs_best_peer_cameras (131k points, 6 cameras)', '>= 2',
+             pipe.get('speedup_vs_best_peer_cameras'), lambda v: v >= 2),
+        item('ros.overhead_ms', '< 2', ros.get('overhead_ms'), lambda v: v < 2),
+        item('startup.warm_s / startup.cold_s', '<= 0.25',
+             rounded(warm / cold) if cold and warm else None, lambda v: v <= 0.25),
+    ]
+    if device:
+        items += [
+            item('device.max_cells_differing (from the NumPy peer, per frame)', '<= 8',
+                 device.get('max_cells_differing'), lambda v: v <= 8),
+            item('device.faster_than_torch_everywhere (end to end, same device)', 'true',
+                 device.get('faster_than_torch_everywhere'), lambda v: v),
+        ]
+        gpu = (device.get('device') or {}).get('platform') == 'gpu'
+        ring = next((r for r in device.get('rows', [])
+                     if r['points'] == 131072 and r['cameras'] == 6), None)
+        items += [
+            item('device.e2e_ms (GPU, 131k points, 6 cameras)', '<= 1.0',
+                 ring['jax_e2e_ms']['p50'] if gpu and ring else None, lambda v: v <= 1.0),
+            item('device.device_ms (GPU, 131k points, 6 cameras)', '<= 0.15',
+                 ring['jax_device_ms']['p50'] if gpu and ring else None, lambda v: v <= 0.15),
+        ]
+    return items
+
+
+def missed(results: dict) -> list[str]:
+    """Names of the targets that were measured and missed."""
+    return [t['name'] for t in results.get('targets') or targets(results) if t['met'] is False]
+
+
+def _fmt(value, digits: int = 2, suffix: str = '') -> str:
+    if value is None:
+        return 'n/a'
+    if isinstance(value, float):
+        return f'{value:.{digits}f}{suffix}'
+    return f'{value}{suffix}'
+
+
+def markdown(results: dict) -> str:
+    """Render the report: machine, targets, then one table per part."""
+    m = results['machine']
+    lines = [f'# jax_perception_node benchmarks ({results["plan"]}, {m.get("date", "undated")})',
+             '', f'Machine: {m["nproc"]} CPUs ({m["cpu"]}), {m["ram_gib"]} GiB RAM, load average at '
+             f'start {m["loadavg_at_start"]}; Python {m["python"]}, jax {m["jax"]} / jaxlib '
+             f'{m["jaxlib"]} ({m["jax_backend"]}), NumPy {m["numpy"]}, PyTorch '
+             f'{m["torch"] or "not installed"}. Shared machine: compare ratios, not absolute '
+             'times.', '', '## Targets', '',
+             '| target | wanted | measured | met |', '|---|---:|---:|:---:|']
+    for t in results['targets']:
+        met = {True: 'yes', False: '**MISSED**', None: 'not run'}[t['met']]
+        lines.append(f'| {t["name"]} | {t["target"]} | {_fmt(t["value"])} | {met} |')
+    names = missed(results)
+    lines += ['', 'Missed: ' + ('; '.join(names) if names else 'none') + '.']
+    for error in results.get('errors', []):
+        lines += ['', f'**Error:** {error}']
+
+    rec = results.get('recompile')
+    if rec and rec.get('frames'):
+        lines += ['', '## 1. Recompile cost', '',
+                  f'{rec["frames"]} synthetic LiDAR frames, {rec["points_min"]}..'
+                  f'{rec["points_max"]} points ({rec["distinct_point_counts"]} distinct counts), '
+                  f'{rec["cameras"]} cameras, {rec["grid"][0]} x {rec["grid"][1]} grid, buckets '
+                  f'{rec["buckets"]}; persistent cache off. Naive = jax.jit of the same frame '
+                  'function on unpadded input: its per-frame time includes trace + compile.', '',
+                  '| path | mean ms | p50 ms | p99 ms | max ms | compiles |',
+                  '|---|---:|---:|---:|---:|---:|']
+        for name, key, compiles in (('bucketed AOT', 'bucketed_ms',
+                                     rec['bucketed_compiles_after_warmup']),
+                                    ('naive jit', 'naive_ms', rec['naive_compiles'])):
+            s = rec[key]
+            lines.append(f'| {name} | {_fmt(s["mean"])} | {_fmt(s["p50"])} | {_fmt(s["p99"])} '
+                         f'| {_fmt(s["max"])} | {compiles} |')
+        lines += ['', f'Speedup (naive mean / bucketed mean): **{rec["speedup"]}x** (p99: '
+                  f'{rec["speedup_p99"]}x). Bucketed warm-up (all buckets compiled once at '
+                  f'start): {rec["bucketed_warmup_s"]} s.']
+
+    pipe = results.get('pipeline')
+    if pipe and pipe.get('rows'):
+        lines += ['', '## 2. Pipeline against peers (p50 ms per frame; ratio = peer / JAX)', '',
+                  '| points | bucket | cameras | JAX | NumPy | x | JAX no-jit | x | PyTorch | x |',
+                  '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+        for r in pipe['rows']:
+            lines.append(
+                f'| {r["points"]} | {r["bucket"]} | {r["cameras"]} | {_fmt(r["jax_ms"])} | '
+                f'{_fmt(r["numpy_ms"])} | {_fmt(r["speedup_vs_numpy"])} | '
+                f'{_fmt(r["jax_nojit_ms"], 1)} | {_fmt(r["speedup_vs_jax_nojit"], 1)} | '
+                f'{_fmt(r["torch_ms"])} | {_fmt(r["speedup_vs_torch"])} |')
+        lines += ['', f'Headline: {pipe["speedup_vs_numpy"]}x NumPy at '
+                  f'{pipe["headline"]["points"]} points without cameras; slowest ratio to PyTorch '
+                  f'{_fmt(pipe["speedup_vs_torch_min"])}x. With '
+                  f'{pipe["headline"]["ring_cameras"]} cameras a frame costs '
+                  f'{_fmt(pipe["cameras_over_lidar"])}x a LiDAR-only frame and runs '
+                  f'{_fmt(pipe["speedup_vs_best_peer_cameras"])}x faster than the best sparse '
+                  f'peer. {pipe["reps"]} interleaved runs per implementation and row.', '']
+        exempt = [f'{r["points"]} pts / {r["cameras"]} cams: {r["exempt_cells"]}'
+                  for r in pipe['rows'] if r['exempt_cells']]
+        notes = list(pipe['notes'])
+        unstable = [f'{r["points"]} pts / {r["cameras"]} cams: {", ".join(r["unstable"])}'
+                    for r in pipe['rows'] if r.get('unstable')]
+        if unstable:
+            notes.append('Timed while the machine was busy (p50 > 2.5x the best run, after one '
+                         'retry), so these p50s are inflated; min_ms in the JSON has the best '
+                         'runs: ' + '; '.join(unstable) + '.')
+        border = max(r['border_cells'] for r in pipe['rows'])
+        notes.append('Differences allowed only in cells where float32 rounding can decide: a '
+                     'point within 5e-5 cells of a cell border, or one of at most 8 cells with '
+                     'a camera sample within 1e-3 px of a map border that the two geometries '
+                     f'put on opposite sides (here {border}). Differing cells: '
+                     + ('; '.join(exempt) if exempt else 'none') + '.')
+        lines += [f'- {n}' for n in notes]
+        for key, prof in pipe.get('profile', {}).items():
+            lines.append(f'- Stage p50 at {key.replace("_", " ")}: ' + ', '.join(
+                f'{k} {v}' for k, v in prof.items()))
+
+    ros = results.get('ros')
+    if ros and ros.get('rows'):
+        lines += ['', '## 3. End to end through ROS', '',
+                  f'Publisher -> node -> subscriber, separate processes, DDS on loopback with '
+                  f'shared memory; a {ros["points"]}-point cloud ({ros["cloud_bytes"]} bytes) and '
+                  f'{ros["cameras"]} camera maps per frame, output {ros["output_bytes"]} bytes. '
+                  'Floor = echo node (same subscriptions, republishes a same-size Image, no '
+                  'work).',
+                  '', '| rate Hz | received / published | missed % | age p50 | p99 | max | '
+                  'jitter mean / max / std | node pipeline p50 | node total p50 | floor age p50 '
+                  '/ p99 | overhead |',
+                  '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+        for r in ros['rows']:
+            node = r.get('node_p50') or {}
+            floor = r.get('floor') or {}
+            lines.append(
+                f'| {r["rate_hz"]:g} | {r["received"]} / {r["published"]} | '
+                f'{_fmt(r["missed_pct"], 1)} | {_fmt(r["age_p50_ms"])} | {_fmt(r["age_p99_ms"])}'
+                f' | {_fmt(r["age_max_ms"])} | {_fmt(r["jitter_mean_ms"])} / '
+                f'{_fmt(r["jitter_max_ms"])} / {_fmt(r["jitter_std_ms"])} | '
+                f'{_fmt(node.get("pipeline_ms"))} | {_fmt(node.get("total_ms"))} | '
+                f'{_fmt(floor.get("age_p50_ms"))} / {_fmt(floor.get("age_p99_ms"))} | '
+                f'{_fmt(r["overhead_ms"])} |')
+        lines += ['', f'At {ros["rate_hz"]:g} Hz: age p50 {_fmt(ros["age_p50_ms"])} ms, p99 '
+                  f'{_fmt(ros["age_p99_ms"])} ms; floor p50 {_fmt(ros["floor_p50_ms"])} ms; '
+                  f'node pipeline p50 {_fmt(ros["pipeline_p50_ms"])} ms; publisher p50 '
+                  f'{_fmt(ros["publisher_p50_ms"])} ms; node overhead '
+                  f'**{_fmt(ros["overhead_ms"])} ms** (paired per frame: '
+                  f'{_fmt(ros["overhead_paired_ms"])} ms). Peak rate under '
+                  f'{DROP_LIMIT_PCT:g} % missed: **{_fmt(ros["peak_rate_hz"], 0)} Hz** '
+                  f'({ros["peak_rate_note"]}).', '']
+        lines += [f'- {k}: {v}' for k, v in ros['definitions'].items()]
+
+    start = results.get('startup')
+    if start and start.get('cold_s') is not None:
+        lines += ['', '## 4. Start-up', '', '| cache | spawn to ready s | node warm-up |',
+                  '|---|---:|---|']
+        for name, key, warm_key in (('empty', 'cold_s', 'cold_warmup'),
+                                    ('warm', 'warm_s', 'warm_warmup')):
+            w = start.get(warm_key)
+            text = 'n/a' if not w else ', '.join(f'{k} {v:g} ms' for k, v in w['ms'].items()) \
+                + f'; total {w["total_s"]:g} s'
+            lines.append(f'| {name} | {_fmt(start[key])} | {text} |')
+        lines += ['', f'Warm / cold = {_fmt(start["warm_over_cold"])} (target <= 0.25). '
+                  "Spawn to ready = up to the node's own 'ready:' log line; a subscriber in "
+                  f'another process saw it after {_fmt(start["cold_discovered_s"])} s and '
+                  f'{_fmt(start["warm_discovered_s"])} s (DDS discovery added).']
+        prof = start.get('profile')
+        if prof:
+            lines += ['', "Warm start-up, step by step (s, one process repeating the node's "
+                      'start): ' + ', '.join(f'{k} {v:g}' for k, v in prof['steps_s'].items())
+                      + '.']
+
+    mem = results.get('memory')
+    if mem:
+        lines += ['', '## 5. Memory', '', '| after | RSS MiB | peak RSS MiB |', '|---|---:|---:|']
+        for r in mem['rows']:
+            what = 'ready (warm-up done)' if r['bucket'] is None else \
+                f'{r["points"]} points (bucket {r["bucket"]})'
+            lines.append(f'| {what} | {_fmt(r["rss_mib"], 1)} | {_fmt(r["hwm_mib"], 1)} |')
+        lines += ['', mem['note']]
+
+    device = results.get('device')
+    if device and device.get('rows'):
+        d = device['device']
+        lines += ['', f'## 6. On the device: {d["platform"]} ({d["kind"]})', '',
+                  f'jax {d["jax"]}, PyTorch {d["torch"] or "not installed"} on '
+                  f'{d["torch_device"] or "n/a"}; p50 ms over {device["reps"]} frames, camera '
+                  'maps changing every frame. e2e = process() from NumPy in to NumPy out; '
+                  'device = the compiled call on inputs already on the device.', '',
+                  '| points | cameras | JAX e2e | JAX device | pad / transfer / device / fetch '
+                  '| PyTorch e2e | PyTorch device | x e2e | cells differing |',
+                  '|---:|---:|---:|---:|---|---:|---:|---:|---:|']
+        for r in device['rows']:
+            s = r['jax_stages_p50_ms']
+            lines.append(
+                f'| {r["points"]} | {r["cameras"]} | {_fmt(r["jax_e2e_ms"]["p50"])} | '
+                f'{_fmt(r["jax_device_ms"]["p50"])} | {_fmt(s["pad"])} / {_fmt(s["transfer"])} / '
+                f'{_fmt(s["device"])} / {_fmt(s["fetch"])} | '
+                f'{_fmt((r["torch_e2e_ms"] or {}).get("p50"))} | '
+                f'{_fmt((r["torch_device_ms"] or {}).get("p50"))} | '
+                f'{_fmt(r.get("speedup_e2e_vs_torch"))} | {r["cells_differing"]} |')
+    return '\n'.join(lines) + '\n'
+
+
+def plot(results: dict, path: Path) -> Path | None:
+    """bench.png: p50 per implementation per size (log axis) per camera count, and ROS age."""
+    from jax_perception_node.report import pyplot
+    pipe, ros = results.get('pipeline'), results.get('ros')
+    pipe = pipe if pipe and pipe.get('rows') else None
+    ros = ros if ros and ros.get('rows') else None
+    panels = (sorted({r['cameras'] for r in pipe['rows']}) if pipe else []) + (
+        ['ros'] if ros else [])
+    if not panels:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), dpi=110,
+                             squeeze=False)
+    impls = (('jax', 'JAX (AOT)'), ('numpy', 'NumPy'), ('torch', 'PyTorch'),
+             ('jax_nojit', 'JAX no-jit'))
+    for ax, panel in zip(axes[0], panels):
+        if panel == 'ros':
+            rows = ros['rows']
+            rates = [r['rate_hz'] for r in rows]
+            ax.plot(rates, [r['age_p50_ms'] for r in rows], 'o-', label='node age p50')
+            ax.plot(rates, [r['age_p99_ms'] for r in rows], 's--', label='node age p99')
+            floor = [(r['rate_hz'], r['floor']['age_p50_ms']) for r in rows if r.get('floor')]
+            if floor:
+                ax.plot(*zip(*floor), '^-', label='floor (echo) age p50')
+            ax.set_xlabel('publish rate (Hz)')
+            ax.set_ylabel('age (ms)')
+            ax.set_ylim(bottom=0)
+            ax.set_title('end to end through ROS')
+            missed = ax.twinx()
+            missed.bar(rates, [r['missed_pct'] or 0 for r in rows], width=3.0, alpha=0.25,
+                       color='tab:red', label='missed %')
+            missed.axhline(DROP_LIMIT_PCT, color='tab:red', linewidth=0.8, linestyle=':')
+            missed.set_ylabel('missed % (bars; dotted: 5 %)')
+            missed.set_ylim(0, 100)
+        else:
+            rows = [r for r in pipe['rows'] if r['cameras'] == panel]
+            x = np.arange(len(rows))
+            shown = [(k, label) for k, label in impls if any(r[f'{k}_ms'] for r in rows)]
+            width = 0.8 / max(1, len(shown))
+            for i, (key, label) in enumerate(shown):
+                ax.bar(x + (i - (len(shown) - 1) / 2) * width,
+                       [r[f'{key}_ms'] or 0 for r in rows], width, label=label)
+            ax.set_xticks(x, [str(r['points']) for r in rows], fontsize=8)
+            ax.set_yscale('log')
+            ax.set_xlabel('points')
+            ax.set_ylabel('p50 per frame (ms, log)')
+            ax.set_title(f'{panel} camera{"s" if panel != 1 else ""}')
+        ax.grid(alpha=0.3, which='both')
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _get(tree: dict, dotted: str):
+    node = tree
+    for part in dotted.split('.'):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(dotted)
+        node = node[part]
+    return node
+
+
+def missing_keys(results: dict) -> list[str]:
+    """List the required JSON keys (dotted) absent from ``results``."""
+    missing = []
+    for key in REQUIRED_KEYS:
+        try:
+            _get(results, key)
+        except KeyError:
+            missing.append(key)
+    return missing
+
+
+# -- entry point ----------------------------------------------------------------------------------

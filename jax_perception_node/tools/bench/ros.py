@@ -1,0 +1,427 @@
+"""
+Parts 3-5: end to end through ROS, start-up and memory, each node its own process.
+
+Publisher -> node -> subscriber over loopback DDS at several rates, against the transport floor
+of an echo node; start-up with an empty and a warm executable store; RSS after one cloud per
+bucket. The helper processes live in ``ros_processes.py``.
+"""
+
+import json
+from pathlib import Path
+import re
+import shutil
+import subprocess
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+from jax_perception_node.config import config_from_parameters, write_param_file
+
+from .common import (bench_params, BenchError, DROP_LIMIT_PCT, Inputs, MAIN_ROS_RATE_HZ, Plan,
+                     ROS_SWEEP_T, rounded)
+
+
+class RosBench:
+    """
+    Runs the node, the echo node and the helper processes; stops every one of them on exit.
+
+    ``work`` holds params files, the compilation cache, inputs and helper outputs; node and
+    helper logs go to ``logs``.
+    """
+
+    def __init__(self, plan: Plan, work: Path, logs: Path, log: Callable[[str], None]):
+        from jax_perception_node.demo import local_ros_env
+        self.plan, self.work, self.logs, self.log = plan, work, logs, log
+        self.env = local_ros_env()
+        self.procs: list[subprocess.Popen] = []
+        self._files = []
+        self.cache_dir = work / 'xla_cache'
+        self.params = bench_params(plan, 'shipped', cache_dir=str(self.cache_dir))
+        self.cfg = config_from_parameters(dict(self.params, compilation_cache_dir=''))
+        self.params_file = write_param_file(self.params, work / 'node.param.yaml')
+        self.probe = None
+
+    def __enter__(self):
+        """Start the in-process probe."""
+        from .ros_processes import Probe
+        self.probe = Probe()
+        return self
+
+    def __exit__(self, *exc):
+        """Stop every process this run started (SIGINT, then kill) and the probe."""
+        from jax_perception_node.demo import stop_process
+        for proc in reversed(self.procs):
+            stop_process(proc)
+        for handle in self._files:
+            handle.close()
+        if self.probe is not None:
+            self.probe.close()
+        return False
+
+    def spawn(self, argv: list[str], log_name: str) -> subprocess.Popen:
+        """Start a process with the ROS environment, output to ``logs/log_name``."""
+        handle = open(self.logs / log_name, 'w')
+        self._files.append(handle)
+        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=self.env)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen) -> None:
+        """Stop one process now (SIGINT, then kill)."""
+        from jax_perception_node.demo import stop_process
+        stop_process(proc)
+
+    def wait_gone(self) -> None:
+        """Wait until no stopped node's cloud subscription is visible any more."""
+        if not self.probe.wait_gone():
+            raise BenchError('a stopped node still subscribes to the cloud topic after 15 s; '
+                             'is another node running in this ROS domain?')
+
+    def node_argv(self) -> list[str]:
+        """Return the node's console script with the benchmark's params file."""
+        exe = Path(sys.executable).with_name('jax_perception_node')
+        return [str(exe) if exe.exists() else 'jax_perception_node', '--ros-args',
+                '--params-file', str(self.params_file)]
+
+    def start_node(self, log_name: str) -> tuple[subprocess.Popen, float, float]:
+        """
+        Spawn the node and wait until it subscribes; returns (process, ready s, discovered s).
+
+        ready: spawn to the node's own 'ready:' log line (its wall-clock stamp; printed right
+        after the subscriptions are created), so DDS discovery delays do not count;
+        discovered: spawn to this process seeing the cloud subscription (discovery included,
+        which now and then adds a second or more).
+        """
+        self.wait_gone()
+        spawned_wall = time.time()
+        began = time.perf_counter()
+        proc = self.spawn(self.node_argv(), log_name)
+        try:
+            discovered = self.probe.wait_ready(proc, timeout_s=180.0) - began
+        except RuntimeError as exc:
+            raise BenchError(f'{exc}; see {self.logs / log_name}') from None
+        ready = None
+        deadline = time.monotonic() + 3.0
+        while ready is None and time.monotonic() < deadline:
+            match = re.search(r'\[([0-9]+\.[0-9]+)\] \[jax_perception\]: ready:',
+                              (self.logs / log_name).read_text())
+            if match:
+                ready = float(match.group(1)) - spawned_wall
+            else:
+                time.sleep(0.02)
+        return proc, discovered if ready is None else ready, discovered
+
+    # -- part 4 ----------------------------------------------------------------------------------
+
+    def startup(self) -> tuple[dict, subprocess.Popen]:
+        """Cold (empty cache) and warm start-up (s); returns the warm node, still running."""
+        if self.cache_dir.exists():
+            shutil.rmtree(self.cache_dir)
+        cold_proc, cold_s, cold_seen = self.start_node('node_cold.log')
+        self.stop(cold_proc)
+        warm_proc, warm_s, warm_seen = self.start_node('node_warm.log')
+        self.log(f'start-up: cold {cold_s:.2f} s, warm {warm_s:.2f} s (seen by a subscriber '
+                 f'after {cold_seen:.2f} s and {warm_seen:.2f} s)')
+        return {
+            'cold_s': rounded(cold_s), 'warm_s': rounded(warm_s), 'warm_over_cold': rounded(warm_s / cold_s),
+            'cold_discovered_s': rounded(cold_seen), 'warm_discovered_s': rounded(warm_seen),
+            'cold_warmup': parse_warmup_log((self.logs / 'node_cold.log').read_text()),
+            'warm_warmup': parse_warmup_log((self.logs / 'node_warm.log').read_text()),
+            'definition': "spawn of the node process to its 'ready:' log line (subscriptions "
+                          'created, after warm-up); *_discovered_s: until another process '
+                          'sees the subscription (adds DDS discovery)',
+        }, warm_proc
+
+    def startup_profile(self) -> dict | None:
+        """Per-step warm start-up breakdown from the ``startup-profile`` helper (s)."""
+        from .ros_processes import helper_command
+        out = self.work / 'startup_profile.json'
+        proc = self.spawn(helper_command('startup-profile', '--params', str(self.params_file),
+                                         '--cache', str(self.cache_dir), '--out', str(out)),
+                          'startup_profile.log')
+        try:
+            proc.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            self.stop(proc)
+        if proc.returncode != 0 or not out.exists():
+            self.log(f'start-up profile failed; see {self.logs / "startup_profile.log"}')
+            return None
+        return json.loads(out.read_text())
+
+    # -- part 5 ----------------------------------------------------------------------------------
+
+    def memory(self, node: subprocess.Popen, inputs: 'Inputs') -> dict:
+        """RSS and peak RSS (VmHWM, MiB) of the node when ready and after a cloud per bucket."""
+        import psutil
+        proc = psutil.Process(node.pid)
+        rows = [{'bucket': None, 'points': 0, **_rss(proc)}]
+        for bucket in self.cfg.buckets:
+            n = max(1, bucket - 1)
+            try:
+                record = self.probe.process_cloud(_raw(inputs.records(n, ROS_SWEEP_T)), n)
+            except RuntimeError as exc:
+                raise BenchError(f'memory: {exc}; see {self.logs / "node_warm.log"}') from None
+            rows.append({'bucket': bucket, 'points': n,
+                         'bucket_used': int(record.get('bucket', -1)), **_rss(proc)})
+        self.log('memory: ' + ', '.join(f'{r["bucket"]}: {r["rss_mib"]} MiB' for r in rows))
+        return {'rows': rows, 'peak_rss_mib': max(r['hwm_mib'] for r in rows),
+                'note': 'RSS after the node processed one cloud just under each bucket '
+                        '(cameras masked); hwm = VmHWM, the peak since the process started '
+                        '(compiles included).'}
+
+    # -- part 3 ----------------------------------------------------------------------------------
+
+    def stream(self, kind: str, schedule: list[tuple[str, float, float]], inputs_file: Path) \
+            -> dict:
+        """Run publisher and subscriber processes around whatever serves the node's topics."""
+        from .ros_processes import helper_command
+        done = self.work / f'{kind}.done'
+        sub_out, pub_out = self.work / f'{kind}_sub.json', self.work / f'{kind}_pub.json'
+        for path in (done, sub_out, pub_out):
+            path.unlink(missing_ok=True)
+        sub = self.spawn(helper_command('subscribe', '--out', str(sub_out), '--until', str(done)),
+                         f'{kind}_subscriber.log')
+        text = ','.join(f'{label}:{rate:g}:{seconds:g}' for label, rate, seconds in schedule)
+        pub = self.spawn(helper_command('publish', '--inputs', str(inputs_file), '--schedule',
+                                        text, '--out', str(pub_out), '--gap',
+                                        str(self.plan.ros_gap_s), '--warmup',
+                                        str(self.plan.ros_warmup_s)), f'{kind}_publisher.log')
+        budget = sum(s for _, _, s in schedule) + 2.0 * len(schedule) + 90.0
+        try:
+            pub.wait(timeout=budget)
+        except subprocess.TimeoutExpired:
+            self.stop(pub)
+        done.touch()
+        try:
+            sub.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.stop(sub)
+        if pub.returncode != 0 or not pub_out.exists() or not sub_out.exists():
+            raise BenchError(f'ROS {kind} run failed; see {self.logs}/{kind}_*.log')
+        return stream_stats(json.loads(pub_out.read_text()), json.loads(sub_out.read_text()))
+
+    def echo_argv(self) -> list[str]:
+        """Return the echo helper's command line, sized like the node's output."""
+        from .ros_processes import helper_command
+        g = self.cfg.grid
+        return helper_command('echo', '--height', str(g.height), '--width', str(g.width),
+                              '--channels', str(self.cfg.fused_channels), '--cameras',
+                              ','.join(c.name for c in self.cfg.cameras))
+
+
+def _raw(records: np.ndarray) -> np.ndarray:
+    """
+    Structured points -> their bytes (uint8) in the driver layout, as a PointCloud2 carries them.
+
+    Copied field by field into ``synthetic_drive.POINT_DTYPE``: concatenating sweeps packs the
+    dtype (drops its padding), which would no longer match the advertised point_step.
+    """
+    from jax_perception_node.synthetic_drive import POINT_DTYPE
+    out = np.zeros(len(records), POINT_DTYPE)
+    for name in POINT_DTYPE.names:
+        out[name] = records[name]
+    return out.view(np.uint8).reshape(-1)
+
+
+def _rss(proc) -> dict:
+    """RSS now and VmHWM (peak RSS) of a process, MiB."""
+    rss = proc.memory_info().rss / 2**20
+    hwm = None
+    try:
+        status = Path(f'/proc/{proc.pid}/status').read_text()
+        match = re.search(r'VmHWM:\s+(\d+) kB', status)
+        hwm = int(match.group(1)) / 1024 if match else None
+    except OSError:
+        pass
+    return {'rss_mib': rounded(rss, 1), 'hwm_mib': rounded(hwm if hwm is not None else rss, 1)}
+
+
+def parse_warmup_log(text: str) -> dict | None:
+    """Parse the node's 'warm-up: calibration 12 ms, 16384 300 ms, ...; total 1.2 s' line."""
+    match = re.search(r'warm-up: (.*?); total ([0-9.]+) s', text)
+    if not match:
+        return None
+    parts = {}
+    for item in match.group(1).split(', '):
+        name, _, value = item.rpartition(' ')[0].rpartition(' ')
+        try:
+            parts[name or item.split(' ')[0]] = float(value)
+        except ValueError:
+            continue
+    return {'ms': parts, 'total_s': float(match.group(2))}
+
+
+def stream_stats(published: dict, received: dict) -> dict:
+    """
+    Per segment: age p50 / p99 / max (ms), jitter, missed frames, received rate, node stages.
+
+    Age = receive wall time minus the header stamp (the publisher's wall clock at publish).
+    Missed = published minus received (ros2_benchmark's "# of Missed Frames"); jitter =
+    |difference of consecutive inter-arrival intervals| (ms), mean / max / std, as
+    ros2_benchmark's frame-to-frame jitter. Node stages are p50 of its ~/debug/latency values.
+    """
+    arrivals = {}
+    for stamp, when in received['features']:
+        arrivals.setdefault(stamp, when)
+    latency = dict(received['latency'])   # [stamp, values] pairs
+    out = {}
+    for label, segment in published.items():
+        stamps = segment['stamps_ns']
+        got = sorted((arrivals[s], s) for s in stamps if s in arrivals)
+        ages = np.array([(when - s) / 1e6 for when, s in got])
+        missed = len(stamps) - len(got)
+        row = {'rate_hz': segment['rate_hz'], 'published': len(stamps), 'received': len(got),
+               'missed': missed, 'missed_pct': rounded(100.0 * missed / max(1, len(stamps)), 2)}
+        if len(ages):
+            row.update({'age_p50_ms': rounded(np.percentile(ages, 50)),
+                        'age_p99_ms': rounded(np.percentile(ages, 99)), 'age_max_ms': rounded(ages.max())})
+        else:
+            row.update({'age_p50_ms': None, 'age_p99_ms': None, 'age_max_ms': None})
+        when = np.array([w for w, _ in got], np.float64) / 1e6
+        if len(when) > 2:
+            jitter = np.abs(np.diff(np.diff(when)))
+            row.update({'jitter_mean_ms': rounded(jitter.mean()), 'jitter_max_ms': rounded(jitter.max()),
+                        'jitter_std_ms': rounded(jitter.std()),
+                        'received_rate_hz': rounded((len(when) - 1) / ((when[-1] - when[0]) / 1e3),
+                                               2)})
+        else:
+            row.update({'jitter_mean_ms': None, 'jitter_max_ms': None, 'jitter_std_ms': None,
+                        'received_rate_hz': None})
+        row['publisher_ms_p50'] = rounded(np.median(segment['publish_ms'])) if stamps else None
+        if len(stamps) > 1:
+            row['published_rate_hz'] = rounded((len(stamps) - 1) / ((stamps[-1] - stamps[0]) / 1e9),
+                                          2)
+        records = [latency[s] for s in stamps if s in latency]
+        node = {}
+        for key in ('decode_ms', 'pad_ms', 'compute_ms', 'publish_ms', 'total_ms', 'age_ms'):
+            values = [r[key] for r in records if key in r]
+            node[key] = rounded(np.median(values)) if values else None
+        pipeline = [r['pad_ms'] + r['compute_ms'] for r in records
+                    if 'pad_ms' in r and 'compute_ms' in r]
+        node['pipeline_ms'] = rounded(np.median(pipeline)) if pipeline else None
+        # Per frame: its age minus its own pipeline time (pairs each frame with itself).
+        paired = [(when - s) / 1e6 - latency[s]['pad_ms'] - latency[s]['compute_ms']
+                  for when, s in got if 'compute_ms' in latency.get(s, {})
+                  and 'pad_ms' in latency[s]]
+        node['age_minus_pipeline_ms'] = rounded(np.median(paired)) if paired else None
+        row['node_p50'] = node if records else None
+        out[label] = row
+    return out
+
+
+def peak_rate(rows: list[dict]) -> float | None:
+    """Return the highest rate before the first one with >= 5 % missed (None: the first)."""
+    best = None
+    for row in sorted(rows, key=lambda r: r['rate_hz']):
+        if row['missed_pct'] is None or row['missed_pct'] >= DROP_LIMIT_PCT:
+            break
+        best = row['rate_hz']
+    return best
+
+
+def bench_ros(plan: Plan, work: Path, logs: Path, log: Callable[[str], None]) -> dict:
+    """
+    Parts 3-5 with one node process per start: start-up, memory, streams through node and echo.
+
+    Returns {'startup': ..., 'memory': ..., 'ros': ...}.
+    """
+    from .ros_processes import save_inputs
+    rates = sorted(set(plan.ros_rates) | set(plan.peak_rates))
+    schedule = [(f'{rate:g}hz', rate, plan.ros_seconds if rate in plan.ros_rates
+                 else plan.peak_seconds) for rate in rates]
+    floor_schedule = [(f'{rate:g}hz', rate, plan.ros_seconds) for rate in plan.ros_rates]
+    with RosBench(plan, work, logs, log) as rb:
+        inputs = Inputs(rb.cfg)
+        sweep = inputs.sweep(ROS_SWEEP_T)
+        records = sweep if plan.ros_points is None else inputs.records(plan.ros_points,
+                                                                       ROS_SWEEP_T)
+        maps = inputs.camera_maps(rb.cfg, ROS_SWEEP_T)
+        inputs_file = save_inputs(work / 'ros_inputs.npz', _raw(records), len(records),
+                                  [c.name for c in rb.cfg.cameras], maps)
+        startup, node = rb.startup()
+        memory = rb.memory(node, inputs)
+        log(f'ROS: node at {", ".join(f"{r:g}" for r in rates)} Hz, {len(records)} points, '
+            f'{len(maps)} cameras')
+        node_rows = rb.stream('node', schedule, inputs_file)
+        rb.stop(node)
+        rb.wait_gone()
+        echo = rb.spawn(rb.echo_argv(), 'echo.log')
+        try:
+            rb.probe.wait_ready(echo, timeout_s=60.0, what='echo node')
+        except RuntimeError as exc:
+            raise BenchError(f'{exc}; see {logs / "echo.log"}') from None
+        log(f'ROS: transport floor (echo) at {", ".join(f"{r:g}" for r in plan.ros_rates)} Hz')
+        floor_rows = rb.stream('floor', floor_schedule, inputs_file)
+        rb.stop(echo)
+        startup['profile'] = rb.startup_profile()
+
+    rows = []
+    for label, rate, _ in schedule:
+        row = dict(node_rows[label], floor=floor_rows.get(label))
+        node_p50 = row.get('node_p50') or {}
+        floor = row['floor']
+        if floor and row['age_p50_ms'] is not None and floor['age_p50_ms'] is not None \
+                and node_p50.get('pipeline_ms') is not None:
+            row['overhead_ms'] = rounded(row['age_p50_ms'] - floor['age_p50_ms']
+                                    - node_p50['pipeline_ms'])
+            row['overhead_paired_ms'] = rounded(node_p50['age_minus_pipeline_ms']
+                                           - floor['age_p50_ms'])
+        else:
+            row['overhead_ms'] = row['overhead_paired_ms'] = None
+        rows.append(row)
+    main = next(r for r in rows if r['rate_hz'] == _main_rate(plan))
+    peak = peak_rate(rows)
+    ros = {
+        'rate_hz': main['rate_hz'], 'points': len(records), 'cameras': len(maps),
+        'cloud_bytes': int(records.nbytes), 'output_bytes': int(
+            rb.cfg.grid.height * rb.cfg.grid.width * rb.cfg.fused_channels * 4),
+        'age_p50_ms': main['age_p50_ms'], 'age_p99_ms': main['age_p99_ms'],
+        'age_max_ms': main['age_max_ms'],
+        'floor_p50_ms': (main['floor'] or {}).get('age_p50_ms'),
+        'floor_p99_ms': (main['floor'] or {}).get('age_p99_ms'),
+        'pipeline_p50_ms': (main.get('node_p50') or {}).get('pipeline_ms'),
+        'publisher_p50_ms': main['publisher_ms_p50'],
+        'overhead_ms': main['overhead_ms'],
+        'overhead_paired_ms': main['overhead_paired_ms'],
+        'overhead_ms_by_rate': {f'{r["rate_hz"]:g}': r['overhead_ms'] for r in rows
+                                if r['overhead_ms'] is not None},
+        'peak_rate_hz': peak,
+        'peak_rate_note': _peak_note(rows, peak),
+        'rows': rows,
+        'definitions': {
+            'age': 'subscriber receive wall time minus the LiDAR header stamp (publisher wall '
+                   'clock at publish), ms',
+            'missed': 'published minus received by the subscriber',
+            'jitter': '|difference of consecutive inter-arrival intervals| at the subscriber '
+                      '(ros2_benchmark frame-to-frame jitter), ms',
+            'overhead': "node age p50 - floor age p50 - pipeline p50 (the node's own "
+                        'pad_ms + compute_ms p50 in the same run)',
+            'overhead_paired': "p50 over frames of (age - that frame's pad_ms + compute_ms) "
+                               '- floor age p50: the same quantity, less sensitive to compute '
+                               'time noise',
+            'publisher': 'p50 time the publisher spends in publish() for the camera maps and '
+                         'the cloud of one frame; the stamp is taken before, so it is part of '
+                         'every age, floor included',
+        },
+    }
+    return {'startup': startup, 'memory': memory, 'ros': ros}
+
+
+def _main_rate(plan: Plan) -> float:
+    return MAIN_ROS_RATE_HZ if MAIN_ROS_RATE_HZ in plan.ros_rates else plan.ros_rates[0]
+
+
+def _peak_note(rows: list[dict], peak: float | None) -> str:
+    highest = max(r['rate_hz'] for r in rows)
+    if peak is None:
+        return f'already {rows[0]["missed_pct"]} % missed at the lowest rate'
+    if peak == highest:
+        return f'every step up to {highest:g} Hz stayed under {DROP_LIMIT_PCT:g} % missed ' \
+               '(the real peak is higher)'
+    failing = next(r for r in sorted(rows, key=lambda r: r['rate_hz']) if r['rate_hz'] > peak)
+    return f'{failing["missed_pct"]} % missed at {failing["rate_hz"]:g} Hz'
+
+
+# -- report ---------------------------------------------------------------------------------------
