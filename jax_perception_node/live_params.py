@@ -30,6 +30,7 @@ STATIC_KEYS: dict[str, str] = {
     'grid.x_min': SHAPES, 'grid.x_max': SHAPES, 'grid.y_min': SHAPES, 'grid.y_max': SHAPES,
     'grid.resolution': SHAPES, 'buckets': SHAPES, 'cameras.names': SHAPES,
     'fusion.num_heights': SHAPES, 'fusion.weights_file': SHAPES,
+    'fusion.max_samples_per_cell': SHAPES,
     'fusion.activation': COMPILED,
     'grid.z_min': BUILT, 'grid.z_max': BUILT, 'overflow_policy': BUILT,
     'compilation_cache_dir': BUILT,
