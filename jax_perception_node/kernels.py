@@ -125,7 +125,7 @@ def lift_sample_counts(intrinsics: jax.Array, camera_rotation: jax.Array,
                        width: int, num_heights: int, map_height: int,
                        map_width: int) -> jax.Array:
     """
-    Valid camera samples per cell, int32[H*W], over all cameras and heights.
+    Count the valid camera samples per cell, int32[H*W], over all cameras and heights.
 
     Its maximum is the slot count ``lift_geometry`` needs for this calibration. Arguments as
     for ``lift_geometry``.

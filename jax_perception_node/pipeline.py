@@ -73,8 +73,7 @@ class FrameResult:
     overflow_points: int       # points dropped by the overflow policy
     cameras_used: int          # cameras that contributed (not masked)
     nonfinite_features: int    # non-finite feature values replaced by 0 this frame
-    pad_ms: float              # host: padding into the bucket buffer, staging the camera maps
-                               # (and putting them on the device when one changed)
+    pad_ms: float              # host: padding, staging the camera maps (and their transfer)
     compute_ms: float          # transfer_ms + device_ms + fetch_ms
     compiles_after_warmup: int
     transfer_ms: float = 0.0   # putting the inputs on the device (dispatch; may overlap compute)
@@ -197,7 +196,7 @@ class BevPipeline:
 
     def frame_args(self, points: np.ndarray, count: int) -> kernels.FrameArgs:
         """
-        The frame function's arguments for a padded cloud and the staged cameras.
+        Return the frame function's arguments for a padded cloud and the staged cameras.
 
         points float32[B, 4] with ``count`` real rows. For running ``kernels.bev_frame`` some
         other way (the benchmarks' naive jit and no-jit rows) on exactly this pipeline's state.
@@ -237,12 +236,12 @@ class BevPipeline:
         self._calibration = (lidar, cameras or self._calibration[1])
 
     def executable(self, bucket: int) -> jax.stages.Compiled:
-        """The compiled frame function of a bucket: ``executable(frame_args(...))``."""
+        """Return the compiled frame function of a bucket, called as ``f(frame_args(...))``."""
         return self._executables[bucket]
 
     @property
     def lift_samples(self) -> np.ndarray | None:
-        """Valid camera samples per camera and cell, float32[N, H*W], for this calibration."""
+        """Count valid camera samples per camera and cell, float32[N, H*W] (this calibration)."""
         return None if self._tables is None else np.asarray(self._tables.samples)
 
     # -- per frame -----------------------------------------------------------------------------

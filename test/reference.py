@@ -88,7 +88,7 @@ def bilinear(fmap, u, v) -> np.ndarray:
 
 
 def sample_counts_ref(cfg) -> np.ndarray:
-    """Valid camera samples per cell (H, W), over every camera and height level."""
+    """Count the valid camera samples per cell (H, W), over every camera and height level."""
     x_min, y_min, z_min, z_max, res, h, w = grid_of(cfg)
     k = cfg.fusion.num_heights
     count = np.zeros((h, w), int)

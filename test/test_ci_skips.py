@@ -8,7 +8,7 @@ import sys
 from ci_skips import environment_part
 import pytest
 
-INNER = '''
+INNER = """
 import pytest
 
 
@@ -36,7 +36,7 @@ def test_known_failure():
 
 def test_passes():
     pass
-'''
+"""
 
 
 def run_inner(tmp_path: Path, ci: str | None) -> str:

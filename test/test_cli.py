@@ -108,8 +108,8 @@ def expected_replay(bag, cfg):
     return expected
 
 
-def test_replay_writes_one_output_per_frame_equal_to_an_independent_expectation(sample,
-                                                                                 tmp_path):
+def test_replay_writes_one_output_per_frame_equal_to_an_independent_expectation(
+        sample, tmp_path):
     params = small_replay_params(tmp_path)
     cfg = load_config(params)
     out, report = tmp_path / 'out', tmp_path / 'report.json'

@@ -1,4 +1,4 @@
-"""Every dot in the compiled functions states HIGHEST precision: caught on the CPU, not on a GPU."""
+"""Every dot in the compiled functions states HIGHEST precision: caught on the CPU, no GPU."""
 
 import functools
 
@@ -52,8 +52,9 @@ def test_frame_and_geometry_functions_leave_no_precision_to_the_backend(tmp_path
     assert 'dot_general' in str(frame)
     assert dots_without_highest(frame) == []
     cam = cfg.cameras[0]
-    static = dict(height=pipe.height, width=pipe.width, num_heights=cfg.fusion.num_heights,
-                  map_height=cam.height, map_width=cam.width)
+    static = {'height': pipe.height, 'width': pipe.width,
+              'num_heights': cfg.fusion.num_heights, 'map_height': cam.height,
+              'map_width': cam.width}
     calibration = calibration_arrays(cfg.cameras) + (cfg.grid.vector(),)
     for function in (functools.partial(kernels.lift_geometry, slots=pipe.lift_slots),
                      kernels.lift_sample_counts):

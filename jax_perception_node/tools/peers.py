@@ -25,12 +25,11 @@ torch device (``'cuda'`` for the accelerator benchmark).
 import functools
 import importlib.util
 import os
-import warnings
 from typing import Mapping, NamedTuple
-
-import numpy as np
+import warnings
 
 from jax_perception_node.config import load_fusion_weights, PipelineConfig
+import numpy as np
 
 MIN_DEPTH_M = 0.1     # the contract's minimum depth for a valid camera sample
 
@@ -118,8 +117,9 @@ def sample_pixels(cfg: PipelineConfig) -> list[tuple[np.ndarray, np.ndarray, np.
 
 def lift_tables(cfg: PipelineConfig) -> PeerTables | None:
     """
-    Four bilinear taps (edge clamping) of every sample of :func:`sample_pixels`, once per
-    calibration. Returns None without cameras.
+    Compute the four bilinear taps (edge clamping) of every sample, once per calibration.
+
+    Samples as :func:`sample_pixels` gives them. Returns None without cameras.
     """
     if not cfg.cameras:
         return None

@@ -5,10 +5,9 @@ Differences are allowed only where float32 rounding decides, and only in a bound
 cells that are each shown to sit at such a border; anything else aborts the run.
 """
 
-import numpy as np
-
 from jax_perception_node.config import PipelineConfig
 from jax_perception_node.tools import peers
+import numpy as np
 
 from .common import ATOL, BenchError, RTOL
 

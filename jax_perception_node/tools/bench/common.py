@@ -13,11 +13,9 @@ from pathlib import Path
 import platform
 import time
 
-import numpy as np
-
-from jax_perception_node.config import (config_from_parameters, default_params_file,
-                                        PipelineConfig, read_param_file)
+from jax_perception_node.config import default_params_file, PipelineConfig, read_param_file
 from jax_perception_node.tools import peers
+import numpy as np
 
 RTOL = ATOL = 1e-4       # output equality check of every peer against the JAX pipeline
 DROP_LIMIT_PCT = 5.0     # peak rate: the highest rate with fewer missed frames than this
@@ -210,6 +208,7 @@ def summary_ms(seconds) -> dict:
     return {'mean': rounded(a.mean()), 'p50': rounded(np.percentile(a, 50)),
             'p99': rounded(np.percentile(a, 99)), 'max': rounded(a.max())}
 
+
 def machine_info() -> dict:
     """CPU count and model, RAM, load, library versions."""
     import jax
@@ -236,4 +235,3 @@ def machine_info() -> dict:
         'jax_backend': jax.default_backend(),
         'date': time.strftime('%Y-%m-%d', time.gmtime()),
     }
-

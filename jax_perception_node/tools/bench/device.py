@@ -1,6 +1,7 @@
 """
-``jax-perception bench --device``: the core on whatever ``jax.devices()`` offers, against
-PyTorch on the same device (CUDA when JAX runs on an NVIDIA GPU and torch sees one).
+Part 6, ``jax-perception bench --device``: the core on whatever ``jax.devices()`` offers.
+
+Against PyTorch on the same device (CUDA when JAX runs on an NVIDIA GPU and torch sees one).
 
 Per row (cloud size x camera rig): end-to-end time of ``BevPipeline.process`` (pad, transfer,
 compute, fetch) and of the PyTorch peer's ``process`` (upload, compute, download), device-only
@@ -12,11 +13,10 @@ sets alternate), so the camera batch crosses to the device each time, as it does
 import time
 from typing import Callable
 
-import numpy as np
-
 from jax_perception_node import BevPipeline
 from jax_perception_node.config import config_from_parameters
 from jax_perception_node.tools import peers
+import numpy as np
 
 from .checks import border_cells, check_equal, edge_cells
 from .common import bench_params, FULL, Inputs, rounded, summary_ms, TINY
@@ -71,7 +71,7 @@ def bench_device(quick: bool, log: Callable[[str], None], tiny: bool = False) ->
 
 
 def _torch_device(platform: str) -> str | None:
-    """The torch device on the same hardware as JAX, or None without PyTorch (or CUDA)."""
+    """Pick the torch device on the same hardware as JAX; None without PyTorch (or CUDA)."""
     if not peers.torch_available():
         return None
     import torch

@@ -14,14 +14,13 @@ import os
 import time
 from typing import Callable
 
-import numpy as np
-
 from jax_perception_node import BevPipeline, kernels
 from jax_perception_node.config import config_from_parameters
 from jax_perception_node.tools import peers
+import numpy as np
 
 from .checks import border_cells, check_equal, edge_cells
-from .common import bench_params, HEADLINE_POINTS, Inputs, Plan, RTOL, rounded
+from .common import bench_params, HEADLINE_POINTS, Inputs, Plan, rounded, RTOL
 
 
 def bench_pipeline(plan: Plan, use_torch: bool, log: Callable[[str], None]) -> dict:
@@ -100,7 +99,7 @@ def bench_pipeline(plan: Plan, use_torch: bool, log: Callable[[str], None]) -> d
 
 
 def _nojit(pipe: BevPipeline):
-    """The pipeline's frame function op by op (``jax.disable_jit``) on its own state."""
+    """Return the pipeline's frame function op by op (``jax.disable_jit``), on its state."""
     import jax
     frame = functools.partial(kernels.bev_frame, height=pipe.height, width=pipe.width,
                               activation=pipe.cfg.fusion.activation)

@@ -4,11 +4,10 @@ import functools
 import time
 from typing import Callable
 
-import numpy as np
-
 from jax_perception_node import BevPipeline, kernels
 from jax_perception_node.config import config_from_parameters
 from jax_perception_node.pipeline import compile_count
+import numpy as np
 
 from .checks import check_equal, edge_cells
 from .common import bench_params, Inputs, Plan, rounded, summary_ms, xyzi
@@ -82,9 +81,8 @@ def bench_recompile(plan: Plan, log: Callable[[str], None]) -> dict:
         'naive_compile_frame_ms': summary_ms(compiled_frames),
         'bucketed_warmup_s': rounded(warmup_s), 'bucketed_warmup_compile_s': {
             k: rounded(v) for k, v in pipe.compile_seconds.items()},
-        'speedup': rounded(speedup, 2), 'speedup_p99': rounded(naive_ms['p99'] / bucketed_ms['p99'], 2),
+        'speedup': rounded(speedup, 2),
+        'speedup_p99': rounded(naive_ms['p99'] / bucketed_ms['p99'], 2),
         'naive_compiles': naive_compiles, 'bucketed_compiles_after_warmup': bucketed_compiles,
         'checked_frames': min(3, len(clouds)), 'max_abs_diff': max_diff,
     }
-
-

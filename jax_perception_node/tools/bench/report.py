@@ -80,8 +80,9 @@ def _fmt(value, digits: int = 2, suffix: str = '') -> str:
 def markdown(results: dict) -> str:
     """Render the report: machine, targets, then one table per part."""
     m = results['machine']
-    lines = [f'# jax_perception_node benchmarks ({results["plan"]}, {m.get("date", "undated")})',
-             '', f'Machine: {m["nproc"]} CPUs ({m["cpu"]}), {m["ram_gib"]} GiB RAM, load average at '
+    title = f'# jax_perception_node benchmarks ({results["plan"]}, {m.get("date", "undated")})'
+    lines = [title, '',
+             f'Machine: {m["nproc"]} CPUs ({m["cpu"]}), {m["ram_gib"]} GiB RAM, load average at '
              f'start {m["loadavg_at_start"]}; Python {m["python"]}, jax {m["jax"]} / jaxlib '
              f'{m["jaxlib"]} ({m["jax_backend"]}), NumPy {m["numpy"]}, PyTorch '
              f'{m["torch"] or "not installed"}. Shared machine: compare ratios, not absolute '

@@ -15,9 +15,8 @@ import sys
 import time
 from typing import Callable
 
-import numpy as np
-
 from jax_perception_node.config import config_from_parameters, write_param_file
+import numpy as np
 
 from .common import (bench_params, BenchError, DROP_LIMIT_PCT, Inputs, MAIN_ROS_RATE_HZ, Plan,
                      ROS_SWEEP_T, rounded)
@@ -125,7 +124,8 @@ class RosBench:
         self.log(f'start-up: cold {cold_s:.2f} s, warm {warm_s:.2f} s (seen by a subscriber '
                  f'after {cold_seen:.2f} s and {warm_seen:.2f} s)')
         return {
-            'cold_s': rounded(cold_s), 'warm_s': rounded(warm_s), 'warm_over_cold': rounded(warm_s / cold_s),
+            'cold_s': rounded(cold_s), 'warm_s': rounded(warm_s),
+            'warm_over_cold': rounded(warm_s / cold_s),
             'cold_discovered_s': rounded(cold_seen), 'warm_discovered_s': rounded(warm_seen),
             'cold_warmup': parse_warmup_log((self.logs / 'node_cold.log').read_text()),
             'warm_warmup': parse_warmup_log((self.logs / 'node_warm.log').read_text()),
@@ -276,23 +276,25 @@ def stream_stats(published: dict, received: dict) -> dict:
                'missed': missed, 'missed_pct': rounded(100.0 * missed / max(1, len(stamps)), 2)}
         if len(ages):
             row.update({'age_p50_ms': rounded(np.percentile(ages, 50)),
-                        'age_p99_ms': rounded(np.percentile(ages, 99)), 'age_max_ms': rounded(ages.max())})
+                        'age_p99_ms': rounded(np.percentile(ages, 99)),
+                        'age_max_ms': rounded(ages.max())})
         else:
             row.update({'age_p50_ms': None, 'age_p99_ms': None, 'age_max_ms': None})
         when = np.array([w for w, _ in got], np.float64) / 1e6
         if len(when) > 2:
             jitter = np.abs(np.diff(np.diff(when)))
-            row.update({'jitter_mean_ms': rounded(jitter.mean()), 'jitter_max_ms': rounded(jitter.max()),
+            span_s = (when[-1] - when[0]) / 1e3
+            row.update({'jitter_mean_ms': rounded(jitter.mean()),
+                        'jitter_max_ms': rounded(jitter.max()),
                         'jitter_std_ms': rounded(jitter.std()),
-                        'received_rate_hz': rounded((len(when) - 1) / ((when[-1] - when[0]) / 1e3),
-                                               2)})
+                        'received_rate_hz': rounded((len(when) - 1) / span_s, 2)})
         else:
             row.update({'jitter_mean_ms': None, 'jitter_max_ms': None, 'jitter_std_ms': None,
                         'received_rate_hz': None})
         row['publisher_ms_p50'] = rounded(np.median(segment['publish_ms'])) if stamps else None
         if len(stamps) > 1:
-            row['published_rate_hz'] = rounded((len(stamps) - 1) / ((stamps[-1] - stamps[0]) / 1e9),
-                                          2)
+            span_s = (stamps[-1] - stamps[0]) / 1e9
+            row['published_rate_hz'] = rounded((len(stamps) - 1) / span_s, 2)
         records = [latency[s] for s in stamps if s in latency]
         node = {}
         for key in ('decode_ms', 'pad_ms', 'compute_ms', 'publish_ms', 'total_ms', 'age_ms'):
@@ -365,9 +367,9 @@ def bench_ros(plan: Plan, work: Path, logs: Path, log: Callable[[str], None]) ->
         if floor and row['age_p50_ms'] is not None and floor['age_p50_ms'] is not None \
                 and node_p50.get('pipeline_ms') is not None:
             row['overhead_ms'] = rounded(row['age_p50_ms'] - floor['age_p50_ms']
-                                    - node_p50['pipeline_ms'])
+                                         - node_p50['pipeline_ms'])
             row['overhead_paired_ms'] = rounded(node_p50['age_minus_pipeline_ms']
-                                           - floor['age_p50_ms'])
+                                                - floor['age_p50_ms'])
         else:
             row['overhead_ms'] = row['overhead_paired_ms'] = None
         rows.append(row)

@@ -28,9 +28,9 @@ import sys
 import threading
 import time
 
+from jax_perception_node.topics import (camera_topic, FEATURES_TOPIC, LATENCY_TOPIC,
+                                        POINTCLOUD_TOPIC)
 import numpy as np
-
-from jax_perception_node.topics import camera_topic, FEATURES_TOPIC, LATENCY_TOPIC, POINTCLOUD_TOPIC
 
 # Header stamp of a raw CDR message: int32 sec, uint32 nanosec after the 4-byte encapsulation.
 _STAMP = struct.Struct('<iI')
@@ -449,7 +449,7 @@ class Probe:
 
 
 def helper_command(*args: str) -> list[str]:
-    """Command line running ``python -m jax_perception_node.tools.bench.ros_processes ARGS`` in this venv."""
+    """Command line running this module (``python -m ... ARGS``) in this venv."""
     return [sys.executable, '-m', 'jax_perception_node.tools.bench.ros_processes', *args]
 
 
@@ -464,7 +464,8 @@ def parse_schedule(text: str) -> list[tuple[str, float, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m jax_perception_node.tools.bench.ros_processes``."""
-    parser = argparse.ArgumentParser(prog='python -m jax_perception_node.tools.bench.ros_processes')
+    parser = argparse.ArgumentParser(
+        prog='python -m jax_perception_node.tools.bench.ros_processes')
     sub = parser.add_subparsers(dest='command', required=True)
     p = sub.add_parser('publish')
     p.add_argument('--inputs', required=True, type=Path)
