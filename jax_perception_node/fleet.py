@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 import secrets
 import shutil
+import socket
 import sys
 import time
 from typing import Callable, Iterator
@@ -129,11 +130,14 @@ def cluster(workers: int | None = None, address: str | None = None) -> Iterator[
     of ``workers`` CPUs starts with its node address 127.0.0.1, token authentication (see
     ``_local_token_auth``), no dashboard and no usage stats, and is shut down at the end. A
     process already connected to Ray (a notebook, a test) keeps its connection. Workers default
-    to the cluster's CPU count.
+    to the cluster's CPU count. The node address does not confine Ray 2.60's servers: they
+    listen on every interface (checked with ``ss``), so the token is what keeps others out.
     """
     os.environ.setdefault('RAY_USAGE_STATS_ENABLED', '0')
     if address is None:
         _local_token_auth()
+    else:
+        _check_reachable(address)
     ray = import_ray()
     if ray.is_initialized():
         yield workers or max(1, int(ray.cluster_resources().get('CPU', 1)))
@@ -152,6 +156,22 @@ def cluster(workers: int | None = None, address: str | None = None) -> Iterator[
         yield workers or max(1, int(ray.cluster_resources().get('CPU', 1)))
     finally:
         ray.shutdown()
+
+
+def _check_reachable(address: str) -> None:
+    """
+    Fail fast on a HOST:PORT nobody listens on (Ray itself retries for minutes).
+
+    Other address forms ('auto', 'ray://...') go to Ray as they are.
+    """
+    host, sep, port = address.rpartition(':')
+    if not sep or not port.isdigit() or '/' in address:
+        return
+    try:
+        socket.create_connection((host.strip('[]'), int(port)), timeout=10).close()
+    except OSError as exc:
+        raise FleetError(f'--ray-address {address}: cannot connect: '
+                         f'{exc.strerror or exc}') from None
 
 
 def first_line(exc: BaseException) -> str:

@@ -208,6 +208,8 @@ def test_cli_joins_a_running_cluster_by_address(archive, ray_cluster, tmp_path):
      'would both write the output bag drive0'),
     (['{bags}', '--out', '{tmp}/o', '--workers', '2', '--png', '{tmp}/png'],
      '--png needs a single bag'),
+    (['{bags}/drive0', '--out', '{tmp}/o', '--ray-address', '127.0.0.1:1'],
+     '--ray-address 127.0.0.1:1: cannot connect: Connection refused'),
 ])
 def test_user_errors_print_one_line_and_return_1(argv, message, archive, tmp_path, capsys):
     argv = ['replay', *(a.format(bags=archive.bags, tmp=tmp_path) for a in argv),
