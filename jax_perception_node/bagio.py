@@ -15,6 +15,7 @@ from rosbags.rosbag2 import CompressionFormat, CompressionMode, Reader, StorageP
 from rosbags.rosbag2.errors import ReaderError, WriterError
 from rosbags.typesys import get_typestore, Stores
 
+from .stamps import NS_PER_S, split_ns
 from .topics import (camera_info_topic, camera_topic, DIAGNOSTICS_TOPIC,  # noqa: F401
                      FEATURES_TOPIC, IMAGE_TOPIC, LATENCY_TOPIC, POINTCLOUD_TOPIC)
 
@@ -42,15 +43,10 @@ def open_reader(path: str | Path) -> Reader:
     return reader
 
 
-def stamp_ns(stamp) -> int:
-    """builtin_interfaces/Time -> integer nanoseconds."""
-    return stamp.sec * 1_000_000_000 + stamp.nanosec
-
-
 def header(stamp: int, frame_id: str):
     """std_msgs/Header for a nanosecond stamp."""
     t = TYPESTORE.types
-    sec, nanosec = divmod(int(stamp), 1_000_000_000)
+    sec, nanosec = split_ns(stamp)
     time = t['builtin_interfaces/msg/Time'](sec=sec, nanosec=nanosec)
     return t['std_msgs/msg/Header'](stamp=time, frame_id=frame_id)
 
@@ -83,7 +79,7 @@ def shift_stamp(raw: bytes, offset_ns: int) -> bytes:
     """
     order = '<' if raw[1] & 1 else '>'
     sec, nanosec = struct.unpack_from(order + 'iI', raw, 4)
-    sec, nanosec = divmod(sec * 1_000_000_000 + nanosec + offset_ns, 1_000_000_000)
+    sec, nanosec = split_ns(sec * NS_PER_S + nanosec + offset_ns)
     out = bytearray(raw)
     struct.pack_into(order + 'iI', out, 4, sec, nanosec)
     return bytes(out)

@@ -18,6 +18,7 @@ import time
 from . import bagio
 from .config import default_params_file, load_config
 from .latency import percentiles, STAGES
+from .stamps import stamp_ns
 
 RECORDED_TOPICS = {bagio.FEATURES_TOPIC: bagio.IMAGE_TYPE,
                    bagio.LATENCY_TOPIC: bagio.DIAGNOSTICS_TYPE,
@@ -162,7 +163,7 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
             features = read_features(msg)
             score = float(features[..., 0].sum())
             if best is None or score > best[0]:
-                best = (score, features.copy(), bagio.stamp_ns(msg.header.stamp))
+                best = (score, features.copy(), stamp_ns(msg.header.stamp))
     reader.close()
     status, playing = _pipeline_statuses(statuses, cfg.diagnostics.lidar_timeout_s)
     counts = {kv.key: kv.value for kv in status.values} if status else {}

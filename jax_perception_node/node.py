@@ -17,7 +17,7 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
 from .config import ConfigError
-from .serving import PerceptionCore, stamp_ns  # noqa: F401 - stamp_ns is part of this API
+from .serving import PerceptionCore
 
 NODE_NAME = 'jax_perception'
 

@@ -14,14 +14,13 @@ import time
 from typing import Callable
 
 from . import bagio
-from .camera import (CameraInfoError, FeatureMapError, features_image_fields, read_features,
-                     scale_camera_info, with_intrinsics)
-from .cloud import CloudFormatError, read_points
-from .config import PipelineConfig
+from .camera import (CameraInfoError, FeatureMapError, features_image_fields, scale_camera_info,
+                     with_intrinsics)
+from .cloud import CloudFormatError
+from .config import ConfigError, PipelineConfig
+from .frame_path import FramePath, rgb_image_fields
 from .latency import format_value, FRAME_KEYS, percentiles, STAGES
 from .pipeline import BevPipeline
-from .render import bev_to_rgb
-from .sync import CameraSync
 
 
 @dataclass
@@ -93,19 +92,19 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
             c.name, bagio.camera_info_topic(c.name)) for c in cfg.cameras}
         info_by_topic = {t: name for name, t in info_topics.items()
                          if types.get(t) == bagio.CAMERA_INFO_TYPE}
-        sync = CameraSync(pipe.camera_names, cfg.max_camera_lidar_delay_s)
+        path = FramePath(cfg, pipe)
         calibration = _Intrinsics(pipe, cfg.cameras, result)
         with bagio.BagWriter(dst, compress=True) as writer:
             for topic, timestamp, raw, msgtype in bagio.iter_messages(
                     reader, [pointcloud_topic, *by_topic, *info_by_topic]):
                 msg = bagio.TYPESTORE.deserialize_cdr(raw, msgtype)
                 if topic in by_topic:
-                    _add_camera(sync, cfg, by_topic[topic], msg, result)
+                    _add_camera(path, by_topic[topic], msg, result)
                     continue
                 if topic in info_by_topic:
                     calibration.update(info_by_topic[topic], msg)
                     continue
-                _frame(pipe, cfg, sync, msg, timestamp, writer, result, snapshot_frames, total)
+                _frame(path, msg, timestamp, writer, result, snapshot_frames, total)
                 if progress:
                     progress(result.frames + result.rejected, total)
         result.compiles_after_warmup = pipe.compiles_after_warmup
@@ -131,59 +130,47 @@ class _Intrinsics:
             self.result.errors.append(f'camera {name}: CameraInfo rejected: {exc}')
             return
         updated = with_intrinsics(self.cameras, name, intrinsics)
-        if updated is not None:
+        if updated is None:
+            return
+        try:
             self.pipe.set_calibration(cameras=updated)
-            self.cameras = updated
-            self.result.camera_info_applied += 1
+        except ConfigError as exc:      # more lift samples than the slots fixed at warm-up
+            self.result.rejected_camera_info += 1
+            self.result.errors.append(f'camera {name}: CameraInfo rejected: {exc}')
+            return
+        self.cameras = updated
+        self.result.camera_info_applied += 1
 
 
-def _add_camera(sync, cfg, name, msg, result) -> None:
-    cam = cfg.cameras[sync.names.index(name)]
+def _add_camera(path: FramePath, name: str, msg, result: ReplayResult) -> None:
     try:
-        fmap = read_features(msg, cam.height, cam.width, cam.channels)
+        path.add_features(name, msg)
     except FeatureMapError as exc:
         result.rejected_feature_maps += 1
         result.errors.append(f'camera {name}: {exc}')
-        return
-    sync.add(name, bagio.stamp_ns(msg.header.stamp), fmap)
 
 
-def _frame(pipe, cfg, sync, msg, timestamp, writer, result, snapshot_frames, total) -> None:
-    started = time.perf_counter()
+def _frame(path: FramePath, msg, timestamp: int, writer, result: ReplayResult,
+           snapshot_frames, total: int) -> None:
     try:
-        points, num_points = read_points(msg, pipe.padder.capacity, cfg.overflow_policy)
+        frame = path.process(msg)
     except CloudFormatError as exc:
         result.rejected += 1
         result.errors.append(f'point cloud at {timestamp}: {exc}')
         return
-    decoded = time.perf_counter()
-    stamp = bagio.stamp_ns(msg.header.stamp)
-    pairing, _ = sync.pair(stamp)
-    out = pipe.process(points, pairing.maps, num_points=num_points)
     write_start = time.perf_counter()
-    frame_id = cfg.grid.frame_id
+    frame_id = path.cfg.grid.frame_id
+    out = frame.result
     writer.write(bagio.FEATURES_TOPIC,
-                 bagio.image_msg(features_image_fields(out.features), stamp, frame_id),
+                 bagio.image_msg(features_image_fields(out.features), frame.stamp_ns, frame_id),
                  timestamp)
-    if not pipe.projected:
-        rgb = bev_to_rgb(out.features, cfg.grid.z_min, cfg.grid.z_max)
-        writer.write(bagio.IMAGE_TOPIC, bagio.image_msg(
-            {'height': rgb.shape[0], 'width': rgb.shape[1], 'encoding': 'rgb8',
-             'is_bigendian': 0, 'step': rgb.shape[1] * 3, 'data': rgb}, stamp, frame_id),
-            timestamp)
-    done = time.perf_counter()
-    total_ms = (done - started) * 1e3
-    record = {
-        'num_points': out.num_points, 'bucket': out.bucket,
-        'overflow_points': out.overflow_points, 'decode_ms': (decoded - started) * 1e3,
-        'pad_ms': out.pad_ms, 'compute_ms': out.compute_ms,
-        'publish_ms': (done - write_start) * 1e3, 'total_ms': total_ms,
-        # Offline a frame is available the moment it is read: its age is its processing time.
-        'age_ms': total_ms, 'cameras_used': out.cameras_used,
-        'compiles_after_warmup': out.compiles_after_warmup,
-    }
+    if frame.rgb is not None:
+        writer.write(bagio.IMAGE_TOPIC,
+                     bagio.image_msg(rgb_image_fields(frame.rgb), frame.stamp_ns, frame_id),
+                     timestamp)
+    record = FramePath.finish(frame, write_start, frame.started)
     writer.write(bagio.LATENCY_TOPIC, bagio.diagnostic_array(
-        stamp, frame_id, 'jax_perception: frame',
+        frame.stamp_ns, frame_id, 'jax_perception: frame',
         {k: format_value(record[k]) for k in FRAME_KEYS}), timestamp)
     index = result.frames
     if index in snapshot_frames or (-1 in snapshot_frames and index == total - 1):

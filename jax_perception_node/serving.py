@@ -23,24 +23,19 @@ from rclpy.qos import qos_profile_sensor_data, QoSProfile
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 
 from .camera import (byte_array, CameraInfoError, FeatureMapError, features_image_fields,
-                     read_features, scale_camera_info, with_intrinsics)
-from .cloud import CloudFormatError, read_points
+                     scale_camera_info, with_intrinsics)
+from .cloud import CloudFormatError
 from .config import config_from_parameters, ConfigError
+from .frame_path import FramePath, rgb_image_fields
 from .latency import format_value, FRAME_KEYS, LatencyWindow
 from .live_params import changed_intrinsics, check_update
 from .node_params import declare_parameters, read_parameters
 from .pipeline import BevPipeline
-from .render import bev_to_rgb
-from .sync import CameraSync
+from .stamps import stamp_ns
 
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 COUNTS = ('received', 'processed', 'dropped', 'rejected', 'rejected_feature_maps',
           'rejected_camera_info', 'camera_info_applied', 'overflowed', 'nonfinite_features')
-
-
-def stamp_ns(stamp) -> int:
-    """builtin_interfaces/Time -> integer nanoseconds."""
-    return stamp.sec * 1_000_000_000 + stamp.nanosec
 
 
 class PerceptionCore:
@@ -51,14 +46,14 @@ class PerceptionCore:
         self.node = node
         self._create_publisher, self._destroy_publisher = create_publisher, destroy_publisher
         self.values: dict = {}
-        self.cfg = self.pipe = self.sync = self.window = None
+        self.cfg = self.pipe = self.path = self.window = None
         self.cameras, self.lidar = (), None
         self._info_intrinsics: dict[str, tuple] = {}
         self.counts = dict.fromkeys(COUNTS, 0)
         self._stale: tuple[str, ...] = ()
         self._since_report = dict.fromkeys(('overflowed', 'nonfinite', 'camera_info'), 0)
         self._last_cloud = time.monotonic()
-        self._lock = threading.Lock()        # counts, pending cloud, sync, window
+        self._lock = threading.Lock()        # counts, pending cloud, camera buffer, window
         self._pipe_lock = threading.Lock()   # one frame or one calibration change at a time
         self._pending = None
         self._wake, self._stop = threading.Event(), threading.Event()
@@ -89,7 +84,7 @@ class PerceptionCore:
                       + (f', cache {pipe.cache_dir}' if pipe.cache_dir else ', no cache'))
         self.values, self.cfg, self.pipe = values, cfg, pipe
         self.cameras, self.lidar, self._info_intrinsics = cfg.cameras, cfg.lidar, {}
-        self.sync = CameraSync(pipe.camera_names, cfg.max_camera_lidar_delay_s)
+        self.path = FramePath(cfg, pipe)
         self.window = LatencyWindow(cfg.diagnostics.window)
         reliable = QoSProfile(depth=5)
         self._publishers = {
@@ -144,7 +139,7 @@ class PerceptionCore:
         for pub in self._publishers.values():
             self._destroy_publisher(pub)
         self._publishers = {}
-        self.pipe = self.sync = self.window = None
+        self.pipe = self.path = self.window = None
 
     def _start_timer(self) -> None:
         # Diagnostics run on the steady clock: a paused sim clock must not hide a dead LiDAR.
@@ -181,7 +176,7 @@ class PerceptionCore:
             with self._pipe_lock:
                 self.pipe.set_calibration(lidar, changed_cameras)
         with self._lock:
-            self.sync.tolerance_ns = int(round(cfg.max_camera_lidar_delay_s * 1e9))
+            self.path.sync.tolerance_ns = int(round(cfg.max_camera_lidar_delay_s * 1e9))
             if cfg.diagnostics.window != self.cfg.diagnostics.window:
                 self.window = LatencyWindow(cfg.diagnostics.window)
         period_changed = cfg.diagnostics.period_s != self.cfg.diagnostics.period_s
@@ -204,8 +199,16 @@ class PerceptionCore:
         updated = with_intrinsics(self.cameras, name, intrinsics)
         if updated is None:
             return
-        with self._pipe_lock:
-            self.pipe.set_calibration(cameras=updated)
+        try:
+            with self._pipe_lock:
+                self.pipe.set_calibration(cameras=updated)
+        except ConfigError as exc:      # more lift samples than the slots fixed at warm-up
+            with self._lock:
+                self.counts['rejected_camera_info'] += 1
+                self._since_report['camera_info'] += 1
+            self.log.warning(f'camera {name}: CameraInfo rejected: {exc}',
+                             throttle_duration_sec=2.0)
+            return
         self.cameras = updated
         self._info_intrinsics[name] = intrinsics
         with self._lock:
@@ -227,17 +230,15 @@ class PerceptionCore:
         self._wake.set()
 
     def _on_features(self, name: str, msg: Image) -> None:
-        cam = self.cameras[self.pipe.camera_names.index(name)]
         try:
-            fmap = read_features(msg, cam.height, cam.width, cam.channels)
+            with self._lock:
+                jumped = self.path.add_features(name, msg)
         except FeatureMapError as exc:
             with self._lock:
                 self.counts['rejected_feature_maps'] += 1
             self.log.warning(f'camera {name}: feature map rejected: {exc}',
                              throttle_duration_sec=2.0)
             return
-        with self._lock:
-            jumped = self.sync.add(name, stamp_ns(msg.header.stamp), fmap)
         if jumped:
             self.log.info(f'camera {name}: stamp went backwards, its buffer was reset')
 
@@ -257,51 +258,30 @@ class PerceptionCore:
                     self.log.error(f'frame failed: {exc!r}')
 
     def _process(self, msg: PointCloud2, arrived: float) -> None:
-        started = time.perf_counter()
-        cfg = self.cfg
+        image_pub = self._publishers['image']
         try:
-            points, num_points = read_points(msg, self.pipe.padder.capacity,
-                                             cfg.overflow_policy)
+            frame = self.path.process(msg, picture=image_pub.get_subscription_count() > 0,
+                                      buffer_lock=self._lock, pipe_lock=self._pipe_lock)
         except CloudFormatError as exc:
             with self._lock:
                 self.counts['rejected'] += 1
             self.log.warning(f'point cloud rejected: {exc}', throttle_duration_sec=2.0)
             return
-        decoded = time.perf_counter()
-        stamp = stamp_ns(msg.header.stamp)
-        with self._lock:
-            pairing, jumped = self.sync.pair(stamp)
-        if jumped:
+        if frame.stamps_jumped:
             self.log.info('LiDAR stamp went backwards (bag loop?): camera buffers reset')
-        with self._pipe_lock:
-            result = self.pipe.process(points, pairing.maps, num_points=num_points)
-
         publish_start = time.perf_counter()
         header = msg.header
-        header.frame_id = cfg.grid.frame_id
+        header.frame_id = self.cfg.grid.frame_id
+        result = frame.result
         self._publishers['features'].publish(
             _image(header, features_image_fields(result.features)))
-        image_pub = self._publishers['image']
-        # The picture reads the raw LiDAR channels, which a projection no longer has.
-        if image_pub.get_subscription_count() > 0 and not self.pipe.projected:
-            rgb = bev_to_rgb(result.features, cfg.grid.z_min, cfg.grid.z_max)
-            h, w = rgb.shape[:2]
-            image_pub.publish(_image(header, {
-                'height': h, 'width': w, 'encoding': 'rgb8', 'is_bigendian': 0,
-                'step': w * 3, 'data': rgb.reshape(-1)}))
-        done = time.perf_counter()
-        record = {
-            'num_points': result.num_points, 'bucket': result.bucket,
-            'overflow_points': result.overflow_points, 'decode_ms': (decoded - started) * 1e3,
-            'pad_ms': result.pad_ms, 'compute_ms': result.compute_ms,
-            'publish_ms': (done - publish_start) * 1e3, 'total_ms': (done - arrived) * 1e3,
-            'age_ms': (self.node.get_clock().now().nanoseconds - stamp) / 1e6,
-            'cameras_used': result.cameras_used,
-            'compiles_after_warmup': result.compiles_after_warmup,
-        }
+        if frame.rgb is not None:
+            image_pub.publish(_image(header, rgb_image_fields(frame.rgb)))
+        age_ms = (self.node.get_clock().now().nanoseconds - frame.stamp_ns) / 1e6
+        record = FramePath.finish(frame, publish_start, arrived, age_ms)
         latency = DiagnosticArray(header=header)
         latency.status.append(DiagnosticStatus(
-            level=OK, name='jax_perception: frame', hardware_id=cfg.grid.frame_id,
+            level=OK, name='jax_perception: frame', hardware_id=self.cfg.grid.frame_id,
             values=[KeyValue(key=k, value=format_value(record[k])) for k in FRAME_KEYS]))
         self._publishers['latency'].publish(latency)
         with self._lock:
@@ -310,7 +290,7 @@ class PerceptionCore:
             self.counts['nonfinite_features'] += result.nonfinite_features
             self._since_report['overflowed'] += result.overflow_points > 0
             self._since_report['nonfinite'] += result.nonfinite_features
-            self._stale = pairing.stale
+            self._stale = frame.stale
             self.window.add(record)
 
     # -- diagnostics ---------------------------------------------------------------------------

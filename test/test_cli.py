@@ -7,6 +7,7 @@ from conftest import PARAMS_FILE, small_params
 from jax_perception_node import bagio
 from jax_perception_node.cli import main
 from jax_perception_node.config import load_config, read_param_file
+from jax_perception_node.stamps import stamp_ns
 import numpy as np
 import pytest
 from reference import lift_ref, voxelize_ref
@@ -132,13 +133,13 @@ def test_replay_writes_one_output_per_frame_equal_to_an_independent_expectation(
     outputs = read_all(out, [bagio.FEATURES_TOPIC])
     assert len(outputs) == 15
     for _, _, msg in outputs:
-        features, _, _ = expected[bagio.stamp_ns(msg.header.stamp)]
+        features, _, _ = expected[stamp_ns(msg.header.stamp)]
         np.testing.assert_allclose(decode_image(msg), features, rtol=1e-4, atol=1e-4)
     latency = read_all(out, [bagio.LATENCY_TOPIC])
     assert len(latency) == 15 and len(read_all(out, [bagio.IMAGE_TOPIC])) == 15
     for _, _, msg in latency:
         values = {kv.key: kv.value for kv in msg.status[0].values}
-        _, used, n = expected[bagio.stamp_ns(msg.header.stamp)]
+        _, used, n = expected[stamp_ns(msg.header.stamp)]
         assert (int(values['cameras_used']), int(values['num_points'])) == (used, n)
         assert int(values['overflow_points']) == max(0, n - 16384)
 
@@ -244,9 +245,9 @@ def test_play_and_record_round_trip(sample, tmp_path):
     # Not a rate check: 4 s of a looping 10 Hz / 12 Hz bag give about 40 of each; a handful
     # shows recording works even on a machine too busy to keep the rate.
     assert len(clouds) >= 3 and len(maps) >= 3, (len(clouds), len(maps))
-    sent = {(t, bagio.stamp_ns(m.header.stamp)): m for t, _, m in read_all(sample, topics)}
+    sent = {(t, stamp_ns(m.header.stamp)): m for t, _, m in read_all(sample, topics)}
     for topic, _, msg in clouds + maps:                 # played unchanged, not restamped
-        original = sent[topic, bagio.stamp_ns(msg.header.stamp)]
+        original = sent[topic, stamp_ns(msg.header.stamp)]
         np.testing.assert_array_equal(np.asarray(msg.data), np.asarray(original.data))
 
 
