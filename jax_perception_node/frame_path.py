@@ -1,6 +1,5 @@
 """
-The one frame path: a cloud and the camera buffer through pairing, the pipeline, the picture
-and the latency record.
+The one frame path: cloud and camera buffer -> pairing, pipeline, picture, latency record.
 
 The node and offline replay both drive a ``FramePath``, so replay is the node by construction;
 each only moves messages in (subscriptions or a bag) and out (publishers or a bag). No ROS

@@ -31,7 +31,6 @@ from .latency import format_value, FRAME_KEYS, LatencyWindow
 from .live_params import changed_intrinsics, check_update
 from .node_params import declare_parameters, read_parameters
 from .pipeline import BevPipeline
-from .stamps import stamp_ns
 
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 COUNTS = ('received', 'processed', 'dropped', 'rejected', 'rejected_feature_maps',

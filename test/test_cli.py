@@ -5,9 +5,9 @@ from pathlib import Path
 
 from conftest import PARAMS_FILE, small_params
 from jax_perception_node import bagio
-from jax_perception_node.cli import main
 from jax_perception_node.config import load_config, read_param_file
 from jax_perception_node.stamps import stamp_ns
+from jax_perception_node.tools.cli import main
 import numpy as np
 import pytest
 from reference import lift_ref, voxelize_ref

@@ -1,8 +1,8 @@
 """The demo end to end on a short drive: node process, player process, recorder, report."""
 
 from conftest import PARAMS_FILE
-from jax_perception_node.cli import main
 from jax_perception_node.config import read_param_file, write_param_file
+from jax_perception_node.tools.cli import main
 
 
 def test_demo_runs_and_writes_the_report(tmp_path, capsys):

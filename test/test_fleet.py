@@ -10,11 +10,12 @@ import sys
 from types import SimpleNamespace
 
 from conftest import small_params
-from jax_perception_node import bagio, fleet
-from jax_perception_node.cli import main
+from jax_perception_node import bagio
 from jax_perception_node.config import config_from_parameters
 from jax_perception_node.replay import replay_bag
-from jax_perception_node.synthetic_drive import LidarModel, write_sample_bag
+from jax_perception_node.tools import fleet
+from jax_perception_node.tools.cli import main
+from jax_perception_node.tools.synthetic_drive import LidarModel, write_sample_bag
 import pytest
 from ros_harness import write_params
 

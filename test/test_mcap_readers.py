@@ -5,10 +5,10 @@ import time
 import bag_messages
 from conftest import small_config
 from jax_perception_node import bagio
-from jax_perception_node.cli import main
 from jax_perception_node.latency import FRAME_KEYS
 from jax_perception_node.pipeline import BevPipeline
 from jax_perception_node.replay import replay_bag
+from jax_perception_node.tools.cli import main
 from mcap.reader import make_reader
 from mcap_ros2.decoder import DecoderFactory
 import numpy as np
@@ -108,7 +108,7 @@ def test_replay_output_is_chunk_compressed_and_decodes(tmp_path):
 def test_recorder_output_decodes(tmp_path):
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-    from jax_perception_node.live import Recorder
+    from jax_perception_node.tools.live import Recorder
     from rclpy.qos import QoSProfile
     context = rclpy.Context()
     rclpy.init(context=context)

@@ -12,7 +12,7 @@ import time
 from conftest import PARAMS_FILE
 from jax_perception_node.config import load_config
 from jax_perception_node.latency import percentiles
-from jax_perception_node.synthetic_drive import SyntheticDrive
+from jax_perception_node.tools.synthetic_drive import SyntheticDrive
 import numpy as np
 import psutil
 import pytest

@@ -4,9 +4,9 @@ import math
 
 from conftest import PARAMS_FILE, small_config
 from jax_perception_node.config import config_from_parameters, load_config, read_param_file
-from jax_perception_node.synthetic_drive import (
-    camera_stamp_offset, camera_topic, EPOCH_NS, LidarModel, POINT_DTYPE, POINTCLOUD_TOPIC,
-    SyntheticDrive, write_sample_bag)
+from jax_perception_node.tools.synthetic_drive import (
+    camera_stamp_offset, EPOCH_NS, LidarModel, POINT_DTYPE, SyntheticDrive, write_sample_bag)
+from jax_perception_node.topics import camera_topic, POINTCLOUD_TOPIC
 import numpy as np
 import pytest
 from rosbags.rosbag2 import Reader

@@ -148,7 +148,7 @@ class Inputs:
     """
 
     def __init__(self, cfg: PipelineConfig):
-        from jax_perception_node.synthetic_drive import SyntheticDrive
+        from jax_perception_node.tools.synthetic_drive import SyntheticDrive
         self.drive = SyntheticDrive(cfg, num_cameras=0)
         self._sweeps: dict[float, np.ndarray] = {}
 
@@ -177,7 +177,7 @@ class Inputs:
 
     def camera_maps(self, cfg: PipelineConfig, t: float = SWEEP_T0) -> dict[str, np.ndarray]:
         """Every configured camera's rendered feature map at time t (s)."""
-        from jax_perception_node.synthetic_drive import SyntheticDrive
+        from jax_perception_node.tools.synthetic_drive import SyntheticDrive
         if not cfg.cameras:
             return {}
         drive = SyntheticDrive(cfg)

@@ -216,6 +216,24 @@ def markdown(results: dict) -> str:
             lines.append(f'| {what} | {_fmt(r["rss_mib"], 1)} | {_fmt(r["hwm_mib"], 1)} |')
         lines += ['', mem['note']]
 
+    fleet = results.get('fleet')
+    if fleet:
+        lines += ['', '## 7. Fleet replay on Ray', '',
+                  f'{fleet["bags"]} synthetic bags of {fleet["frames_per_bag"]} frames '
+                  f'({fleet["lidar_beams"]}-beam LiDAR, front camera); outputs of '
+                  f'{fleet["outputs_compared"]} fleet bags compared equal to in-process replay.',
+                  '', '| run | frames/s (whole run) | frames/s (replay) | worker start s '
+                  '(warm store) | compiles at start |', '|---|---:|---:|---:|---:|']
+        for key, name in (('workers_1', '1 worker'), ('workers_2', '2 workers')):
+            row = fleet[key]
+            starts = row['worker_startup']
+            lines.append(f'| {name} | {_fmt(row["frames_per_s"])} | '
+                         f'{_fmt(row["replay_frames_per_s"])} | '
+                         f'{_fmt(max(w["start_s"] for w in starts))} | '
+                         f'{sum(w["start_compiles"] for w in starts)} |')
+        lines += ['', f'2 workers / 1 worker: {_fmt(fleet["speedup_2_vs_1"])}x over the whole '
+                  f'run, {_fmt(fleet["replay_speedup_2_vs_1"])}x once running.']
+
     device = results.get('device')
     if device and device.get('rows'):
         d = device['device']
@@ -241,7 +259,7 @@ def markdown(results: dict) -> str:
 
 def plot(results: dict, path: Path) -> Path | None:
     """bench.png: p50 per implementation per size (log axis) per camera count, and ROS age."""
-    from jax_perception_node.report import pyplot
+    from jax_perception_node.tools.report import pyplot
     pipe, ros = results.get('pipeline'), results.get('ros')
     pipe = pipe if pipe and pipe.get('rows') else None
     ros = ros if ros and ros.get('rows') else None

@@ -31,7 +31,7 @@ class RosBench:
     """
 
     def __init__(self, plan: Plan, work: Path, logs: Path, log: Callable[[str], None]):
-        from jax_perception_node.demo import local_ros_env
+        from jax_perception_node.tools.demo import local_ros_env
         self.plan, self.work, self.logs, self.log = plan, work, logs, log
         self.env = local_ros_env()
         self.procs: list[subprocess.Popen] = []
@@ -50,7 +50,7 @@ class RosBench:
 
     def __exit__(self, *exc):
         """Stop every process this run started (SIGINT, then kill) and the probe."""
-        from jax_perception_node.demo import stop_process
+        from jax_perception_node.tools.demo import stop_process
         for proc in reversed(self.procs):
             stop_process(proc)
         for handle in self._files:
@@ -69,7 +69,7 @@ class RosBench:
 
     def stop(self, proc: subprocess.Popen) -> None:
         """Stop one process now (SIGINT, then kill)."""
-        from jax_perception_node.demo import stop_process
+        from jax_perception_node.tools.demo import stop_process
         stop_process(proc)
 
     def wait_gone(self) -> None:
@@ -218,7 +218,7 @@ def _raw(records: np.ndarray) -> np.ndarray:
     Copied field by field into ``synthetic_drive.POINT_DTYPE``: concatenating sweeps packs the
     dtype (drops its padding), which would no longer match the advertised point_step.
     """
-    from jax_perception_node.synthetic_drive import POINT_DTYPE
+    from jax_perception_node.tools.synthetic_drive import POINT_DTYPE
     out = np.zeros(len(records), POINT_DTYPE)
     for name in POINT_DTYPE.names:
         out[name] = records[name]

@@ -45,7 +45,7 @@ def cloud_message(raw: np.ndarray, num_points: int, stamp_ns: int = 0, frame_id:
     """
     from sensor_msgs.msg import PointCloud2, PointField
     from jax_perception_node.camera import byte_array
-    from jax_perception_node.synthetic_drive import POINT_FIELDS, POINT_STEP
+    from jax_perception_node.tools.synthetic_drive import POINT_FIELDS, POINT_STEP
     msg = PointCloud2()
     msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
     msg.header.frame_id = frame_id

@@ -20,7 +20,7 @@ from jax_perception_node.tools import peers
 from .common import BenchError, FULL, machine_info, QUICK, rounded, TINY
 from .report import markdown, missed, plot, targets
 
-PARTS = ('recompile', 'pipeline', 'ros', 'device')
+PARTS = ('fleet', 'recompile', 'pipeline', 'ros', 'device')
 
 
 def run_benchmarks(quick: bool = False, json_path: str | None = None,
@@ -32,11 +32,12 @@ def run_benchmarks(quick: bool = False, json_path: str | None = None,
 
     quick: shorter runs (under 3 minutes on a 2-core CPU). tiny: the test's sizes (small grid,
     few frames). use_torch: None = when installed. parts: a subset of ``PARTS``; by default
-    every part but 'device' (``bench --device`` runs that one alone). check: also return 1
+    every part but 'device' (``bench --device`` runs that one alone), and in the tiny run also
+    not 'fleet' (its test has its own). check: also return 1
     when a measured target is missed, naming it.
     """
     plan = TINY if tiny else QUICK if quick else FULL
-    parts = parts or PARTS[:3]
+    parts = parts or (PARTS[1:4] if tiny else PARTS[:4])
     if use_torch is None:
         use_torch = peers.torch_available()
     out = Path(out_dir)
@@ -55,6 +56,14 @@ def run_benchmarks(quick: bool = False, json_path: str | None = None,
     status = 0
     work = Path(tempfile.mkdtemp(prefix='jax_perception_bench_'))
     try:
+        if 'fleet' in parts:
+            # First: Ray starts its processes before this one has run JAX.
+            from .fleet import fleet_benchmark
+            from ..fleet import FleetError
+            try:
+                results['fleet'] = fleet_benchmark(quick)
+            except FleetError as exc:
+                raise BenchError(str(exc)) from None
         if 'recompile' in parts:
             from .recompile import bench_recompile
             results['recompile'] = bench_recompile(plan, log)

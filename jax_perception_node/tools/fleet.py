@@ -27,8 +27,8 @@ import time
 from typing import Callable, Iterator
 import uuid
 
-from . import bagio
-from .config import PipelineConfig
+from jax_perception_node import bagio
+from jax_perception_node.config import PipelineConfig
 
 BAG_FILE_SUFFIXES = ('.mcap', '.db3')
 
@@ -254,6 +254,7 @@ def replay_fleet(bags: list[Path], out_dir: str | Path, cfg: PipelineConfig, wor
                  pointcloud_topic: str = bagio.POINTCLOUD_TOPIC,
                  camera_topics: dict[str, str] | None = None,
                  progress: Callable[[FleetProgress], None] | None = None,
+                 camera_info_topics: dict[str, str] | None = None,
                  max_attempts: int = 3, poll_s: float = 0.1) -> FleetResult:
     """
     Replay ``bags`` into ``out_dir`` (created; must not exist) on the connected Ray cluster.
@@ -274,7 +275,8 @@ def replay_fleet(bags: list[Path], out_dir: str | Path, cfg: PipelineConfig, wor
                 for b in bags]
     ray = import_ray()
     actor = ray.remote(num_cpus=1, max_concurrency=2, max_restarts=0)(BagWorker)
-    job = {'pointcloud_topic': pointcloud_topic, 'camera_topics': camera_topics or {}}
+    job = {'pointcloud_topic': pointcloud_topic, 'camera_topics': camera_topics or {},
+           'camera_info_topics': camera_info_topics or {}}
     scheduler = Scheduler(ray, actor, cfg, job, outcomes, max_attempts)
     started = time.perf_counter()
     try:

@@ -22,10 +22,12 @@ from pathlib import Path
 import tempfile
 import time
 
-from . import bagio, fleet
-from .config import config_from_parameters, default_params_file, read_param_file
-from .replay import replay_bag
-from .synthetic_drive import LidarModel, write_sample_bag
+from jax_perception_node import bagio
+
+from jax_perception_node.config import config_from_parameters, default_params_file, read_param_file
+from jax_perception_node.replay import replay_bag
+from jax_perception_node.tools import fleet
+from jax_perception_node.tools.synthetic_drive import LidarModel, write_sample_bag
 
 BAGS = 8
 LIDAR = LidarModel(beams=32, azimuth_steps=1024)
@@ -95,12 +97,14 @@ def fleet_benchmark(quick: bool) -> dict:
                     runs[workers].append(fleet.replay_fleet(
                         bags, root / f'w{workers}-{round_}', cfg, workers))
         in_process = _in_process(bags, root / 'local', cfg)
+        compared = 0
         for bag in bags:
             reference = _payloads(root / 'local' / bag.name)
             for workers in (1, 2):
                 if _payloads(root / f'w{workers}-0' / bag.name) != reference:
                     raise fleet.FleetError(f'fleet benchmark: {bag.name}: the output of '
                                            f'{workers} workers differs from the in-process one')
+                compared += 1
     rows = {}
     for workers, results in runs.items():
         measured = [_fleet_row(r) for r in results]
@@ -116,12 +120,12 @@ def fleet_benchmark(quick: bool) -> dict:
                                 / rows['workers_1']['frames_per_s'], 2),
         'replay_speedup_2_vs_1': round(rows['workers_2']['replay_frames_per_s']
                                        / rows['workers_1']['replay_frames_per_s'], 2),
-        'outputs_identical': True,
+        'outputs_compared': compared,     # fleet output bags equal to in-process ones
     }
 
 
 def _in_process(bags: list[Path], out: Path, cfg) -> dict:
-    from .pipeline import BevPipeline
+    from jax_perception_node.pipeline import BevPipeline
     out.mkdir()
     pipe = BevPipeline(cfg)
     started = time.perf_counter()

@@ -15,10 +15,10 @@ import sys
 import time
 
 
-from . import bagio
-from .config import default_params_file, load_config
-from .latency import percentiles, STAGES
-from .stamps import stamp_ns
+from jax_perception_node import bagio
+from jax_perception_node.config import default_params_file, load_config
+from jax_perception_node.latency import percentiles, STAGES
+from jax_perception_node.stamps import stamp_ns
 
 RECORDED_TOPICS = {bagio.FEATURES_TOPIC: bagio.IMAGE_TYPE,
                    bagio.LATENCY_TOPIC: bagio.DIAGNOSTICS_TYPE,
@@ -144,7 +144,7 @@ def _level(status) -> str:
 
 def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -> int:
     """Read the recording back and write report.md, bev.png and latency.png."""
-    from .camera import read_features
+    from jax_perception_node.camera import read_features
     from .report import latency_table, save_bev_png, save_latency_png
     reader = bagio.open_reader(bag)
     frames_in = next(c.msgcount for c in reader.connections

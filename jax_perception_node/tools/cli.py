@@ -12,8 +12,9 @@ from pathlib import Path
 import shutil
 import sys
 
-from .bagio import BagError, POINTCLOUD_TOPIC
-from .config import ConfigError, default_params_file, load_config
+from jax_perception_node.bagio import BagError, POINTCLOUD_TOPIC
+from jax_perception_node.config import ConfigError, default_params_file, load_config
+
 from .fleet import FleetError, is_bag
 
 
@@ -26,12 +27,12 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _camera_topics(pairs: list[str]) -> dict[str, str]:
+def _camera_topics(pairs: list[str], option: str = '--camera-topic') -> dict[str, str]:
     topics = {}
     for pair in pairs or []:
         name, sep, topic = pair.partition('=')
         if not sep or not name or not topic:
-            raise UsageError(f'--camera-topic expects NAME=TOPIC, got {pair!r}')
+            raise UsageError(f'{option} expects NAME=TOPIC, got {pair!r}')
         topics[name] = topic
     return topics
 
@@ -74,9 +75,11 @@ def cmd_replay(args) -> int:
         raise UsageError(f'{first} is a folder of bags: replay them with --workers N '
                          f'(or --ray-address ADDR)')
     cfg = _load(args)
-    for name in _camera_topics(args.camera_topic):
-        if name not in [c.name for c in cfg.cameras]:
-            raise UsageError(f'--camera-topic {name}=...: no camera {name!r} in the params')
+    for option, pairs in (('--camera-topic', args.camera_topic),
+                          ('--camera-info-topic', args.camera_info_topic)):
+        for name in _camera_topics(pairs, option):
+            if name not in [c.name for c in cfg.cameras]:
+                raise UsageError(f'{option} {name}=...: no camera {name!r} in the params')
     if Path(args.out).exists():
         raise UsageError(f'{args.out} exists, not overwriting')
     if on_ray:
@@ -92,7 +95,9 @@ def _replay_fleet(args, cfg) -> int:
     with fleet.cluster(args.workers, args.ray_address) as workers:
         result = fleet.replay_fleet(bags, args.out, cfg, workers, args.pointcloud_topic,
                                     _camera_topics(args.camera_topic),
-                                    progress=fleet.fleet_progress_bar())
+                                    progress=fleet.fleet_progress_bar(),
+                                    camera_info_topics=_camera_topics(args.camera_info_topic,
+                                                                      '--camera-info-topic'))
     summary = result.summary()
     totals = summary['totals']
     for bag in summary['bags']:
@@ -110,11 +115,13 @@ def _replay_fleet(args, cfg) -> int:
 
 
 def _replay_one(args, cfg) -> int:
-    from .replay import progress_bar, replay_bag
+    from jax_perception_node.replay import progress_bar, replay_bag
     from .report import latency_table, save_bev_png, save_latency_png
     result = replay_bag(args.input[0], args.out, cfg, args.pointcloud_topic,
                         _camera_topics(args.camera_topic), snapshot_frames=(0, -1),
-                        progress=progress_bar())
+                        progress=progress_bar(),
+                        camera_info_topics=_camera_topics(args.camera_info_topic,
+                                                          '--camera-info-topic'))
     summary = result.summary()
     print(f'\n{result.frames} frames, {result.rejected} rejected clouds, '
           f'{result.rejected_feature_maps} rejected feature maps, '
@@ -145,7 +152,9 @@ def cmd_play(args) -> int:
     from .live import play_bag
     cfg = _load(args)
     return play_bag(args.input, cfg, args.pointcloud_topic, _camera_topics(args.camera_topic),
-                    rate=args.rate, loop=args.loop, restamp=args.restamp)
+                    rate=args.rate, loop=args.loop, restamp=args.restamp,
+                    camera_info_topics=_camera_topics(args.camera_info_topic,
+                                                      '--camera-info-topic'))
 
 
 def cmd_record(args) -> int:
@@ -157,9 +166,15 @@ def cmd_record(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    """Side-by-side benchmarks."""
-    from .bench import run_benchmarks
-    return run_benchmarks(quick=args.quick, json_path=args.json, out_dir=args.out)
+    """Side-by-side benchmarks, or the report of a results JSON (``--markdown``)."""
+    from .bench import render, run_benchmarks
+    if args.markdown:
+        if not Path(args.markdown).is_file():
+            raise UsageError(f'--markdown {args.markdown}: no such results file')
+        return render(args.markdown, check=args.check)
+    parts = ('device',) if args.device else None
+    return run_benchmarks(quick=args.quick, json_path=args.json, out_dir=args.out, parts=parts,
+                          check=args.check)
 
 
 def cmd_demo(args) -> int:
@@ -182,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help='PointCloud2 topic in the bag (default: %(default)s)')
         p.add_argument('--camera-topic', action='append', metavar='NAME=TOPIC',
                        help='feature-map topic of camera NAME in the bag (repeatable)')
+        p.add_argument('--camera-info-topic', action='append', metavar='NAME=TOPIC',
+                       help='CameraInfo topic of camera NAME in the bag (repeatable)')
         return p
 
     p = with_params(sub.add_parser('sample-bag', help='write the synthetic drive bag'))
@@ -226,9 +243,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_record)
 
     p = sub.add_parser('bench', help='side-by-side benchmarks')
-    p.add_argument('--quick', action='store_true')
-    p.add_argument('--json')
+    p.add_argument('--quick', action='store_true', help='shorter runs (a few minutes)')
+    p.add_argument('--json', help='results file (default: OUT/bench.json)')
     p.add_argument('--out', default='bench_out', help='folder for the table and plot')
+    p.add_argument('--check', action='store_true',
+                   help='exit 1 when a measured target is missed (and say which)')
+    p.add_argument('--device', action='store_true',
+                   help='only the accelerator rows: the core on jax.devices() against PyTorch '
+                        'on the same device (runs on the CPU too)')
+    p.add_argument('--markdown', metavar='JSON',
+                   help='print the report of a results file instead of running (with --check: '
+                        'check its targets)')
     p.set_defaults(func=cmd_bench)
 
     p = with_params(sub.add_parser('demo', help='the main job on the embedded sample drive'))

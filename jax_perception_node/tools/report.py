@@ -7,10 +7,9 @@ matplotlib runs headless (Agg) and is imported only when a picture is drawn.
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from jax_perception_node.latency import percentiles, STAGES
+from jax_perception_node.render import bev_to_rgb, RAMP
 import numpy as np
-
-from .latency import percentiles, STAGES
-from .render import bev_to_rgb, RAMP
 
 
 def latency_table(records: Sequence[Mapping[str, float]],

@@ -8,12 +8,11 @@ between rosbags and rclpy message types, so playing and recording cost a copy at
 import threading
 import time
 
+from jax_perception_node import bagio
+from jax_perception_node.config import PipelineConfig
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.qos import qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
-
-from . import bagio
-from .config import PipelineConfig
 
 _ROS_TYPES = {}
 
@@ -29,15 +28,17 @@ def ros_type(msgtype: str):
 
 def play_bag(src, cfg: PipelineConfig, pointcloud_topic: str = bagio.POINTCLOUD_TOPIC,
              camera_topics: dict[str, str] | None = None, rate: float = 1.0, loop: bool = False,
-             restamp: bool = False, wait_s: float = 5.0, context=None) -> int:
+             restamp: bool = False, wait_s: float = 5.0, context=None,
+             camera_info_topics: dict[str, str] | None = None) -> int:
     """
     Publish a bag's LiDAR and camera messages onto the node's inputs at recorded timing.
 
-    ``pointcloud_topic`` / ``camera_topics`` name the topics in the bag; they are published on
-    the node's own input names. ``restamp`` shifts every header stamp by (wall clock at start
-    minus the first bag time), keeping the stamps' spacing, so the node's age measures real
-    latency; each loop restamps afresh, so stamps keep growing. Playing starts once the LiDAR
-    topic has a subscriber, or after ``wait_s``, so the first frames are not lost to discovery.
+    ``pointcloud_topic`` / ``camera_topics`` / ``camera_info_topics`` name the topics in the
+    bag; they are published on the node's own input names. ``restamp`` shifts every header
+    stamp by (wall clock at start minus the first bag time), keeping the stamps' spacing, so
+    the node's age measures real latency; each loop restamps afresh, so stamps keep growing.
+    Playing starts once the LiDAR topic has a subscriber, or after ``wait_s``, so the first
+    frames are not lost to discovery.
     """
     reader = bagio.open_reader(src)
     try:
@@ -49,6 +50,9 @@ def play_bag(src, cfg: PipelineConfig, pointcloud_topic: str = bagio.POINTCLOUD_
             topic = (camera_topics or {}).get(cam.name, bagio.camera_topic(cam.name))
             if types.get(topic) == bagio.IMAGE_TYPE:
                 remap[topic] = bagio.camera_topic(cam.name)
+            topic = (camera_info_topics or {}).get(cam.name, bagio.camera_info_topic(cam.name))
+            if types.get(topic) == bagio.CAMERA_INFO_TYPE:
+                remap[topic] = bagio.camera_info_topic(cam.name)
         own_context = context is None
         if own_context:
             context = rclpy.Context()

@@ -14,10 +14,10 @@ import socket
 import threading
 import time
 
-from .bagio import BagError
-from .config import ConfigError, PipelineConfig
-from .pipeline import BevPipeline, compile_count
-from .replay import replay_bag
+from jax_perception_node.bagio import BagError
+from jax_perception_node.config import ConfigError, PipelineConfig
+from jax_perception_node.pipeline import BevPipeline, compile_count
+from jax_perception_node.replay import replay_bag
 
 # Eigen's own thread pool in every one-core actor would make the actors on a machine fight for
 # its cores. (The often-quoted companion ``intra_op_parallelism_threads=1`` is no XLA flag:
@@ -101,7 +101,8 @@ class BagWorker:
             partial.mkdir()
             result = replay_bag(job['input'], partial / final.name, self.cfg,
                                 job['pointcloud_topic'], job['camera_topics'],
-                                progress=self._progress, pipeline=self._pipe)
+                                progress=self._progress, pipeline=self._pipe,
+                                camera_info_topics=job.get('camera_info_topics'))
             # A rename within one folder: the bag appears under its name whole or not at all.
             os.rename(partial / final.name, final)
             # The pipeline counts since its warm-up; the summary is this bag's.

@@ -1,0 +1,43 @@
+"""
+A deterministic synthetic drive, written as a rosbag2 MCAP bag: the project's default data.
+
+The ego vehicle drives at 10 m/s along a straight four-lane road (world x axis; REP-103 axes,
+flat ground at z = 0) in its right-hand lane (y = -1.75 m), from x = 0 m at t = 0 s; base_link
+sits on the ground, heading +x. The road repeats every 240 m:
+
+- towns at x in [40, 180) m + 240 k (k >= 0): building rows on both sides, parked cars in the
+  outer lanes, lamp posts, and a 40 m underpass at x in [60, 100) m + 240 k;
+- open country: grass verges, utility poles, scattered farm buildings, cars in lay-bys;
+- a causeway across a lake at x in [-45, 25) m + 240 k: water returns almost nothing.
+
+The default 8 s drive thus goes from the causeway over farmland into the town and the underpass,
+and the LiDAR returns per frame climb from about 29k to 116k (64 x 2048 rays at most). Moving
+traffic uses the two inner lanes: oncoming vehicles at 11 m/s, and vehicles ahead of the ego at
+10.6 m/s. The static layout is generated in 40 m tiles, the traffic per vehicle and the noise
+per frame, each from its own seeded generator, so every frame is a pure function of (seed, t)
+whatever order frames are asked for in.
+
+Sensors, all taken from the :class:`~jax_perception_node.config.PipelineConfig`:
+
+- LiDAR (frame ``lidar``, mounted by ``cfg.lidar``): a spinning multi-beam scanner
+  (:class:`LidarModel`), ray-cast analytically against the ground plane, boxes and vertical
+  cylinders. Each column fires at its own time within the sweep from where the sensor is then
+  and hits the scene as it is then, and points are reported in the LiDAR frame at their firing
+  time, as raw drivers do (not deskewed). Stamp = sweep start; per-point ``time`` = seconds
+  after the stamp.
+- Cameras (frame ``<name>_optical``, mounted by ``cfg.cameras``): the scene rendered at
+  feature-map resolution with the configured intrinsics, one ray per pixel centre at integer
+  pixel coordinates, as a ``float32[H_f, W_f, C]`` feature map (channels in
+  :data:`CAMERA_CHANNELS`).
+
+Only NumPy and ``rosbags`` are used: no ROS installation, no JAX.
+"""
+
+from .drive import LidarModel, SyntheticDrive
+from .sample_bag import camera_stamp_offset, write_sample_bag
+from .scene import (CAMERA_CHANNELS, EGO_LANE_Y, EGO_SPEED, EPOCH_NS, LIDAR_FRAME_ID, POINT_DTYPE,
+                    POINT_FIELDS, POINT_STEP)
+
+__all__ = ['CAMERA_CHANNELS', 'camera_stamp_offset', 'EGO_LANE_Y', 'EGO_SPEED', 'EPOCH_NS',
+           'LIDAR_FRAME_ID', 'LidarModel', 'POINT_DTYPE', 'POINT_FIELDS', 'POINT_STEP',
+           'SyntheticDrive', 'write_sample_bag']

@@ -1,0 +1,454 @@
+"""The drive itself: the LiDAR model and the sensors of the ego vehicle in the world."""
+
+from dataclasses import dataclass
+import math
+
+from jax_perception_node.config import CameraConfig, PipelineConfig
+import numpy as np
+
+from .scene import (BCLS, BHX, BHY, BHZ, box_hits, BRHO, BVX, BVY, BX, BY, BYAW, BZ,
+                    CAMERA_CHANNELS, CAMERA_VIEW_M, CCLS, CR, CRHO, CVX, CVY, CX, CY,
+                    cylinder_hits, CZ0, CZ1, EGO_LANE_Y, EGO_SPEED, expand, GROUND,
+                    ground_reflectivity, make_tile, POINT_DTYPE, POLE, SUN, TILE, time_key,
+                    TRAFFIC, VEHICLE, vehicle, WALL)
+
+
+@dataclass(frozen=True)
+class LidarModel:
+    """
+    A spinning multi-beam LiDAR: beam layout, range limits, noise and return statistics.
+
+    Beams are evenly spaced in elevation (deg above the LiDAR's xy plane), ring 0 the lowest.
+    Each revolution fires ``azimuth_steps`` columns, counter-clockwise seen from above, starting
+    behind the sensor (azimuth -180 deg, column c at -180 + 360 (c + 0.5) / azimuth_steps deg)
+    at ``rotation_hz``: column c fires c / (azimuth_steps * rotation_hz) s after the stamp.
+    A ray returns its nearest hit in [min_range_m, max_range_m], with Gaussian range noise
+    (std ``range_noise_m``, m). The return is detected with probability
+    (1 - dropout) / (1 + (P_ref / P)^2), where P = rho cos(incidence) / r^2 is the received power
+    and P_ref = 0.1 / detection_range_m^2: a 10 % reflective target seen head-on at
+    ``detection_range_m`` is detected about half the time. Seen from 1.8 m, dark asphalt fades
+    out beyond ~13 m and grass beyond ~18 m, while walls return out to 60-80 m.
+    Intensity is 0..255: 255 rho (0.5 + 0.5 cos(incidence)) plus a little noise.
+    """
+
+    beams: int = 64
+    azimuth_steps: int = 2048
+    min_elevation_deg: float = -15.0
+    max_elevation_deg: float = 15.0
+    min_range_m: float = 1.0
+    max_range_m: float = 100.0
+    range_noise_m: float = 0.02
+    dropout: float = 0.02
+    detection_range_m: float = 40.0
+    rotation_hz: float = 10.0
+
+    def __post_init__(self):
+        """Reject layouts and statistics that cannot describe a sensor."""
+        if self.beams < 1 or self.azimuth_steps < 8:
+            raise ValueError(f'LidarModel: need beams >= 1 and azimuth_steps >= 8, got '
+                             f'{self.beams} and {self.azimuth_steps}')
+        if not -90.0 < self.min_elevation_deg <= self.max_elevation_deg < 90.0:
+            raise ValueError('LidarModel: need -90 < min_elevation_deg <= max_elevation_deg < 90')
+        if not 0.0 <= self.min_range_m < self.max_range_m:
+            raise ValueError('LidarModel: need 0 <= min_range_m < max_range_m')
+        if self.range_noise_m < 0 or not 0.0 <= self.dropout < 1.0:
+            raise ValueError('LidarModel: need range_noise_m >= 0 and 0 <= dropout < 1')
+        if self.detection_range_m <= 0 or self.rotation_hz <= 0:
+            raise ValueError('LidarModel: detection_range_m and rotation_hz must be > 0')
+
+    def elevations(self) -> np.ndarray:
+        """Elevation of every beam (rad), shape (beams,), ascending: index = ring."""
+        return np.radians(np.linspace(self.min_elevation_deg, self.max_elevation_deg,
+                                      self.beams))
+
+    def azimuths(self) -> np.ndarray:
+        """Azimuth of every column (rad, LiDAR frame), shape (azimuth_steps,), in firing order."""
+        return -math.pi + 2.0 * math.pi * (np.arange(self.azimuth_steps) + 0.5) \
+            / self.azimuth_steps
+
+
+class SyntheticDrive:
+    """
+    The synthetic scene and its sensors: LiDAR sweeps and camera feature maps at any time.
+
+    ``t`` is seconds since the start of the drive (bag stamp = ``EPOCH_NS`` + t). ``num_cameras``
+    keeps the first N configured cameras (None: all, 0: LiDAR only).
+    """
+
+    def __init__(self, cfg: PipelineConfig, seed: int = 0, num_cameras: int | None = None,
+                 lidar: LidarModel = LidarModel()):
+        """Set up the sensors; raises ValueError for a bad seed or camera count."""
+        available = len(cfg.cameras)
+        if num_cameras is None:
+            num_cameras = available
+        if isinstance(num_cameras, bool) or not isinstance(num_cameras, int) or num_cameras < 0:
+            raise ValueError(f'num_cameras must be a non-negative integer, got {num_cameras!r}')
+        if num_cameras > available:
+            names = ', '.join(c.name for c in cfg.cameras) or 'none'
+            raise ValueError(f'num_cameras={num_cameras}, but the config has only {available} '
+                             f'camera(s) ({names})')
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f'seed must be a non-negative integer, got {seed!r}')
+        self.cfg = cfg
+        self.seed = int(seed)
+        self.lidar = lidar
+        self.cameras: tuple[CameraConfig, ...] = tuple(cfg.cameras[:num_cameras])
+        self.ego_velocity = np.array([EGO_SPEED, 0.0])
+
+        self._lidar_rot = cfg.lidar.rotation_matrix()
+        self._lidar_trans = np.array(cfg.lidar.translation, dtype=float)
+        el, az = lidar.elevations(), lidar.azimuths()
+        self._elevations = el
+        # Rays ordered column-major (ray = column * beams + ring): points come out in firing order.
+        el_grid, az_grid = np.meshgrid(el, az)             # (columns, beams)
+        dirs = np.stack([np.cos(el_grid) * np.cos(az_grid), np.cos(el_grid) * np.sin(az_grid),
+                         np.sin(el_grid)], axis=-1)
+        self._dirs_lidar = dirs.reshape(-1, 3)
+        self._dirs_world = self._dirs_lidar @ self._lidar_rot.T     # ego heading is fixed at 0
+        # A level LiDAR culls by beam and column; a tilted one by each ray's world azimuth
+        # (rays sorted by it) and elevation.
+        self._level = abs(self._lidar_rot[2, 2] - 1.0) < 1e-9
+        self._lidar_yaw = math.atan2(self._lidar_rot[1, 0], self._lidar_rot[0, 0])
+        ray_az = np.arctan2(self._dirs_world[:, 1], self._dirs_world[:, 0])
+        self._ray_order = np.argsort(ray_az, kind='stable')
+        self._sorted_az = ray_az[self._ray_order]
+        self._ray_el = np.arcsin(np.clip(self._dirs_world[:, 2], -1.0, 1.0))
+        self._tau = np.arange(lidar.azimuth_steps) / (lidar.azimuth_steps * lidar.rotation_hz)
+
+        self._camera_rays = {}
+        for cam in self.cameras:
+            v, u = np.mgrid[0:cam.height, 0:cam.width].astype(float)
+            # Optical z = 1: the ray parameter of a hit is its optical depth.
+            rays = np.stack([(u - cam.cx) / cam.fx, (v - cam.cy) / cam.fy,
+                             np.ones_like(u)], axis=-1).reshape(-1, 3)
+            self._camera_rays[cam.name] = (cam, rays @ cam.pose.rotation_matrix().T)
+        self._tiles: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._vehicles: dict[tuple[int, int], list[float]] = {}
+
+    # ---------------------------------------------------------------- ego and scene layout
+
+    def ego_position(self, t: float) -> np.ndarray:
+        """Position (m) of base_link in the world at time t (s), shape (3,); heading is +x."""
+        return np.array([EGO_SPEED * t, EGO_LANE_Y, 0.0])
+
+    def scene(self, x_lo: float, x_hi: float, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """
+        Boxes (n, 11) and cylinders (m, 9) near world x in [x_lo, x_hi] at time t (s).
+
+        Rows are in the world frame with positions at time t: boxes ``x, y, z`` (centre, m),
+        ``vx, vy`` (m/s), half sizes ``hx, hy, hz`` (m, box frame), ``yaw`` (rad), reflectivity,
+        class; cylinders ``x, y, vx, vy, radius, z0, z1, reflectivity, class``. Every object
+        reaching into the interval is included, and some beyond it.
+        """
+        tiles = range(math.floor(x_lo / TILE) - 1, math.floor(x_hi / TILE) + 1)
+        parts = [self._tile(k) for k in tiles]
+        boxes = [p[0] for p in parts] + [self._traffic(x_lo - 20.0, x_hi + 20.0, t)]
+        boxes = np.concatenate(boxes)
+        cylinders = np.concatenate([p[1] for p in parts])
+        boxes[:, BX] += boxes[:, BVX] * t
+        boxes[:, BY] += boxes[:, BVY] * t
+        cylinders[:, CX] += cylinders[:, CVX] * t
+        cylinders[:, CY] += cylinders[:, CVY] * t
+        return boxes, cylinders
+
+    def _tile(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if k not in self._tiles:
+            self._tiles[k] = make_tile(np.random.default_rng([self.seed, 1, k + 2**32]), k)
+        return self._tiles[k]
+
+    def _traffic(self, x_lo: float, x_hi: float, t: float) -> np.ndarray:
+        rows = []
+        for lane, (y, speed, first, spacing, jitter, n_min) in enumerate(TRAFFIC):
+            n_lo = math.floor((x_lo - speed * t - first - jitter) / spacing)
+            n_hi = math.ceil((x_hi - speed * t - first + jitter) / spacing)
+            if n_min is not None:
+                n_lo = max(n_lo, n_min)
+            for n in range(n_lo, n_hi + 1):
+                key = (lane, n)
+                if key not in self._vehicles:
+                    rng = np.random.default_rng([self.seed, 3, lane, n + 2**32])
+                    x0 = first + spacing * n + rng.uniform(-jitter, jitter)
+                    self._vehicles[key] = vehicle(rng, x0, y, 0.0 if speed > 0 else math.pi,
+                                                  speed)
+                rows.append(self._vehicles[key])
+        return np.array(rows).reshape(-1, 11)
+
+    # ---------------------------------------------------------------- LiDAR
+
+    def lidar_frame(self, t: float) -> np.ndarray:
+        """
+        One LiDAR sweep starting at time t (s): structured array of ``POINT_DTYPE``, shape (N,).
+
+        Fields x, y, z (m, LiDAR frame at each point's firing time), intensity (0..255), ring
+        (beam index, 0 = lowest), time (s after t, within one rotation period); float32 except
+        ring (uint16). Points are in firing order; misses (sky, out of range, undetected) are
+        absent, so N varies with the scene.
+        """
+        model = self.lidar
+        n_beams, n_cols = model.beams, model.azimuth_steps
+        n_rays = n_beams * n_cols
+        dirs = self._dirs_world
+        tau = self._tau
+        sweep = 1.0 / model.rotation_hz
+        origin = self.ego_position(t) + self._lidar_trans       # ego heading 0: no rotation
+        centre = origin[:2] + self.ego_velocity * (0.5 * sweep)
+        boxes, cylinders = self.scene(centre[0] - model.max_range_m - 30.0,
+                                      centre[0] + model.max_range_m + 30.0, t)
+
+        # Ground: the LiDAR moves horizontally, so its height is fixed over the sweep.
+        t_best = np.full(n_rays, np.inf)
+        down = dirs[:, 2] < 0
+        if origin[2] > 0:
+            t_best[down] = origin[2] / -dirs[down, 2]
+        ground = np.flatnonzero(np.isfinite(t_best))
+        at = origin[:2] + self.ego_velocity * tau[ground // n_beams, None] \
+            + t_best[ground, None] * dirs[ground, :2]
+        rho = np.zeros(n_rays)
+        rho[ground] = ground_reflectivity(at[:, 0], at[:, 1])
+        cos_inc = np.abs(dirs[:, 2])
+        cls = np.full(n_rays, GROUND, dtype=np.int8)
+
+        hits = []
+        if len(boxes):
+            hits.append(self._lidar_boxes(boxes, origin, centre, sweep))
+        if len(cylinders):
+            hits.append(self._lidar_cylinders(cylinders, origin, centre, sweep))
+        for ray, dist, *_ in hits:
+            np.minimum.at(t_best, ray, dist)
+        for ray, dist, k, cos_k, rows, col in hits:
+            win = dist == t_best[ray]
+            ray, k = ray[win], k[win]
+            rho[ray] = rows[k, col[0]]
+            cls[ray] = rows[k, col[1]]
+            cos_inc[ray] = cos_k[win]
+
+        rng = np.random.default_rng([self.seed, 2, time_key(t)])
+        uniform = rng.random(n_rays)
+        range_noise = rng.standard_normal(n_rays)
+        intensity_noise = rng.standard_normal(n_rays)
+        with np.errstate(divide='ignore', invalid='ignore'):
+            power = rho * cos_inc / np.square(t_best)
+            p_ref = 0.1 / model.detection_range_m ** 2
+            detect = (1.0 - model.dropout) / (1.0 + np.square(p_ref / np.maximum(power, 1e-30)))
+        keep = ((t_best >= model.min_range_m) & (t_best <= model.max_range_m)
+                & (uniform < detect))
+        idx = np.flatnonzero(keep)
+        dist = t_best[idx] + model.range_noise_m * range_noise[idx]
+        points = np.zeros(len(idx), dtype=POINT_DTYPE)
+        xyz = self._dirs_lidar[idx] * dist[:, None]
+        points['x'], points['y'], points['z'] = xyz[:, 0], xyz[:, 1], xyz[:, 2]
+        c = cos_inc[idx]
+        points['intensity'] = np.clip(255.0 * rho[idx] * (0.5 + 0.5 * c)
+                                      + 1.5 * intensity_noise[idx], 0.0, 255.0)
+        points['ring'] = idx % n_beams
+        points['time'] = tau[idx // n_beams]
+        return points
+
+    def _lidar_pairs(self, xy: np.ndarray, corners: np.ndarray, d_min: np.ndarray,
+                     d_max: np.ndarray, z_lo: np.ndarray, z_hi: np.ndarray,
+                     height: float, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """
+        (object, ray) index pairs whose ray may hit the object, each shape (P,).
+
+        xy (K, 2) object centres, corners (K, M, 2) footprint outline, d_min / d_max (K,)
+        nearest / farthest horizontal distance (m) from the sensor ``centre`` (2,), z_lo / z_hi
+        (K,) vertical extent (m, world), height: sensor z (m, world).
+        """
+        model = self.lidar
+        n_beams, n_cols = model.beams, model.azimuth_steps
+        n_obj = len(xy)
+        el_hi = np.arctan2(z_hi - height, np.where(z_hi > height, d_min, d_max))
+        el_lo = np.arctan2(z_lo - height, np.where(z_lo > height, d_max, d_min))
+        # The footprint does not contain the sensor, so it spans less than half a turn and
+        # corner azimuths relative to the centre's do not wrap.
+        az_c = np.arctan2(xy[:, 1] - centre[1], xy[:, 0] - centre[0])
+        az = np.arctan2(corners[..., 1] - centre[1], corners[..., 0] - centre[0])
+        delta = np.mod(az - az_c[:, None] + math.pi, 2 * math.pi) - math.pi
+        az_lo, az_hi = az_c + delta.min(axis=1), az_c + delta.max(axis=1)
+        inside = d_min <= 0.0
+        if not self._level:
+            return self._sorted_pairs(az_lo, az_hi, inside, el_lo, el_hi)
+
+        b_lo = np.searchsorted(self._elevations, el_lo, 'left')
+        n_b = np.searchsorted(self._elevations, el_hi, 'right') - b_lo
+        scale = n_cols / (2 * math.pi)
+        first = (az_lo - self._lidar_yaw + math.pi) * scale - 0.5
+        last = (az_hi - self._lidar_yaw + math.pi) * scale - 0.5
+        c_lo = np.floor(first).astype(np.int64) - 1
+        n_c = np.minimum(np.ceil(last).astype(np.int64) + 1 - c_lo + 1, n_cols)
+        c_lo[inside], n_c[inside] = 0, n_cols
+        k, local = expand(np.arange(n_obj), n_b * n_c)
+        ring = b_lo[k] + local % n_b[k]
+        col = (c_lo[k] + local // n_b[k]) % n_cols
+        return k, col * n_beams + ring
+
+    def _sorted_pairs(self, az_lo, az_hi, inside, el_lo, el_hi):
+        """
+        Like _lidar_pairs for a tilted LiDAR: azimuth ranges of the sorted rays, then elevation.
+
+        az_lo, az_hi, el_lo, el_hi (K,): world azimuth and elevation bounds (rad) of each object,
+        inside (K,): whether the sensor is within its footprint (every azimuth).
+        """
+        n_obj, n_rays = len(az_lo), len(self._ray_order)
+        lo = np.mod(az_lo + math.pi, 2 * math.pi) - math.pi
+        hi = lo + (az_hi - az_lo)
+        start = np.searchsorted(self._sorted_az, lo, 'left')
+        stop = np.searchsorted(self._sorted_az, np.minimum(hi, math.pi), 'right')
+        # Past +pi the interval continues from -pi.
+        stop_wrapped = np.where(hi > math.pi,
+                                np.searchsorted(self._sorted_az, hi - 2 * math.pi, 'right'), 0)
+        start[inside], stop[inside], stop_wrapped[inside] = 0, n_rays, 0
+        objects = np.concatenate([np.arange(n_obj), np.arange(n_obj)])
+        first = np.concatenate([start, np.zeros(n_obj, dtype=start.dtype)])
+        idx, local = expand(np.arange(2 * n_obj), np.concatenate([stop - start, stop_wrapped]))
+        k = objects[idx]
+        ray = self._ray_order[first[idx] + local]
+        el = self._ray_el[ray]
+        keep = (el >= el_lo[k]) & (el <= el_hi[k])
+        return k[keep], ray[keep]
+
+    def _lidar_boxes(self, boxes, origin, centre, sweep):
+        rel_v = self.ego_velocity - boxes[:, [BVX, BVY]]
+        # Grow each footprint by the sensor-object motion over half a sweep: culling is done
+        # once, at mid-sweep.
+        grow = np.linalg.norm(rel_v, axis=1) * (0.5 * sweep) + 0.05
+        cos_y, sin_y = np.cos(boxes[:, BYAW]), np.sin(boxes[:, BYAW])
+        mid = boxes[:, [BX, BY]] + boxes[:, [BVX, BVY]] * (0.5 * sweep)
+        d = centre - mid
+        qx = cos_y * d[:, 0] + sin_y * d[:, 1]
+        qy = -sin_y * d[:, 0] + cos_y * d[:, 1]
+        ex, ey = boxes[:, BHX] + grow, boxes[:, BHY] + grow
+        d_min = np.hypot(np.maximum(np.abs(qx) - ex, 0), np.maximum(np.abs(qy) - ey, 0))
+        sx = np.array([1.0, 1.0, -1.0, -1.0])
+        sy = np.array([1.0, -1.0, 1.0, -1.0])
+        lx, ly = ex[:, None] * sx, ey[:, None] * sy
+        corners = np.stack([mid[:, :1] + cos_y[:, None] * lx - sin_y[:, None] * ly,
+                            mid[:, 1:] + sin_y[:, None] * lx + cos_y[:, None] * ly], axis=-1)
+        d_max = np.linalg.norm(corners - centre, axis=-1).max(axis=1)
+        near = d_min <= self.lidar.max_range_m
+        boxes, rel_v, corners = boxes[near], rel_v[near], corners[near]
+        cos_y, sin_y = cos_y[near], sin_y[near]
+        k, ray = self._lidar_pairs(mid[near], corners, d_min[near], d_max[near],
+                                   boxes[:, BZ] - boxes[:, BHZ], boxes[:, BZ] + boxes[:, BHZ],
+                                   origin[2], centre)
+        tau = self._tau[ray // self.lidar.beams]
+        # Ray origin relative to the box centre at the column's firing time.
+        px = origin[0] - boxes[k, BX] + rel_v[k, 0] * tau
+        py = origin[1] - boxes[k, BY] + rel_v[k, 1] * tau
+        pz = origin[2] - boxes[k, BZ]
+        dirs = self._dirs_world[ray]
+        dist, cos_inc = box_hits(px, py, pz, dirs, cos_y[k], sin_y[k], boxes[k, BHX],
+                                 boxes[k, BHY], boxes[k, BHZ])[:2]
+        hit = np.isfinite(dist)
+        return ray[hit], dist[hit], k[hit], cos_inc[hit], boxes, (BRHO, BCLS)
+
+    def _lidar_cylinders(self, cyl, origin, centre, sweep):
+        rel_v = self.ego_velocity - cyl[:, [CVX, CVY]]
+        grow = np.linalg.norm(rel_v, axis=1) * (0.5 * sweep) + 0.05
+        mid = cyl[:, [CX, CY]] + cyl[:, [CVX, CVY]] * (0.5 * sweep)
+        radius = cyl[:, CR] + grow
+        dist_c = np.linalg.norm(mid - centre, axis=1)
+        near = dist_c - radius <= self.lidar.max_range_m
+        cyl, rel_v, mid, radius, dist_c = cyl[near], rel_v[near], mid[near], radius[near], \
+            dist_c[near]
+        # An octagon around the grown disc bounds its azimuth span.
+        angle = np.linspace(0, 2 * math.pi, 8, endpoint=False)
+        outline = mid[:, None, :] + (radius / math.cos(math.pi / 8))[:, None, None] * np.stack(
+            [np.cos(angle), np.sin(angle)], axis=-1)[None]
+        d_min = np.maximum(dist_c - radius / math.cos(math.pi / 8), 0.0)
+        k, ray = self._lidar_pairs(mid, outline, d_min, dist_c + 1.1 * radius, cyl[:, CZ0],
+                                   cyl[:, CZ1], origin[2], centre)
+        tau = self._tau[ray // self.lidar.beams]
+        px = origin[0] - cyl[k, CX] + rel_v[k, 0] * tau
+        py = origin[1] - cyl[k, CY] + rel_v[k, 1] * tau
+        dirs = self._dirs_world[ray]
+        dist, cos_inc = cylinder_hits(px, py, origin[2], dirs, cyl[k, CR], cyl[k, CZ0],
+                                      cyl[k, CZ1])[:2]
+        hit = np.isfinite(dist)
+        return ray[hit], dist[hit], k[hit], cos_inc[hit], cyl, (CRHO, CCLS)
+
+    # ---------------------------------------------------------------- cameras
+
+    def camera_features(self, name: str, t: float) -> np.ndarray:
+        """
+        Camera ``name``'s feature map at time t (s): float32 (H_f, W_f, C), row-major.
+
+        Channel k is ``CAMERA_CHANNELS[k % 8]``; the scene is rendered as it is at t (global
+        shutter) from the camera pose ego(t) x calibration.
+        """
+        if name not in self._camera_rays:
+            raise ValueError(f'unknown camera {name!r}; this drive has '
+                             f'{[c.name for c in self.cameras]}')
+        cam, rays_base = self._camera_rays[name]
+        origin = self.ego_position(t) + np.array(cam.pose.translation)
+        dirs = rays_base                                   # ego heading 0: base = world axes
+        n_rays = len(dirs)
+        forward = dirs.mean(axis=0)
+        forward /= np.linalg.norm(forward)
+        # Culling behind the image plane holds only while every ray points ahead of it.
+        cull = bool(np.all(dirs @ forward > 0))
+        boxes, cylinders = self.scene(origin[0] - CAMERA_VIEW_M, origin[0] + CAMERA_VIEW_M, t)
+
+        depth = np.full(n_rays, np.inf)
+        down = dirs[:, 2] < 0
+        if origin[2] > 0:
+            depth[down] = origin[2] / -dirs[down, 2]
+        ground = np.isfinite(depth)
+        hit_xy = origin[:2] + np.where(ground[:, None], depth[:, None], 0.0) * dirs[:, :2]
+        albedo = np.where(ground, ground_reflectivity(hit_xy[:, 0], hit_xy[:, 1]), 0.0)
+        normal = np.zeros((n_rays, 3))
+        normal[:, 2] = 1.0
+        cls = np.where(ground, GROUND, -1).astype(np.int8)
+
+        hits = []
+        if len(boxes):
+            radius = np.linalg.norm(boxes[:, [BHX, BHY, BHZ]], axis=1)
+            rel = boxes[:, [BX, BY, BZ]] - origin
+            seen = ((np.linalg.norm(rel, axis=1) - radius < CAMERA_VIEW_M)
+                    & ((rel @ forward > -radius) | (not cull)))
+            boxes = boxes[seen]
+            k = np.repeat(np.arange(len(boxes)), n_rays)
+            ray = np.tile(np.arange(n_rays), len(boxes))
+            cos_y, sin_y = np.cos(boxes[k, BYAW]), np.sin(boxes[k, BYAW])
+            dist, _, nrm = box_hits(origin[0] - boxes[k, BX], origin[1] - boxes[k, BY],
+                                    origin[2] - boxes[k, BZ], dirs[ray], cos_y, sin_y,
+                                    boxes[k, BHX], boxes[k, BHY], boxes[k, BHZ])
+            hits.append((ray, dist, k, nrm, boxes, (BRHO, BCLS)))
+        if len(cylinders):
+            rel = np.column_stack([cylinders[:, CX] - origin[0], cylinders[:, CY] - origin[1]])
+            reach = np.maximum((cylinders[:, CZ0] - origin[2]) * forward[2],
+                               (cylinders[:, CZ1] - origin[2]) * forward[2])
+            seen = ((np.linalg.norm(rel, axis=1) - cylinders[:, CR] < CAMERA_VIEW_M)
+                    & ((rel @ forward[:2] + reach > -cylinders[:, CR]) | (not cull)))
+            cylinders = cylinders[seen]
+            k = np.repeat(np.arange(len(cylinders)), n_rays)
+            ray = np.tile(np.arange(n_rays), len(cylinders))
+            dist, _, nrm = cylinder_hits(origin[0] - cylinders[k, CX],
+                                         origin[1] - cylinders[k, CY], origin[2], dirs[ray],
+                                         cylinders[k, CR], cylinders[k, CZ0], cylinders[k, CZ1])
+            hits.append((ray, dist, k, nrm, cylinders, (CRHO, CCLS)))
+        for ray, dist, *_ in hits:
+            np.minimum.at(depth, ray, dist)
+        for ray, dist, k, nrm, rows, col in hits:
+            win = (dist == depth[ray]) & np.isfinite(dist)
+            r = ray[win]
+            albedo[r] = rows[k[win], col[0]]
+            cls[r] = rows[k[win], col[1]]
+            normal[r] = nrm[win]
+
+        sky = ~np.isfinite(depth)
+        feats = np.zeros((n_rays, len(CAMERA_CHANNELS)))
+        with np.errstate(divide='ignore'):
+            feats[:, 0] = np.where(sky, 0.0, 1.0 / depth)
+        height = origin[2] + np.where(sky, 0.0, depth) * dirs[:, 2]
+        feats[:, 1] = np.where(sky | (cls == GROUND), 0.0, np.maximum(height, 0.0))
+        for c in (GROUND, VEHICLE, POLE, WALL):
+            feats[:, 2 + c] = cls == c
+        feats[:, 6] = sky
+        rng = np.random.default_rng([self.seed, 4, self.cameras.index(cam), time_key(t)])
+        shade = albedo * (0.3 + 0.7 * np.maximum(normal @ SUN, 0.0)) \
+            + 0.01 * rng.standard_normal(n_rays)
+        feats[:, 7] = np.where(sky, 0.9, np.clip(shade, 0.0, 1.0))
+        feats = feats.reshape(cam.height, cam.width, -1)
+        return np.ascontiguousarray(
+            feats[..., np.arange(cam.channels) % len(CAMERA_CHANNELS)], dtype=np.float32)
