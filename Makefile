@@ -31,7 +31,7 @@ bench: venv
 	$(VENV)/bin/jax-perception bench --json bench_out/bench.json
 
 soak: venv
-	JAX_PERCEPTION_SOAK_S=600 $(PY) -m pytest -q -s -m soak test
+	JAX_PERCEPTION_SOAK_S=600 JAX_PERCEPTION_SOAK_JSON=soak_out/soak.json $(PY) -m pytest -q -s -m soak test
 
 fuzz: venv
 	JAX_PERCEPTION_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q -k fuzz test/test_cloud.py test/test_camera.py
@@ -40,4 +40,4 @@ lint: venv
 	$(PY) -m pytest -q test/test_flake8.py test/test_pep257.py
 
 clean:
-	rm -rf $(VENV) demo_out bench_out .pytest_cache
+	rm -rf $(VENV) demo_out bench_out soak_out .pytest_cache

@@ -1,4 +1,4 @@
-"""Independent NumPy reference of the kernel contracts in DESIGN.md (float64, loops by cell)."""
+"""Independent NumPy reference of the kernel contracts (docs/design.md), float64, loops by cell."""
 
 import numpy as np
 

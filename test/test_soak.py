@@ -157,6 +157,29 @@ def test_soak(tmp_path):
           f'{bad} malformed, {lost_total} lost in transport, RSS {baseline / 2**20:.0f} -> '
           f'{rss[-1][1] / 2**20:.0f} MiB ({growth:+.1%}), total_ms p99 first {first:.1f} / '
           f'last {last:.1f}')
+    if os.environ.get('JAX_PERCEPTION_SOAK_JSON'):
+        # The run behind the README's soak table (make soak writes soak_out/soak.json).
+        rates = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(progress[::20], progress[20::20])]
+        write_soak_json(os.environ['JAX_PERCEPTION_SOAK_JSON'], {
+            'seconds': SOAK_S, 'frames': len(totals), 'rate_hz': round(len(totals) / SOAK_S, 1),
+            'malformed': bad, 'lost_in_transport': lost_total,
+            'received': int(final['received']), 'processed': int(final['processed']),
+            'dropped': int(final['dropped']), 'rejected': int(final['rejected']),
+            'compiles_after_warmup': int(final['compiles_after_warmup']),
+            'rss_mib': [round(baseline / 2**20, 1), round(rss[-1][1] / 2**20, 1)],
+            'rss_growth_pct': round(growth * 100, 2), 'window_s': window,
+            'total_ms_p99': [round(first, 2), round(last, 2)],
+            'rate_hz_windows': [round(r, 1) for r in rates]})
     # The latency trend is reported above, not asserted: on a shared machine it measures the
     # neighbours as much as the node. Memory is the node's own.
     assert growth < 0.05
+
+
+def write_soak_json(path: str, results: dict) -> None:
+    """Write the soak's results with the machine and versions, for docs/soak.json."""
+    import json
+    from pathlib import Path
+    from jax_perception_node.tools.bench.common import machine_info
+    results = {'machine': machine_info(), 'soak': results}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(results, indent=2) + '\n')

@@ -1,5 +1,5 @@
 """
-Peer implementations of the kernel contract (DESIGN.md) for the benchmarks: NumPy and PyTorch.
+Peer implementations of the kernel contract (docs/design.md) for the benchmarks: NumPy, PyTorch.
 
 Both compute the same fused BEV features as :class:`~jax_perception_node.pipeline.BevPipeline`
 (``[6 LiDAR] + [C camera] + [1 coverage]``, then the optional 1x1 projection) from the same
