@@ -13,6 +13,7 @@ setup(
         ('share/' + package_name, ['package.xml']),
         ('share/' + package_name + '/launch', glob('launch/*.launch.py')),
         ('share/' + package_name + '/config', glob('config/*.yaml') + glob('config/*.xml')),
+        ('share/' + package_name + '/schema', glob('schema/*.json')),
     ],
     install_requires=['setuptools', 'numpy', 'jax', 'rosbags', 'pyyaml'],
     # The node needs none of these: reports and pictures, peers, fleet replay.
@@ -28,7 +29,7 @@ setup(
         'console_scripts': [
             'jax_perception_node = jax_perception_node.node:main',
             'jax_perception_lifecycle_node = jax_perception_node.lifecycle_node:main',
-            'jax-perception = jax_perception_node.cli:main',
+            'jax-perception = jax_perception_node.tools.cli:main',
         ],
     },
 )

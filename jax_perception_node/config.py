@@ -4,11 +4,12 @@ Parameters of the node and the CLI: one YAML layout, validated into frozen datac
 The param file uses the ROS 2 layout (``/**: ros__parameters:``). ROS flattens nested keys to
 dotted names (``grid.x_min``); this module works on that flat form, so the node (which gets the
 values from rclpy) and the CLI (which reads the YAML itself) validate through the same code.
-Every error is a :class:`ConfigError` that names the offending key.
+Types, defaults and bounds come from the schema (parameters.py); this module adds the checks
+that involve several keys and builds the dataclasses. Every error is a :class:`ConfigError`
+that names the offending key.
 """
 
 from dataclasses import dataclass
-import math
 import os
 from pathlib import Path
 import sys
@@ -17,79 +18,13 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
+from .parameters import (camera_keys, check_ros_type, check_value, ConfigError, defaults,
+                         is_camera_name, NODE_KEYS, ros_value)
 
-class ConfigError(ValueError):
-    """A parameter is missing, of the wrong type or out of range; the message names the key."""
-
-
-OVERFLOW_POLICIES = ('subsample', 'truncate')
-ACTIVATIONS = ('none', 'relu')
-CAMERA_KEYS = ('height', 'width', 'channels', 'fx', 'fy', 'cx', 'cy',
-               'translation', 'rotation_xyzw')
-
-# key -> (default, description). The defaults equal config/jax_perception.param.yaml (a test
-# checks it), so the node started without a params file behaves like the shipped config, minus
-# the cameras, whose calibration has no sensible default.
-PARAMETERS: dict[str, tuple[Any, str]] = {
-    'grid.frame_id': ('base_link', 'frame of the BEV grid (REP-103: x forward, y left, z up)'),
-    'grid.x_min': (-51.2, 'm, lower x edge of the grid'),
-    'grid.x_max': (51.2, 'm, upper x edge; rows H = round((x_max - x_min) / resolution)'),
-    'grid.y_min': (-51.2, 'm, lower y edge of the grid'),
-    'grid.y_max': (51.2, 'm, upper y edge; columns W = round((y_max - y_min) / resolution)'),
-    'grid.z_min': (-2.0, 'm, points with z < z_min are ignored'),
-    'grid.z_max': (4.0, 'm, points with z >= z_max are ignored'),
-    'grid.resolution': (0.4, 'm per cell; with the x/y range it fixes H and W (recompiles)'),
-    'lidar.translation': ([0.0, 0.0, 1.8], 'm, LiDAR origin in the grid frame'),
-    'lidar.rotation_xyzw': ([0.0, 0.0, 0.0, 1.0], 'LiDAR orientation in the grid frame'),
-    'buckets': ([16384, 32768, 65536, 131072],
-                'point capacities, ascending; one compiled executable each'),
-    'overflow_policy': ('subsample', 'above the largest bucket: subsample (even stride over the '
-                        'whole cloud) or truncate (first points)'),
-    'cameras.names': ([], 'camera names; each needs a cameras.<name> block'),
-    'fusion.num_heights': (4, 'height levels sampled per cell by the camera lift'),
-    'fusion.max_samples_per_cell': (0, 'camera-lift sample slots per cell (recompiles); 0: the '
-                                    'most any cell needs with the start-up calibration'),
-    'fusion.weights_file': ('', 'optional .npz with W (C_in x C_out) and b (C_out)'),
-    'fusion.activation': ('none', 'none | relu, applied after the projection (weights only)'),
-    'sync.max_camera_lidar_delay_s': (0.1, 's, a feature map further than this from the LiDAR '
-                                      'stamp is masked for that frame'),
-    'compilation_cache_dir': ('~/.cache/jax_perception_node/xla',
-                              'persistent XLA cache, created 0700; empty disables it'),
-    'diagnostics.period_s': (1.0, 's between /diagnostics messages'),
-    'diagnostics.window': (300, 'frames in the rolling latency window'),
-    'diagnostics.latency_budget_ms': (100.0, 'ms, WARN when total p99 exceeds it'),
-    'diagnostics.lidar_timeout_s': (1.0, 's without a LiDAR frame before ERROR'),
-}
-
-
-def parameter_type(key: str) -> str:
-    """Name the ROS parameter type a key expects, e.g. 'double' or 'double[3]'."""
-    if key.startswith('cameras.') and key != 'cameras.names':
-        return CAMERA_TYPES[key.rsplit('.', 1)[1]]
-    default = PARAMETERS[key][0]
-    if isinstance(default, list):
-        kinds = {type(v) for v in default}
-        inner = 'string' if key == 'cameras.names' else (
-            'integer' if kinds == {int} else 'double')
-        return f'{inner}[]' if key in ('buckets', 'cameras.names') else f'{inner}[{len(default)}]'
-    return {bool: 'bool', int: 'integer', float: 'double', str: 'string'}[type(default)]
-
-
-CAMERA_TYPES = {'height': 'integer', 'width': 'integer', 'channels': 'integer', 'fx': 'double',
-                'fy': 'double', 'cx': 'double', 'cy': 'double', 'translation': 'double[3]',
-                'rotation_xyzw': 'double[4]'}
-
-CAMERA_PARAMETERS: dict[str, str] = {
-    'height': 'feature-map rows',
-    'width': 'feature-map columns',
-    'channels': 'feature channels C (the same for every camera)',
-    'fx': 'px, focal length at feature-map resolution',
-    'fy': 'px, focal length at feature-map resolution',
-    'cx': 'px, principal point column (pixel centres at integer coordinates)',
-    'cy': 'px, principal point row',
-    'translation': 'm, camera optical-frame origin in the grid frame',
-    'rotation_xyzw': 'optical frame (z forward, x right, y down) orientation in the grid frame',
-}
+__all__ = ['AccumulationConfig', 'CameraConfig', 'config_from_parameters', 'ConfigError',
+           'default_parameters', 'default_params_file', 'DiagnosticsConfig', 'FusionConfig',
+           'GridConfig', 'load_config', 'load_fusion_weights', 'PipelineConfig', 'Pose',
+           'read_param_file', 'write_param_file']
 
 
 @dataclass(frozen=True)
@@ -174,6 +109,15 @@ class DiagnosticsConfig:
 
 
 @dataclass(frozen=True)
+class AccumulationConfig:
+    """Multi-sweep accumulation on odometry; ``num_sweeps`` is static, the limits are live."""
+
+    num_sweeps: int               # sweeps per frame, the current one included; 1: off
+    max_sweep_age_s: float        # earlier sweeps older than this are left out
+    max_odometry_gap_s: float     # bracketing odometry samples further apart do not count
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     """Everything the pipeline and the node need, validated."""
 
@@ -186,6 +130,7 @@ class PipelineConfig:
     max_camera_lidar_delay_s: float
     compilation_cache_dir: str
     diagnostics: DiagnosticsConfig
+    accumulation: AccumulationConfig
 
     @property
     def camera_channels(self) -> int:
@@ -200,7 +145,7 @@ class PipelineConfig:
 
 def default_parameters() -> dict[str, Any]:
     """Flat dotted-key defaults (no cameras)."""
-    return {key: value for key, (value, _) in PARAMETERS.items()}
+    return defaults()
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
@@ -235,46 +180,54 @@ def read_param_file(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def write_param_file(params: Mapping[str, Any], path: str | os.PathLike) -> Path:
-    """Write flat dotted parameters as a ROS 2 param file (``/**: ros__parameters:``)."""
+    """
+    Write flat dotted parameters as a ROS 2 param file (``/**: ros__parameters:``).
+
+    Values are written with the types the node's typed parameters need (8 for a double is
+    written 8.0), so a file written here starts the node as it loads in Python.
+    """
     tree: dict = {}
     for key, value in params.items():
         *parents, leaf = key.split('.')
         node = tree
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = value
+        node[leaf] = ros_value(key, list(value) if isinstance(value, tuple) else value)
     path = Path(path)
     path.write_text(yaml.safe_dump({'/**': {'ros__parameters': tree}}))
     return path
 
 
 def load_config(path: str | os.PathLike) -> PipelineConfig:
-    """Load and validate a param YAML; raises ConfigError naming the bad key."""
-    return config_from_parameters(read_param_file(path))
+    """
+    Load and validate a param YAML; raises ConfigError naming the bad key.
+
+    The file is held to the node's typed parameters (``fx: 40`` for a double is refused as the
+    node refuses it), so a file that loads here also starts the node.
+    """
+    params = read_param_file(path)
+    for key, value in params.items():
+        check_ros_type(key, value)
+    return config_from_parameters(params)
 
 
 def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
     """Validate flat dotted parameters (missing keys take their defaults) into a PipelineConfig."""
-    known = set(PARAMETERS)
-    names = params.get('cameras.names', [])
-    p = default_parameters()
-    p.update(params)
-    reader = _Reader(p)
-    camera_names = reader.str_list('cameras.names')
+    p = {**defaults(), **params}
+    camera_names = check_value('cameras.names', p['cameras.names'])
     if len(set(camera_names)) != len(camera_names):
-        raise ConfigError(f'cameras.names: duplicate names in {list(names)}')
+        raise ConfigError(f'cameras.names: duplicate names in {camera_names}')
     for name in camera_names:
-        known.update(f'cameras.{name}.{k}' for k in CAMERA_KEYS)
+        if not is_camera_name(name):
+            raise ConfigError(f'cameras.names: "{name}" must be letters, digits and underscores')
+    known = set(NODE_KEYS).union(*(camera_keys(name) for name in camera_names))
     unknown = sorted(k for k in params if k not in known and k != 'use_sim_time')
     if unknown:
         raise ConfigError(f'{unknown[0]}: unknown parameter')
+    v = {key: check_value(key, p.get(key)) for key in sorted(known)}
 
-    grid = GridConfig(
-        frame_id=reader.string('grid.frame_id', nonempty=True),
-        x_min=reader.number('grid.x_min'), x_max=reader.number('grid.x_max'),
-        y_min=reader.number('grid.y_min'), y_max=reader.number('grid.y_max'),
-        z_min=reader.number('grid.z_min'), z_max=reader.number('grid.z_max'),
-        resolution=reader.number('grid.resolution', positive=True))
+    grid = GridConfig(**{f: v[f'grid.{f}'] for f in (
+        'frame_id', 'x_min', 'x_max', 'y_min', 'y_max', 'z_min', 'z_max', 'resolution')})
     for lo, hi in (('x_min', 'x_max'), ('y_min', 'y_max'), ('z_min', 'z_max')):
         if getattr(grid, hi) <= getattr(grid, lo):
             raise ConfigError(f'grid.{hi}: must be greater than grid.{lo}')
@@ -286,38 +239,33 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
     if grid.height * grid.width > 4096 * 4096:
         raise ConfigError(f'grid.resolution: {grid.height} x {grid.width} cells is too large')
 
-    buckets = reader.int_list('buckets')
-    if not buckets or any(b < 1 for b in buckets) or list(buckets) != sorted(set(buckets)):
+    buckets = v['buckets']
+    if not buckets or buckets != sorted(set(buckets)):
         raise ConfigError(f'buckets: expected strictly ascending positive sizes, got {buckets}')
-    policy = reader.choice('overflow_policy', OVERFLOW_POLICIES)
 
-    cameras = tuple(_camera(reader, name) for name in camera_names)
+    cameras = tuple(_camera(v, name) for name in camera_names)
     if len({c.channels for c in cameras}) > 1:
         raise ConfigError(f'cameras.{cameras[-1].name}.channels: every camera needs the same '
                           f'channel count, got {[c.channels for c in cameras]}')
 
     fusion = FusionConfig(
-        num_heights=reader.integer('fusion.num_heights', minimum=1),
-        weights_file=reader.string('fusion.weights_file'),
-        activation=reader.choice('fusion.activation', ACTIVATIONS),
-        max_samples_per_cell=reader.integer('fusion.max_samples_per_cell', minimum=0))
-    if fusion.num_heights > 64:
-        raise ConfigError('fusion.num_heights: at most 64')
+        num_heights=v['fusion.num_heights'], weights_file=v['fusion.weights_file'],
+        activation=v['fusion.activation'],
+        max_samples_per_cell=v['fusion.max_samples_per_cell'])
     if fusion.max_samples_per_cell > len(cameras) * fusion.num_heights:
         raise ConfigError(f'fusion.max_samples_per_cell: at most cameras x num_heights = '
                           f'{len(cameras) * fusion.num_heights}, got '
                           f'{fusion.max_samples_per_cell}')
 
     cfg = PipelineConfig(
-        grid=grid, lidar=reader.pose('lidar'), buckets=tuple(buckets), overflow_policy=policy,
-        cameras=cameras, fusion=fusion,
-        max_camera_lidar_delay_s=reader.number('sync.max_camera_lidar_delay_s', minimum=0.0),
-        compilation_cache_dir=reader.string('compilation_cache_dir'),
-        diagnostics=DiagnosticsConfig(
-            period_s=reader.number('diagnostics.period_s', positive=True),
-            window=reader.integer('diagnostics.window', minimum=1),
-            latency_budget_ms=reader.number('diagnostics.latency_budget_ms', positive=True),
-            lidar_timeout_s=reader.number('diagnostics.lidar_timeout_s', positive=True)))
+        grid=grid, lidar=_pose(v, 'lidar'), buckets=tuple(buckets),
+        overflow_policy=v['overflow_policy'], cameras=cameras, fusion=fusion,
+        max_camera_lidar_delay_s=v['sync.max_camera_lidar_delay_s'],
+        compilation_cache_dir=v['compilation_cache_dir'],
+        diagnostics=DiagnosticsConfig(**{f: v[f'diagnostics.{f}'] for f in (
+            'period_s', 'window', 'latency_budget_ms', 'lidar_timeout_s')}),
+        accumulation=AccumulationConfig(**{f: v[f'accumulation.{f}'] for f in (
+            'num_sweeps', 'max_sweep_age_s', 'max_odometry_gap_s')}))
     if fusion.weights_file:
         load_fusion_weights(cfg)   # validate now, not on the first frame
     return cfg
@@ -350,104 +298,18 @@ def load_fusion_weights(cfg: PipelineConfig) -> tuple[np.ndarray, np.ndarray] | 
     return weights.astype(np.float32), bias.astype(np.float32)
 
 
-def _camera(reader: '_Reader', name: str) -> CameraConfig:
-    if not name or not name.replace('_', '').isalnum():
-        raise ConfigError(f'cameras.names: "{name}" must be letters, digits and underscores')
+def _camera(v: Mapping[str, Any], name: str) -> CameraConfig:
     k = f'cameras.{name}.'
-    return CameraConfig(
-        name=name,
-        height=reader.integer(k + 'height', minimum=1, required=True),
-        width=reader.integer(k + 'width', minimum=1, required=True),
-        channels=reader.integer(k + 'channels', minimum=1, required=True),
-        fx=reader.number(k + 'fx', positive=True, required=True),
-        fy=reader.number(k + 'fy', positive=True, required=True),
-        cx=reader.number(k + 'cx', required=True),
-        cy=reader.number(k + 'cy', required=True),
-        pose=reader.pose(k[:-1], required=True))
+    return CameraConfig(name=name, pose=_pose(v, k[:-1]), **{f: v[k + f] for f in (
+        'height', 'width', 'channels', 'fx', 'fy', 'cx', 'cy')})
 
 
-class _Reader:
-    """Typed access to flat parameters; every failure names the key."""
-
-    def __init__(self, params: Mapping[str, Any]):
-        self._p = params
-
-    def _get(self, key: str, required: bool) -> Any:
-        value = self._p.get(key)
-        if value is None:
-            raise ConfigError(f'{key}: {"required" if required else "missing"}')
-        return value
-
-    def number(self, key: str, positive: bool = False, minimum: float | None = None,
-               required: bool = False) -> float:
-        value = self._get(key, required)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f'{key}: expected a number, got {value!r}')
-        value = float(value)
-        if not math.isfinite(value):
-            raise ConfigError(f'{key}: must be finite, got {value}')
-        if positive and value <= 0:
-            raise ConfigError(f'{key}: must be > 0, got {value:g}')
-        if minimum is not None and value < minimum:
-            raise ConfigError(f'{key}: must be >= {minimum:g}, got {value:g}')
-        return value
-
-    def integer(self, key: str, minimum: int | None = None, required: bool = False) -> int:
-        value = self._get(key, required)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f'{key}: expected an integer, got {value!r}')
-        if minimum is not None and value < minimum:
-            raise ConfigError(f'{key}: must be >= {minimum}, got {value}')
-        return value
-
-    def string(self, key: str, nonempty: bool = False) -> str:
-        value = self._get(key, False)
-        if not isinstance(value, str):
-            raise ConfigError(f'{key}: expected a string, got {value!r}')
-        if nonempty and not value:
-            raise ConfigError(f'{key}: must not be empty')
-        return value
-
-    def choice(self, key: str, options: tuple[str, ...]) -> str:
-        value = self.string(key)
-        if value not in options:
-            raise ConfigError(f'{key}: expected one of {" | ".join(options)}, got {value!r}')
-        return value
-
-    def _list(self, key: str) -> list:
-        value = self._get(key, False)
-        if isinstance(value, (str, bytes)) or not hasattr(value, '__len__'):
-            raise ConfigError(f'{key}: expected a list, got {value!r}')
-        return list(value)
-
-    def str_list(self, key: str) -> list[str]:
-        value = self._list(key)
-        if not all(isinstance(v, str) for v in value):
-            raise ConfigError(f'{key}: expected a list of strings, got {value!r}')
-        return value
-
-    def int_list(self, key: str) -> list[int]:
-        value = self._list(key)
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise ConfigError(f'{key}: expected a list of integers, got {value!r}')
-        return value
-
-    def vector(self, key: str, n: int, required: bool) -> tuple[float, ...]:
-        self._get(key, required)
-        value = self._list(key)
-        if len(value) != n or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                for v in value):
-            raise ConfigError(f'{key}: expected {n} finite numbers, got {value!r}')
-        return tuple(float(v) for v in value)
-
-    def pose(self, prefix: str, required: bool = False) -> Pose:
-        translation = self.vector(f'{prefix}.translation', 3, required)
-        q = np.array(self.vector(f'{prefix}.rotation_xyzw', 4, required))
-        norm = float(np.linalg.norm(q))
-        if abs(norm - 1.0) > 1e-3:
-            raise ConfigError(f'{prefix}.rotation_xyzw: not a unit quaternion (norm {norm:.4f})')
-        return Pose(translation, tuple(float(v) for v in q / norm))
+def _pose(v: Mapping[str, Any], prefix: str) -> Pose:
+    q = np.array(v[f'{prefix}.rotation_xyzw'])
+    norm = float(np.linalg.norm(q))
+    if abs(norm - 1.0) > 1e-3:
+        raise ConfigError(f'{prefix}.rotation_xyzw: not a unit quaternion (norm {norm:.4f})')
+    return Pose(tuple(v[f'{prefix}.translation']), tuple(float(c) for c in q / norm))
 
 
 def default_params_file(filename: str = 'jax_perception.param.yaml') -> Path:

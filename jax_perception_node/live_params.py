@@ -5,52 +5,27 @@ Live parameters are read arithmetically at run time: calibrations (applied throu
 ``BevPipeline.set_calibration``, which never compiles), the sync tolerance, the diagnostics
 thresholds and the output frame id. Static parameters fix array shapes or what the executables
 were built with: changing one means building and compiling a new pipeline, so a running node
-refuses the change with a reason that says so. The core of this module imports no ROS.
+refuses the change with a reason that says so. Which is which is the schema's ``static`` field
+(parameters.py). This module imports no ROS.
 """
 
 from typing import Any, Mapping
 
-from .config import config_from_parameters, ConfigError, PARAMETERS, PipelineConfig
+from .config import config_from_parameters, ConfigError, PipelineConfig
+from .parameters import spec_for
 
-SHAPES = 'changes array shapes'
-COMPILED = 'compiled into the executables'
-BUILT = 'fixed when the pipeline is built'
-
-LIVE_KEYS = frozenset({
-    'grid.frame_id', 'lidar.translation', 'lidar.rotation_xyzw',
-    'sync.max_camera_lidar_delay_s', 'diagnostics.period_s', 'diagnostics.window',
-    'diagnostics.latency_budget_ms', 'diagnostics.lidar_timeout_s',
-})
-LIVE_CAMERA_KEYS = frozenset({'fx', 'fy', 'cx', 'cy', 'translation', 'rotation_xyzw'})
 INTRINSIC_KEYS = ('fx', 'fy', 'cx', 'cy')
-
-# Static key -> why. Grid z limits and the overflow policy are used arithmetically, but the
-# pipeline takes them once at construction.
-STATIC_KEYS: dict[str, str] = {
-    'grid.x_min': SHAPES, 'grid.x_max': SHAPES, 'grid.y_min': SHAPES, 'grid.y_max': SHAPES,
-    'grid.resolution': SHAPES, 'buckets': SHAPES, 'cameras.names': SHAPES,
-    'fusion.num_heights': SHAPES, 'fusion.weights_file': SHAPES,
-    'fusion.max_samples_per_cell': SHAPES,
-    'fusion.activation': COMPILED,
-    'grid.z_min': BUILT, 'grid.z_max': BUILT, 'overflow_policy': BUILT,
-    'compilation_cache_dir': BUILT,
-}
-STATIC_CAMERA_KEYS = {'height': SHAPES, 'width': SHAPES, 'channels': SHAPES}
 
 
 def is_ours(key: str) -> bool:
     """Return True for the node's own parameters (not use_sim_time, QoS overrides, ...)."""
-    return key in PARAMETERS or key.startswith('cameras.')
+    return spec_for(key) is not None or key.startswith('cameras.')
 
 
 def static_reason(key: str) -> str | None:
-    """Why ``key`` cannot change while the pipeline runs, or None for a live key."""
-    if key in STATIC_KEYS:
-        return STATIC_KEYS[key]
-    if key.startswith('cameras.') and key.count('.') == 2:
-        leaf = key.rsplit('.', 1)[1]
-        return STATIC_CAMERA_KEYS.get(leaf)
-    return None
+    """Why ``key`` cannot change while the pipeline runs (from the schema), or None if live."""
+    spec = spec_for(key)
+    return spec.static if spec is not None else None
 
 
 def plain(value: Any) -> Any:

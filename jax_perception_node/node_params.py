@@ -1,21 +1,61 @@
-"""ROS parameter declaration and reading for the node (plain and managed): rclpy side only."""
+"""
+ROS parameter declaration and reading for the node (plain and managed): rclpy side only.
+
+Every parameter is declared with its ROS type from the schema (parameters.py), never with
+dynamic typing, so ``ros2 param set`` of the wrong type is refused by rclpy and a parameter
+file with ``fx: 40`` for a double stops start-up with a :class:`ConfigError` naming the key.
+Static keys are not read-only: the managed node may take new values while unconfigured, and
+the parameter callback refuses them while a pipeline runs, with the reason.
+"""
+
+import re
 
 from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.exceptions import ParameterUninitializedException
+from rclpy.exceptions import InvalidParameterTypeException, ParameterUninitializedException
 from rclpy.parameter import Parameter
 
-from .config import CAMERA_PARAMETERS, parameter_type, PARAMETERS
-from .live_params import plain, static_reason
+from .config import ConfigError
+from .live_params import plain
+from .parameters import (camera_keys, is_camera_name, NODE_KEYS, ParamSpec, ros_type_error,
+                         spec_for)
+
+ROS_TYPES = {
+    'bool': Parameter.Type.BOOL, 'integer': Parameter.Type.INTEGER,
+    'double': Parameter.Type.DOUBLE, 'string': Parameter.Type.STRING,
+    'integer_array': Parameter.Type.INTEGER_ARRAY, 'double_array': Parameter.Type.DOUBLE_ARRAY,
+    'string_array': Parameter.Type.STRING_ARRAY,
+}
+# rclpy's InvalidParameterTypeException says "... to '40' of type 'INTEGER', expecting ...".
+_GIVEN = re.compile(r"to '(?P<value>.*)' of type '(?P<type>\w+)'")
 
 
-def _descriptor(key: str, description: str, dynamic: bool) -> ParameterDescriptor:
-    reason = static_reason(key)
-    when = (f'static ({reason}): read at configure, a restart is needed to change it'
-            if reason else 'live: applied at once, without a compile')
-    # Types are checked by config_from_parameters, which names the key; static typing would
-    # reject `fx: 40` for a double with a less helpful message.
-    return ParameterDescriptor(description=description, dynamic_typing=dynamic,
-                               additional_constraints=f'type {parameter_type(key)}, {when}')
+def descriptor(spec: ParamSpec) -> ParameterDescriptor:
+    """Return the typed descriptor: description, and type, unit, bounds and live/static as text."""
+    constraints = [f'type {spec.type_label}']
+    if spec.unit:
+        constraints.append(f'unit {spec.unit}')
+    if spec.bounds_text():
+        constraints.append(spec.bounds_text())
+    constraints.append(f'static ({spec.static}): read at configure, a restart is needed to '
+                       f'change it' if spec.static else 'live: applied at once, without a compile')
+    return ParameterDescriptor(type=ROS_TYPES[spec.ros_type].value, description=spec.summary,
+                               additional_constraints=', '.join(constraints))
+
+
+def _declare(node, key: str) -> None:
+    if node.has_parameter(key):
+        return
+    spec = spec_for(key)
+    default = spec.default
+    # No default (camera keys) or an empty list (no element type): declare by type alone.
+    value = ROS_TYPES[spec.ros_type] if default is None or default == [] else default
+    try:
+        node.declare_parameter(key, value, descriptor(spec))
+    except InvalidParameterTypeException as exc:
+        given = _GIVEN.search(str(exc))
+        text = (f"{given['value']} ({given['type'].lower()})" if given
+                else 'a value of another type')
+        raise ConfigError(ros_type_error(key, text)) from None
 
 
 def _value(node, key: str):
@@ -25,22 +65,14 @@ def _value(node, key: str):
         return None
 
 
-def _declare(node, key: str, default, description: str) -> None:
-    if node.has_parameter(key):
-        return
-    if default == []:
-        # An empty list has no type of its own; a camera list is strings.
-        descriptor = _descriptor(key, description, dynamic=False)
-        default = Parameter.Type.STRING_ARRAY
-    else:
-        descriptor = _descriptor(key, description, dynamic=True)
-    node.declare_parameter(key, default, descriptor)
-
-
 def declare_parameters(node) -> None:
-    """Declare every parameter with its description, the camera blocks of cameras.names too."""
-    for key, (default, text) in PARAMETERS.items():
-        _declare(node, key, default, text)
+    """
+    Declare every parameter with its type and description, the camera blocks of cameras.names too.
+
+    Raises :class:`ConfigError` for a value of the wrong type in the parameter overrides.
+    """
+    for key in NODE_KEYS:
+        _declare(node, key)
     read_parameters(node)
 
 
@@ -48,14 +80,14 @@ def read_parameters(node) -> dict:
     """
     Return the flat parameter values (declaring any camera block not declared yet).
 
-    Unset camera keys are left out, so the config layer reports them as required by name.
+    Unset keys are left out: the config layer fills defaults and reports camera keys as required.
     """
-    names = _value(node, 'cameras.names') or []
-    keys = list(PARAMETERS)
-    for camera in names:
-        for key, text in CAMERA_PARAMETERS.items():
-            name = f'cameras.{camera}.{key}'
-            _declare(node, name, None, text)
-            keys.append(name)
+    keys = list(NODE_KEYS)
+    for camera in _value(node, 'cameras.names') or []:
+        if not is_camera_name(camera):
+            continue     # not a valid parameter name part: the config layer names the problem
+        for key in camera_keys(camera):
+            _declare(node, key)
+            keys.append(key)
     values = {key: _value(node, key) for key in keys}
     return {key: value for key, value in values.items() if value is not None}

@@ -3,9 +3,9 @@
 import ast
 from pathlib import Path
 
-from conftest import PARAMS_FILE, REPO, small_params
-from jax_perception_node.config import (config_from_parameters, ConfigError, load_config,
-                                        PARAMETERS, read_param_file)
+from conftest import PARAMS_FILE, REPO, small_config, small_params
+from jax_perception_node.config import (AccumulationConfig, config_from_parameters, ConfigError,
+                                        load_config, write_param_file)
 import numpy as np
 import pytest
 
@@ -20,23 +20,11 @@ def test_shipped_config_loads():
     np.testing.assert_allclose(front @ [0, 0, 1], [1, 0, 0], atol=1e-6)   # looks along +x
 
 
-def test_schema_defaults_equal_the_shipped_yaml():
-    flat = read_param_file(PARAMS_FILE)
-    for key, (default, description) in PARAMETERS.items():
-        assert description
-        if key != 'cameras.names':
-            assert flat[key] == default, key
-
-
-def test_every_yaml_key_is_commented():
-    for line in PARAMS_FILE.read_text().splitlines():
-        stripped = line.strip()
-        if ':' in stripped and not stripped.startswith('#') and not stripped.endswith(':'):
-            key = stripped.split(':')[0]
-            if key in ('fx', 'fy', 'cx', 'cy', 'height', 'width', 'channels', 'translation',
-                       'rotation_xyzw') and '#' not in line:
-                continue   # repeated camera blocks: documented on the first camera
-            assert '#' in line, f'undocumented: {line}'
+def test_accumulation_defaults_off_and_overrides():
+    assert small_config().accumulation == AccumulationConfig(1, 0.5, 0.2)
+    cfg = small_config(**{'accumulation.num_sweeps': 3, 'accumulation.max_sweep_age_s': 0.3,
+                          'accumulation.max_odometry_gap_s': 0.05})
+    assert cfg.accumulation == AccumulationConfig(3, 0.3, 0.05)
 
 
 @pytest.mark.parametrize('key, value, message', [
@@ -60,6 +48,17 @@ def test_every_yaml_key_is_commented():
     ('cameras.front.height', None, 'cameras.front.height: required'),
     ('grid.resolutoin', 0.5, 'grid.resolutoin: unknown parameter'),
     ('cameras.names', ['front', 'front'], 'cameras.names: duplicate'),
+    ('cameras.names', ['front', 'front-left'], 'cameras.names: "front-left" must be letters'),
+    ('fusion.num_heights', 65, 'fusion.num_heights: must be <= 64, got 65'),
+    ('accumulation.num_sweeps', 0, 'accumulation.num_sweeps: must be >= 1, got 0'),
+    ('accumulation.num_sweeps', 17, 'accumulation.num_sweeps: must be <= 16, got 17'),
+    ('accumulation.num_sweeps', 2.0, 'accumulation.num_sweeps: expected an integer'),
+    ('accumulation.max_sweep_age_s', 0.0, 'accumulation.max_sweep_age_s: must be > 0, got 0'),
+    ('accumulation.max_odometry_gap_s', -0.1, 'accumulation.max_odometry_gap_s: must be > 0'),
+    ('accumulation.max_odometry_gap_s', float('nan'),
+     'accumulation.max_odometry_gap_s: must be finite'),
+    ('diagnostics.window', 0, 'diagnostics.window: must be >= 1, got 0'),
+    ('buckets', [0, 64], 'buckets: must be >= 1'),
 ])
 def test_bad_values_name_the_key(key, value, message):
     params = small_params()
@@ -70,6 +69,23 @@ def test_bad_values_name_the_key(key, value, message):
     with pytest.raises(ConfigError) as err:
         config_from_parameters(params)
     assert str(err.value).startswith(message)
+
+
+def test_a_param_file_is_typed_like_the_node_but_python_callers_may_write_8_for_8_0(tmp_path):
+    path = tmp_path / 'int.yaml'
+    path.write_text(PARAMS_FILE.read_text().replace('fx: 40.0', 'fx: 40', 1))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == ('cameras.front.fx: expected double (ROS parameters are typed: '
+                              'write 40.0, not 40), got 40 (integer)')
+    path.write_text(PARAMS_FILE.read_text().replace('[0.0, 0.0, 1.8]', '[0, 0, 2]', 1))
+    with pytest.raises(ConfigError, match=r'^lidar.translation: expected double\[3\]'):
+        load_config(path)
+    # The Python API takes ints for doubles, and write_param_file writes what the node needs.
+    params = small_params(**{'cameras.front.fx': 8, 'lidar.translation': [0, 0, 2]})
+    assert config_from_parameters(params).cameras[0].fx == 8.0
+    written = load_config(write_param_file(params, tmp_path / 'written.yaml'))
+    assert written.cameras[0].fx == 8.0 and written.lidar.translation == (0.0, 0.0, 2.0)
 
 
 def test_weights_file_shape_is_checked(tmp_path):

@@ -1,0 +1,329 @@
+"""
+The parameter schema: one table gives every key its type, default, bounds, unit and meaning.
+
+Everything else about parameters comes from :data:`SCHEMA`: the node declares typed ROS
+parameters from it, the config layer checks types and bounds with it, the live parameter
+callback asks it which keys need a restart, and ``python -m jax_perception_node.schema_export``
+writes the README table and ``schema/jax_perception.schema.json`` from it (a test checks the
+shipped YAML against it).
+
+Types are ROS parameter types (``double``, ``integer_array``, ...). A key is *static* when it
+changes array shapes or what the executables were compiled with: a running node refuses to
+change it and says why. Every other key is *live* and applies at once, without a compile.
+Camera keys are a template: ``cameras.<name>.fx`` stands for every name in ``cameras.names``.
+This module imports no ROS.
+"""
+
+from dataclasses import dataclass
+import math
+from typing import Any
+
+CAMERA_PREFIX = 'cameras.<name>.'
+
+# Why a static key needs a restart.
+SHAPES = 'changes array shapes'
+COMPILED = 'compiled into the executables'
+BUILT = 'fixed when the pipeline is built'
+
+SCALAR_TYPES = ('bool', 'integer', 'double', 'string')
+ARRAY_TYPES = ('integer_array', 'double_array', 'string_array')
+
+
+class ConfigError(ValueError):
+    """A parameter is missing, of the wrong type or out of range; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter: ROS type, default (None: required), bounds, unit, meaning, live or static."""
+
+    key: str
+    ros_type: str
+    default: Any
+    description: str
+    unit: str = ''
+    minimum: float | None = None     # for arrays: of every item
+    maximum: float | None = None
+    exclusive_minimum: bool = False  # minimum is a strict bound (> instead of >=)
+    choices: tuple[str, ...] = ()
+    length: int | None = None        # fixed array length
+    nonempty: bool = False           # strings: '' is refused
+    static: str | None = None        # why changing it needs a restart; None: live
+
+    @property
+    def item_type(self) -> str:
+        """Return the scalar type of the value or of its items."""
+        return self.ros_type.removesuffix('_array')
+
+    @property
+    def type_label(self) -> str:
+        """Return the type as people write it: 'double', 'double[3]', 'integer[]'."""
+        if self.ros_type in SCALAR_TYPES:
+            return self.ros_type
+        return f'{self.item_type}[{self.length or ""}]'
+
+    @property
+    def summary(self) -> str:
+        """Return unit and description in one line, as the YAML comment and ROS descriptor say."""
+        return f'{self.unit}, {self.description}' if self.unit else self.description
+
+    @property
+    def comment(self) -> str:
+        """Return the shipped YAML's comment for this key: the summary, and restart if static."""
+        return self.summary + (' (static: restart to change)' if self.static else '')
+
+    def bounds_text(self) -> str:
+        """Return the bounds as text ('> 0', '1 .. 16', 'none | relu'), '' when unbounded."""
+        if self.choices:
+            return ' | '.join(self.choices)
+        lo, hi = self.minimum, self.maximum
+        if lo is not None and hi is not None and not self.exclusive_minimum:
+            return f'{lo:g} .. {hi:g}'
+        parts = []
+        if lo is not None:
+            parts.append(f'{">" if self.exclusive_minimum else ">="} {lo:g}')
+        if hi is not None:
+            parts.append(f'<= {hi:g}')
+        if self.nonempty:
+            parts.append('not empty')
+        return ', '.join(parts)
+
+
+def _p(key, type_, default, description, **kwargs) -> ParamSpec:
+    return ParamSpec(key, type_, default, description, **kwargs)
+
+
+_C = CAMERA_PREFIX
+SCHEMA: tuple[ParamSpec, ...] = (
+    _p('grid.frame_id', 'string', 'base_link',
+       'frame of the BEV grid and of the published messages (REP-103: x forward, y left, z up)',
+       nonempty=True),
+    _p('grid.x_min', 'double', -51.2,
+       'lower x edge; rows H = round((x_max - x_min) / resolution)', unit='m', static=SHAPES),
+    _p('grid.x_max', 'double', 51.2, 'upper x edge', unit='m', static=SHAPES),
+    _p('grid.y_min', 'double', -51.2,
+       'lower y edge; columns W = round((y_max - y_min) / resolution)', unit='m',
+       static=SHAPES),
+    _p('grid.y_max', 'double', 51.2, 'upper y edge', unit='m', static=SHAPES),
+    _p('grid.z_min', 'double', -2.0,
+       'points below are ignored; the lowest camera-lift level sits above it', unit='m',
+       static=BUILT),
+    _p('grid.z_max', 'double', 4.0, 'points at or above are ignored', unit='m', static=BUILT),
+    _p('grid.resolution', 'double', 0.4,
+       'the edge of a square cell; with the x/y ranges it fixes H and W', unit='m per cell',
+       minimum=0.0, exclusive_minimum=True, static=SHAPES),
+    _p('lidar.translation', 'double_array', [0.0, 0.0, 1.8],
+       'LiDAR origin in the grid frame', unit='m', length=3),
+    _p('lidar.rotation_xyzw', 'double_array', [0.0, 0.0, 0.0, 1.0],
+       'LiDAR orientation in the grid frame, a unit quaternion (x, y, z, w)', length=4),
+    _p('buckets', 'integer_array', [16384, 32768, 65536, 131072],
+       'capacities, strictly ascending; one compiled executable each', unit='points',
+       minimum=1, static=SHAPES),
+    _p('overflow_policy', 'string', 'subsample',
+       'above the largest bucket: subsample (even stride over the whole cloud) or truncate '
+       '(first points)', choices=('subsample', 'truncate'), static=BUILT),
+    _p('cameras.names', 'string_array', [],
+       'camera names (letters, digits, underscores); each needs a cameras.<name> block',
+       static=SHAPES),
+    _p(_C + 'height', 'integer', None, 'feature-map rows H_f', unit='px', minimum=1,
+       static=SHAPES),
+    _p(_C + 'width', 'integer', None, 'feature-map columns W_f', unit='px', minimum=1,
+       static=SHAPES),
+    _p(_C + 'channels', 'integer', None, 'feature channels C, the same for every camera',
+       minimum=1, static=SHAPES),
+    _p(_C + 'fx', 'double', None, 'focal length at feature-map resolution', unit='px',
+       minimum=0.0, exclusive_minimum=True),
+    _p(_C + 'fy', 'double', None, 'focal length at feature-map resolution', unit='px',
+       minimum=0.0, exclusive_minimum=True),
+    _p(_C + 'cx', 'double', None,
+       'principal point column at feature-map resolution (pixel centres at integer '
+       'coordinates)', unit='px'),
+    _p(_C + 'cy', 'double', None, 'principal point row at feature-map resolution', unit='px'),
+    _p(_C + 'translation', 'double_array', None,
+       'camera optical-frame origin in the grid frame', unit='m', length=3),
+    _p(_C + 'rotation_xyzw', 'double_array', None,
+       'optical frame (z forward, x right, y down) orientation in the grid frame, a unit '
+       'quaternion (x, y, z, w)', length=4),
+    _p('fusion.num_heights', 'integer', 4, 'height levels per cell sampled by the camera lift',
+       minimum=1, maximum=64, static=SHAPES),
+    _p('fusion.max_samples_per_cell', 'integer', 0,
+       'camera-lift sample slots per cell; 0: the most any cell needs with the start-up '
+       'calibration', minimum=0, static=SHAPES),
+    _p('fusion.weights_file', 'string', '',
+       'optional .npz with W (6 + C + 1, C_out) and b (C_out), loaded with allow_pickle=False; '
+       "'' for none", static=SHAPES),
+    _p('fusion.activation', 'string', 'none',
+       'none or relu, applied after the projection (only with weights)', choices=('none', 'relu'),
+       static=COMPILED),
+    _p('accumulation.num_sweeps', 'integer', 1,
+       'LiDAR sweeps voxelized per frame, the current one included; 1: off (needs '
+       '~/input/odometry when above 1)', unit='sweeps', minimum=1, maximum=16, static=SHAPES),
+    _p('accumulation.max_sweep_age_s', 'double', 0.5,
+       'an earlier sweep older than this (from the current stamp) is left out', unit='s',
+       minimum=0.0, exclusive_minimum=True),
+    _p('accumulation.max_odometry_gap_s', 'double', 0.2,
+       'odometry samples bracketing a cloud stamp further apart than this do not count',
+       unit='s', minimum=0.0, exclusive_minimum=True),
+    _p('sync.max_camera_lidar_delay_s', 'double', 0.1,
+       'a feature map further than this from the LiDAR stamp is masked for that frame',
+       unit='s', minimum=0.0),
+    _p('compilation_cache_dir', 'string', '~/.cache/jax_perception_node/xla',
+       "persistent XLA cache, created 0700; '' disables it", static=BUILT),
+    _p('diagnostics.period_s', 'double', 1.0, 'time between /diagnostics messages', unit='s',
+       minimum=0.0, exclusive_minimum=True),
+    _p('diagnostics.window', 'integer', 300, 'length of the rolling latency window',
+       unit='frames', minimum=1),
+    _p('diagnostics.latency_budget_ms', 'double', 100.0, 'WARN when total_ms p99 exceeds it',
+       unit='ms', minimum=0.0, exclusive_minimum=True),
+    _p('diagnostics.lidar_timeout_s', 'double', 1.0, 'time without a LiDAR frame before ERROR',
+       unit='s', minimum=0.0, exclusive_minimum=True),
+)
+
+BY_KEY: dict[str, ParamSpec] = {spec.key: spec for spec in SCHEMA}
+NODE_KEYS = tuple(s.key for s in SCHEMA if not s.key.startswith(CAMERA_PREFIX))
+CAMERA_KEYS = tuple(s.key[len(CAMERA_PREFIX):] for s in SCHEMA
+                    if s.key.startswith(CAMERA_PREFIX))
+
+
+def spec_for(key: str) -> ParamSpec | None:
+    """Return the schema entry of a flat key (``cameras.front.fx`` finds the template)."""
+    if key in BY_KEY:
+        return BY_KEY[key]
+    parts = key.split('.')
+    if len(parts) == 3 and parts[0] == 'cameras' and parts[1] != 'names':
+        return BY_KEY.get(CAMERA_PREFIX + parts[2])
+    return None
+
+
+def camera_keys(name: str) -> list[str]:
+    """Return the flat keys of one camera block."""
+    return [f'cameras.{name}.{leaf}' for leaf in CAMERA_KEYS]
+
+
+def is_camera_name(name: str) -> bool:
+    """Return True for a usable camera name: letters, digits and underscores."""
+    return bool(name) and name.replace('_', '').isalnum() and name.isascii()
+
+
+def defaults() -> dict[str, Any]:
+    """Return the flat defaults of every non-camera key (lists copied)."""
+    return {key: _copy(BY_KEY[key].default) for key in NODE_KEYS}
+
+
+def _copy(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_value(key: str, value: Any) -> Any:
+    """
+    Check a value against the schema entry of ``key``; return it as plain Python.
+
+    Doubles come back as float (an integer is accepted: Python callers write 8 for 8.0; the
+    ROS node is stricter, its typed parameters refuse it), arrays as lists. Raises
+    :class:`ConfigError` ``'<key>: <problem>, got <value>'``; ``None`` means 'required'.
+    """
+    spec = spec_for(key)
+    if spec is None:
+        raise ConfigError(f'{key}: unknown parameter')
+    if value is None:
+        raise ConfigError(f'{key}: {"required" if spec.default is None else "missing"}')
+    if spec.ros_type in ARRAY_TYPES:
+        return _check_array(spec, key, value)
+    return _check_scalar(spec, key, value)
+
+
+def _check_scalar(spec: ParamSpec, key: str, value: Any) -> Any:
+    kind = spec.ros_type
+    if kind == 'bool':
+        if not isinstance(value, bool):
+            raise ConfigError(f'{key}: expected true or false, got {value!r}')
+        return value
+    if kind == 'string':
+        if not isinstance(value, str):
+            raise ConfigError(f'{key}: expected a string, got {value!r}')
+        if spec.nonempty and not value:
+            raise ConfigError(f'{key}: must not be empty')
+        if spec.choices and value not in spec.choices:
+            raise ConfigError(f'{key}: expected one of {" | ".join(spec.choices)}, '
+                              f'got {value!r}')
+        return value
+    if kind == 'integer' and not _is_int(value):
+        raise ConfigError(f'{key}: expected an integer, got {value!r}')
+    if kind == 'double':
+        if not _is_number(value):
+            raise ConfigError(f'{key}: expected a number, got {value!r}')
+        value = float(value)
+        if not math.isfinite(value):
+            raise ConfigError(f'{key}: must be finite, got {value}')
+    _check_bounds(spec, key, value, value)
+    return value
+
+
+def _check_bounds(spec: ParamSpec, key: str, value: float, shown: Any) -> None:
+    lo, hi = spec.minimum, spec.maximum
+    got = f'{shown:g}' if isinstance(shown, float) else repr(shown)
+    if lo is not None and spec.exclusive_minimum and not value > lo:
+        raise ConfigError(f'{key}: must be > {lo:g}, got {got}')
+    if lo is not None and value < lo:
+        raise ConfigError(f'{key}: must be >= {lo:g}, got {got}')
+    if hi is not None and value > hi:
+        raise ConfigError(f'{key}: must be <= {hi:g}, got {got}')
+
+
+def _check_array(spec: ParamSpec, key: str, value: Any) -> list:
+    if isinstance(value, (str, bytes)) or not hasattr(value, '__len__'):
+        raise ConfigError(f'{key}: expected a list, got {value!r}')
+    items = list(value)
+    kind = spec.item_type
+    if kind == 'double':
+        good = all(_is_number(v) and math.isfinite(v) for v in items)
+        if not good or (spec.length is not None and len(items) != spec.length):
+            count = f'{spec.length} finite numbers' if spec.length else 'finite numbers'
+            raise ConfigError(f'{key}: expected {count}, got {items!r}')
+        items = [float(v) for v in items]
+    elif kind == 'integer' and not all(_is_int(v) for v in items):
+        raise ConfigError(f'{key}: expected a list of integers, got {items!r}')
+    elif kind == 'string' and not all(isinstance(v, str) for v in items):
+        raise ConfigError(f'{key}: expected a list of strings, got {items!r}')
+    if spec.length is not None and len(items) != spec.length:
+        raise ConfigError(f'{key}: expected {spec.length} items, got {items!r}')
+    for item in items:
+        _check_bounds(spec, key, item, items)
+    return items
+
+
+def ros_type_error(key: str, given: str) -> str:
+    """Return the message for a value of the wrong ROS type, e.g. an integer for a double."""
+    spec = spec_for(key)
+    hint = ' (ROS parameters are typed: write 40.0, not 40)' if spec.item_type == 'double' else ''
+    return f'{key}: expected {spec.type_label}{hint}, got {given}'
+
+
+def check_ros_type(key: str, value: Any) -> None:
+    """Refuse what a typed ROS parameter refuses and :func:`check_value` lets by: 40 for 40.0."""
+    spec = spec_for(key)
+    if spec is None or spec.item_type != 'double':
+        return
+    items = value if spec.ros_type == 'double_array' and isinstance(value, list) else [value]
+    if any(_is_int(v) for v in items):
+        raise ConfigError(ros_type_error(key, f'{value!r} (integer)'))
+
+
+def ros_value(key: str, value: Any) -> Any:
+    """Return ``value`` with the Python types a typed ROS parameter of ``key`` needs (8 -> 8.0)."""
+    spec = spec_for(key)
+    if spec is None or spec.item_type != 'double':
+        return value
+    if spec.ros_type == 'double':
+        return float(value) if _is_number(value) else value
+    if isinstance(value, (list, tuple)):
+        return [float(v) if _is_number(v) else v for v in value]
+    return value
