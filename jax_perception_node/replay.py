@@ -41,7 +41,7 @@ class ReplayResult:
     snapshots: dict[int, object] = field(default_factory=dict)
 
     def summary(self) -> dict:
-        """Return a JSON-ready dict: the keys of the DESIGN contract first."""
+        """Return a JSON-ready dict: the keys of the replay contract (docs/design.md) first."""
         return {
             'frames': self.frames, 'rejected': self.rejected,
             'compiles_after_warmup': self.compiles_after_warmup,

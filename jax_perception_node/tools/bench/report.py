@@ -333,3 +333,22 @@ def missing_keys(results: dict) -> list[str]:
 
 
 # -- entry point ----------------------------------------------------------------------------------
+
+
+def soak_markdown(results: dict) -> str:
+    """Render a soak run's results (``make soak`` -> ``soak_out/soak.json``) as the README table."""
+    m, s = results['machine'], results['soak']
+    return '\n'.join([
+        f'Soak of {s["seconds"]:.0f} s on {m["nproc"]} CPUs ({m["cpu"]}), {m.get("date", "")}: '
+        'the node at its closed-loop peak rate, shipped config with 4 cameras, cloud sizes from '
+        '0 to twice the largest bucket, 5 % truncated clouds.', '',
+        '| frames processed | rate | malformed sent | lost in transport | compiles after warm-up '
+        '| RSS (after the first window -> end) | total_ms p99 (first -> last window) |',
+        '|---:|---:|---:|---:|---:|---|---|',
+        f'| {s["processed"]} | {s["rate_hz"]:g} Hz | {s["malformed"]} | '
+        f'{s["lost_in_transport"]} | {s["compiles_after_warmup"]} | {s["rss_mib"][0]:g} -> '
+        f'{s["rss_mib"][1]:g} MiB ({s["rss_growth_pct"]:+.1f} %) | {s["total_ms_p99"][0]:g} -> '
+        f'{s["total_ms_p99"][1]:g} ms ({s["window_s"]:g} s windows) |', '',
+        f'Accounting: received {s["received"]} = processed {s["processed"]} + dropped '
+        f'{s["dropped"]} + rejected {s["rejected"]}. Frames per second per 20 s window: '
+        + ', '.join(f'{r:g}' for r in s['rate_hz_windows']) + '.', ''])
