@@ -24,7 +24,6 @@ setup(
     maintainer_email='maintainers@jax-perception.invalid',
     description='Real-time LiDAR + camera BEV fusion on JAX that never recompiles.',
     license='Apache-2.0',
-    tests_require=['pytest'],
     entry_points={
         'console_scripts': [
             'jax_perception_node = jax_perception_node.node:main',
