@@ -17,12 +17,14 @@ from rosbags.typesys import get_typestore, Stores
 
 from .stamps import NS_PER_S, split_ns
 from .topics import (camera_info_topic, camera_topic, DIAGNOSTICS_TOPIC,  # noqa: F401
-                     FEATURES_TOPIC, IMAGE_TOPIC, LATENCY_TOPIC, POINTCLOUD_TOPIC)
+                     FEATURES_TOPIC, IMAGE_TOPIC, LATENCY_TOPIC, ODOMETRY_TOPIC,
+                     POINTCLOUD_TOPIC)
 
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 POINTCLOUD_TYPE = 'sensor_msgs/msg/PointCloud2'
 IMAGE_TYPE = 'sensor_msgs/msg/Image'
 CAMERA_INFO_TYPE = 'sensor_msgs/msg/CameraInfo'
+ODOMETRY_TYPE = 'nav_msgs/msg/Odometry'
 DIAGNOSTICS_TYPE = 'diagnostic_msgs/msg/DiagnosticArray'
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from .camera import read_features
 from .cloud import read_points
 from .config import PipelineConfig
+from .odometry import OdometryBuffer
 from .pipeline import BevPipeline, FrameResult
 from .render import bev_to_rgb
 from .stamps import stamp_ns
@@ -32,26 +33,34 @@ class Frame:
     stale: tuple[str, ...]      # cameras masked for being too far from the LiDAR stamp
     stamps_jumped: bool         # the LiDAR stamp went backwards: camera buffers were reset
     started: float              # perf_counter at decode start
+    without_odometry: bool = False   # accumulating, but no pose at this stamp: own sweep only
 
 
 class FramePath:
     """
     Decode, pair, process and describe frames for one pipeline.
 
-    ``add_features`` feeds the camera buffer (raises ``FeatureMapError``); ``process`` runs one
-    PointCloud2 (raises ``CloudFormatError``); ``finish`` completes the record once the outputs
-    are out. Not thread-safe: the node serialises calls with its own locks.
+    ``add_features`` feeds the camera buffer (raises ``FeatureMapError``); ``add_odometry``
+    the odometry buffer (raises ``OdometryError``); ``process`` runs one PointCloud2 (raises
+    ``CloudFormatError``); ``finish`` completes the record once the outputs are out. Not
+    thread-safe: the node serialises calls with its own locks.
     """
 
     def __init__(self, cfg: PipelineConfig, pipe: BevPipeline):
         self.cfg, self.pipe = cfg, pipe
         self.sync = CameraSync(pipe.camera_names, cfg.max_camera_lidar_delay_s)
         self._shapes = {c.name: (c.height, c.width, c.channels) for c in cfg.cameras}
+        self.accumulating = pipe.num_sweeps > 1
+        self.odometry = OdometryBuffer(cfg.accumulation.max_odometry_gap_s, cfg.grid.frame_id)
 
     def add_features(self, name: str, msg) -> bool:
         """Decode a camera's feature Image into the buffer; True when its stamps jumped back."""
         fmap = read_features(msg, *self._shapes[name])
         return self.sync.add(name, stamp_ns(msg.header.stamp), fmap)
+
+    def add_odometry(self, msg) -> None:
+        """Check and buffer a nav_msgs/Odometry message (pose of the grid frame)."""
+        self.odometry.add(msg)
 
     def process(self, msg, picture: bool = True, buffer_lock=None, pipe_lock=None) -> Frame:
         """
@@ -68,8 +77,10 @@ class FramePath:
         stamp = stamp_ns(msg.header.stamp)
         with buffer_lock or nullcontext():
             pairing, jumped = self.sync.pair(stamp)
+            pose = self.odometry.pose_at(stamp) if self.accumulating else None
         with pipe_lock or nullcontext():
-            result = self.pipe.process(points, pairing.maps, num_points=num_points)
+            result = self.pipe.process(points, pairing.maps, num_points=num_points,
+                                       stamp_ns=stamp, pose=pose)
         rgb = None
         if picture and not self.pipe.projected:
             rgb = bev_to_rgb(result.features, self.cfg.grid.z_min, self.cfg.grid.z_max)
@@ -80,7 +91,8 @@ class FramePath:
             'cameras_used': result.cameras_used,
             'compiles_after_warmup': result.compiles_after_warmup,
         }
-        return Frame(stamp, result, rgb, record, pairing.stale, jumped, started)
+        return Frame(stamp, result, rgb, record, pairing.stale, jumped, started,
+                     self.accumulating and pose is None)
 
     @staticmethod
     def finish(frame: Frame, publish_start: float, arrived: float,

@@ -2,7 +2,8 @@
 Pure JAX kernels: LiDAR voxelization, camera lift and fusion onto the BEV grid.
 
 Shapes in the signatures use B (bucket capacity), H x W (grid rows x columns), N (cameras),
-K (height levels), S (lift slots per cell), H_f x W_f x C (camera feature map). Arguments after
+K (height levels), S (lift slots per cell), H_f x W_f x C (camera feature map), P (earlier
+sweeps kept for accumulation) x C (their capacity, the largest bucket). Arguments after
 ``*`` are static: they fix array shapes, so a new value means a new compile. Everything else is
 a traced array, so calibration and grid offsets can change at run time without recompiling.
 
@@ -21,8 +22,56 @@ import jax
 import jax.numpy as jnp
 
 LIDAR_CHANNELS = ('occupancy', 'density', 'z_max', 'z_mean', 'z_min', 'intensity_mean')
+TIME_LAG_CHANNEL = 'time_lag_mean'    # after intensity_mean when num_sweeps > 1
 _LOG_64 = math.log(64.0)
 MIN_DEPTH_M = 0.1
+
+
+def lidar_channels(num_sweeps: int = 1) -> tuple[str, ...]:
+    """Names of the LiDAR block: ``LIDAR_CHANNELS``, then ``time_lag_mean`` when accumulating."""
+    return LIDAR_CHANNELS + ((TIME_LAG_CHANNEL,) if num_sweeps > 1 else ())
+
+
+def _to_grid(px, py, pz, r, t):
+    # Written out per row: XLA's CPU dot for [B, 3] x [3, 3] is several times slower, and a
+    # dot would leave its float32 precision to the backend.
+    x = r[0, 0] * px + r[0, 1] * py + r[0, 2] * pz + t[0]
+    y = r[1, 0] * px + r[1, 1] * py + r[1, 2] * pz + t[1]
+    z = r[2, 0] * px + r[2, 1] * py + r[2, 2] * pz + t[2]
+    return x, y, z
+
+
+def _rasterize(x, y, z, intensity, real, grid, lag=None, *, height: int,
+               width: int) -> jax.Array:
+    """Filter points by the grid contract and compute the channels; ``lag`` adds the 7th."""
+    x_min, y_min, z_min, z_max, res = grid[0], grid[1], grid[2], grid[3], grid[4]
+    row = jnp.floor((x - x_min) / res)
+    col = jnp.floor((y - y_min) / res)
+    keep = (real & jnp.isfinite(x) & jnp.isfinite(y) & jnp.isfinite(z) & jnp.isfinite(intensity)
+            & (row >= 0) & (row < height) & (col >= 0) & (col < width)
+            & (z >= z_min) & (z < z_max))
+    # Dropped points get index `cells`, which mode='drop' skips: the scatters keep a static
+    # size without a dump cell to slice off afterwards.
+    cells = height * width
+    cell = jnp.where(keep, row * width + col, cells).astype(jnp.int32)
+    summed = [jnp.ones_like(z), z, intensity] + ([] if lag is None else [lag])
+    sums = jnp.zeros((cells, len(summed)), jnp.float32).at[cell].add(
+        jnp.stack(summed, axis=1), mode='drop')
+    # max of (z, -z) gives z_max and -z_min in one scatter.
+    extremes = jnp.full((cells, 2), -jnp.inf, jnp.float32).at[cell].max(
+        jnp.stack([z, -z], axis=1), mode='drop')
+    count = sums[:, 0]
+    occupied = count > 0
+    inv = 1.0 / jnp.maximum(count, 1.0)
+    channels = [
+        occupied.astype(jnp.float32),
+        jnp.minimum(1.0, jnp.log1p(count) / _LOG_64),
+        jnp.where(occupied, extremes[:, 0], 0.0),
+        sums[:, 1] * inv,
+        jnp.where(occupied, -extremes[:, 1], 0.0),
+        sums[:, 2] * inv,
+    ] + ([] if lag is None else [sums[:, 3] * inv])
+    return jnp.stack(channels, axis=1).reshape(height, width, len(channels))
 
 
 def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
@@ -36,40 +85,61 @@ def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
     float32[3] map LiDAR to grid frame. Returns float32[H, W, 6] in ``LIDAR_CHANNELS`` order,
     0 in empty cells. Non-finite points and points outside the grid or z range are dropped.
     """
-    px, py, pz, intensity = points[:, 0], points[:, 1], points[:, 2], points[:, 3]
-    # Written out per row: XLA's CPU dot for [B, 3] x [3, 3] is several times slower.
-    r, t = lidar_rotation, lidar_translation
-    x = r[0, 0] * px + r[0, 1] * py + r[0, 2] * pz + t[0]
-    y = r[1, 0] * px + r[1, 1] * py + r[1, 2] * pz + t[1]
-    z = r[2, 0] * px + r[2, 1] * py + r[2, 2] * pz + t[2]
-    x_min, y_min, z_min, z_max, res = grid[0], grid[1], grid[2], grid[3], grid[4]
-    row = jnp.floor((x - x_min) / res)
-    col = jnp.floor((y - y_min) / res)
-    keep = ((jnp.arange(points.shape[0]) < num_valid)
-            & jnp.isfinite(x) & jnp.isfinite(y) & jnp.isfinite(z) & jnp.isfinite(intensity)
-            & (row >= 0) & (row < height) & (col >= 0) & (col < width)
-            & (z >= z_min) & (z < z_max))
-    # Dropped points get index `cells`, which mode='drop' skips: the scatters keep a static
-    # size without a dump cell to slice off afterwards.
-    cells = height * width
-    cell = jnp.where(keep, row * width + col, cells).astype(jnp.int32)
-    sums = jnp.zeros((cells, 3), jnp.float32).at[cell].add(
-        jnp.stack([jnp.ones_like(z), z, intensity], axis=1), mode='drop')
-    # max of (z, -z) gives z_max and -z_min in one scatter.
-    extremes = jnp.full((cells, 2), -jnp.inf, jnp.float32).at[cell].max(
-        jnp.stack([z, -z], axis=1), mode='drop')
-    count = sums[:, 0]
-    occupied = count > 0
-    inv = 1.0 / jnp.maximum(count, 1.0)
-    channels = jnp.stack([
-        occupied.astype(jnp.float32),
-        jnp.minimum(1.0, jnp.log1p(count) / _LOG_64),
-        jnp.where(occupied, extremes[:, 0], 0.0),
-        sums[:, 1] * inv,
-        jnp.where(occupied, -extremes[:, 1], 0.0),
-        sums[:, 2] * inv,
-    ], axis=1)
-    return channels.reshape(height, width, len(LIDAR_CHANNELS))
+    x, y, z = _to_grid(points[:, 0], points[:, 1], points[:, 2], lidar_rotation,
+                       lidar_translation)
+    real = jnp.arange(points.shape[0]) < num_valid
+    return _rasterize(x, y, z, points[:, 3], real, grid, height=height, width=width)
+
+
+class SweepArgs(NamedTuple):
+    """
+    Per-frame inputs of multi-sweep accumulation (P = num_sweeps - 1 past sweeps).
+
+    scalars: int32[1 + P] the ring slot the current sweep is written into, then the points of
+    each slot to use this frame (0 leaves a slot out: too old, no pose, never filled).
+    motion: float32[P, 13] per slot, the rotation (9, row-major) and translation (3) from that
+    sweep's LiDAR frame into the current grid frame, then its time lag (s) behind the current
+    sweep. Composed on the host in float64 (LiDAR extrinsic and relative odometry pose).
+    """
+
+    scalars: jax.Array
+    motion: jax.Array
+
+
+MOTION_SIZE = 13
+
+
+def voxelize_sweeps(points: jax.Array, num_valid: jax.Array, ring: jax.Array, sweeps: SweepArgs,
+                    lidar_rotation: jax.Array, lidar_translation: jax.Array, grid: jax.Array, *,
+                    height: int, width: int) -> jax.Array:
+    """
+    Rasterize the current sweep and P earlier ones into the seven accumulated LiDAR channels.
+
+    points, num_valid, lidar_rotation, lidar_translation, grid: as for ``voxelize`` (the
+    current sweep). ring: float32[P, C, 4] earlier sweeps in their own LiDAR frames, C the
+    largest bucket; ``sweeps`` says how many rows of each slot count and how each moves into
+    the current grid frame. All points go through one scatter per statistic. Returns
+    float32[H, W, 7]: ``LIDAR_CHANNELS`` then ``time_lag_mean`` (mean seconds behind the
+    current sweep of the points in the cell; 0 in empty cells).
+    """
+    past, capacity = ring.shape[0], ring.shape[1]
+    x0, y0, z0 = _to_grid(points[:, 0], points[:, 1], points[:, 2], lidar_rotation,
+                          lidar_translation)
+    motion = sweeps.motion
+    # Per slot, broadcast over its rows: r[i, j] is [P, 1], t[i] is [P, 1].
+    r = motion[:, :9].reshape(past, 3, 3).transpose(1, 2, 0)[..., None]
+    t = motion[:, 9:12].T[..., None]
+    x1, y1, z1 = _to_grid(ring[..., 0], ring[..., 1], ring[..., 2], r, t)
+    real1 = jnp.arange(capacity)[None, :] < sweeps.scalars[1:, None]
+    lag1 = jnp.broadcast_to(motion[:, 12:13], (past, capacity))
+
+    def joined(current, earlier):
+        return jnp.concatenate([current, earlier.reshape(-1)])
+
+    real0 = jnp.arange(points.shape[0]) < num_valid
+    return _rasterize(joined(x0, x1), joined(y0, y1), joined(z0, z1),
+                      joined(points[:, 3], ring[..., 3]), joined(real0, real1), grid,
+                      joined(jnp.zeros_like(x0), lag1), height=height, width=width)
 
 
 class LiftTables(NamedTuple):
@@ -222,11 +292,12 @@ def fuse(lidar: jax.Array, camera: jax.Array, coverage: jax.Array,
          projection: tuple[jax.Array, jax.Array] | None = None, *,
          activation: str = 'none') -> jax.Array:
     """
-    Concatenate [6 LiDAR | C camera | coverage] and apply the optional 1x1 projection.
+    Concatenate [LiDAR | C camera | coverage] and apply the optional 1x1 projection.
 
-    lidar float32[H, W, 6], camera float32[H, W, C], coverage float32[H, W]. projection is
-    (W float32[6 + C + 1, C_out], b float32[C_out]) or None; without it the output is the plain
-    concatenation and ``activation`` is ignored. The projection runs at HIGHEST precision: full
+    lidar float32[H, W, L] (L = 6, or 7 with accumulation: ``time_lag_mean`` last), camera
+    float32[H, W, C], coverage float32[H, W]. projection is (W float32[L + C + 1, C_out],
+    b float32[C_out]) or None; without it the output is the plain concatenation and
+    ``activation`` is ignored. The projection runs at HIGHEST precision: full
     float32 on every backend (NVIDIA GPUs default to TF32 for float32 dots). Returns
     float32[H, W, C_out].
     """
@@ -252,7 +323,8 @@ class FrameArgs(NamedTuple):
     (per calibration; stays on the device).
     features: float32[N, H_f, W_f, C] or None without cameras (only when a map changed).
     lift: LiftTables or None without cameras (per calibration).
-    projection: (W float32[6 + C + 1, C_out], b float32[C_out]) or None (fixed).
+    projection: (W float32[L + C + 1, C_out], b float32[C_out]) or None (fixed); L = 6 or 7.
+    sweeps: SweepArgs with accumulation (per frame, two small transfers), else None.
     """
 
     points: jax.Array
@@ -261,17 +333,29 @@ class FrameArgs(NamedTuple):
     features: jax.Array | None
     lift: LiftTables | None
     projection: tuple[jax.Array, jax.Array] | None
+    sweeps: SweepArgs | None = None
 
 
-def bev_frame(args: FrameArgs, *, height: int, width: int, activation: str) -> jax.Array:
+def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, width: int,
+              activation: str):
     """
     One frame: voxelize, lift the cameras, fuse. Returns float32[H, W, C_out].
 
     Without cameras (``args.features`` None) the camera block has 0 channels and coverage is 0.
+    With accumulation, ``ring`` float32[P, C, 4] holds the earlier sweeps (``args.sweeps``
+    says which rows count and how they move); the current sweep is written into the slot
+    ``args.sweeps.scalars[0]`` (rows past B keep what they held: the count masks them) and the
+    result is (features, updated ring). Compile with the ring donated, so the update is in
+    place and only the new sweep ever crosses to the device.
     """
     calibration = args.calibration
-    lidar = voxelize(args.points, args.scalars[0], calibration[:9].reshape(3, 3),
-                     calibration[9:12], calibration[12:17], height=height, width=width)
+    rotation, translation = calibration[:9].reshape(3, 3), calibration[9:12]
+    if ring is None:
+        lidar = voxelize(args.points, args.scalars[0], rotation, translation,
+                         calibration[12:17], height=height, width=width)
+    else:
+        lidar = voxelize_sweeps(args.points, args.scalars[0], ring, args.sweeps, rotation,
+                                translation, calibration[12:17], height=height, width=width)
     if args.features is None:
         camera = jnp.zeros((height, width, 0), jnp.float32)
         coverage = jnp.zeros((height, width), jnp.float32)
@@ -280,4 +364,9 @@ def bev_frame(args: FrameArgs, *, height: int, width: int, activation: str) -> j
         # output channel instead of once per cell.
         camera, coverage = jax.lax.optimization_barrier(lift_cameras(
             args.features, args.scalars[1:] > 0, args.lift, height=height, width=width))
-    return fuse(lidar, camera, coverage, args.projection, activation=activation)
+    features = fuse(lidar, camera, coverage, args.projection, activation=activation)
+    if ring is None:
+        return features
+    update = jax.lax.dynamic_update_slice(
+        ring, args.points[None], (args.sweeps.scalars[0], jnp.int32(0), jnp.int32(0)))
+    return features, update

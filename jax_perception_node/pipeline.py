@@ -16,6 +16,15 @@ cross to the device; the camera batch crosses only when a feature map changed; c
 lift tables live on the device; the result is fetched once. None of this compiles, so after
 ``warmup()`` the process-wide compile counter stays where it was. Executables come from the
 private executable store when a previous start left them there (see executable_cache.py).
+
+Accumulation (``accumulation.num_sweeps`` S > 1, static): the S - 1 previous sweeps stay on the
+device in a ring float32[S - 1, C, 4] (C = the largest bucket) that every frame's executable
+updates in place (the ring argument is donated): it writes the new sweep into the oldest slot
+and returns the ring. Per frame the host composes, in float64, each earlier sweep's transform
+into the current grid frame from the LiDAR extrinsic and the two odometry poses, and sends it
+with the sweep's time lag and point count (0 leaves it out: older than ``max_sweep_age_s``, no
+pose, or from before a stamp went backwards). A frame without a pose uses its own sweep only,
+and that sweep is never used later either.
 """
 
 from dataclasses import dataclass
@@ -33,6 +42,7 @@ from .buckets import BucketPadder
 from .camera import calibration_arrays
 from .config import CameraConfig, ConfigError, load_fusion_weights, PipelineConfig, Pose
 from .executable_cache import ExecutableCache, private_cache_dir
+from .odometry import pose_matrix, sweep_transform
 
 COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
 _compile_lock = threading.Lock()
@@ -80,6 +90,7 @@ class FrameResult:
     device_ms: float = 0.0     # executable call until its result is ready
     fetch_ms: float = 0.0      # result to a NumPy array
     cameras_sent: bool = False  # the camera batch crossed to the device this frame
+    sweeps_used: int = 1       # sweeps voxelized, the current one included
 
 
 def calibration_vector(lidar: Pose, grid: np.ndarray) -> np.ndarray:
@@ -102,7 +113,11 @@ class BevPipeline:
         self._grid = grid.vector()
         weights = load_fusion_weights(cfg)
         self._projection = None if weights is None else tuple(jax.device_put(w) for w in weights)
-        self.output_channels = cfg.fused_channels if weights is None else weights[0].shape[1]
+        self.num_sweeps = cfg.accumulation.num_sweeps
+        self.max_sweep_age_s = cfg.accumulation.max_sweep_age_s     # live: set it any time
+        self.lidar_channels = kernels.lidar_channels(self.num_sweeps)
+        fused = len(self.lidar_channels) + cfg.camera_channels + 1
+        self.output_channels = fused if weights is None else weights[0].shape[1]
         self.projected = weights is not None     # output channels are no longer the raw ones
         n = len(cfg.cameras)
         if cfg.cameras:
@@ -120,9 +135,17 @@ class BevPipeline:
         self._scalars = np.zeros(1 + n, np.int32)
         self._camera_valid = np.zeros(n, bool)
         self._features_device = None
+        past = self.num_sweeps - 1
         self._frame_jit = jax.jit(functools.partial(
             kernels.bev_frame, height=self.height, width=self.width,
-            activation=cfg.fusion.activation))
+            activation=cfg.fusion.activation), donate_argnums=(1,) if past else ())
+        # Accumulation state: the device ring, and per slot on the host (stamp ns, pose of the
+        # grid frame in the fixed frame or None, real rows); see the module doc.
+        self._ring = None
+        self._slots: list[tuple[int, np.ndarray | None, int] | None] = [None] * past
+        self._next_slot = 0
+        self._sweep_scalars = np.zeros(1 + past, np.int32)
+        self._motion = np.zeros((past, kernels.MOTION_SIZE), np.float32)
         self._executables: dict[int, jax.stages.Compiled] = {}
         self.store = ExecutableCache(self.cache_dir)
         self.lift_slots = 0          # static, set by warmup() (0 without cameras)
@@ -135,7 +158,8 @@ class BevPipeline:
 
     def _static(self) -> str:
         return repr((self.height, self.width, self.cfg.fusion.activation,
-                     self.cfg.fusion.num_heights, self._map_shape, self.lift_slots))
+                     self.cfg.fusion.num_heights, self._map_shape, self.lift_slots,
+                     self.num_sweeps))
 
     def _geometry_jit(self, function, **static):
         map_h, map_w = self._map_shape[:2]
@@ -169,20 +193,30 @@ class BevPipeline:
                 jax.tree.structure((tables, 0)))
         times['calibration'] = time.perf_counter() - start
         self.set_calibration(*self._calibration)
+        accumulating = self.num_sweeps > 1
+        ring = jax.ShapeDtypeStruct(self._ring_shape, jnp.float32)
         for size in self.padder.sizes:
             start = time.perf_counter()
+            specs = (self._frame_specs(size),) + ((ring,) if accumulating else ())
             self._executables[size] = self.store.get(
-                'frame', self._static(), self._frame_jit, (self._frame_specs(size),),
-                jax.tree.structure(0))
+                'frame', self._static(), self._frame_jit, specs,
+                jax.tree.structure((0, 0) if accumulating else 0))
             times[str(size)] = time.perf_counter() - start
         # One real call per executable pays first-run costs now, not on the first frame.
         self._features_device = None if self._features is None else jax.device_put(
             self._features)
+        if accumulating:
+            self._ring = jax.device_put(np.zeros(self._ring_shape, np.float32))
         for size in self.padder.sizes:
             self._run(size, np.zeros((size, 4), np.float32))
+        self.reset_sweeps()
         self.compile_seconds = times
         self._baseline = compile_count()
         return times
+
+    @property
+    def _ring_shape(self) -> tuple[int, int, int]:
+        return (self.num_sweeps - 1, self.padder.capacity, 4)
 
     def _frame_specs(self, bucket: int) -> kernels.FrameArgs:
         spec = jax.ShapeDtypeStruct
@@ -192,7 +226,9 @@ class BevPipeline:
             calibration=spec((kernels.CALIBRATION_SIZE,), jnp.float32),
             features=None if self._features is None else spec(self._features.shape, jnp.float32),
             lift=None if self._tables is None else shape_of(self._tables),
-            projection=None if self._projection is None else shape_of(self._projection))
+            projection=None if self._projection is None else shape_of(self._projection),
+            sweeps=None if self.num_sweeps == 1 else kernels.SweepArgs(
+                spec(self._sweep_scalars.shape, jnp.int32), spec(self._motion.shape, jnp.float32)))
 
     def frame_args(self, points: np.ndarray, count: int) -> kernels.FrameArgs:
         """
@@ -203,8 +239,10 @@ class BevPipeline:
         """
         self._scalars[0] = count
         self._scalars[1:] = self._camera_valid
+        sweeps = None if self.num_sweeps == 1 else kernels.SweepArgs(self._sweep_scalars,
+                                                                     self._motion)
         return kernels.FrameArgs(points, self._scalars, self._calibration_device,
-                                 self._features_device, self._tables, self._projection)
+                                 self._features_device, self._tables, self._projection, sweeps)
 
     def set_calibration(self, lidar: Pose | None = None,
                         cameras: tuple[CameraConfig, ...] | None = None) -> None:
@@ -236,8 +274,18 @@ class BevPipeline:
         self._calibration = (lidar, cameras or self._calibration[1])
 
     def executable(self, bucket: int) -> jax.stages.Compiled:
-        """Return the compiled frame function of a bucket, called as ``f(frame_args(...))``."""
+        """
+        Return the compiled frame function of a bucket, called as ``f(frame_args(...))``.
+
+        With accumulation it is ``f(frame_args(...), ring) -> (features, ring)`` and consumes
+        (donates) the ring it is given.
+        """
         return self._executables[bucket]
+
+    def reset_sweeps(self) -> None:
+        """Forget the earlier sweeps: the next frame uses its own sweep only."""
+        self._slots = [None] * (self.num_sweeps - 1)
+        self._next_slot = 0
 
     @property
     def lift_samples(self) -> np.ndarray | None:
@@ -254,7 +302,8 @@ class BevPipeline:
         return compile_count() - self._baseline
 
     def process(self, points: np.ndarray, cameras: Mapping[str, np.ndarray | None] | None = None,
-                num_points: int | None = None) -> FrameResult:
+                num_points: int | None = None, stamp_ns: int | None = None,
+                pose: np.ndarray | None = None) -> FrameResult:
         """
         Run one frame: pad, transfer, compute, fetch.
 
@@ -262,7 +311,9 @@ class BevPipeline:
         bucket the overflow policy applies). cameras: name -> float32[H_f, W_f, C] or None; a
         camera left out or None is masked for this frame. num_points: the size of the original
         cloud when the caller already cut it to capacity (``cloud.read_points(max_points=)``),
-        so the dropped points are still reported.
+        so the dropped points are still reported. With accumulation: ``stamp_ns`` the sweep's
+        stamp and ``pose`` the 4 x 4 pose of the grid frame in the fixed frame at that stamp
+        (``OdometryBuffer.pose_at``); without both, the frame uses its own sweep only.
         """
         if not self._executables:
             raise RuntimeError('BevPipeline.process() needs warmup() first')
@@ -274,22 +325,59 @@ class BevPipeline:
         total = points.shape[0] if num_points is None else max(num_points, points.shape[0])
         overflow = padded.overflow + (total - points.shape[0])
         nonfinite, changed = self.stage_cameras(cameras or {})
+        used = self._stage_sweeps(stamp_ns, pose) if self.num_sweeps > 1 else 1
         staged = time.perf_counter()
         features, stages = self._run(padded.bucket, padded.buffer, padded.count)
+        if self.num_sweeps > 1:
+            self._slots[self._next_slot] = None if stamp_ns is None else (
+                stamp_ns, pose, padded.count)
+            self._next_slot = (self._next_slot + 1) % (self.num_sweeps - 1)
         return FrameResult(
             features=features, num_points=total, bucket=padded.bucket, overflow_points=overflow,
             cameras_used=int(self._camera_valid.sum()), nonfinite_features=nonfinite,
             pad_ms=(staged - start) * 1e3, compute_ms=sum(stages) * 1e3,
             compiles_after_warmup=self.compiles_after_warmup, transfer_ms=stages[0] * 1e3,
-            device_ms=stages[1] * 1e3, fetch_ms=stages[2] * 1e3, cameras_sent=changed)
+            device_ms=stages[1] * 1e3, fetch_ms=stages[2] * 1e3, cameras_sent=changed,
+            sweeps_used=used)
+
+    def _stage_sweeps(self, stamp: int | None, pose: np.ndarray | None) -> int:
+        """Fill the ring slot, counts and motion of this frame; returns the sweeps used."""
+        if stamp is not None and any(s is not None and s[0] > stamp for s in self._slots):
+            self.reset_sweeps()     # time went backwards: the ring holds another timeline
+        lidar = self._calibration[0]
+        extrinsic = pose_matrix(lidar.rotation_matrix(), lidar.translation)
+        max_age_ns = self.max_sweep_age_s * 1e9
+        self._sweep_scalars[0] = self._next_slot
+        self._motion[:] = 0.0
+        used = 1
+        for index, slot in enumerate(self._slots):
+            self._sweep_scalars[1 + index] = 0
+            if slot is None or slot[1] is None or pose is None or stamp is None:
+                continue
+            age_ns = stamp - slot[0]
+            if not 0 < age_ns <= max_age_ns:
+                continue
+            moved = sweep_transform(pose, slot[1], extrinsic)
+            self._motion[index, :9] = moved[:3, :3].reshape(-1)
+            self._motion[index, 9:12] = moved[:3, 3]
+            self._motion[index, 12] = age_ns * 1e-9
+            self._sweep_scalars[1 + index] = slot[2]
+            used += 1
+        return used
 
     def _run(self, bucket: int, buffer: np.ndarray, count: int = 0):
         """Call the bucket's executable; returns the features and (put, device, fetch) s."""
         start = time.perf_counter()
         args = self.frame_args(buffer, count)
-        points, scalars = jax.device_put((args.points, args.scalars))
-        put = time.perf_counter()
-        out = self._executables[bucket](args._replace(points=points, scalars=scalars))
+        if args.sweeps is None:
+            points, scalars = jax.device_put((args.points, args.scalars))
+            put = time.perf_counter()
+            out = self._executables[bucket](args._replace(points=points, scalars=scalars))
+        else:
+            points, scalars, sweeps = jax.device_put((args.points, args.scalars, args.sweeps))
+            put = time.perf_counter()
+            out, self._ring = self._executables[bucket](
+                args._replace(points=points, scalars=scalars, sweeps=sweeps), self._ring)
         out.block_until_ready()
         ready = time.perf_counter()
         features = np.asarray(out)

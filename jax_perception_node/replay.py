@@ -4,7 +4,8 @@ Offline replay: every LiDAR frame of a bag through BevPipeline, outputs into a n
 No ROS graph is needed. Cameras pair with LiDAR through the node's own ``CameraSync``, fed in
 bag-time order, which is the order a live node receives them in. CameraInfo messages in the bag
 set the intrinsics the way they do in the node: scaled to the feature map, applied without a
-compile, and counted when rejected.
+compile, and counted when rejected. With accumulation, nav_msgs/Odometry messages in the bag
+feed the node's odometry buffer the same way, in bag-time order.
 """
 
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from .cloud import CloudFormatError
 from .config import ConfigError, PipelineConfig
 from .frame_path import FramePath, rgb_image_fields
 from .latency import format_value, FRAME_KEYS, percentiles, STAGES
+from .odometry import OdometryError
 from .pipeline import BevPipeline
 
 
@@ -32,6 +34,8 @@ class ReplayResult:
     rejected_feature_maps: int = 0
     rejected_camera_info: int = 0
     camera_info_applied: int = 0
+    rejected_odometry: int = 0
+    frames_without_odometry: int = 0
     overflowed: int = 0
     compiles_after_warmup: int = 0
     warmup_s: float = 0.0
@@ -50,6 +54,8 @@ class ReplayResult:
             'rejected_feature_maps': self.rejected_feature_maps,
             'rejected_camera_info': self.rejected_camera_info,
             'camera_info_applied': self.camera_info_applied,
+            'rejected_odometry': self.rejected_odometry,
+            'frames_without_odometry': self.frames_without_odometry,
             'overflowed_frames': self.overflowed, 'warmup_s': round(self.warmup_s, 3),
             'cameras_used': percentiles(r['cameras_used'] for r in self.records),
         }
@@ -61,7 +67,8 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
                snapshot_frames: tuple[int, ...] = (),
                progress: Callable[[int, int], None] | None = None,
                pipeline: BevPipeline | None = None,
-               camera_info_topics: dict[str, str] | None = None) -> ReplayResult:
+               camera_info_topics: dict[str, str] | None = None,
+               odometry_topic: str = bagio.ODOMETRY_TOPIC) -> ReplayResult:
     """
     Run every LiDAR frame of ``src`` through the pipeline and write the outputs to ``dst``.
 
@@ -69,7 +76,10 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
     ``snapshot_frames`` are frame indices whose features are kept in the result (-1 = last).
     ``camera_topics`` / ``camera_info_topics`` map camera names to bag topics; unnamed cameras
     use the node's input names. A given ``pipeline`` must be warmed; each replay starts it from
-    the parameters' calibration, so one bag's CameraInfo never carries over to the next.
+    the parameters' calibration, so one bag's CameraInfo never carries over to the next (nor
+    one bag's sweeps). ``odometry_topic`` (nav_msgs/Odometry) is read only with accumulation
+    (``accumulation.num_sweeps`` > 1); a bag without it replays every frame on its own sweep,
+    counted in ``frames_without_odometry``.
     """
     reader = bagio.open_reader(src)
     try:
@@ -93,11 +103,17 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
         info_by_topic = {t: name for name, t in info_topics.items()
                          if types.get(t) == bagio.CAMERA_INFO_TYPE}
         path = FramePath(cfg, pipe)
+        pipe.reset_sweeps()
         calibration = _Intrinsics(pipe, cfg.cameras, result)
+        odometry = [odometry_topic] if (
+            path.accumulating and types.get(odometry_topic) == bagio.ODOMETRY_TYPE) else []
         with bagio.BagWriter(dst, compress=True) as writer:
             for topic, timestamp, raw, msgtype in bagio.iter_messages(
-                    reader, [pointcloud_topic, *by_topic, *info_by_topic]):
+                    reader, [pointcloud_topic, *by_topic, *info_by_topic, *odometry]):
                 msg = bagio.TYPESTORE.deserialize_cdr(raw, msgtype)
+                if topic in odometry:
+                    _add_odometry(path, msg, result)
+                    continue
                 if topic in by_topic:
                     _add_camera(path, by_topic[topic], msg, result)
                     continue
@@ -150,6 +166,14 @@ def _add_camera(path: FramePath, name: str, msg, result: ReplayResult) -> None:
         result.errors.append(f'camera {name}: {exc}')
 
 
+def _add_odometry(path: FramePath, msg, result: ReplayResult) -> None:
+    try:
+        path.add_odometry(msg)
+    except OdometryError as exc:
+        result.rejected_odometry += 1
+        result.errors.append(f'odometry rejected: {exc}')
+
+
 def _frame(path: FramePath, msg, timestamp: int, writer, result: ReplayResult,
            snapshot_frames, total: int) -> None:
     try:
@@ -176,6 +200,7 @@ def _frame(path: FramePath, msg, timestamp: int, writer, result: ReplayResult,
     if index in snapshot_frames or (-1 in snapshot_frames and index == total - 1):
         result.snapshots[index] = out.features.copy()
     result.frames += 1
+    result.frames_without_odometry += frame.without_odometry
     result.overflowed += out.overflow_points > 0
     result.buckets[out.bucket] = result.buckets.get(out.bucket, 0) + 1
     result.records.append(record)

@@ -11,12 +11,16 @@ Subscription callbacks only store the newest cloud (latest wins: a cloud that ar
 another waits replaces it and counts as dropped); a worker thread decodes, computes and
 publishes, so a slow frame never queues up latency. Calibration changes (live parameters,
 CameraInfo) and frames take turns on the pipeline, so a frame never sees half a calibration.
+With accumulation (``accumulation.num_sweeps`` > 1) the node also subscribes to
+``~/input/odometry``; bad odometry is refused and counted, a frame without a pose uses its own
+sweep only, and both show in /diagnostics as a WARN.
 """
 
 import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.qos import qos_profile_sensor_data, QoSProfile
@@ -30,11 +34,13 @@ from .frame_path import FramePath, rgb_image_fields
 from .latency import format_value, FRAME_KEYS, LatencyWindow
 from .live_params import changed_intrinsics, check_update
 from .node_params import declare_parameters, read_parameters
+from .odometry import OdometryError
 from .pipeline import BevPipeline
 
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 COUNTS = ('received', 'processed', 'dropped', 'rejected', 'rejected_feature_maps',
-          'rejected_camera_info', 'camera_info_applied', 'overflowed', 'nonfinite_features')
+          'rejected_camera_info', 'camera_info_applied', 'overflowed', 'nonfinite_features',
+          'rejected_odometry', 'frames_without_odometry')
 
 
 class PerceptionCore:
@@ -50,7 +56,8 @@ class PerceptionCore:
         self._info_intrinsics: dict[str, tuple] = {}
         self.counts = dict.fromkeys(COUNTS, 0)
         self._stale: tuple[str, ...] = ()
-        self._since_report = dict.fromkeys(('overflowed', 'nonfinite', 'camera_info'), 0)
+        self._since_report = dict.fromkeys(
+            ('overflowed', 'nonfinite', 'camera_info', 'odometry', 'without_odometry'), 0)
         self._last_cloud = time.monotonic()
         self._lock = threading.Lock()        # counts, pending cloud, camera buffer, window
         self._pipe_lock = threading.Lock()   # one frame or one calibration change at a time
@@ -107,6 +114,10 @@ class PerceptionCore:
             subs.append(node.create_subscription(
                 CameraInfo, f'~/input/camera/{name}/camera_info',
                 lambda msg, name=name: self._on_camera_info(name, msg), qos_profile_sensor_data))
+        if self.pipe.num_sweeps > 1:
+            # Sensor-data QoS matches reliable and best-effort localization publishers alike.
+            subs.append(node.create_subscription(Odometry, '~/input/odometry',
+                                                 self._on_odometry, qos_profile_sensor_data))
         self._subscriptions = subs
         self._start_timer()
         with self._lock:
@@ -116,7 +127,9 @@ class PerceptionCore:
         self._worker.start()
         pipe = self.pipe
         self.log.info(f'ready: {pipe.height} x {pipe.width} grid, {pipe.output_channels} '
-                      f'channels, cameras {list(pipe.camera_names)}')
+                      f'channels, cameras {list(pipe.camera_names)}'
+                      + (f', {pipe.num_sweeps} sweeps on ~/input/odometry'
+                         if pipe.num_sweeps > 1 else ''))
 
     def deactivate(self) -> None:
         """Stop serving: no subscriptions, no timer; the frame in progress finishes first."""
@@ -174,8 +187,11 @@ class PerceptionCore:
         if lidar is not None or changed_cameras is not None:
             with self._pipe_lock:
                 self.pipe.set_calibration(lidar, changed_cameras)
+        with self._pipe_lock:
+            self.pipe.max_sweep_age_s = cfg.accumulation.max_sweep_age_s
         with self._lock:
             self.path.sync.tolerance_ns = int(round(cfg.max_camera_lidar_delay_s * 1e9))
+            self.path.odometry.set_max_gap(cfg.accumulation.max_odometry_gap_s)
             if cfg.diagnostics.window != self.cfg.diagnostics.window:
                 self.window = LatencyWindow(cfg.diagnostics.window)
         period_changed = cfg.diagnostics.period_s != self.cfg.diagnostics.period_s
@@ -227,6 +243,16 @@ class PerceptionCore:
             self._pending = (msg, arrived)
             self._last_cloud = time.monotonic()
         self._wake.set()
+
+    def _on_odometry(self, msg: Odometry) -> None:
+        try:
+            with self._lock:
+                self.path.add_odometry(msg)
+        except OdometryError as exc:
+            with self._lock:
+                self.counts['rejected_odometry'] += 1
+                self._since_report['odometry'] += 1
+            self.log.warning(f'odometry rejected: {exc}', throttle_duration_sec=2.0)
 
     def _on_features(self, name: str, msg: Image) -> None:
         try:
@@ -287,6 +313,8 @@ class PerceptionCore:
             self.counts['processed'] += 1
             self.counts['overflowed'] += result.overflow_points > 0
             self.counts['nonfinite_features'] += result.nonfinite_features
+            self.counts['frames_without_odometry'] += frame.without_odometry
+            self._since_report['without_odometry'] += frame.without_odometry
             self._since_report['overflowed'] += result.overflow_points > 0
             self._since_report['nonfinite'] += result.nonfinite_features
             self._stale = frame.stale
@@ -321,6 +349,11 @@ class PerceptionCore:
             problems.append((WARN, f'{since["nonfinite"]} non-finite feature values zeroed'))
         if since['camera_info']:
             problems.append((WARN, f'{since["camera_info"]} CameraInfo messages rejected'))
+        if since['odometry']:
+            problems.append((WARN, f'{since["odometry"]} odometry messages rejected'))
+        if since['without_odometry']:
+            problems.append((WARN, f'{since["without_odometry"]} frames without odometry '
+                                   '(current sweep only)'))
         level = max((p[0] for p in problems), default=OK)
         values = {**counts, 'compiles_after_warmup': compiles,
                   'stale_cameras': ' '.join(stale), 'seconds_since_cloud': f'{silent_s:.2f}'}

@@ -2,6 +2,7 @@
 
 NAMESPACE = '/jax_perception'
 POINTCLOUD_TOPIC = f'{NAMESPACE}/input/pointcloud'
+ODOMETRY_TOPIC = f'{NAMESPACE}/input/odometry'   # nav_msgs/Odometry, for accumulation
 FEATURES_TOPIC = f'{NAMESPACE}/output/bev_features'
 IMAGE_TOPIC = f'{NAMESPACE}/output/bev_image'
 LATENCY_TOPIC = f'{NAMESPACE}/debug/latency'

@@ -1,0 +1,124 @@
+"""The odometry buffer: checks, interpolation (linear position, slerp), backwards stamps."""
+
+import math
+
+from jax_perception_node import bagio
+from jax_perception_node.odometry import OdometryBuffer, OdometryError, read_odometry, slerp
+import numpy as np
+import pytest
+
+T0 = 1_700_000_000 * 10**9
+TYPES = bagio.TYPESTORE.types
+
+
+def odometry(stamp_ns, position=(0.0, 0.0, 0.0), xyzw=(0.0, 0.0, 0.0, 1.0),
+             child='base_link', frame='map'):
+    """nav_msgs/Odometry built by hand (rosbags types: the core reads messages by attribute)."""
+    sec, nanosec = divmod(int(stamp_ns), 10**9)
+    header = TYPES['std_msgs/msg/Header'](
+        stamp=TYPES['builtin_interfaces/msg/Time'](sec=sec, nanosec=nanosec), frame_id=frame)
+    point = TYPES['geometry_msgs/msg/Point'](*map(float, position))
+    quaternion = TYPES['geometry_msgs/msg/Quaternion'](*map(float, xyzw))
+    pose = TYPES['geometry_msgs/msg/PoseWithCovariance'](
+        pose=TYPES['geometry_msgs/msg/Pose'](position=point, orientation=quaternion),
+        covariance=np.zeros(36))
+    vector = TYPES['geometry_msgs/msg/Vector3']
+    twist = TYPES['geometry_msgs/msg/TwistWithCovariance'](
+        twist=TYPES['geometry_msgs/msg/Twist'](linear=vector(0.0, 0.0, 0.0),
+                                               angular=vector(0.0, 0.0, 0.0)),
+        covariance=np.zeros(36))
+    return TYPES[bagio.ODOMETRY_TYPE](header=header, child_frame_id=child, pose=pose, twist=twist)
+
+
+def yaw_quaternion(degrees):
+    half = math.radians(degrees) / 2
+    return (0.0, 0.0, math.sin(half), math.cos(half))
+
+
+def yaw_of(pose):
+    return math.degrees(math.atan2(pose[1, 0], pose[0, 0]))
+
+
+def test_interpolation_is_linear_in_position_and_slerps_the_orientation():
+    buf = OdometryBuffer(max_gap_s=0.2)
+    buf.add(odometry(T0, (10.0, 5.0, 0.0), yaw_quaternion(0.0)))
+    buf.add(odometry(T0 + 100_000_000, (12.0, 4.0, 1.0), yaw_quaternion(40.0)))
+    # A quarter of the way: position 10 + 0.25 * 2, 5 - 0.25, 0.25; yaw 10 degrees (slerp
+    # about one axis is linear in the angle).
+    pose = buf.pose_at(T0 + 25_000_000)
+    np.testing.assert_allclose(pose[:3, 3], [10.5, 4.75, 0.25], atol=1e-12)
+    assert yaw_of(pose) == pytest.approx(10.0, abs=1e-9)
+    np.testing.assert_allclose(pose[:3, :3] @ pose[:3, :3].T, np.eye(3), atol=1e-12)
+    np.testing.assert_allclose(pose[3], [0, 0, 0, 1])
+    # Exactly on a sample: that sample.
+    np.testing.assert_allclose(buf.pose_at(T0 + 100_000_000)[:3, 3], [12.0, 4.0, 1.0])
+    assert yaw_of(buf.pose_at(T0 + 100_000_000)) == pytest.approx(40.0)
+    # Outside the samples: no extrapolation.
+    assert buf.pose_at(T0 - 1) is None
+    assert buf.pose_at(T0 + 100_000_001) is None
+
+
+def test_slerp_by_hand_takes_the_shorter_arc():
+    # Half-way between identity and 90 degrees about x: 45 degrees about x.
+    q = slerp(np.array([0.0, 0.0, 0.0, 1.0]),
+              np.array([math.sin(math.pi / 4), 0.0, 0.0, math.cos(math.pi / 4)]), 0.5)
+    np.testing.assert_allclose(q, [math.sin(math.pi / 8), 0.0, 0.0, math.cos(math.pi / 8)],
+                               atol=1e-12)
+    # 170 and -170 degrees of yaw are 20 degrees apart: the middle is 180, not 0.
+    a, b = np.array(yaw_quaternion(170.0)), -np.array(yaw_quaternion(-170.0))
+    mid = slerp(np.array(yaw_quaternion(170.0)), np.array(yaw_quaternion(-170.0)), 0.5)
+    assert abs(abs(mid[2]) - 1.0) < 1e-9, (a, b, mid)     # +-180 degrees about z
+
+
+def test_a_gap_wider_than_the_limit_gives_no_pose_and_the_limit_is_live():
+    buf = OdometryBuffer(max_gap_s=0.2)
+    buf.add(odometry(T0, (0.0, 0.0, 0.0)))
+    buf.add(odometry(T0 + 300_000_000, (3.0, 0.0, 0.0)))
+    assert buf.pose_at(T0 + 100_000_000) is None
+    buf.set_max_gap(0.3)
+    np.testing.assert_allclose(buf.pose_at(T0 + 100_000_000)[:3, 3], [1.0, 0.0, 0.0])
+
+
+def test_quaternions_are_normalised():
+    sample = read_odometry(odometry(T0, xyzw=(0.0, 0.0, 0.0, 2.0)))
+    np.testing.assert_allclose(sample.quaternion, [0.0, 0.0, 0.0, 1.0])
+
+
+@pytest.mark.parametrize('what,msg,named', [
+    ('NaN position', odometry(T0, (float('nan'), 0.0, 0.0)), 'pose.position'),
+    ('infinite orientation', odometry(T0, xyzw=(0.0, 0.0, float('inf'), 1.0)),
+     'pose.orientation'),
+    ('zero quaternion', odometry(T0, xyzw=(0.0, 0.0, 0.0, 0.0)), 'norm'),
+    ('another child frame', odometry(T0, child='imu_link'), 'child_frame_id'),
+], ids=lambda v: v if isinstance(v, str) else '')
+def test_bad_messages_are_refused_naming_the_field(what, msg, named):
+    buf = OdometryBuffer(max_gap_s=0.2, child_frame_id='base_link')
+    buf.add(odometry(T0 - 10_000_000))
+    with pytest.raises(OdometryError, match=named):
+        buf.add(msg)
+    assert len(buf) == 1        # nothing stored, the good sample kept
+
+
+def test_stamps_going_backwards_reset_the_buffer():
+    buf = OdometryBuffer(max_gap_s=0.2)
+    for k in range(3):
+        buf.add(odometry(T0 + k * 20_000_000, (k * 0.2, 0.0, 0.0)))
+    with pytest.raises(OdometryError, match='repeats'):
+        buf.add(odometry(T0 + 40_000_000, (9.0, 0.0, 0.0)))
+    assert len(buf) == 3
+    with pytest.raises(OdometryError, match='backwards.*reset'):
+        buf.add(odometry(T0 + 10_000_000, (5.0, 0.0, 0.0)))
+    assert len(buf) == 0 and buf.pose_at(T0 + 10_000_000) is None
+    # The new timeline starts with the next sample: old poses never mix with it.
+    buf.add(odometry(T0 + 20_000_000, (5.0, 0.0, 0.0)))
+    buf.add(odometry(T0 + 40_000_000, (6.0, 0.0, 0.0)))
+    np.testing.assert_allclose(buf.pose_at(T0 + 30_000_000)[:3, 3], [5.5, 0.0, 0.0])
+
+
+def test_history_is_bounded():
+    buf = OdometryBuffer(max_gap_s=0.2, history=10)
+    for k in range(50):
+        buf.add(odometry(T0 + k * 20_000_000, (k * 0.2, 0.0, 0.0)))
+    assert len(buf) == 10
+    assert buf.pose_at(T0) is None
+    np.testing.assert_allclose(buf.pose_at(T0 + 970_000_000)[:3, 3], [9.7, 0.0, 0.0])
