@@ -1,26 +1,16 @@
 """The managed node as its own process, and a lifecycle_msgs client on a test probe."""
 
-import os
 from pathlib import Path
-import subprocess
-import sys
 
 from ros_harness import NodeProcess
-
-LIFECYCLE_EXE = Path(sys.executable).with_name('jax_perception_lifecycle_node')
 
 
 class LifecycleProcess(NodeProcess):
     """jax_perception_lifecycle_node started through its console script, output to a file."""
 
     def __init__(self, params_file: Path, log_path: Path, extra_args=()):
-        if not LIFECYCLE_EXE.exists():
-            raise RuntimeError(f'{LIFECYCLE_EXE} is not installed (pip install -e .)')
-        self.log_path = log_path
-        self._log = open(log_path, 'w')
-        self.proc = subprocess.Popen(
-            [str(LIFECYCLE_EXE), '--ros-args', '--params-file', str(params_file), *extra_args],
-            stdout=self._log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED='1'))
+        super().__init__(params_file, log_path, extra_args,
+                         executable='jax_perception_lifecycle_node')
 
 
 class LifecycleClient:

@@ -2,26 +2,22 @@
 
 import os
 from pathlib import Path
-import shutil
-import signal
 import subprocess
 import sys
 import threading
 import time
 
 from jax_perception_node.config import write_param_file as write_params  # noqa: F401
+from jax_perception_node.tools.processes import console_script, stop_process
 import numpy as np
-
-NODE_EXE = Path(sys.executable).with_name('jax_perception_node')
 
 
 class NodeProcess:
     """jax_perception_node started through its console script, output captured to a file."""
 
-    def __init__(self, params_file: Path, log_path: Path, extra_args=(), domain_id=None):
-        if not NODE_EXE.exists() and shutil.which('jax_perception_node') is None:
-            raise RuntimeError('jax_perception_node console script is not installed')
-        exe = str(NODE_EXE) if NODE_EXE.exists() else 'jax_perception_node'
+    def __init__(self, params_file: Path, log_path: Path, extra_args=(), domain_id=None,
+                 executable: str = 'jax_perception_node'):
+        exe = console_script(executable)
         self.log_path = log_path
         self._log = open(log_path, 'w')
         env = dict(os.environ, PYTHONUNBUFFERED='1')
@@ -38,15 +34,9 @@ class NodeProcess:
         return self.log_path.read_text()
 
     def stop(self) -> int:
-        if self.alive():
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
+        code = stop_process(self.proc)
         self._log.close()
-        return self.proc.returncode
+        return code
 
 
 def make_cloud(points: np.ndarray, stamp_ns: int, frame_id: str = 'lidar'):

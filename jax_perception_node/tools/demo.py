@@ -5,13 +5,10 @@ Everything talks over real DDS on loopback (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCA
 domain of its own, so two demos on one machine do not see each other.
 """
 
-import os
 from pathlib import Path
 import re
 import shutil
-import signal
 import subprocess
-import sys
 import time
 
 
@@ -20,41 +17,11 @@ from jax_perception_node.config import default_params_file, load_config
 from jax_perception_node.latency import percentiles, STAGES
 from jax_perception_node.stamps import stamp_ns
 
+from .processes import console_script, local_ros_env, stop_process
+
 RECORDED_TOPICS = {bagio.FEATURES_TOPIC: bagio.IMAGE_TYPE,
                    bagio.LATENCY_TOPIC: bagio.DIAGNOSTICS_TYPE,
                    bagio.DIAGNOSTICS_TOPIC: bagio.DIAGNOSTICS_TYPE}
-
-
-def local_ros_env() -> dict:
-    """
-    Environment for ROS processes on this machine only; also applied to this process.
-
-    Loopback discovery, a domain of our own unless one is set, and the Fast DDS profile with a
-    shared-memory segment big enough for clouds and BEV images (see config/fastdds_local.xml).
-    """
-    env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST', PYTHONUNBUFFERED='1')
-    env.setdefault('ROS_DOMAIN_ID', str(10 + os.getpid() % 80))
-    env.setdefault('FASTRTPS_DEFAULT_PROFILES_FILE', str(default_params_file('fastdds_local.xml')))
-    keys = ('ROS_AUTOMATIC_DISCOVERY_RANGE', 'ROS_DOMAIN_ID', 'FASTRTPS_DEFAULT_PROFILES_FILE')
-    os.environ.update({k: env[k] for k in keys})
-    return env
-
-
-def _script(name: str) -> str:
-    local = Path(sys.executable).with_name(name)
-    return str(local) if local.exists() else name
-
-
-def stop_process(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
-    """SIGINT, then SIGKILL after ``timeout_s``; a process that already ended is left alone."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def sample_bag(out: Path, params: Path, seconds: float) -> Path:
@@ -89,7 +56,7 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0) -> int:
     probe = rclpy.create_node('jax_perception_demo', context=context)
     node_log = open(out / 'node.log', 'w')
     started = time.perf_counter()
-    node = subprocess.Popen([_script('jax_perception_node'), '--ros-args', '--params-file',
+    node = subprocess.Popen([console_script('jax_perception_node'), '--ros-args', '--params-file',
                              str(params_file)], stdout=node_log, stderr=subprocess.STDOUT,
                             env=env)
     try:
@@ -106,7 +73,7 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0) -> int:
               flush=True)
         time.sleep(0.5)     # let the player's publishers and the recorder match first
         player = subprocess.run(
-            [_script('jax-perception'), 'play', str(bag), '--restamp', '--params',
+            [console_script('jax-perception'), 'play', str(bag), '--restamp', '--params',
              str(params_file)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True)
         if player.returncode != 0:

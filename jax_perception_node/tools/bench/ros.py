@@ -11,13 +11,13 @@ from pathlib import Path
 import re
 import shutil
 import subprocess
-import sys
 import time
 from typing import Callable
 
 from jax_perception_node.config import config_from_parameters, write_param_file
 import numpy as np
 
+from ..processes import console_script, local_ros_env, stop_process
 from .common import (bench_params, BenchError, DROP_LIMIT_PCT, Inputs, MAIN_ROS_RATE_HZ, Plan,
                      ROS_SWEEP_T, rounded)
 
@@ -31,7 +31,6 @@ class RosBench:
     """
 
     def __init__(self, plan: Plan, work: Path, logs: Path, log: Callable[[str], None]):
-        from jax_perception_node.tools.demo import local_ros_env
         self.plan, self.work, self.logs, self.log = plan, work, logs, log
         self.env = local_ros_env()
         self.procs: list[subprocess.Popen] = []
@@ -50,7 +49,6 @@ class RosBench:
 
     def __exit__(self, *exc):
         """Stop every process this run started (SIGINT, then kill) and the probe."""
-        from jax_perception_node.tools.demo import stop_process
         for proc in reversed(self.procs):
             stop_process(proc)
         for handle in self._files:
@@ -69,7 +67,6 @@ class RosBench:
 
     def stop(self, proc: subprocess.Popen) -> None:
         """Stop one process now (SIGINT, then kill)."""
-        from jax_perception_node.tools.demo import stop_process
         stop_process(proc)
 
     def wait_gone(self) -> None:
@@ -80,9 +77,8 @@ class RosBench:
 
     def node_argv(self) -> list[str]:
         """Return the node's console script with the benchmark's params file."""
-        exe = Path(sys.executable).with_name('jax_perception_node')
-        return [str(exe) if exe.exists() else 'jax_perception_node', '--ros-args',
-                '--params-file', str(self.params_file)]
+        return [console_script('jax_perception_node'), '--ros-args', '--params-file',
+                str(self.params_file)]
 
     def start_node(self, log_name: str) -> tuple[subprocess.Popen, float, float]:
         """

@@ -15,7 +15,7 @@ Run as ``python -m jax_perception_node.tools.bench.ros_processes COMMAND ...``:
   JAX backend, rclpy, node construction with its per-bucket compile or cache-load times).
 
 :class:`Probe` is the in-process side (readiness of a node, one-off clouds, latency records).
-Every process here honours the ROS environment it is given (``demo.local_ros_env()``).
+Every process here honours the ROS environment it is given (``processes.local_ros_env()``).
 """
 
 import argparse
