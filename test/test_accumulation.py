@@ -348,6 +348,41 @@ def test_replay_without_odometry_counts_every_frame(tmp_path, pipe):
     assert result.frames == 2 and result.frames_without_odometry == 2
 
 
+def test_replay_of_the_sample_drive_uses_its_odometry(tmp_path, pipe):
+    from jax_perception_node.tools.synthetic_drive import EGO_SPEED, LidarModel, write_sample_bag
+    cfg = pipe.cfg
+    lidar = LidarModel(beams=8, azimuth_steps=256)
+    summary = write_sample_bag(tmp_path / 'drive', cfg, seconds=0.5, num_cameras=0,
+                               lidar=lidar)
+    assert summary['odometry_messages'] == 23     # 0, 0.02, ... 0.44 s: up to 0.4 s + 0.05 s
+    reader = bagio.open_reader(tmp_path / 'drive')
+    try:
+        odometry_msgs = [bagio.TYPESTORE.deserialize_cdr(raw, t) for _, _, raw, t in
+                         bagio.iter_messages(reader, [bagio.ODOMETRY_TOPIC])]
+    finally:
+        reader.close()
+    last = odometry_msgs[-1]
+    assert (last.header.frame_id, last.child_frame_id) == ('map', cfg.grid.frame_id)
+    t = (last.header.stamp.sec * 10**9 + last.header.stamp.nanosec - T0) * 1e-9
+    assert last.pose.pose.position.x == pytest.approx(EGO_SPEED * t)
+    compiles = compile_count()
+    result = replay_bag(tmp_path / 'drive', tmp_path / 'out', cfg, pipeline=pipe)
+    assert result.frames == 5 and result.frames_without_odometry == 0
+    assert result.rejected_odometry == 0 and compile_count() == compiles
+    reader = bagio.open_reader(tmp_path / 'out')
+    try:
+        outputs = [bagio.TYPESTORE.deserialize_cdr(raw, t) for _, _, raw, t in
+                   bagio.iter_messages(reader, [bagio.FEATURES_TOPIC])]
+    finally:
+        reader.close()
+    lags = [np.frombuffer(bytes(m.data), np.float32).reshape(m.height, m.width, -1)[..., 6]
+            for m in outputs]
+    assert [m.encoding for m in outputs] == ['32FC11'] * 5
+    # Frame 0 has no earlier sweep; from frame 2 on, two earlier sweeps (0.1 and 0.2 s) count.
+    assert lags[0].max() == 0.0
+    assert lags[1].max() == pytest.approx(0.1) and lags[4].max() == pytest.approx(0.2)
+
+
 @pytest.fixture(scope='module')
 def node(tmp_path_factory):
     from nav_msgs.msg import Odometry

@@ -174,6 +174,18 @@ def test_bench_tiny_run(tmp_path, capsys):
     memory = results['memory']
     assert [r['bucket'] for r in memory['rows']][1:] == [256, 1024]
     assert all(_number(r['rss_mib']) and r['rss_mib'] > 0 for r in memory['rows'])
+    acc = results['accumulation']
+    assert [r['sweeps'] for r in acc['rows']] == [1, 3, 5]
+    assert acc['compiles_during_frames'] == 0
+    for row in acc['rows']:
+        assert row['sweeps_used_min'] == row['sweeps'], row     # the rings were full
+        # 6 LiDAR (+ time_lag_mean when accumulating) + 3 camera + coverage
+        assert row['output_channels'] == (10 if row['sweeps'] == 1 else 11)
+        assert _number(row['frame_ms']['p50']) and row['frame_ms']['p50'] > 0
+        assert row['ring_points'] == (row['sweeps'] - 1) * acc['buckets'][-1]
+    points = [r['points_per_frame'] for r in acc['rows']]
+    assert points[0] * 3 == points[1] and points[0] * 5 == points[2]
+    assert '## 7. Multi-sweep accumulation' in printed
     names = {t['name'].split(' ')[0] for t in results['targets']}
     assert names >= {'recompile.speedup', 'pipeline.speedup_vs_numpy', 'ros.overhead_ms',
                      'pipeline.cameras_over_lidar'}

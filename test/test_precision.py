@@ -60,3 +60,16 @@ def test_frame_and_geometry_functions_leave_no_precision_to_the_backend(tmp_path
                      kernels.lift_sample_counts):
         closed = jax.make_jaxpr(functools.partial(function, **static))(*calibration)
         assert dots_without_highest(closed) == []
+
+
+def test_the_accumulating_frame_leaves_no_precision_to_the_backend():
+    cfg = small_config(1, **{'accumulation.num_sweeps': 3})
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    ring = jax.ShapeDtypeStruct((2, cfg.buckets[-1], 4), jnp.float32)
+    frame = jax.make_jaxpr(functools.partial(
+        kernels.bev_frame, height=pipe.height, width=pipe.width, activation='none'))(
+        pipe.frame_args(np.zeros((64, 4), np.float32), 0), ring)
+    # The accumulating variant really is in this jaxpr: the ring update and the lag sums.
+    assert 'dynamic_update_slice' in str(frame)
+    assert dots_without_highest(frame) == []

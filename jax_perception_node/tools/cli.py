@@ -12,7 +12,7 @@ from pathlib import Path
 import shutil
 import sys
 
-from jax_perception_node.bagio import BagError, POINTCLOUD_TOPIC
+from jax_perception_node.bagio import BagError, ODOMETRY_TOPIC, POINTCLOUD_TOPIC
 from jax_perception_node.config import ConfigError, default_params_file, load_config
 
 from .fleet import FleetError, is_bag
@@ -97,7 +97,8 @@ def _replay_fleet(args, cfg) -> int:
                                     _camera_topics(args.camera_topic),
                                     progress=fleet.fleet_progress_bar(),
                                     camera_info_topics=_camera_topics(args.camera_info_topic,
-                                                                      '--camera-info-topic'))
+                                                                      '--camera-info-topic'),
+                                    odometry_topic=args.odometry_topic)
     summary = result.summary()
     totals = summary['totals']
     for bag in summary['bags']:
@@ -121,12 +122,17 @@ def _replay_one(args, cfg) -> int:
                         _camera_topics(args.camera_topic), snapshot_frames=(0, -1),
                         progress=progress_bar(),
                         camera_info_topics=_camera_topics(args.camera_info_topic,
-                                                          '--camera-info-topic'))
+                                                          '--camera-info-topic'),
+                        odometry_topic=args.odometry_topic)
     summary = result.summary()
     print(f'\n{result.frames} frames, {result.rejected} rejected clouds, '
           f'{result.rejected_feature_maps} rejected feature maps, '
           f'{result.overflowed} overflowed, compiles after warm-up: '
           f'{result.compiles_after_warmup}, warm-up {result.warmup_s:.2f} s')
+    if cfg.accumulation.num_sweeps > 1:
+        print(f'accumulation: {cfg.accumulation.num_sweeps} sweeps, '
+              f'{result.frames_without_odometry} frames without odometry, '
+              f'{result.rejected_odometry} odometry messages rejected')
     print('buckets: ' + ', '.join(f'{k}: {v}' for k, v in summary['buckets'].items()))
     print(latency_table(result.records))
     for line in result.errors[:5]:
@@ -154,7 +160,8 @@ def cmd_play(args) -> int:
     return play_bag(args.input, cfg, args.pointcloud_topic, _camera_topics(args.camera_topic),
                     rate=args.rate, loop=args.loop, restamp=args.restamp,
                     camera_info_topics=_camera_topics(args.camera_info_topic,
-                                                      '--camera-info-topic'))
+                                                      '--camera-info-topic'),
+                    odometry_topic=args.odometry_topic)
 
 
 def cmd_record(args) -> int:
@@ -199,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help='feature-map topic of camera NAME in the bag (repeatable)')
         p.add_argument('--camera-info-topic', action='append', metavar='NAME=TOPIC',
                        help='CameraInfo topic of camera NAME in the bag (repeatable)')
+        p.add_argument('--odometry-topic', default=ODOMETRY_TOPIC,
+                       help='nav_msgs/Odometry topic in the bag, used with '
+                            'accumulation.num_sweeps > 1 (default: %(default)s)')
         return p
 
     p = with_params(sub.add_parser('sample-bag', help='write the synthetic drive bag'))

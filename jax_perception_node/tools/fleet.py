@@ -255,7 +255,8 @@ def replay_fleet(bags: list[Path], out_dir: str | Path, cfg: PipelineConfig, wor
                  camera_topics: dict[str, str] | None = None,
                  progress: Callable[[FleetProgress], None] | None = None,
                  camera_info_topics: dict[str, str] | None = None,
-                 max_attempts: int = 3, poll_s: float = 0.1) -> FleetResult:
+                 max_attempts: int = 3, poll_s: float = 0.1,
+                 odometry_topic: str = bagio.ODOMETRY_TOPIC) -> FleetResult:
     """
     Replay ``bags`` into ``out_dir`` (created; must not exist) on the connected Ray cluster.
 
@@ -276,7 +277,7 @@ def replay_fleet(bags: list[Path], out_dir: str | Path, cfg: PipelineConfig, wor
     ray = import_ray()
     actor = ray.remote(num_cpus=1, max_concurrency=2, max_restarts=0)(BagWorker)
     job = {'pointcloud_topic': pointcloud_topic, 'camera_topics': camera_topics or {},
-           'camera_info_topics': camera_info_topics or {}}
+           'camera_info_topics': camera_info_topics or {}, 'odometry_topic': odometry_topic}
     scheduler = Scheduler(ray, actor, cfg, job, outcomes, max_attempts)
     started = time.perf_counter()
     try:

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 
-from jax_perception_node.bagio import BagError
+from jax_perception_node.bagio import BagError, ODOMETRY_TOPIC
 from jax_perception_node.config import ConfigError, PipelineConfig
 from jax_perception_node.pipeline import BevPipeline, compile_count
 from jax_perception_node.replay import replay_bag
@@ -102,7 +102,8 @@ class BagWorker:
             result = replay_bag(job['input'], partial / final.name, self.cfg,
                                 job['pointcloud_topic'], job['camera_topics'],
                                 progress=self._progress, pipeline=self._pipe,
-                                camera_info_topics=job.get('camera_info_topics'))
+                                camera_info_topics=job.get('camera_info_topics'),
+                                odometry_topic=job.get('odometry_topic', ODOMETRY_TOPIC))
             # A rename within one folder: the bag appears under its name whole or not at all.
             os.rename(partial / final.name, final)
             # The pipeline counts since its warm-up; the summary is this bag's.

@@ -29,16 +29,18 @@ def ros_type(msgtype: str):
 def play_bag(src, cfg: PipelineConfig, pointcloud_topic: str = bagio.POINTCLOUD_TOPIC,
              camera_topics: dict[str, str] | None = None, rate: float = 1.0, loop: bool = False,
              restamp: bool = False, wait_s: float = 5.0, context=None,
-             camera_info_topics: dict[str, str] | None = None) -> int:
+             camera_info_topics: dict[str, str] | None = None,
+             odometry_topic: str = bagio.ODOMETRY_TOPIC) -> int:
     """
     Publish a bag's LiDAR and camera messages onto the node's inputs at recorded timing.
 
-    ``pointcloud_topic`` / ``camera_topics`` / ``camera_info_topics`` name the topics in the
-    bag; they are published on the node's own input names. ``restamp`` shifts every header
-    stamp by (wall clock at start minus the first bag time), keeping the stamps' spacing, so
-    the node's age measures real latency; each loop restamps afresh, so stamps keep growing.
-    Playing starts once the LiDAR topic has a subscriber, or after ``wait_s``, so the first
-    frames are not lost to discovery.
+    ``pointcloud_topic`` / ``camera_topics`` / ``camera_info_topics`` / ``odometry_topic`` name the
+    topics in the bag; they are published on the node's own input names (odometry whenever the bag
+    has it: the node subscribes to it only with accumulation). ``restamp`` shifts every header
+    stamp by (wall clock at start minus the first bag time), keeping the stamps' spacing, so the
+    node's age measures real latency; each loop restamps afresh, so stamps keep growing. Playing
+    starts once the LiDAR topic has a subscriber, or after ``wait_s``, so the first frames are not
+    lost to discovery.
     """
     reader = bagio.open_reader(src)
     try:
@@ -53,6 +55,8 @@ def play_bag(src, cfg: PipelineConfig, pointcloud_topic: str = bagio.POINTCLOUD_
             topic = (camera_info_topics or {}).get(cam.name, bagio.camera_info_topic(cam.name))
             if types.get(topic) == bagio.CAMERA_INFO_TYPE:
                 remap[topic] = bagio.camera_info_topic(cam.name)
+        if types.get(odometry_topic) == bagio.ODOMETRY_TYPE:
+            remap[odometry_topic] = bagio.ODOMETRY_TOPIC
         own_context = context is None
         if own_context:
             context = rclpy.Context()

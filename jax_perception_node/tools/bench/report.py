@@ -234,6 +234,24 @@ def markdown(results: dict) -> str:
         lines += ['', f'2 workers / 1 worker: {_fmt(fleet["speedup_2_vs_1"])}x over the whole '
                   f'run, {_fmt(fleet["replay_speedup_2_vs_1"])}x once running.']
 
+    acc = results.get('accumulation')
+    if acc and acc.get('rows'):
+        lines += ['', '## 7. Multi-sweep accumulation (frame cost by sweeps per frame)', '',
+                  f'Consecutive sweeps of the synthetic drive from t = {acc["sweep_t0_s"]} s with '
+                  f'their odometry, {acc["cameras"]} cameras, {acc["grid"][0]} x '
+                  f'{acc["grid"][1]} grid, buckets {acc["buckets"]}; the three pipelines take '
+                  'turns on every sweep. ms = process() (pad, transfer, device, fetch).', '',
+                  '| sweeps | points per frame | ring capacity (points) | p50 ms | p99 ms | '
+                  'device p50 ms | x 1 sweep | occupied cells |',
+                  '|---:|---:|---:|---:|---:|---:|---:|---:|']
+        for r in acc['rows']:
+            lines.append(
+                f'| {r["sweeps"]} | {r["points_per_frame"]} | {r["ring_points"]} | '
+                f'{_fmt(r["frame_ms"]["p50"])} | {_fmt(r["frame_ms"]["p99"])} | '
+                f'{_fmt(r["device_ms"]["p50"])} | {_fmt(r["x_vs_1_sweep"])} | '
+                f'{r["occupied_cells"]} |')
+        lines += ['', f'Compiles during the timed frames: {acc["compiles_during_frames"]}.']
+
     device = results.get('device')
     if device and device.get('rows'):
         d = device['device']
@@ -336,7 +354,7 @@ def missing_keys(results: dict) -> list[str]:
 
 
 def soak_markdown(results: dict) -> str:
-    """Render a soak run's results (``make soak`` -> ``soak_out/soak.json``) as the README table."""
+    """Render a soak run's results (``make soak`` -> ``soak_out/soak.json``) as a README table."""
     m, s = results['machine'], results['soak']
     return '\n'.join([
         f'Soak of {s["seconds"]:.0f} s on {m["nproc"]} CPUs ({m["cpu"]}), {m.get("date", "")}: '

@@ -20,7 +20,7 @@ from jax_perception_node.tools import peers
 from .common import BenchError, FULL, machine_info, QUICK, rounded, TINY
 from .report import markdown, missed, plot, targets
 
-PARTS = ('fleet', 'recompile', 'pipeline', 'ros', 'device')
+PARTS = ('fleet', 'recompile', 'pipeline', 'accumulation', 'ros', 'device')
 
 
 def run_benchmarks(quick: bool = False, json_path: str | None = None,
@@ -37,7 +37,7 @@ def run_benchmarks(quick: bool = False, json_path: str | None = None,
     when a measured target is missed, naming it.
     """
     plan = TINY if tiny else QUICK if quick else FULL
-    parts = parts or (PARTS[1:4] if tiny else PARTS[:4])
+    parts = parts or (PARTS[1:5] if tiny else PARTS[:5])
     if use_torch is None:
         use_torch = peers.torch_available()
     out = Path(out_dir)
@@ -70,6 +70,9 @@ def run_benchmarks(quick: bool = False, json_path: str | None = None,
         if 'pipeline' in parts:
             from .pipeline_rows import bench_pipeline
             results['pipeline'] = bench_pipeline(plan, use_torch, log)
+        if 'accumulation' in parts:
+            from .accumulation import bench_accumulation
+            results['accumulation'] = bench_accumulation(plan, log)
         if 'ros' in parts:
             from .ros import bench_ros
             results.update(bench_ros(plan, work, logs, log))

@@ -30,14 +30,17 @@ Sensors, all taken from the :class:`~jax_perception_node.config.PipelineConfig`:
   pixel coordinates, as a ``float32[H_f, W_f, C]`` feature map (channels in
   :data:`CAMERA_CHANNELS`).
 
+Odometry (nav_msgs/Odometry, 50 Hz): the pose of ``grid.frame_id`` (base_link) in the fixed
+frame ``map`` = world, for multi-sweep accumulation.
+
 Only NumPy and ``rosbags`` are used: no ROS installation, no JAX.
 """
 
 from .drive import LidarModel, SyntheticDrive
 from .sample_bag import camera_stamp_offset, write_sample_bag
-from .scene import (CAMERA_CHANNELS, EGO_LANE_Y, EGO_SPEED, EPOCH_NS, LIDAR_FRAME_ID, POINT_DTYPE,
-                    POINT_FIELDS, POINT_STEP)
+from .scene import (CAMERA_CHANNELS, EGO_LANE_Y, EGO_SPEED, EPOCH_NS, LIDAR_FRAME_ID,
+                    ODOMETRY_FRAME_ID, POINT_DTYPE, POINT_FIELDS, POINT_STEP)
 
 __all__ = ['CAMERA_CHANNELS', 'camera_stamp_offset', 'EGO_LANE_Y', 'EGO_SPEED', 'EPOCH_NS',
-           'LIDAR_FRAME_ID', 'LidarModel', 'POINT_DTYPE', 'POINT_FIELDS', 'POINT_STEP',
-           'SyntheticDrive', 'write_sample_bag']
+           'LIDAR_FRAME_ID', 'LidarModel', 'ODOMETRY_FRAME_ID', 'POINT_DTYPE', 'POINT_FIELDS',
+           'POINT_STEP', 'SyntheticDrive', 'write_sample_bag']

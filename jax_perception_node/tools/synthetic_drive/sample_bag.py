@@ -8,13 +8,16 @@ import shutil
 from typing import Callable, Mapping
 
 from jax_perception_node.config import PipelineConfig
-from jax_perception_node.topics import camera_topic, POINTCLOUD_TOPIC
+from jax_perception_node.topics import camera_topic, ODOMETRY_TOPIC, POINTCLOUD_TOPIC
 import numpy as np
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import get_typestore, Stores
 
 from .drive import LidarModel, SyntheticDrive
-from .scene import (EPOCH_NS, LIDAR_FRAME_ID, POINT_FIELDS, POINT_STEP)
+from .scene import (EGO_SPEED, EPOCH_NS, LIDAR_FRAME_ID, ODOMETRY_FRAME_ID, POINT_FIELDS,
+                    POINT_STEP)
+
+ODOMETRY = ':odometry'      # event name: no camera name can have a colon
 
 
 # -------------------------------------------------------------------- bag writing
@@ -29,7 +32,7 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
                      num_cameras: int | None = None, seed: int = 0, lidar_hz: float = 10.0,
                      camera_hz: float | Mapping[str, float] = 12.0,
                      progress: Callable[[int, int], None] | None = None,
-                     lidar: LidarModel | None = None) -> dict:
+                     lidar: LidarModel | None = None, odometry_hz: float = 50.0) -> dict:
     """
     Write the synthetic drive as a rosbag2 (version 9, MCAP) directory at ``path``.
 
@@ -39,12 +42,16 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     Camera ``name`` goes to ``camera_topic(name)`` (sensor_msgs/Image, ``32FC<C>``, frame
     ``<name>_optical``) at ``camera_hz`` (Hz, one rate or a mapping name -> rate), with stamps
     offset by :func:`camera_stamp_offset` and never later than half a LiDAR period after the
-    last sweep. Bag time = header stamp = ``EPOCH_NS`` + t. The bytes depend only on the
-    arguments (of the path, its last component, which names the .mcap file) and the rosbags
-    version. ``progress(done, total)`` is called after every message.
+    last sweep. nav_msgs/Odometry of the grid frame (``cfg.grid.frame_id``, the ego's
+    base_link) in the fixed frame ``map`` goes to :data:`ODOMETRY_TOPIC` at ``odometry_hz`` (0:
+    none), stamps n / odometry_hz up to half a LiDAR period after the last sweep, each written
+    before a sweep of the same stamp. Bag time = header stamp = ``EPOCH_NS`` + t. The bytes
+    depend only on the arguments (of the path, its last component, which names the .mcap file)
+    and the rosbags version. ``progress(done, total)`` is called after every message.
     Raises FileExistsError if ``path`` exists, ValueError on bad arguments; a failed write
     leaves nothing behind. Returns a summary: path, seconds, seed, frames, camera_messages
-    (name -> count), min_points, max_points, mean_points (per LiDAR frame).
+    (name -> count), odometry_messages, min_points, max_points, mean_points (per LiDAR
+    frame).
     """
     path = Path(path)
     if path.exists():
@@ -52,6 +59,9 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     for key, value in (('seconds', seconds), ('lidar_hz', lidar_hz)):
         if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ValueError(f'{key} must be a positive number, got {value!r}')
+    if not isinstance(odometry_hz, (int, float)) or not math.isfinite(odometry_hz) \
+            or odometry_hz < 0:
+        raise ValueError(f'odometry_hz must be a number >= 0, got {odometry_hz!r}')
     model = replace(lidar or LidarModel(), rotation_hz=float(lidar_hz))
     drive = SyntheticDrive(cfg, seed=seed, num_cameras=num_cameras, lidar=model)
     rates = {}
@@ -71,6 +81,10 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
         while (stamp := int(round((offset + n / rates[cam.name]) * 1e9))) <= end_ns:
             events.append((stamp, 1 + index, cam.name))
             n += 1
+    n = 0
+    while odometry_hz and (stamp := int(round(n * 1e9 / odometry_hz))) <= end_ns:
+        events.append((stamp, -1, ODOMETRY))
+        n += 1
     events.sort()
 
     ts = get_typestore(Stores.ROS2_JAZZY)
@@ -79,6 +93,7 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     image = ts.types['sensor_msgs/msg/Image']
     header = ts.types['std_msgs/msg/Header']
     time_msg = ts.types['builtin_interfaces/msg/Time']
+    odometry_msg = ts.types['nav_msgs/msg/Odometry']
     fields = [point_field(name=name, offset=offset, datatype=datatype, count=1)
               for name, offset, datatype in POINT_FIELDS]
 
@@ -86,7 +101,24 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
         return header(stamp=time_msg(sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9),
                       frame_id=frame_id)
 
+    def make_odometry(stamp_ns: int, t: float):
+        # The ego drives along +x with heading 0 (see SyntheticDrive.ego_position).
+        types = ts.types
+        point = types['geometry_msgs/msg/Point'](*drive.ego_position(t).tolist())
+        pose = types['geometry_msgs/msg/Pose'](
+            position=point, orientation=types['geometry_msgs/msg/Quaternion'](0.0, 0.0, 0.0, 1.0))
+        vector = types['geometry_msgs/msg/Vector3']
+        twist = types['geometry_msgs/msg/Twist'](linear=vector(EGO_SPEED, 0.0, 0.0),
+                                                 angular=vector(0.0, 0.0, 0.0))
+        return odometry_msg(
+            header=make_header(stamp_ns, ODOMETRY_FRAME_ID), child_frame_id=cfg.grid.frame_id,
+            pose=types['geometry_msgs/msg/PoseWithCovariance'](pose=pose,
+                                                               covariance=np.zeros(36)),
+            twist=types['geometry_msgs/msg/TwistWithCovariance'](twist=twist,
+                                                                 covariance=np.zeros(36)))
+
     counts = {cam.name: 0 for cam in drive.cameras}
+    odometry_count = 0
     points_per_frame = []
     try:
         with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
@@ -95,10 +127,16 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
             camera_conns = {cam.name: writer.add_connection(camera_topic(cam.name),
                                                             image.__msgtype__, typestore=ts)
                             for cam in drive.cameras}
+            odometry_conn = writer.add_connection(ODOMETRY_TOPIC, odometry_msg.__msgtype__,
+                                                  typestore=ts) if odometry_hz else None
             for done, (rel_ns, _, name) in enumerate(events, start=1):
                 stamp = EPOCH_NS + rel_ns
                 t = rel_ns * 1e-9
-                if not name:
+                if name == ODOMETRY:
+                    writer.write(odometry_conn, stamp, ts.serialize_cdr(
+                        make_odometry(stamp, t), odometry_msg.__msgtype__))
+                    odometry_count += 1
+                elif not name:
                     points = drive.lidar_frame(t)
                     points_per_frame.append(len(points))
                     msg = point_cloud2(
@@ -130,6 +168,7 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
         'seed': drive.seed,
         'frames': frames,
         'camera_messages': counts,
+        'odometry_messages': odometry_count,
         'min_points': min(points_per_frame),
         'max_points': max(points_per_frame),
         'mean_points': round(float(np.mean(points_per_frame)), 1),

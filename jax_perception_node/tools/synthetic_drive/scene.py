@@ -5,6 +5,7 @@ import math
 import numpy as np
 
 LIDAR_FRAME_ID = 'lidar'
+ODOMETRY_FRAME_ID = 'map'               # fixed frame of the recorded odometry (world axes)
 EPOCH_NS = 1_700_000_000 * 10**9       # stamp of t = 0: fixed, so bags are byte-reproducible
 
 # PointCloud2 layout: little-endian, 2 padding bytes after ring keep time 4-byte aligned.
