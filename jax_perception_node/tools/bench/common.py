@@ -11,6 +11,7 @@ import math
 import os
 from pathlib import Path
 import platform
+import subprocess
 import time
 
 from jax_perception_node.config import default_params_file, PipelineConfig, read_param_file
@@ -233,5 +234,15 @@ def machine_info() -> dict:
         'python': platform.python_version(), 'jax': jax.__version__,
         'jaxlib': jaxlib.__version__, 'numpy': np.__version__, 'torch': torch_version,
         'jax_backend': jax.default_backend(),
-        'date': time.strftime('%Y-%m-%d', time.gmtime()),
+        'date': time.strftime('%Y-%m-%d', time.gmtime()), 'commit': _commit(),
     }
+
+
+def _commit() -> str | None:
+    """The short git commit of this checkout (None outside a git checkout)."""
+    try:
+        out = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True,
+                             text=True, timeout=10, cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None

@@ -80,7 +80,8 @@ def _fmt(value, digits: int = 2, suffix: str = '') -> str:
 def markdown(results: dict) -> str:
     """Render the report: machine, targets, then one table per part."""
     m = results['machine']
-    title = f'# jax_perception_node benchmarks ({results["plan"]}, {m.get("date", "undated")})'
+    title = (f'# jax_perception_node benchmarks ({results["plan"]}, {m.get("date", "undated")}, '
+             f'commit {m.get("commit") or "unknown"})')
     lines = [title, '',
              f'Machine: {m["nproc"]} CPUs ({m["cpu"]}), {m["ram_gib"]} GiB RAM, load average at '
              f'start {m["loadavg_at_start"]}; Python {m["python"]}, jax {m["jax"]} / jaxlib '
@@ -357,9 +358,10 @@ def soak_markdown(results: dict) -> str:
     """Render a soak run's results (``make soak`` -> ``soak_out/soak.json``) as a README table."""
     m, s = results['machine'], results['soak']
     return '\n'.join([
-        f'Soak of {s["seconds"]:.0f} s on {m["nproc"]} CPUs ({m["cpu"]}), {m.get("date", "")}: '
-        'the node at its closed-loop peak rate, shipped config with 4 cameras, cloud sizes from '
-        '0 to twice the largest bucket, 5 % truncated clouds.', '',
+        f'Soak of {s["seconds"]:.0f} s on {m["nproc"]} CPUs ({m["cpu"]}), {m.get("date", "")}, '
+        f'commit {m.get("commit") or "unknown"}' + (f' ({m["note"]})' if m.get('note') else '')
+        + ': the node at its closed-loop peak rate, shipped config with 4 cameras, cloud sizes '
+        'from 0 to twice the largest bucket, 5 % truncated clouds.', '',
         '| frames processed | rate | malformed sent | lost in transport | compiles after warm-up '
         '| RSS (after the first window -> end) | total_ms p99 (first -> last window) |',
         '|---:|---:|---:|---:|---:|---|---|',
