@@ -8,7 +8,8 @@ rclpy and rosbags messages both work; nothing here imports ROS. All arithmetic i
 ``OdometryBuffer.pose_at(stamp)`` interpolates between the two samples bracketing a stamp
 (position linear, orientation slerp) when they are at most ``max_gap_s`` apart; otherwise there
 is no pose for that stamp. ``sweep_transform`` composes, for an earlier sweep, the transform
-from its LiDAR frame into the current grid frame.
+from its LiDAR frame into the current grid frame; ``SweepHistory`` keeps, for the pipeline's
+device ring of earlier sweeps, what each slot holds and fills each frame's small inputs.
 """
 
 from collections import deque
@@ -168,3 +169,58 @@ class OdometryBuffer:
         position = before.position + fraction * (after.position - before.position)
         quaternion = slerp(before.quaternion, after.quaternion, fraction)
         return pose_matrix(rotation_matrix(quaternion), position)
+
+
+class SweepHistory:
+    """
+    The host side of the ring of P earlier sweeps: each slot's stamp, pose and real rows.
+
+    ``stage`` fills ``scalars`` int32[1 + P] (the slot the current sweep goes into, then the
+    rows to use of each slot) and ``motion`` float32[P, size] (each used slot's transform into
+    the current grid frame, row-major rotation then translation, then its lag in seconds) for
+    one frame; ``record`` then notes what the frame wrote into its slot.
+    """
+
+    def __init__(self, past: int, size: int):
+        self.past = past
+        self.scalars = np.zeros(1 + past, np.int32)
+        self.motion = np.zeros((past, size), np.float32)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every earlier sweep."""
+        self._slots: list[tuple[int, np.ndarray | None, int] | None] = [None] * self.past
+        self._next = 0
+
+    def stage(self, stamp: int | None, pose: np.ndarray | None, max_age_s: float,
+              lidar: np.ndarray) -> int:
+        """
+        Choose the earlier sweeps for a frame at ``stamp`` with ``pose``; returns sweeps used.
+
+        A slot counts when both it and this frame have a pose and it is 0 < age <= max_age_s
+        old. A slot newer than ``stamp`` (time went backwards) empties the history first.
+        """
+        if stamp is not None and any(s is not None and s[0] > stamp for s in self._slots):
+            self.reset()
+        self.scalars[:] = 0
+        self.scalars[0] = self._next
+        self.motion[:] = 0.0
+        used = 1
+        for index, slot in enumerate(self._slots):
+            if slot is None or slot[1] is None or pose is None or stamp is None:
+                continue
+            age_ns = stamp - slot[0]
+            if not 0 < age_ns <= max_age_s * 1e9:
+                continue
+            moved = sweep_transform(pose, slot[1], lidar)
+            self.motion[index, :9] = moved[:3, :3].reshape(-1)
+            self.motion[index, 9:12] = moved[:3, 3]
+            self.motion[index, 12] = age_ns * 1e-9
+            self.scalars[1 + index] = slot[2]
+            used += 1
+        return used
+
+    def record(self, stamp: int | None, pose: np.ndarray | None, rows: int) -> None:
+        """Note the sweep just written into the staged slot (without a stamp: never used)."""
+        self._slots[self._next] = None if stamp is None else (stamp, pose, rows)
+        self._next = (self._next + 1) % self.past

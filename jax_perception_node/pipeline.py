@@ -42,7 +42,7 @@ from .buckets import BucketPadder
 from .camera import calibration_arrays
 from .config import CameraConfig, ConfigError, load_fusion_weights, PipelineConfig, Pose
 from .executable_cache import ExecutableCache, private_cache_dir
-from .odometry import pose_matrix, sweep_transform
+from .odometry import pose_matrix, SweepHistory
 
 COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
 _compile_lock = threading.Lock()
@@ -139,13 +139,9 @@ class BevPipeline:
         self._frame_jit = jax.jit(functools.partial(
             kernels.bev_frame, height=self.height, width=self.width,
             activation=cfg.fusion.activation), donate_argnums=(1,) if past else ())
-        # Accumulation state: the device ring, and per slot on the host (stamp ns, pose of the
-        # grid frame in the fixed frame or None, real rows); see the module doc.
+        # Accumulation state: the device ring, and what each slot holds on the host.
         self._ring = None
-        self._slots: list[tuple[int, np.ndarray | None, int] | None] = [None] * past
-        self._next_slot = 0
-        self._sweep_scalars = np.zeros(1 + past, np.int32)
-        self._motion = np.zeros((past, kernels.MOTION_SIZE), np.float32)
+        self._sweeps = SweepHistory(past, kernels.MOTION_SIZE)
         self._executables: dict[int, jax.stages.Compiled] = {}
         self.store = ExecutableCache(self.cache_dir)
         self.lift_slots = 0          # static, set by warmup() (0 without cameras)
@@ -228,7 +224,8 @@ class BevPipeline:
             lift=None if self._tables is None else shape_of(self._tables),
             projection=None if self._projection is None else shape_of(self._projection),
             sweeps=None if self.num_sweeps == 1 else kernels.SweepArgs(
-                spec(self._sweep_scalars.shape, jnp.int32), spec(self._motion.shape, jnp.float32)))
+                spec(self._sweeps.scalars.shape, jnp.int32),
+                spec(self._sweeps.motion.shape, jnp.float32)))
 
     def frame_args(self, points: np.ndarray, count: int) -> kernels.FrameArgs:
         """
@@ -239,8 +236,8 @@ class BevPipeline:
         """
         self._scalars[0] = count
         self._scalars[1:] = self._camera_valid
-        sweeps = None if self.num_sweeps == 1 else kernels.SweepArgs(self._sweep_scalars,
-                                                                     self._motion)
+        sweeps = None if self.num_sweeps == 1 else kernels.SweepArgs(self._sweeps.scalars,
+                                                                     self._sweeps.motion)
         return kernels.FrameArgs(points, self._scalars, self._calibration_device,
                                  self._features_device, self._tables, self._projection, sweeps)
 
@@ -284,8 +281,7 @@ class BevPipeline:
 
     def reset_sweeps(self) -> None:
         """Forget the earlier sweeps: the next frame uses its own sweep only."""
-        self._slots = [None] * (self.num_sweeps - 1)
-        self._next_slot = 0
+        self._sweeps.reset()
 
     @property
     def lift_samples(self) -> np.ndarray | None:
@@ -325,13 +321,15 @@ class BevPipeline:
         total = points.shape[0] if num_points is None else max(num_points, points.shape[0])
         overflow = padded.overflow + (total - points.shape[0])
         nonfinite, changed = self.stage_cameras(cameras or {})
-        used = self._stage_sweeps(stamp_ns, pose) if self.num_sweeps > 1 else 1
+        used = 1
+        if self.num_sweeps > 1:
+            lidar = self._calibration[0]
+            used = self._sweeps.stage(stamp_ns, pose, self.max_sweep_age_s,
+                                      pose_matrix(lidar.rotation_matrix(), lidar.translation))
         staged = time.perf_counter()
         features, stages = self._run(padded.bucket, padded.buffer, padded.count)
         if self.num_sweeps > 1:
-            self._slots[self._next_slot] = None if stamp_ns is None else (
-                stamp_ns, pose, padded.count)
-            self._next_slot = (self._next_slot + 1) % (self.num_sweeps - 1)
+            self._sweeps.record(stamp_ns, pose, padded.count)
         return FrameResult(
             features=features, num_points=total, bucket=padded.bucket, overflow_points=overflow,
             cameras_used=int(self._camera_valid.sum()), nonfinite_features=nonfinite,
@@ -339,31 +337,6 @@ class BevPipeline:
             compiles_after_warmup=self.compiles_after_warmup, transfer_ms=stages[0] * 1e3,
             device_ms=stages[1] * 1e3, fetch_ms=stages[2] * 1e3, cameras_sent=changed,
             sweeps_used=used)
-
-    def _stage_sweeps(self, stamp: int | None, pose: np.ndarray | None) -> int:
-        """Fill the ring slot, counts and motion of this frame; returns the sweeps used."""
-        if stamp is not None and any(s is not None and s[0] > stamp for s in self._slots):
-            self.reset_sweeps()     # time went backwards: the ring holds another timeline
-        lidar = self._calibration[0]
-        extrinsic = pose_matrix(lidar.rotation_matrix(), lidar.translation)
-        max_age_ns = self.max_sweep_age_s * 1e9
-        self._sweep_scalars[0] = self._next_slot
-        self._motion[:] = 0.0
-        used = 1
-        for index, slot in enumerate(self._slots):
-            self._sweep_scalars[1 + index] = 0
-            if slot is None or slot[1] is None or pose is None or stamp is None:
-                continue
-            age_ns = stamp - slot[0]
-            if not 0 < age_ns <= max_age_ns:
-                continue
-            moved = sweep_transform(pose, slot[1], extrinsic)
-            self._motion[index, :9] = moved[:3, :3].reshape(-1)
-            self._motion[index, 9:12] = moved[:3, 3]
-            self._motion[index, 12] = age_ns * 1e-9
-            self._sweep_scalars[1 + index] = slot[2]
-            used += 1
-        return used
 
     def _run(self, bucket: int, buffer: np.ndarray, count: int = 0):
         """Call the bucket's executable; returns the features and (put, device, fetch) s."""
