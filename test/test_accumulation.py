@@ -479,3 +479,34 @@ def test_node_accumulates_on_odometry_and_counts_bad_messages(node, pipe):
     assert status.level == status.WARN
     assert status_values(status)['frames_without_odometry'] == '1'
     assert proc.alive() and 'odometry rejected' in proc.log()
+
+
+def test_node_applies_the_accumulation_limits_live(node, pipe):
+    from rcl_interfaces.srv import SetParameters
+    from test_live_params import set_parameters
+    proc, probe, odometry_pub = node
+    setter = probe.node.create_client(SetParameters, '/jax_perception/set_parameters')
+    assert setter.wait_for_service(timeout_sec=10)
+    results = set_parameters(probe, setter, accumulation__max_sweep_age_s=0.05,
+                             accumulation__max_odometry_gap_s=0.15)
+    assert all(r.successful for r in results), [r.reason for r in results]
+    results = set_parameters(probe, setter, accumulation__num_sweeps=5)
+    assert not results[0].successful and 'static' in results[0].reason
+    clouds, poses = drive(pipe.cfg, frames=2, seed=4)
+    base = T0 + 10**9 * 300
+    for k, pose in enumerate(poses):
+        odometry_pub.publish(ros_odometry(base + k * DT, pose))
+    time.sleep(0.3)
+    outputs = []
+    for k, points in enumerate(clouds):
+        stamp = base + k * DT
+        probe.cloud_pub.publish(make_cloud(points, stamp))
+        probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.features),
+                       what=f'output of frame {k}')
+        msg = next(m for m in probe.features if stamp_of(m) == stamp)
+        outputs.append(np.frombuffer(bytes(msg.data), np.float32).reshape(
+            msg.height, msg.width, -1))
+    # 0.1 s is older than the live 0.05 s: the second frame is its own sweep only.
+    check_lidar_block(outputs[1], expected_channels(pipe.cfg, clouds[1], None, None, None, 0))
+    assert outputs[1][..., 6].max() == 0.0
+    assert proc.alive()
