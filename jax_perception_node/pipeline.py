@@ -138,7 +138,8 @@ class BevPipeline:
         past = self.num_sweeps - 1
         self._frame_jit = jax.jit(functools.partial(
             kernels.bev_frame, height=self.height, width=self.width,
-            activation=cfg.fusion.activation), donate_argnums=(1,) if past else ())
+            activation=cfg.fusion.activation), donate_argnums=(1,) if past else (),
+            out_shardings=self._out_shardings(past))
         # Accumulation state: the device ring, and what each slot holds on the host.
         self._ring = None
         self._sweeps = SweepHistory(past, kernels.MOTION_SIZE)
@@ -152,10 +153,26 @@ class BevPipeline:
         self._baseline: int | None = None
         self.compile_seconds: dict[str, float] = {}
 
+    def _out_shardings(self, past: int):
+        """
+        Where the executable writes its results: the features into pinned host memory.
+
+        On a GPU the result then needs no device-to-host transfer of its own when fetched: on an
+        H200, fetching the 3.9 MB result took 3.2-3.5 ms from device memory. The accumulation
+        ring stays in device memory.
+        """
+        device = jax.devices()[0]
+        kinds = {m.kind for m in device.addressable_memories()}
+        self.output_memory = 'pinned_host' if 'pinned_host' in kinds else None
+        if self.output_memory is None:
+            return None
+        host = jax.sharding.SingleDeviceSharding(device, memory_kind='pinned_host')
+        return (host, jax.sharding.SingleDeviceSharding(device)) if past else host
+
     def _static(self) -> str:
         return repr((self.height, self.width, self.cfg.fusion.activation,
                      self.cfg.fusion.num_heights, self._map_shape, self.lift_slots,
-                     self.num_sweeps))
+                     self.num_sweeps, self.output_memory))
 
     def _geometry_jit(self, function, **static):
         map_h, map_w = self._map_shape[:2]
