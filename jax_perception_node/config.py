@@ -139,8 +139,8 @@ class PipelineConfig:
 
     @property
     def fused_channels(self) -> int:
-        """Channels before the optional projection: 6 LiDAR + C camera + 1 coverage."""
-        return 6 + self.camera_channels + 1
+        """Channels before the optional projection: LiDAR (6, or 7 with accumulation) + C + 1."""
+        return 6 + (self.accumulation.num_sweeps > 1) + self.camera_channels + 1
 
 
 def default_parameters() -> dict[str, Any]:

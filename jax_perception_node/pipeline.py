@@ -116,8 +116,7 @@ class BevPipeline:
         self.num_sweeps = cfg.accumulation.num_sweeps
         self.max_sweep_age_s = cfg.accumulation.max_sweep_age_s     # live: set it any time
         self.lidar_channels = kernels.lidar_channels(self.num_sweeps)
-        fused = len(self.lidar_channels) + cfg.camera_channels + 1
-        self.output_channels = fused if weights is None else weights[0].shape[1]
+        self.output_channels = cfg.fused_channels if weights is None else weights[0].shape[1]
         self.projected = weights is not None     # output channels are no longer the raw ones
         n = len(cfg.cameras)
         if cfg.cameras:

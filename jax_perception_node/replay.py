@@ -141,16 +141,12 @@ class _Intrinsics:
         cam = self.cameras[[c.name for c in self.cameras].index(name)]
         try:
             intrinsics = scale_camera_info(msg, cam.height, cam.width)
-        except CameraInfoError as exc:
-            self.result.rejected_camera_info += 1
-            self.result.errors.append(f'camera {name}: CameraInfo rejected: {exc}')
-            return
-        updated = with_intrinsics(self.cameras, name, intrinsics)
-        if updated is None:
-            return
-        try:
+            updated = with_intrinsics(self.cameras, name, intrinsics)
+            if updated is None:
+                return
+            # ConfigError: more lift samples than the slots fixed at warm-up.
             self.pipe.set_calibration(cameras=updated)
-        except ConfigError as exc:      # more lift samples than the slots fixed at warm-up
+        except (CameraInfoError, ConfigError) as exc:
             self.result.rejected_camera_info += 1
             self.result.errors.append(f'camera {name}: CameraInfo rejected: {exc}')
             return

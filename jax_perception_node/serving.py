@@ -204,20 +204,13 @@ class PerceptionCore:
         cam = self.cameras[self.pipe.camera_names.index(name)]
         try:
             intrinsics = scale_camera_info(msg, cam.height, cam.width)
-        except CameraInfoError as exc:
-            with self._lock:
-                self.counts['rejected_camera_info'] += 1
-                self._since_report['camera_info'] += 1
-            self.log.warning(f'camera {name}: CameraInfo rejected: {exc}',
-                             throttle_duration_sec=2.0)
-            return
-        updated = with_intrinsics(self.cameras, name, intrinsics)
-        if updated is None:
-            return
-        try:
+            updated = with_intrinsics(self.cameras, name, intrinsics)
+            if updated is None:
+                return
             with self._pipe_lock:
+                # ConfigError: more lift samples than the slots fixed at warm-up.
                 self.pipe.set_calibration(cameras=updated)
-        except ConfigError as exc:      # more lift samples than the slots fixed at warm-up
+        except (CameraInfoError, ConfigError) as exc:
             with self._lock:
                 self.counts['rejected_camera_info'] += 1
                 self._since_report['camera_info'] += 1

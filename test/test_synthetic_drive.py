@@ -6,7 +6,7 @@ from conftest import PARAMS_FILE, small_config
 from jax_perception_node.config import config_from_parameters, load_config, read_param_file
 from jax_perception_node.tools.synthetic_drive import (
     camera_stamp_offset, EPOCH_NS, LidarModel, POINT_DTYPE, SyntheticDrive, write_sample_bag)
-from jax_perception_node.topics import camera_topic, POINTCLOUD_TOPIC
+from jax_perception_node.topics import camera_topic, ODOMETRY_TOPIC, POINTCLOUD_TOPIC
 import numpy as np
 import pytest
 from rosbags.rosbag2 import Reader
@@ -52,6 +52,7 @@ def test_topics_types_and_counts(bag, cfg):
     summary, topics, messages, calls = bag
     names = [c.name for c in cfg.cameras]
     assert topics == {POINTCLOUD_TOPIC: 'sensor_msgs/msg/PointCloud2',
+                      ODOMETRY_TOPIC: 'nav_msgs/msg/Odometry',
                       **{camera_topic(n): 'sensor_msgs/msg/Image' for n in names}}
     assert camera_topic('front') == '/jax_perception/input/camera/front/features'
     assert len(clouds(messages)) == summary['frames'] == round(SECONDS * 10)
@@ -123,11 +124,29 @@ def test_points_geometry(bag):
         assert np.allclose(elevation, -15.0, atol=0.05)
 
 
+def test_odometry_is_the_ego_motion(bag):
+    summary, _, messages, _ = bag
+    odometry = [(t, m) for topic, t, m in messages if topic == ODOMETRY_TOPIC]
+    assert len(odometry) == summary['odometry_messages']
+    stamps = [t for t, _ in odometry]
+    # 50 Hz from the first sweep to half a LiDAR period past the last one.
+    assert stamps == [EPOCH_NS + k * 20_000_000 for k in range(len(stamps))]
+    assert (stamps[-1] - EPOCH_NS) / 1e9 >= SECONDS - 0.1
+    for stamp, msg in odometry:
+        t = (stamp - EPOCH_NS) / 1e9
+        assert (msg.header.frame_id, msg.child_frame_id) == ('map', 'base_link')
+        p, q = msg.pose.pose.position, msg.pose.pose.orientation
+        # 10 m/s along +x in the right-hand lane, heading +x: written independently here.
+        assert (p.x, p.y, p.z) == pytest.approx((10.0 * t, -1.75, 0.0), abs=1e-9)
+        assert (q.x, q.y, q.z, q.w) == (0.0, 0.0, 0.0, 1.0)
+        assert msg.twist.twist.linear.x == pytest.approx(10.0)
+
+
 def test_feature_maps(bag, cfg):
     shapes = {c.name: (c.height, c.width, c.channels) for c in cfg.cameras}
     seen = set()
     for topic, _, msg in bag[2]:
-        if topic == POINTCLOUD_TOPIC:
+        if topic in (POINTCLOUD_TOPIC, ODOMETRY_TOPIC):
             continue
         name = topic.split('/')[-2]
         seen.add(name)
@@ -204,8 +223,8 @@ def test_same_seed_same_bytes_other_seed_other_bytes(cfg, tmp_path):
 def test_lidar_only_and_camera_count_errors(cfg, tmp_path):
     summary = write_sample_bag(tmp_path / 'lidar', cfg, seconds=0.2, num_cameras=0)
     with Reader(tmp_path / 'lidar') as reader:
-        assert list(reader.topics) == [POINTCLOUD_TOPIC]
-        assert reader.message_count == 2
+        assert set(reader.topics) == {POINTCLOUD_TOPIC, ODOMETRY_TOPIC}
+        assert reader.message_count == 2 + summary['odometry_messages']
     assert summary['camera_messages'] == {}
     two = write_sample_bag(tmp_path / 'two', cfg, seconds=0.2, num_cameras=2)
     assert list(two['camera_messages']) == ['front', 'left']

@@ -239,7 +239,7 @@ def machine_info() -> dict:
 
 
 def _commit() -> str | None:
-    """The short git commit of this checkout (None outside a git checkout)."""
+    """Return the short git commit of this checkout (None outside a git checkout)."""
     try:
         out = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True,
                              text=True, timeout=10, cwd=Path(__file__).resolve().parent)

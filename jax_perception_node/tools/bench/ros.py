@@ -15,9 +15,9 @@ import time
 from typing import Callable
 
 from jax_perception_node.config import config_from_parameters, write_param_file
+from jax_perception_node.tools.processes import console_script, local_ros_env, stop_process
 import numpy as np
 
-from ..processes import console_script, local_ros_env, stop_process
 from .common import (bench_params, BenchError, DROP_LIMIT_PCT, Inputs, MAIN_ROS_RATE_HZ, Plan,
                      ROS_SWEEP_T, rounded)
 
