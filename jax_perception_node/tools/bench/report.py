@@ -77,8 +77,13 @@ def _fmt(value, digits: int = 2, suffix: str = '') -> str:
     return f'{value}{suffix}'
 
 
-def markdown(results: dict) -> str:
-    """Render the report: machine, targets, then one table per part."""
+def markdown(results: dict, nested: bool = False) -> str:
+    """
+    Render the report: machine, targets, then one table per part.
+
+    ``nested``: the parts' headings one level down, for a section of another document (the
+    README's performance section).
+    """
     m = results['machine']
     title = (f'# jax_perception_node benchmarks ({results["plan"]}, {m.get("date", "undated")}, '
              f'commit {m.get("commit") or "unknown"})')
@@ -237,7 +242,7 @@ def markdown(results: dict) -> str:
 
     acc = results.get('accumulation')
     if acc and acc.get('rows'):
-        lines += ['', '## 7. Multi-sweep accumulation (frame cost by sweeps per frame)', '',
+        lines += ['', '## 8. Multi-sweep accumulation (frame cost by sweeps per frame)', '',
                   f'Consecutive sweeps of the synthetic drive from t = {acc["sweep_t0_s"]} s with '
                   f'their odometry, {acc["cameras"]} cameras, {acc["grid"][0]} x '
                   f'{acc["grid"][1]} grid, buckets {acc["buckets"]}; the three pipelines take '
@@ -273,6 +278,8 @@ def markdown(results: dict) -> str:
                 f'{_fmt((r["torch_e2e_ms"] or {}).get("p50"))} | '
                 f'{_fmt((r["torch_device_ms"] or {}).get("p50"))} | '
                 f'{_fmt(r.get("speedup_e2e_vs_torch"))} | {r["cells_differing"]} |')
+    if nested:
+        lines = ['#' + line if line.startswith('## ') else line for line in lines]
     return '\n'.join(lines) + '\n'
 
 
