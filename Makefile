@@ -34,10 +34,10 @@ soak: venv
 	JAX_PERCEPTION_SOAK_S=600 JAX_PERCEPTION_SOAK_JSON=soak_out/soak.json $(PY) -m pytest -q -s -m soak test
 
 fuzz: venv
-	JAX_PERCEPTION_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q -k fuzz test/test_cloud.py test/test_camera.py
+	JAX_PERCEPTION_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q -k fuzz test/unit/test_cloud.py test/unit/test_camera.py
 
 lint: venv
-	$(PY) -m pytest -q test/test_flake8.py test/test_pep257.py
+	$(PY) -m pytest -q test/lint
 
 clean:
 	rm -rf $(VENV) demo_out bench_out soak_out .pytest_cache

@@ -1,5 +1,6 @@
 """rosbags messages built by hand for bag tests (no rclpy, no code under test to build them)."""
 
+import math
 import sys
 
 from jax_perception_node import bagio
@@ -47,3 +48,28 @@ def camera_info(width: int, height: int, fx: float, fy: float, cx: float, cy: fl
         distortion_model='plumb_bob', d=np.zeros(5), k=k, r=np.eye(3).reshape(-1),
         p=np.array([fx, 0, cx, 0, 0, fy, cy, 0, 0, 0, 1, 0], np.float64),
         binning_x=0, binning_y=0, roi=roi)
+
+
+def odometry(stamp_ns, position=(0.0, 0.0, 0.0), xyzw=(0.0, 0.0, 0.0, 1.0),
+             child='base_link', frame='map'):
+    """nav_msgs/Odometry built by hand (rosbags types: the core reads messages by attribute)."""
+    sec, nanosec = divmod(int(stamp_ns), 10**9)
+    header = TYPES['std_msgs/msg/Header'](
+        stamp=TYPES['builtin_interfaces/msg/Time'](sec=sec, nanosec=nanosec), frame_id=frame)
+    point = TYPES['geometry_msgs/msg/Point'](*map(float, position))
+    quaternion = TYPES['geometry_msgs/msg/Quaternion'](*map(float, xyzw))
+    pose = TYPES['geometry_msgs/msg/PoseWithCovariance'](
+        pose=TYPES['geometry_msgs/msg/Pose'](position=point, orientation=quaternion),
+        covariance=np.zeros(36))
+    vector = TYPES['geometry_msgs/msg/Vector3']
+    twist = TYPES['geometry_msgs/msg/TwistWithCovariance'](
+        twist=TYPES['geometry_msgs/msg/Twist'](linear=vector(0.0, 0.0, 0.0),
+                                               angular=vector(0.0, 0.0, 0.0)),
+        covariance=np.zeros(36))
+    return TYPES[bagio.ODOMETRY_TYPE](header=header, child_frame_id=child, pose=pose, twist=twist)
+
+
+def yaw_quaternion(degrees):
+    """Return the (x, y, z, w) quaternion of a yaw about z."""
+    half = math.radians(degrees) / 2
+    return (0.0, 0.0, math.sin(half), math.cos(half))

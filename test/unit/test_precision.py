@@ -2,7 +2,7 @@
 
 import functools
 
-from conftest import small_config
+from configs import small_config
 import jax
 from jax.extend.core import ClosedJaxpr, jaxprs_in_params
 import jax.numpy as jnp

@@ -1,6 +1,6 @@
 """CameraSync's pairing rules, each checked against stamps worked out by hand."""
 
-from conftest import absolute_imports
+from configs import absolute_imports
 from jax_perception_node.sync import CameraSync
 import pytest
 

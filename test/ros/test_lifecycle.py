@@ -1,6 +1,6 @@
 """The managed node through real rclpy: lifecycle transitions over the lifecycle_msgs services."""
 
-from conftest import small_config, small_params
+from configs import small_config, small_params
 from jax_perception_node.pipeline import BevPipeline
 from lifecycle_harness import LifecycleClient, LifecycleProcess
 import numpy as np

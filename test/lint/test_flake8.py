@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # flake8 forks worker processes; forking this pytest process, where JAX's threads already run,
 # can deadlock. A fresh interpreter has no threads to inherit.

@@ -9,7 +9,7 @@ peak rate without drops.
 import os
 import time
 
-from conftest import PARAMS_FILE
+from configs import PARAMS_FILE
 from jax_perception_node.config import load_config
 from jax_perception_node.latency import percentiles
 from jax_perception_node.tools.synthetic_drive import SyntheticDrive

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from conftest import small_params
+from configs import small_params
 from jax_perception_node import bagio
 from jax_perception_node.config import config_from_parameters
 from jax_perception_node.replay import replay_bag

@@ -2,7 +2,7 @@
 
 import ast
 
-from conftest import PARAMS_FILE, REPO, small_config, small_params
+from configs import PARAMS_FILE, REPO, small_config, small_params
 from jax_perception_node.config import (AccumulationConfig, config_from_parameters, ConfigError,
                                         load_config, write_param_file)
 import numpy as np

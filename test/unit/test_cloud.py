@@ -8,7 +8,7 @@ import sys
 import time
 import tracemalloc
 
-from conftest import absolute_imports
+from configs import absolute_imports
 from hypothesis import event, given, HealthCheck, settings
 from hypothesis import strategies as st
 from jax_perception_node.cloud import CloudFormatError, keep_rows, point_count, read_points
@@ -518,7 +518,7 @@ def test_fuzz_decodes_like_the_reference_or_rejects(case, max_points, policy):
 
 # -- a second oracle: sensor_msgs_py from ../shared -------------------------------------------
 
-VENDOR = (Path(__file__).resolve().parents[2] / 'shared' / 'vendor'
+VENDOR = (Path(__file__).resolve().parents[3] / 'shared' / 'vendor'
           / 'sensor-msgs-py-jazzy')
 
 

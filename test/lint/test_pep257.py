@@ -5,7 +5,7 @@ from pathlib import Path
 from ament_pep257.main import main
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.linter

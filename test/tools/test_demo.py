@@ -1,6 +1,6 @@
 """The demo end to end on a short drive: node process, player process, recorder, report."""
 
-from conftest import PARAMS_FILE
+from configs import PARAMS_FILE
 from jax_perception_node.config import read_param_file, write_param_file
 from jax_perception_node.tools.cli import main
 

@@ -1,6 +1,6 @@
 """Kernels against the independent NumPy reference in reference.py."""
 
-from conftest import camera_params, FRONT, small_config
+from configs import camera_params, FRONT, small_config
 from jax_perception_node.config import ConfigError
 from jax_perception_node.pipeline import BevPipeline, compile_count
 import numpy as np

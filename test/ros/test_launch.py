@@ -16,13 +16,13 @@ import sys
 import tempfile
 import time
 
-from conftest import REPO, small_params
+from configs import REPO, small_params
 from lifecycle_harness import LifecycleClient
 import numpy as np
 import pytest
 from ros_harness import make_cloud, Probe, stamp_of, write_params
 
-SHARED = Path(__file__).resolve().parents[2] / 'shared'
+SHARED = Path(__file__).resolve().parents[3] / 'shared'
 VENDOR = SHARED / 'vendor' / 'ros2-launch-jazzy'
 PACKAGES = ('launch', 'launch_xml', 'launch_yaml', 'launch_ros', 'ros2launch')
 # launch's own dependency from the index; lark and PyYAML are in the venv already.

@@ -2,37 +2,12 @@
 
 import math
 
-from jax_perception_node import bagio
+from bag_messages import odometry, yaw_quaternion
 from jax_perception_node.odometry import OdometryBuffer, OdometryError, read_odometry, slerp
 import numpy as np
 import pytest
 
 T0 = 1_700_000_000 * 10**9
-TYPES = bagio.TYPESTORE.types
-
-
-def odometry(stamp_ns, position=(0.0, 0.0, 0.0), xyzw=(0.0, 0.0, 0.0, 1.0),
-             child='base_link', frame='map'):
-    """nav_msgs/Odometry built by hand (rosbags types: the core reads messages by attribute)."""
-    sec, nanosec = divmod(int(stamp_ns), 10**9)
-    header = TYPES['std_msgs/msg/Header'](
-        stamp=TYPES['builtin_interfaces/msg/Time'](sec=sec, nanosec=nanosec), frame_id=frame)
-    point = TYPES['geometry_msgs/msg/Point'](*map(float, position))
-    quaternion = TYPES['geometry_msgs/msg/Quaternion'](*map(float, xyzw))
-    pose = TYPES['geometry_msgs/msg/PoseWithCovariance'](
-        pose=TYPES['geometry_msgs/msg/Pose'](position=point, orientation=quaternion),
-        covariance=np.zeros(36))
-    vector = TYPES['geometry_msgs/msg/Vector3']
-    twist = TYPES['geometry_msgs/msg/TwistWithCovariance'](
-        twist=TYPES['geometry_msgs/msg/Twist'](linear=vector(0.0, 0.0, 0.0),
-                                               angular=vector(0.0, 0.0, 0.0)),
-        covariance=np.zeros(36))
-    return TYPES[bagio.ODOMETRY_TYPE](header=header, child_frame_id=child, pose=pose, twist=twist)
-
-
-def yaw_quaternion(degrees):
-    half = math.radians(degrees) / 2
-    return (0.0, 0.0, math.sin(half), math.cos(half))
 
 
 def yaw_of(pose):

@@ -4,7 +4,7 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO, small_params
+from configs import REPO, small_params
 import numpy as np
 import pytest
 from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, Probe, stamp_of,

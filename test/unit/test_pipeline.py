@@ -3,7 +3,7 @@
 import os
 import stat
 
-from conftest import camera_params, small_config
+from configs import camera_params, small_config
 import jax
 from jax_perception_node.config import ConfigError
 from jax_perception_node.executable_cache import private_cache_dir

@@ -4,7 +4,7 @@ import copy
 import time
 
 import bag_messages
-from conftest import camera_params, small_config, small_params
+from configs import camera_params, small_config, small_params
 from jax_perception_node import bagio
 from jax_perception_node.camera import (CameraInfoError, scale_camera_info, SCALE_TOLERANCE,
                                         with_intrinsics)

@@ -6,7 +6,7 @@ import os
 import struct
 import sys
 
-from conftest import absolute_imports
+from configs import absolute_imports
 from hypothesis import event, given, HealthCheck, settings
 from hypothesis import strategies as st
 from jax_perception_node.camera import (byte_array, calibration_arrays, FeatureMapError,

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from conftest import PARAMS_FILE, small_params
+from configs import PARAMS_FILE, small_params
 from jax_perception_node import bagio
 from jax_perception_node.config import load_config, read_param_file
 from jax_perception_node.stamps import stamp_ns

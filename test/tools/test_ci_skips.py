@@ -42,7 +42,7 @@ def test_passes():
 def run_inner(tmp_path: Path, ci: str | None) -> str:
     (tmp_path / 'test_inner.py').write_text(INNER)
     (tmp_path / 'pytest.ini').write_text('[pytest]\n')
-    env = {'PATH': '/usr/bin:/bin', 'PYTHONPATH': str(Path(__file__).resolve().parent)}
+    env = {'PATH': '/usr/bin:/bin', 'PYTHONPATH': str(Path(__file__).resolve().parents[1])}
     if ci is not None:
         env['CI'] = ci
     result = subprocess.run(

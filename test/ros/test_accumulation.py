@@ -8,7 +8,8 @@ node over loopback DDS.
 import math
 import time
 
-from conftest import small_config, small_params
+from bag_messages import odometry, yaw_quaternion
+from configs import small_config, small_params
 from jax_perception_node import bagio, kernels
 from jax_perception_node.frame_path import FramePath
 from jax_perception_node.pipeline import BevPipeline, compile_count
@@ -17,7 +18,6 @@ import numpy as np
 import pytest
 from reference import quat_matrix
 from ros_harness import make_cloud, NodeProcess, Probe, stamp_of, status_values, write_params
-from test_odometry import odometry, yaw_quaternion
 
 T0 = 1_700_000_000 * 10**9
 DT = 100_000_000     # 10 Hz sweeps

@@ -2,7 +2,7 @@
 
 import time
 
-from conftest import small_config, small_params
+from configs import small_config, small_params
 from jax_perception_node.latency import FRAME_KEYS
 from jax_perception_node.pipeline import BevPipeline
 import numpy as np

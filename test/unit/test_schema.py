@@ -3,7 +3,7 @@
 import copy
 import json
 
-from conftest import PARAMS_FILE, REPO, small_params
+from configs import PARAMS_FILE, REPO, small_params
 from jax_perception_node import schema_export
 from jax_perception_node.config import (config_from_parameters, ConfigError, read_param_file,
                                         write_param_file)

@@ -2,7 +2,7 @@
 
 import math
 
-from conftest import PARAMS_FILE, small_config
+from configs import PARAMS_FILE, small_config
 from jax_perception_node.config import config_from_parameters, load_config, read_param_file
 from jax_perception_node.tools.synthetic_drive import (
     camera_stamp_offset, EPOCH_NS, LidarModel, POINT_DTYPE, SyntheticDrive, write_sample_bag)

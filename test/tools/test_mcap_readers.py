@@ -3,7 +3,7 @@
 import time
 
 import bag_messages
-from conftest import small_config
+from configs import small_config
 from jax_perception_node import bagio
 from jax_perception_node.latency import FRAME_KEYS
 from jax_perception_node.pipeline import BevPipeline

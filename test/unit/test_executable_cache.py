@@ -14,7 +14,7 @@ from jax_perception_node.executable_cache import ExecutableCache, host_cpu, priv
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def scaled(x, *, factor):
