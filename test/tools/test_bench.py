@@ -185,7 +185,7 @@ def test_bench_tiny_run(tmp_path, capsys):
         assert row['ring_points'] == (row['sweeps'] - 1) * acc['buckets'][-1]
     points = [r['points_per_frame'] for r in acc['rows']]
     assert points[0] * 3 == points[1] and points[0] * 5 == points[2]
-    assert '## 7. Multi-sweep accumulation' in printed
+    assert '## 8. Multi-sweep accumulation' in printed
     names = {t['name'].split(' ')[0] for t in results['targets']}
     assert names >= {'recompile.speedup', 'pipeline.speedup_vs_numpy', 'ros.overhead_ms',
                      'pipeline.cameras_over_lidar'}
