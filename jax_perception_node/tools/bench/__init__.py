@@ -10,8 +10,8 @@ on a shared machine are noisy:
    the same contract with the same sparse lift (``tools/peers.py``) and JAX without jit, per
    cloud size (exact bucket fits and partly filled buckets) and camera rig; outputs checked
    equal before timing (``checks.py``).
-3-5. End to end through ROS, start-up and memory (``ros.py``, helper processes in
-   ``ros_processes.py``).
+3-5. End to end through ROS, start-up and memory (``ros.py``; helper processes in
+   ``ros_processes.py``, the in-process probe in ``probe.py``).
 6. On the device (``device.py``, ``--device``): the core on ``jax.devices()`` against PyTorch on
    the same device, end to end and device-only, with the stage breakdown.
 

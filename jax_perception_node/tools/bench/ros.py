@@ -43,7 +43,7 @@ class RosBench:
 
     def __enter__(self):
         """Start the in-process probe."""
-        from .ros_processes import Probe
+        from .probe import Probe
         self.probe = Probe()
         return self
 

@@ -1,5 +1,5 @@
 """
-Helper processes and a probe for the ROS part of the benchmarks (``jax-perception bench``).
+Helper processes for the ROS part of the benchmarks (``jax-perception bench``).
 
 Run as ``python -m jax_perception_node.tools.bench.ros_processes COMMAND ...``:
 
@@ -14,7 +14,7 @@ Run as ``python -m jax_perception_node.tools.bench.ros_processes COMMAND ...``:
 - ``startup-profile``: repeats the node's start-up steps in one process and times each (imports,
   JAX backend, rclpy, node construction with its per-bucket compile or cache-load times).
 
-:class:`Probe` is the in-process side (readiness of a node, one-off clouds, latency records).
+The in-process side (readiness of a node, one-off clouds, latency records) is ``probe.py``.
 Every process here honours the ROS environment it is given (``processes.local_ros_env()``).
 """
 
@@ -23,7 +23,6 @@ import json
 import os
 from pathlib import Path
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -105,7 +104,8 @@ def latency_record(msg) -> tuple[int, dict[str, float]]:
     return stamp, values
 
 
-def _spin_in_thread(context, node):
+def spin_in_thread(context, node):
+    """Spin ``node`` in a daemon thread of its own; returns (executor, thread)."""
     from rclpy.executors import SingleThreadedExecutor
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
@@ -213,7 +213,7 @@ def subscribe(out: Path, until: Path, grace_s: float = 1.0, timeout_s: float = 6
 
     node.create_subscription(Image, FEATURES_TOPIC, on_features, QoSProfile(depth=50), raw=True)
     node.create_subscription(DiagnosticArray, LATENCY_TOPIC, on_latency, QoSProfile(depth=100))
-    executor, thread = _spin_in_thread(context, node)
+    executor, thread = spin_in_thread(context, node)
     try:
         deadline = time.monotonic() + timeout_s
         while not until.exists() and time.monotonic() < deadline:
@@ -356,96 +356,6 @@ def _lowering_split(cfg) -> dict:
     done = time.perf_counter()
     return {'reference.trace_lower_largest_bucket': lowered_at - began,
             'reference.jax_cache_compile_or_load_largest_bucket': done - lowered_at}
-
-
-# -- in-process probe ---------------------------------------------------------------------------
-
-class Probe:
-    """
-    The benchmark's own rclpy node: readiness of a node process, one-off clouds, latency.
-
-    Lives in its own context with a background executor; ``close()`` shuts both down.
-    """
-
-    def __init__(self, name: str = 'bench_probe'):
-        import rclpy
-        from diagnostic_msgs.msg import DiagnosticArray
-        from rclpy.qos import qos_profile_sensor_data, QoSProfile
-        from sensor_msgs.msg import PointCloud2
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context)
-        self.node = rclpy.create_node(name, context=self.context)
-        self._lock = threading.Lock()
-        self.latency: dict[int, dict] = {}
-        self.cloud_pub = self.node.create_publisher(PointCloud2, POINTCLOUD_TOPIC,
-                                                    qos_profile_sensor_data)
-        self.node.create_subscription(DiagnosticArray, LATENCY_TOPIC, self._on_latency,
-                                      QoSProfile(depth=100))
-        self._executor, self._thread = _spin_in_thread(self.context, self.node)
-
-    def _on_latency(self, msg) -> None:
-        stamp, values = latency_record(msg)
-        with self._lock:
-            self.latency[stamp] = values
-
-    def cloud_subscribers(self) -> int:
-        """Subscriptions on the node's cloud input (a node subscribes only once warm)."""
-        return self.node.count_subscribers(POINTCLOUD_TOPIC)
-
-    def wait_ready(self, proc: subprocess.Popen, timeout_s: float, poll_s: float = 0.01,
-                   what: str = 'node') -> float:
-        """Block until the cloud input has a subscriber; returns perf_counter at that moment."""
-        deadline = time.perf_counter() + timeout_s
-        while self.cloud_subscribers() == 0:
-            if proc.poll() is not None:
-                raise RuntimeError(f'{what} exited with code {proc.returncode} during start-up')
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f'{what} not ready within {timeout_s:g} s')
-            time.sleep(poll_s)
-        return time.perf_counter()
-
-    def wait_gone(self, timeout_s: float = 15.0) -> bool:
-        """
-        Block until nothing subscribes to the cloud input (a stopped node has left the graph).
-
-        Discovery keeps a stopped process's endpoints visible for a moment; a readiness check
-        right after would see the old node. Returns False on timeout.
-        """
-        deadline = time.perf_counter() + timeout_s
-        while self.cloud_subscribers() > 0:
-            if time.perf_counter() > deadline:
-                return False
-            time.sleep(0.02)
-        return True
-
-    def process_cloud(self, raw: np.ndarray, num_points: int, timeout_s: float = 10.0) -> dict:
-        """Publish one cloud and wait for the node's latency record of it (its values)."""
-        msg = cloud_message(raw, num_points)
-        deadline = time.monotonic() + timeout_s
-        while self.cloud_pub.get_subscription_count() == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        stamps = []
-        while time.monotonic() < deadline:
-            # Best effort (sensor-data QoS) may lose a message: send again every 2 s.
-            stamps.append(time.time_ns())
-            set_stamp(msg, stamps[-1])
-            self.cloud_pub.publish(msg)
-            resend = time.monotonic() + 2.0
-            while time.monotonic() < min(resend, deadline):
-                with self._lock:
-                    for stamp in stamps:
-                        if stamp in self.latency:
-                            return self.latency[stamp]
-                time.sleep(0.01)
-        raise RuntimeError(f'no latency record for a {num_points}-point cloud in {timeout_s:g} s')
-
-    def close(self) -> None:
-        """Stop the executor and leave the context."""
-        import rclpy
-        self._executor.shutdown()
-        self._thread.join(timeout=5.0)
-        self.node.destroy_node()
-        rclpy.try_shutdown(context=self.context)
 
 
 def helper_command(*args: str) -> list[str]:
