@@ -1,5 +1,6 @@
 """Real-rclpy test harness: the node as its own process, a probe node in the test process."""
 
+from contextlib import contextmanager
 import os
 from pathlib import Path
 import subprocess
@@ -174,3 +175,21 @@ class Probe:
         self.executor.shutdown()
         self.node.destroy_node()
         rclpy.try_shutdown(context=self.context)
+
+
+@contextmanager
+def serving_node(params: dict, folder: Path, cameras=(), domain_id=None):
+    """
+    Start the node on ``params`` and a probe beside it; yield (node, probe) once it serves.
+
+    The params file and the node's log go to ``folder``; both are stopped on the way out.
+    """
+    node = NodeProcess(write_params(params, folder / 'params.yaml'), folder / 'node.log',
+                       domain_id=domain_id)
+    probe = Probe(cameras=cameras, domain_id=domain_id)
+    try:
+        probe.wait_ready(node)
+        yield node, probe
+    finally:
+        probe.close()
+        node.stop()

@@ -17,7 +17,7 @@ from jax_perception_node.replay import replay_bag
 import numpy as np
 import pytest
 from reference import quat_matrix
-from ros_harness import make_cloud, NodeProcess, Probe, stamp_of, status_values, write_params
+from ros_harness import make_cloud, serving_node, stamp_of, status_values
 
 T0 = 1_700_000_000 * 10**9
 DT = 100_000_000     # 10 Hz sweeps
@@ -390,18 +390,12 @@ def node(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('accumulation')
     params = small_params(1, **{'accumulation.num_sweeps': SWEEPS, 'diagnostics.period_s': 0.2,
                                 'diagnostics.lidar_timeout_s': 60.0})
-    proc = NodeProcess(write_params(params, tmp / 'params.yaml'), tmp / 'node.log')
-    probe = Probe(cameras=('front',))
-    odometry_pub = probe.node.create_publisher(Odometry, bagio.ODOMETRY_TOPIC,
-                                               QoSProfile(depth=50))
-    try:
-        probe.wait_ready(proc)
+    with serving_node(params, tmp, ('front',)) as (proc, probe):
+        odometry_pub = probe.node.create_publisher(Odometry, bagio.ODOMETRY_TOPIC,
+                                                   QoSProfile(depth=50))
         probe.wait_for(lambda: odometry_pub.get_subscription_count() > 0,
                        what='odometry subscription')
         yield proc, probe, odometry_pub
-    finally:
-        probe.close()
-        proc.stop()
 
 
 def ros_odometry(stamp, pose=None, position=None, xyzw=None):

@@ -12,8 +12,7 @@ from jax_perception_node.pipeline import BevPipeline
 from jax_perception_node.replay import replay_bag
 import numpy as np
 import pytest
-from ros_harness import (make_cloud, make_features, NodeProcess, Probe, stamp_of,
-                         status_values, write_params)
+from ros_harness import make_cloud, make_features, serving_node, stamp_of, status_values
 
 # The front camera of small_params(): a 12 x 20 feature map with fx = fy = 8, cx 9.5, cy 5.5.
 MAP_H, MAP_W = 12, 20
@@ -174,17 +173,11 @@ def running(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('camera_info')
     params = small_params(1, **{'diagnostics.period_s': 0.2,
                                 'diagnostics.lidar_timeout_s': 60.0})
-    node = NodeProcess(write_params(params, tmp / 'params.yaml'), tmp / 'node.log')
-    probe = Probe(cameras=('front',))
-    info_pub = probe.node.create_publisher(
-        CameraInfo, bagio.camera_info_topic('front'), qos_profile_sensor_data)
-    try:
-        probe.wait_ready(node)
+    with serving_node(params, tmp, ('front',)) as (node, probe):
+        info_pub = probe.node.create_publisher(
+            CameraInfo, bagio.camera_info_topic('front'), qos_profile_sensor_data)
         probe.wait_for(lambda: info_pub.get_subscription_count() > 0, what='camera_info sub')
         yield node, probe, info_pub
-    finally:
-        probe.close()
-        node.stop()
 
 
 def send_frame(probe, k, points, fmap):

@@ -7,8 +7,8 @@ import time
 from configs import REPO, small_params
 import numpy as np
 import pytest
-from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, Probe, stamp_of,
-                         status_values, write_params)
+from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, Probe, serving_node,
+                         stamp_of, status_values, write_params)
 
 T0 = 1_800_000_000 * 10**9
 
@@ -37,14 +37,8 @@ def lidar_node(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('faults')
     params = small_params(cameras=0, **{'diagnostics.period_s': 0.2,
                                         'diagnostics.lidar_timeout_s': 1.0})
-    node = NodeProcess(write_params(params, tmp / 'params.yaml'), tmp / 'node.log')
-    probe = Probe()
-    try:
-        probe.wait_ready(node)
-        yield node, probe
-    finally:
-        probe.close()
-        node.stop()
+    with serving_node(params, tmp) as running:
+        yield running
 
 
 def send_and_wait(probe, points, stamp):
@@ -156,16 +150,8 @@ def test_publisher_process_restart_and_exact_accounting(lidar_node):
 def camera_node(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('camfaults')
     params = small_params(**{'diagnostics.period_s': 0.2, 'diagnostics.lidar_timeout_s': 30.0})
-    domain = other_domain(1)
-    node = NodeProcess(write_params(params, tmp / 'params.yaml'), tmp / 'node.log',
-                       domain_id=domain)
-    probe = Probe(cameras=('front', 'rear'), domain_id=domain)
-    try:
-        probe.wait_ready(node)
-        yield node, probe
-    finally:
-        probe.close()
-        node.stop()
+    with serving_node(params, tmp, ('front', 'rear'), other_domain(1)) as running:
+        yield running
 
 
 def frame(probe, stamp, cameras):

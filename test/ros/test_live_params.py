@@ -8,8 +8,7 @@ from jax_perception_node.live_params import check_update, static_reason
 from jax_perception_node.pipeline import BevPipeline
 import numpy as np
 import pytest
-from ros_harness import (make_cloud, make_features, NodeProcess, Probe, stamp_of,
-                         status_values, write_params)
+from ros_harness import make_cloud, make_features, serving_node, stamp_of, status_values
 
 T0 = 1_700_000_000 * 10**9
 
@@ -65,17 +64,11 @@ def running(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('live')
     params = small_params(1, **{'diagnostics.period_s': 0.2,
                                 'diagnostics.lidar_timeout_s': 60.0})
-    node = NodeProcess(write_params(params, tmp / 'params.yaml'), tmp / 'node.log')
-    probe = Probe(cameras=('front',))
-    try:
-        probe.wait_ready(node)
+    with serving_node(params, tmp, ('front',)) as (node, probe):
         setter = probe.node.create_client(SetParameters, '/jax_perception/set_parameters')
         getter = probe.node.create_client(GetParameters, '/jax_perception/get_parameters')
         assert setter.wait_for_service(timeout_sec=10) and getter.wait_for_service(timeout_sec=10)
         yield node, probe, setter, getter
-    finally:
-        probe.close()
-        node.stop()
 
 
 def set_parameters(probe, setter, **values):

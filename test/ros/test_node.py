@@ -7,8 +7,8 @@ from jax_perception_node.latency import FRAME_KEYS
 from jax_perception_node.pipeline import BevPipeline
 import numpy as np
 import pytest
-from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, Probe, stamp_of,
-                         status_values, write_params)
+from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, Probe, serving_node,
+                         stamp_of, status_values, write_params)
 
 PARAMS = small_params(**{'diagnostics.period_s': 0.2, 'diagnostics.lidar_timeout_s': 30.0})
 T0 = 1_700_000_000 * 10**9
@@ -16,15 +16,8 @@ T0 = 1_700_000_000 * 10**9
 
 @pytest.fixture(scope='module')
 def running(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp('node')
-    node = NodeProcess(write_params(PARAMS, tmp / 'params.yaml'), tmp / 'node.log')
-    probe = Probe(cameras=('front', 'rear'))
-    try:
-        probe.wait_ready(node)
-        yield node, probe
-    finally:
-        probe.close()
-        node.stop()
+    with serving_node(PARAMS, tmp_path_factory.mktemp('node'), ('front', 'rear')) as running:
+        yield running
 
 
 @pytest.fixture(scope='module')
