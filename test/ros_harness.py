@@ -193,3 +193,14 @@ def serving_node(params: dict, folder: Path, cameras=(), domain_id=None):
     finally:
         probe.close()
         node.stop()
+
+
+def set_parameters(probe, setter, **values):
+    """Set parameters through the node's service; returns the per-parameter results."""
+    from rclpy.parameter import Parameter
+    from rcl_interfaces.srv import SetParameters
+    params = [Parameter(k.replace('__', '.'), value=v).to_parameter_msg()
+              for k, v in values.items()]
+    future = setter.call_async(SetParameters.Request(parameters=params))
+    probe.wait_for(future.done, what='set_parameters')
+    return future.result().results

@@ -17,7 +17,7 @@ from jax_perception_node.replay import replay_bag
 import numpy as np
 import pytest
 from reference import quat_matrix
-from ros_harness import make_cloud, serving_node, stamp_of, status_values
+from ros_harness import make_cloud, serving_node, set_parameters, stamp_of, status_values
 
 T0 = 1_700_000_000 * 10**9
 DT = 100_000_000     # 10 Hz sweeps
@@ -383,6 +383,20 @@ def test_replay_of_the_sample_drive_uses_its_odometry(tmp_path, pipe):
     assert lags[1].max() == pytest.approx(0.1) and lags[4].max() == pytest.approx(0.2)
 
 
+def send_clouds(probe, clouds, base: int) -> list[np.ndarray]:
+    """Send clouds DT apart from ``base``, one at a time; returns the node's BEV outputs."""
+    outputs = []
+    for k, points in enumerate(clouds):
+        stamp = base + k * DT
+        probe.cloud_pub.publish(make_cloud(points, stamp))
+        probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.features),
+                       what=f'output of frame {k}')
+        msg = next(m for m in probe.features if stamp_of(m) == stamp)
+        outputs.append(np.frombuffer(bytes(msg.data), np.float32).reshape(
+            msg.height, msg.width, -1))
+    return outputs
+
+
 @pytest.fixture(scope='module')
 def node(tmp_path_factory):
     from nav_msgs.msg import Odometry
@@ -439,15 +453,7 @@ def test_node_accumulates_on_odometry_and_counts_bad_messages(node, pipe):
     for k, pose in enumerate(poses):
         odometry_pub.publish(ros_odometry(base + k * DT, pose))
     time.sleep(0.3)     # odometry is reliable and in order; clouds go best-effort
-    outputs = []
-    for k, points in enumerate(clouds):
-        stamp = base + k * DT
-        probe.cloud_pub.publish(make_cloud(points, stamp))
-        probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.features),
-                       what=f'output of frame {k}')
-        msg = next(m for m in probe.features if stamp_of(m) == stamp)
-        outputs.append(np.frombuffer(bytes(msg.data), np.float32).reshape(
-            msg.height, msg.width, -1))
+    outputs = send_clouds(probe, clouds, base)
     pipe.reset_sweeps()
     for k, points in enumerate(clouds):
         expected = pipe.process(points, stamp_ns=base + k * DT, pose=poses[k]).features
@@ -477,7 +483,6 @@ def test_node_accumulates_on_odometry_and_counts_bad_messages(node, pipe):
 
 def test_node_applies_the_accumulation_limits_live(node, pipe):
     from rcl_interfaces.srv import SetParameters
-    from test_live_params import set_parameters
     proc, probe, odometry_pub = node
     setter = probe.node.create_client(SetParameters, '/jax_perception/set_parameters')
     assert setter.wait_for_service(timeout_sec=10)
@@ -491,15 +496,7 @@ def test_node_applies_the_accumulation_limits_live(node, pipe):
     for k, pose in enumerate(poses):
         odometry_pub.publish(ros_odometry(base + k * DT, pose))
     time.sleep(0.3)
-    outputs = []
-    for k, points in enumerate(clouds):
-        stamp = base + k * DT
-        probe.cloud_pub.publish(make_cloud(points, stamp))
-        probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.features),
-                       what=f'output of frame {k}')
-        msg = next(m for m in probe.features if stamp_of(m) == stamp)
-        outputs.append(np.frombuffer(bytes(msg.data), np.float32).reshape(
-            msg.height, msg.width, -1))
+    outputs = send_clouds(probe, clouds, base)
     # 0.1 s is older than the live 0.05 s: the second frame is its own sweep only.
     check_lidar_block(outputs[1], expected_channels(pipe.cfg, clouds[1], None, None, None, 0))
     assert outputs[1][..., 6].max() == 0.0

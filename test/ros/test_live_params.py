@@ -8,7 +8,8 @@ from jax_perception_node.live_params import check_update, static_reason
 from jax_perception_node.pipeline import BevPipeline
 import numpy as np
 import pytest
-from ros_harness import make_cloud, make_features, serving_node, stamp_of, status_values
+from ros_harness import (make_cloud, make_features, serving_node, set_parameters, stamp_of,
+                         status_values)
 
 T0 = 1_700_000_000 * 10**9
 
@@ -69,17 +70,6 @@ def running(tmp_path_factory):
         getter = probe.node.create_client(GetParameters, '/jax_perception/get_parameters')
         assert setter.wait_for_service(timeout_sec=10) and getter.wait_for_service(timeout_sec=10)
         yield node, probe, setter, getter
-
-
-def set_parameters(probe, setter, **values):
-    """Set parameters through the node's service; returns the per-parameter results."""
-    from rclpy.parameter import Parameter
-    from rcl_interfaces.srv import SetParameters
-    params = [Parameter(k.replace('__', '.'), value=v).to_parameter_msg()
-              for k, v in values.items()]
-    future = setter.call_async(SetParameters.Request(parameters=params))
-    probe.wait_for(future.done, what='set_parameters')
-    return future.result().results
 
 
 def get_parameter(probe, getter, name):
