@@ -73,3 +73,13 @@ def yaw_quaternion(degrees):
     """Return the (x, y, z, w) quaternion of a yaw about z."""
     half = math.radians(degrees) / 2
     return (0.0, 0.0, math.sin(half), math.cos(half))
+
+
+def read_all(bag, topics) -> list[tuple]:
+    """Every message of ``topics`` in a bag, deserialized: (topic, timestamp, message)."""
+    reader = bagio.open_reader(bag)
+    try:
+        return [(t, ts, bagio.TYPESTORE.deserialize_cdr(raw, mt))
+                for t, ts, raw, mt in bagio.iter_messages(reader, topics)]
+    finally:
+        reader.close()

@@ -8,7 +8,7 @@ node over loopback DDS.
 import math
 import time
 
-from bag_messages import odometry, yaw_quaternion
+from bag_messages import odometry, read_all, yaw_quaternion
 from configs import small_config, small_params
 from jax_perception_node import bagio, kernels
 from jax_perception_node.frame_path import FramePath
@@ -323,12 +323,7 @@ def test_replay_with_odometry_writes_the_time_lag_channel(tmp_path, pipe):
     assert result.rejected_odometry == 1
     assert any('odometry rejected' in e and 'pose.position' in e for e in result.errors)
     assert result.summary()['frames_without_odometry'] == 0
-    reader = bagio.open_reader(tmp_path / 'out')
-    try:
-        outputs = [bagio.TYPESTORE.deserialize_cdr(raw, t) for _, _, raw, t in
-                   bagio.iter_messages(reader, [bagio.FEATURES_TOPIC])]
-    finally:
-        reader.close()
+    outputs = [m for _, _, m in read_all(tmp_path / 'out', [bagio.FEATURES_TOPIC])]
     for k, msg in enumerate(outputs):
         assert msg.encoding == '32FC11'
         got = np.frombuffer(bytes(msg.data), np.float32).reshape(msg.height, msg.width, -1)
@@ -355,12 +350,7 @@ def test_replay_of_the_sample_drive_uses_its_odometry(tmp_path, pipe):
     summary = write_sample_bag(tmp_path / 'drive', cfg, seconds=0.5, num_cameras=0,
                                lidar=lidar)
     assert summary['odometry_messages'] == 23     # 0, 0.02, ... 0.44 s: up to 0.4 s + 0.05 s
-    reader = bagio.open_reader(tmp_path / 'drive')
-    try:
-        odometry_msgs = [bagio.TYPESTORE.deserialize_cdr(raw, t) for _, _, raw, t in
-                         bagio.iter_messages(reader, [bagio.ODOMETRY_TOPIC])]
-    finally:
-        reader.close()
+    odometry_msgs = [m for _, _, m in read_all(tmp_path / 'drive', [bagio.ODOMETRY_TOPIC])]
     last = odometry_msgs[-1]
     assert (last.header.frame_id, last.child_frame_id) == ('map', cfg.grid.frame_id)
     t = (last.header.stamp.sec * 10**9 + last.header.stamp.nanosec - T0) * 1e-9
@@ -369,12 +359,7 @@ def test_replay_of_the_sample_drive_uses_its_odometry(tmp_path, pipe):
     result = replay_bag(tmp_path / 'drive', tmp_path / 'out', cfg, pipeline=pipe)
     assert result.frames == 5 and result.frames_without_odometry == 0
     assert result.rejected_odometry == 0 and compile_count() == compiles
-    reader = bagio.open_reader(tmp_path / 'out')
-    try:
-        outputs = [bagio.TYPESTORE.deserialize_cdr(raw, t) for _, _, raw, t in
-                   bagio.iter_messages(reader, [bagio.FEATURES_TOPIC])]
-    finally:
-        reader.close()
+    outputs = [m for _, _, m in read_all(tmp_path / 'out', [bagio.FEATURES_TOPIC])]
     lags = [np.frombuffer(bytes(m.data), np.float32).reshape(m.height, m.width, -1)[..., 6]
             for m in outputs]
     assert [m.encoding for m in outputs] == ['32FC11'] * 5

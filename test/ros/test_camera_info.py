@@ -4,6 +4,7 @@ import copy
 import time
 
 import bag_messages
+from bag_messages import read_all
 from configs import camera_params, small_config, small_params
 from jax_perception_node import bagio
 from jax_perception_node.camera import (CameraInfoError, scale_camera_info, SCALE_TOLERANCE,
@@ -144,12 +145,7 @@ def test_replay_reads_camera_info_from_the_bag(tmp_path, scaled_reference):
     assert result.camera_info_applied == 1          # the repeat at frame 2 changes nothing
     assert result.rejected_camera_info == len(bad_infos())
     assert any('CameraInfo rejected' in e and 'fx' in e for e in result.errors)
-    reader = bagio.open_reader(tmp_path / 'out')
-    try:
-        outputs = [bagio.TYPESTORE.deserialize_cdr(raw, t) for _, _, raw, t in
-                   bagio.iter_messages(reader, [bagio.FEATURES_TOPIC])]
-    finally:
-        reader.close()
+    outputs = [m for _, _, m in read_all(tmp_path / 'out', [bagio.FEATURES_TOPIC])]
     for k, ((points, fmap), msg) in enumerate(zip(frames, outputs)):
         got = np.frombuffer(bytes(msg.data), np.float32).reshape(msg.height, msg.width, -1)
         # Frame 0 precedes every CameraInfo: the parameters are the fallback.

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+from bag_messages import read_all
 from configs import PARAMS_FILE, small_params
 from jax_perception_node import bagio
 from jax_perception_node.config import load_config, read_param_file
@@ -20,15 +21,6 @@ def sample(tmp_path_factory):
     bag = tmp_path_factory.mktemp('bags') / 'drive'
     assert main(['sample-bag', str(bag), '--seconds', '1.5', '--seed', '3']) == 0
     return bag
-
-
-def read_all(bag, topics):
-    reader = bagio.open_reader(bag)
-    try:
-        return [(t, ts, bagio.TYPESTORE.deserialize_cdr(raw, mt))
-                for t, ts, raw, mt in bagio.iter_messages(reader, topics)]
-    finally:
-        reader.close()
 
 
 def test_sample_bag_has_topics_types_and_varying_counts(sample):
