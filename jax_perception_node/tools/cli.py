@@ -106,9 +106,12 @@ def _replay_fleet(args, cfg) -> int:
             f'{bag["frames"]} frames, {bag["rejected"]} rejected, compiles after warm-up '
             f'{bag["compiles_after_warmup"]}')
         print(f'{bag["input"]}: {state} (worker {bag["worker"]}, attempts {bag["attempts"]})')
+    spawned = len(summary['workers'])
+    idle = spawned - sum(w['ready'] for w in summary['workers'])
     print(f'{totals["bags"] - totals["failed"]}/{totals["bags"]} bags, {totals["frames"]} '
           f'frames in {totals["wall_s"]:.1f} s ({totals["frames_per_s"]:.1f} frames/s) on '
-          f'{len(summary["workers"])} workers; outputs in {args.out}')
+          f'{spawned} worker{"s" * (spawned != 1)}'
+          f'{f" ({idle} never ready)" if idle else ""}; outputs in {args.out}')
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(summary, indent=2) + '\n')

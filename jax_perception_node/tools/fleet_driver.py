@@ -33,17 +33,26 @@ class Scheduler:
         self.running = {}       # replay() ref -> (label, actor, outcome)
         self.polls = {}         # status() ref -> label
         self.status = {}        # label -> last status() reply
-        self.info = {}          # label -> start() reply + start_s, died
+        self.info = {}          # label -> worker record (worker_info)
         self.first_ready: float | None = None   # perf_counter when the first worker was ready
 
     def worker_info(self) -> list[dict]:
-        """Every worker that started, in start order."""
+        """
+        Every worker spawned, in spawn order.
+
+        ``ready`` is False for one still warming up when the last bag finished (another worker
+        took all the bags) or that died while starting; its start-up fields are then None.
+        ``bags`` counts the attempts it finished (outputs and errors, not those it died in).
+        """
         return [self.info[k] for k in sorted(self.info, key=lambda k: int(k[1:]))]
 
     def spawn(self) -> None:
         """Create one actor and ask it to warm up."""
         label = f'w{self.spawned}'
         self.spawned += 1
+        self.info[label] = {'worker': label, 'ready': False, 'host': None, 'pid': None,
+                            'warmup_s': None, 'start_compiles': None, 'xla_flags': None,
+                            'start_s': None, 'died': False, 'bags': 0}
         actor = self.actor_class.remote(self.cfg, label)
         self.starting[actor.start.remote()] = (label, actor, time.perf_counter())
 
@@ -91,6 +100,7 @@ class Scheduler:
         except self.ray.exceptions.RayActorError as exc:
             # The process died (killed, node lost): a new actor, a bounded number of times.
             self.start_deaths += 1
+            self.info[label]['died'] = True
             if self.start_deaths > self.max_start_deaths:
                 raise FleetError(f'workers keep dying while starting ({label}: '
                                  f'{first_line(exc)})') from None
@@ -100,8 +110,7 @@ class Scheduler:
             raise FleetError(f'worker {label} could not start: {_cause(exc)}') from None
         now = time.perf_counter()
         self.first_ready = self.first_ready or now
-        info.update(start_s=round(now - spawned, 3), died=False)
-        self.info[label] = info
+        self.info[label].update(info, ready=True, start_s=round(now - spawned, 3))
         self.idle.append((label, actor))
 
     def replayed(self, ref) -> None:
@@ -113,8 +122,7 @@ class Scheduler:
         except self.ray.exceptions.RayActorError as exc:
             self.ray.kill(actor, no_restart=True)
             remove_partial(outcome)
-            if label in self.info:
-                self.info[label]['died'] = True
+            self.info[label]['died'] = True
             if outcome.attempts < self.max_attempts:
                 self.queue.appendleft(outcome)
             else:
@@ -130,6 +138,7 @@ class Scheduler:
         outcome.summary, outcome.error = reply['summary'], reply['error']
         outcome.seconds, outcome.cpu_s = reply['seconds'], reply['cpu_s']
         self.finished += 1
+        self.info[label]['bags'] += 1
         self.idle.append((label, actor))
 
     def poll(self) -> None:
