@@ -14,8 +14,8 @@ user waits for it; replay frames/s counts from the first worker ready, the throu
 running. A first two-bag run fills the store (its workers' starts are the cold starts);
 every worker of the measured runs that came up reports its start-up: spawn to ready as the
 driver sees it (``start_s``), the pipeline's build and warm-up inside (``warmup_s``) and its
-compiles (0 when the store is warm). The workload is the shipped grid and front camera with two buckets and a
-32-beam LiDAR, so a frame costs what a real one does but compiles stay short.
+compiles (0 when the store is warm). The workload is the shipped grid and front camera with
+two buckets and a 32-beam LiDAR, so a frame costs what a real one does but compiles stay short.
 """
 
 from pathlib import Path
