@@ -38,9 +38,10 @@ from .odometry import OdometryError
 from .pipeline import BevPipeline
 
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
-COUNTS = ('received', 'processed', 'dropped', 'rejected', 'rejected_feature_maps',
-          'rejected_camera_info', 'camera_info_applied', 'overflowed', 'nonfinite_features',
-          'rejected_odometry', 'frames_without_odometry')
+COUNTS = ('received', 'processed', 'dropped', 'rejected', 'feature_maps_received',
+          'rejected_feature_maps', 'rejected_camera_info', 'camera_info_applied', 'overflowed',
+          'nonfinite_features', 'odometry_received', 'rejected_odometry',
+          'frames_without_odometry')
 
 
 class PerceptionCore:
@@ -241,6 +242,7 @@ class PerceptionCore:
         try:
             with self._lock:
                 self.path.add_odometry(msg)
+                self.counts['odometry_received'] += 1
         except OdometryError as exc:
             with self._lock:
                 self.counts['rejected_odometry'] += 1
@@ -251,6 +253,7 @@ class PerceptionCore:
         try:
             with self._lock:
                 jumped = self.path.add_features(name, msg)
+                self.counts['feature_maps_received'] += 1
         except FeatureMapError as exc:
             with self._lock:
                 self.counts['rejected_feature_maps'] += 1

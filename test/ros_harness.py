@@ -89,15 +89,28 @@ def status_values(status) -> dict:
     return {kv.key: kv.value for kv in status.values}
 
 
+# /diagnostics counts of the messages the node took on an input: accepted plus refused.
+MAP_COUNTS = ('feature_maps_received', 'rejected_feature_maps')
+ODOMETRY_COUNTS = ('odometry_received', 'rejected_odometry')
+
+
 class Probe:
     """A test-side rclpy node publishing the node's inputs and collecting its outputs."""
 
     _count = 0
 
-    def __init__(self, cameras=(), ns='/jax_perception', domain_id=None, features=True):
-        """Publish to the node's inputs; keep every output (``features=False``: no BEV images)."""
+    def __init__(self, cameras=(), ns='/jax_perception', domain_id=None, features=True,
+                 odometry=False):
+        """
+        Publish to the node's inputs; keep every output (``features=False``: no BEV images).
+
+        Every publisher exists before the node is ready (``wait_ready``), so the node's
+        best-effort readers have matched it before the first message: a publisher created
+        later can lose its first messages to discovery.
+        """
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
+        from nav_msgs.msg import Odometry
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import qos_profile_sensor_data, QoSProfile
         from sensor_msgs.msg import Image, PointCloud2
@@ -112,6 +125,8 @@ class Probe:
         self.camera_pubs = {name: self.node.create_publisher(
             Image, f'{ns}/input/camera/{name}/features', qos_profile_sensor_data)
             for name in cameras}
+        self.odometry_pub = self.node.create_publisher(
+            Odometry, f'{ns}/input/odometry', QoSProfile(depth=50)) if odometry else None
         keep = (lambda store: lambda msg: self._keep(store, msg))
         self._output_topics = [f'{ns}/debug/latency'] + (
             [f'{ns}/output/bev_features'] if features else [])
@@ -155,7 +170,7 @@ class Probe:
             if time.monotonic() > deadline:
                 raise AssertionError(f'node not ready in {timeout} s:\n{node_proc.log()}')
             time.sleep(0.05)
-        for pub in self.camera_pubs.values():
+        for pub in [*self.camera_pubs.values(), *filter(None, [self.odometry_pub])]:
             while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
                 time.sleep(0.05)
         # The node's outputs: wait until this probe sees a publisher on each topic it listens to.
@@ -165,6 +180,36 @@ class Probe:
                     raise AssertionError(f'no publisher on {topic} in {timeout} s')
                 time.sleep(0.05)
         time.sleep(0.1)     # both ends of a match learn of it at about the same moment
+
+    def publish_taken(self, sends, keys=MAP_COUNTS, what='feature maps') -> None:
+        """
+        Publish (publisher, message) pairs and wait until the node has taken every one.
+
+        Taken: the sum of the counts ``keys`` in /diagnostics (accepted plus rejected) grew by
+        their number. A cloud published next then finds them buffered however busy the
+        machine is, which no fixed sleep promises. Every message on these topics must go
+        through here, or the count it starts from may lag.
+        """
+        def taken():
+            if not self.diagnostics:
+                return 0
+            values = status_values(self.diagnostics[-1].status[0])
+            return sum(int(values[k]) for k in keys)
+        with self.lock:
+            before = taken()
+        for pub, msg in sends:
+            pub.publish(msg)
+        self.wait_for(lambda: taken() >= before + len(sends),
+                      what=f'the node to take {len(sends)} {what}')
+
+    def publish_maps(self, messages: dict) -> None:
+        """Publish feature maps (camera name -> Image) and wait until the node took them."""
+        self.publish_taken([(self.camera_pubs[name], msg) for name, msg in messages.items()])
+
+    def publish_odometry(self, messages) -> None:
+        """Publish Odometry messages and wait until the node took them (kept or refused)."""
+        self.publish_taken([(self.odometry_pub, msg) for msg in messages],
+                           ODOMETRY_COUNTS, 'odometry messages')
 
     def last_status(self):
         with self.lock:
@@ -178,15 +223,17 @@ class Probe:
 
 
 @contextmanager
-def serving_node(params: dict, folder: Path, cameras=(), domain_id=None):
+def serving_node(params: dict, folder: Path, cameras=(), domain_id=None, odometry=False):
     """
     Start the node on ``params`` and a probe beside it; yield (node, probe) once it serves.
+
+    ``cameras`` and ``odometry``: the probe publishes feature maps and odometry too.
 
     The params file and the node's log go to ``folder``; both are stopped on the way out.
     """
     node = NodeProcess(write_params(params, folder / 'params.yaml'), folder / 'node.log',
                        domain_id=domain_id)
-    probe = Probe(cameras=cameras, domain_id=domain_id)
+    probe = Probe(cameras=cameras, domain_id=domain_id, odometry=odometry)
     try:
         probe.wait_ready(node)
         yield node, probe

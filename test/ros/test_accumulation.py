@@ -6,7 +6,6 @@ node over loopback DDS.
 """
 
 import math
-import time
 
 from bag_messages import odometry, read_all, yaw_quaternion
 from configs import small_config, small_params
@@ -384,17 +383,11 @@ def send_clouds(probe, clouds, base: int) -> list[np.ndarray]:
 
 @pytest.fixture(scope='module')
 def node(tmp_path_factory):
-    from nav_msgs.msg import Odometry
-    from rclpy.qos import QoSProfile
     tmp = tmp_path_factory.mktemp('accumulation')
     params = small_params(1, **{'accumulation.num_sweeps': SWEEPS, 'diagnostics.period_s': 0.2,
                                 'diagnostics.lidar_timeout_s': 60.0})
-    with serving_node(params, tmp, ('front',)) as (proc, probe):
-        odometry_pub = probe.node.create_publisher(Odometry, bagio.ODOMETRY_TOPIC,
-                                                   QoSProfile(depth=50))
-        probe.wait_for(lambda: odometry_pub.get_subscription_count() > 0,
-                       what='odometry subscription')
-        yield proc, probe, odometry_pub
+    with serving_node(params, tmp, ('front',), odometry=True) as running:
+        yield running
 
 
 def ros_odometry(stamp, pose=None, position=None, xyzw=None):
@@ -421,23 +414,21 @@ def wait_status(probe, predicate, what):
 
 
 def test_node_accumulates_on_odometry_and_counts_bad_messages(node, pipe):
-    proc, probe, odometry_pub = node
+    proc, probe = node
     cfg = pipe.cfg
     clouds, poses = drive(cfg, frames=2, seed=3)
     base = T0 + 10**9 * 100
-    for k, pose in enumerate(poses):
-        odometry_pub.publish(ros_odometry(base + k * DT, pose))
+    probe.publish_odometry([ros_odometry(base + k * DT, pose) for k, pose in enumerate(poses)])
     # Bad ones: NaN pose, quaternion of norm 0, a stamp going backwards (resets the buffer,
     # so it comes before the good samples are sent again).
     bad = [ros_odometry(base + DT + 1, position=(float('nan'), 0, 0), xyzw=(0, 0, 0, 1)),
            ros_odometry(base + DT + 2, position=(0, 0, 0), xyzw=(0, 0, 0, 0)),
            ros_odometry(base - DT, position=(0, 0, 0), xyzw=(0, 0, 0, 1))]
-    for msg in bad:
-        odometry_pub.publish(msg)
-    wait_status(probe, lambda v: v['rejected_odometry'] == '3', 'bad odometry counted')
-    for k, pose in enumerate(poses):
-        odometry_pub.publish(ros_odometry(base + k * DT, pose))
-    time.sleep(0.3)     # odometry is reliable and in order; clouds go best-effort
+    probe.publish_odometry(bad)
+    values = status_values(wait_status(probe, lambda v: v['rejected_odometry'] == '3',
+                                       'bad odometry counted'))
+    assert values['odometry_received'] == str(len(poses))
+    probe.publish_odometry([ros_odometry(base + k * DT, pose) for k, pose in enumerate(poses)])
     outputs = send_clouds(probe, clouds, base)
     pipe.reset_sweeps()
     for k, points in enumerate(clouds):
@@ -468,7 +459,7 @@ def test_node_accumulates_on_odometry_and_counts_bad_messages(node, pipe):
 
 def test_node_applies_the_accumulation_limits_live(node, pipe):
     from rcl_interfaces.srv import SetParameters
-    proc, probe, odometry_pub = node
+    proc, probe = node
     setter = probe.node.create_client(SetParameters, '/jax_perception/set_parameters')
     assert setter.wait_for_service(timeout_sec=10)
     results = set_parameters(probe, setter, accumulation__max_sweep_age_s=0.05,
@@ -478,9 +469,7 @@ def test_node_applies_the_accumulation_limits_live(node, pipe):
     assert not results[0].successful and 'static' in results[0].reason
     clouds, poses = drive(pipe.cfg, frames=2, seed=4)
     base = T0 + 10**9 * 300
-    for k, pose in enumerate(poses):
-        odometry_pub.publish(ros_odometry(base + k * DT, pose))
-    time.sleep(0.3)
+    probe.publish_odometry([ros_odometry(base + k * DT, pose) for k, pose in enumerate(poses)])
     outputs = send_clouds(probe, clouds, base)
     # 0.1 s is older than the live 0.05 s: the second frame is its own sweep only.
     check_lidar_block(outputs[1], expected_channels(pipe.cfg, clouds[1], None, None, None, 0))

@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-import time
 
 from configs import REPO, small_params
 import numpy as np
@@ -11,6 +10,9 @@ from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, P
                          stamp_of, status_values, write_params)
 
 T0 = 1_800_000_000 * 10**9
+# These nodes test timeouts and stale cameras: one slow frame on a busy machine must not
+# leave a p99-over-budget WARN where OK is expected.
+NO_BUDGET = {'diagnostics.latency_budget_ms': 1e6}
 
 
 def status(probe):
@@ -33,10 +35,10 @@ def balanced(v, _=None) -> bool:
 
 @pytest.fixture(scope='module')
 def lidar_node(tmp_path_factory):
-    """Start a LiDAR-only node with a 1 s LiDAR timeout and 5 Hz diagnostics."""
+    """Start a LiDAR-only node with a 2 s LiDAR timeout and 5 Hz diagnostics."""
     tmp = tmp_path_factory.mktemp('faults')
     params = small_params(cameras=0, **{'diagnostics.period_s': 0.2,
-                                        'diagnostics.lidar_timeout_s': 1.0})
+                                        'diagnostics.lidar_timeout_s': 2.0, **NO_BUDGET})
     with serving_node(params, tmp) as running:
         yield running
 
@@ -95,7 +97,7 @@ def test_lidar_timeout_is_an_error_and_recovers(lidar_node):
     node, probe = lidar_node
     send_and_wait(probe, np.ones((20, 4), np.float32), T0 + 6 * 10**9)
     settle(probe, lambda v, s: s.level == s.OK, 'OK while clouds flow')
-    # The timeout is 1 s: the ERROR is waited for, with room for a busy machine.
+    # The timeout is 2 s: two OK reports fit before it; the ERROR is waited for.
     settle(probe, lambda v, s: s.level == s.ERROR and 'no point cloud' in s.message,
            'ERROR after the LiDAR timeout')
     for k in range(3):
@@ -149,15 +151,14 @@ def test_publisher_process_restart_and_exact_accounting(lidar_node):
 @pytest.fixture(scope='module')
 def camera_node(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('camfaults')
-    params = small_params(**{'diagnostics.period_s': 0.2, 'diagnostics.lidar_timeout_s': 30.0})
+    params = small_params(**{'diagnostics.period_s': 0.2, 'diagnostics.lidar_timeout_s': 30.0,
+                             **NO_BUDGET})
     with serving_node(params, tmp, ('front', 'rear'), other_domain(1)) as running:
         yield running
 
 
 def frame(probe, stamp, cameras):
-    for name, fmap in cameras.items():
-        probe.camera_pubs[name].publish(make_features(fmap, stamp))
-    time.sleep(0.1)
+    probe.publish_maps({name: make_features(fmap, stamp) for name, fmap in cameras.items()})
     return send_and_wait(probe, np.ones((10, 4), np.float32), stamp)
 
 
@@ -186,14 +187,14 @@ def test_nan_feature_maps_are_zeroed_counted_and_malformed_maps_rejected(camera_
     assert np.isfinite(np.frombuffer(bytes(out.data), np.float32)).all()
     bad = make_features(np.ones((12, 20, 3), np.float32), T0 + 11 * 10**9)
     bad.encoding = 'rgb8'
-    probe.camera_pubs['front'].publish(bad)
     short = make_features(np.ones((12, 20, 3), np.float32), T0 + 11 * 10**9)
     short.height = 10
-    probe.camera_pubs['rear'].publish(short)
+    probe.publish_maps({'front': bad, 'rear': short})
     after = settle(probe, lambda v, s: int(v['rejected_feature_maps'])
                    >= int(before['rejected_feature_maps']) + 2, 'rejected feature maps')
     assert int(after['nonfinite_features']) - int(before['nonfinite_features']) == 8
     assert int(after['rejected_feature_maps']) - int(before['rejected_feature_maps']) == 2
+    assert int(after['feature_maps_received']) - int(before['feature_maps_received']) == 2
     assert 'feature map rejected' in node.log() and 'encoding' in node.log()
 
 

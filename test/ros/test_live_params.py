@@ -1,6 +1,5 @@
 """Live parameters: which keys are static (the schema), the update check, the node's callback."""
 
-import time
 
 from configs import camera_params, small_config, small_params
 from jax_perception_node.config import ConfigError
@@ -82,8 +81,7 @@ def get_parameter(probe, getter, name):
 
 def send_frame(probe, k, points, fmap, camera_offset_ns=20_000_000):
     stamp = T0 + k * 10**9
-    probe.camera_pubs['front'].publish(make_features(fmap, stamp + camera_offset_ns))
-    time.sleep(0.15)
+    probe.publish_maps({'front': make_features(fmap, stamp + camera_offset_ns)})
     probe.cloud_pub.publish(make_cloud(points, stamp))
     probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.features)
                    and any(stamp_of(m) == stamp for m in probe.latency),
