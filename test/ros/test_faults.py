@@ -122,7 +122,7 @@ while pub.get_subscription_count() == 0:
     if time.monotonic() > deadline:
         sys.exit('the node did not subscribe within 60 s')
     time.sleep(0.02)
-time.sleep(0.3)
+time.sleep(1.0)   # the node's best-effort reader must match this new writer too
 for k in range({count}):
     pub.publish(make_cloud(np.ones((40, 4), np.float32), {t0} + k * 10**8))
     time.sleep(0.1)
