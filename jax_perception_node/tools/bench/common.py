@@ -44,7 +44,7 @@ class Plan:
     peak_seconds: float            # s per extra peak step
     ros_points: int | None         # points of the ROS cloud (None: one full synthetic sweep)
     ros_gap_s: float = 1.0         # s of silence before each rate, so no backlog carries over
-    ros_warmup_s: float = 1.0      # s published (not counted) before the first rate
+    ros_warmup_s: float = 1.0      # s published (not counted) first; longer until outputs flow
     tiny: bool = False             # small grid and cameras (the test)
 
 

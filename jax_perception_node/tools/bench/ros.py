@@ -173,17 +173,18 @@ class RosBench:
             -> dict:
         """Run publisher and subscriber processes around whatever serves the node's topics."""
         from .ros_processes import helper_command
-        done = self.work / f'{kind}.done'
+        done, ready = self.work / f'{kind}.done', self.work / f'{kind}.ready'
         sub_out, pub_out = self.work / f'{kind}_sub.json', self.work / f'{kind}_pub.json'
-        for path in (done, sub_out, pub_out):
+        for path in (done, ready, sub_out, pub_out):
             path.unlink(missing_ok=True)
-        sub = self.spawn(helper_command('subscribe', '--out', str(sub_out), '--until', str(done)),
-                         f'{kind}_subscriber.log')
+        sub = self.spawn(helper_command('subscribe', '--out', str(sub_out), '--until', str(done),
+                                        '--ready', str(ready)), f'{kind}_subscriber.log')
         text = ','.join(f'{label}:{rate:g}:{seconds:g}' for label, rate, seconds in schedule)
         pub = self.spawn(helper_command('publish', '--inputs', str(inputs_file), '--schedule',
                                         text, '--out', str(pub_out), '--gap',
                                         str(self.plan.ros_gap_s), '--warmup',
-                                        str(self.plan.ros_warmup_s)), f'{kind}_publisher.log')
+                                        str(self.plan.ros_warmup_s), '--ready', str(ready)),
+                         f'{kind}_publisher.log')
         budget = sum(s for _, _, s in schedule) + 2.0 * len(schedule) + 90.0
         try:
             pub.wait(timeout=budget)

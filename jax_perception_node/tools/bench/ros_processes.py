@@ -19,6 +19,7 @@ Every process here honours the ROS environment it is given (``processes.local_ro
 """
 
 import argparse
+import itertools
 import json
 import os
 from pathlib import Path
@@ -117,13 +118,18 @@ def spin_in_thread(context, node):
 # -- publish ------------------------------------------------------------------------------------
 
 def publish(inputs: Path, schedule: list[tuple[str, float, float]], out: Path,
-            gap_s: float = 1.0, warmup_s: float = 1.0, wait_s: float = 60.0) -> int:
+            gap_s: float = 1.0, warmup_s: float = 1.0, wait_s: float = 60.0,
+            ready: Path | None = None) -> int:
     """
     Publish the prepared inputs at each (label, rate Hz, seconds) of ``schedule``.
 
     Starts once the cloud topic and the output topic both have a subscriber (the node or echo,
-    and our subscriber), then ``warmup_s`` at the first rate (recorded as label 'warmup'), then
-    each segment with ``gap_s`` of silence before it so no backlog crosses segments. Each
+    and our subscriber), then publishes at the first rate (recorded as label 'warmup') for
+    ``warmup_s`` and until the file ``ready`` exists: the subscriber creates it on its first
+    output, so every endpoint of the chain has matched (a subscription count only says that
+    one side did; on a loaded machine the other can lag by seconds, and best-effort readers
+    drop what they receive before). Then each segment, with ``gap_s`` of silence before it so
+    no backlog crosses segments. Each
     frame publishes the camera maps first, then the cloud, all with one stamp = wall clock
     (``time.time_ns()``) just before publishing. Writes ``{label: {rate_hz, stamps_ns,
     publish_ms}}`` to ``out``.
@@ -151,15 +157,22 @@ def publish(inputs: Path, schedule: list[tuple[str, float, float]], out: Path,
                 print('bench_ros publish: no subscribers', file=sys.stderr)
                 return 1
             time.sleep(0.02)
-        time.sleep(0.5)     # let the remaining endpoints match
+        time.sleep(0.5)     # the camera readers: the ready file vouches for the cloud path only
         result = {}
-        segments = [('warmup', schedule[0][1], warmup_s)] if warmup_s > 0 else []
+        segments = [('warmup', schedule[0][1], warmup_s)] if warmup_s > 0 or ready else []
         for label, rate, seconds in segments + list(schedule):
             time.sleep(gap_s)
             stamps, costs = [], []
             period = 1.0 / rate
             start = time.perf_counter()
-            for k in range(max(1, int(round(rate * seconds)))):
+            frames = max(1, int(round(rate * seconds)))
+            for k in itertools.count():
+                if k >= frames and (label != 'warmup' or ready is None or ready.exists()):
+                    break
+                if label == 'warmup' and time.perf_counter() - start > wait_s:
+                    print(f'bench_ros publish: no output reached the subscriber in {wait_s:g} s',
+                          file=sys.stderr)
+                    return 1
                 delay = start + k * period - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
@@ -183,9 +196,12 @@ def publish(inputs: Path, schedule: list[tuple[str, float, float]], out: Path,
 
 # -- subscribe ----------------------------------------------------------------------------------
 
-def subscribe(out: Path, until: Path, grace_s: float = 1.0, timeout_s: float = 600.0) -> int:
+def subscribe(out: Path, until: Path, grace_s: float = 1.0, timeout_s: float = 600.0,
+              ready: Path | None = None) -> int:
     """
     Record output arrivals and the node's latency records until ``until`` exists.
+
+    Creates the file ``ready`` when the first output arrives (the publisher waits for it).
 
     ``features``: [stamp_ns, receive wall time ns] per ``bev_features`` message (receive time
     taken at callback entry, before anything else); ``latency``: [stamp_ns, {key: value}] per
@@ -217,6 +233,8 @@ def subscribe(out: Path, until: Path, grace_s: float = 1.0, timeout_s: float = 6
     try:
         deadline = time.monotonic() + timeout_s
         while not until.exists() and time.monotonic() < deadline:
+            if ready is not None and features and not ready.exists():
+                ready.touch()
             time.sleep(0.05)
         time.sleep(grace_s)
     finally:
@@ -383,9 +401,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('--out', required=True, type=Path)
     p.add_argument('--gap', type=float, default=1.0)
     p.add_argument('--warmup', type=float, default=1.0)
+    p.add_argument('--ready', type=Path, help='wait for this file (the subscriber makes it)')
     p = sub.add_parser('subscribe')
     p.add_argument('--out', required=True, type=Path)
     p.add_argument('--until', required=True, type=Path)
+    p.add_argument('--ready', type=Path, help='create this file on the first output')
     p.add_argument('--timeout', type=float, default=600.0)
     p = sub.add_parser('echo')
     p.add_argument('--height', type=int, required=True)
@@ -399,9 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == 'publish':
         return publish(args.inputs, parse_schedule(args.schedule), args.out, gap_s=args.gap,
-                       warmup_s=args.warmup)
+                       warmup_s=args.warmup, ready=args.ready)
     if args.command == 'subscribe':
-        return subscribe(args.out, args.until, timeout_s=args.timeout)
+        return subscribe(args.out, args.until, timeout_s=args.timeout, ready=args.ready)
     if args.command == 'echo':
         return echo(args.height, args.width, args.channels,
                     [c for c in args.cameras.split(',') if c])
