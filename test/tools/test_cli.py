@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 from bag_messages import read_all
+from cli_errors import assert_one_line_error
 from configs import PARAMS_FILE, small_params
 from jax_perception_node import bagio
 from jax_perception_node.config import load_config, read_param_file
@@ -183,11 +184,7 @@ def test_user_errors_print_one_line_and_return_1(argv, message, sample, tmp_path
     (tmp_path / 'notabag.txt').write_text('hello')
     argv = [a.format(tmp=tmp_path, sample=sample) for a in argv]
     assert main(argv) == 1
-    captured = capsys.readouterr()
-    err = captured.err.strip()
-    assert err.startswith('jax-perception: ') and '\n' not in err, err
-    assert message in err
-    assert 'Traceback' not in captured.out + captured.err
+    assert_one_line_error(capsys, message)
 
 
 def wait_for_publishers(topics, proc, timeout=120.0):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+from cli_errors import assert_one_line_error
 from configs import small_params
 from jax_perception_node import bagio
 from jax_perception_node.config import config_from_parameters
@@ -226,11 +227,7 @@ def test_user_errors_print_one_line_and_return_1(argv, message, archive, tmp_pat
     argv = ['replay', *(a.format(bags=archive.bags, tmp=tmp_path) for a in argv),
             '--params', str(archive.params)]
     assert main(argv) == 1
-    captured = capsys.readouterr()
-    err = captured.err.strip()
-    assert err.startswith('jax-perception: ') and '\n' not in err, err
-    assert message in err
-    assert 'Traceback' not in captured.out + captured.err
+    assert_one_line_error(capsys, message)
     assert not (tmp_path / 'o').exists()
 
 

@@ -129,9 +129,8 @@ def publish(inputs: Path, schedule: list[tuple[str, float, float]], out: Path,
     output, so every endpoint of the chain has matched (a subscription count only says that
     one side did; on a loaded machine the other can lag by seconds, and best-effort readers
     drop what they receive before). Then each segment, with ``gap_s`` of silence before it so
-    no backlog crosses segments. Each
-    frame publishes the camera maps first, then the cloud, all with one stamp = wall clock
-    (``time.time_ns()``) just before publishing. Writes ``{label: {rate_hz, stamps_ns,
+    no backlog crosses segments. Each frame publishes the camera maps first, then the cloud,
+    all with one stamp = wall clock (``time.time_ns()``) just before publishing. Writes ``{label: {rate_hz, stamps_ns,
     publish_ms}}`` to ``out``.
     """
     import rclpy
