@@ -130,8 +130,8 @@ def publish(inputs: Path, schedule: list[tuple[str, float, float]], out: Path,
     one side did; on a loaded machine the other can lag by seconds, and best-effort readers
     drop what they receive before). Then each segment, with ``gap_s`` of silence before it so
     no backlog crosses segments. Each frame publishes the camera maps first, then the cloud,
-    all with one stamp = wall clock (``time.time_ns()``) just before publishing. Writes ``{label: {rate_hz, stamps_ns,
-    publish_ms}}`` to ``out``.
+    all with one stamp = wall clock (``time.time_ns()``) just before publishing. Writes
+    ``{label: {rate_hz, stamps_ns, publish_ms}}`` to ``out``.
     """
     import rclpy
     from rclpy.qos import qos_profile_sensor_data
