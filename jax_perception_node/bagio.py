@@ -4,15 +4,25 @@ rosbag2 reading and writing on top of ``rosbags`` (MCAP or sqlite3), without a R
 Messages are ``rosbags`` dataclasses of the ROS 2 Jazzy type store; the core reads them by
 attribute just like rclpy messages. Raw CDR bytes from a bag are what rclpy publishes and
 receives with ``raw=True``, so live play and recording never convert message types.
+
+Every failure of this layer is a ``BagError`` naming the bag (or the message type) and the
+problem: a bag that cannot be opened or read on, bytes that are no message of their type, a
+bag that cannot be written. ``writing_bag`` makes a new bag appear whole or not at all.
 """
 
+import contextlib
+from dataclasses import dataclass
+import os
 from pathlib import Path
+import shutil
+import socket
 import struct
 from typing import Iterator
 
 import numpy as np
 from rosbags.rosbag2 import CompressionFormat, CompressionMode, Reader, StoragePlugin, Writer
 from rosbags.rosbag2.errors import ReaderError, WriterError
+from rosbags.serde import SerdeError
 from rosbags.typesys import get_typestore, Stores
 
 from .stamps import NS_PER_S, split_ns
@@ -32,6 +42,35 @@ class BagError(Exception):
     """A bag cannot be read or written as asked; the message names the bag and the problem."""
 
 
+@dataclass(frozen=True)
+class BagTopics:
+    """
+    Where a bag keeps the node's inputs; a camera without an entry uses the node's input name.
+
+    ``cameras`` / ``camera_infos``: camera name -> topic of its feature maps / CameraInfo,
+    given as a mapping or as (name, topic) pairs and kept as sorted pairs, so a value is
+    immutable and picklable (it travels to fleet workers). ``odometry`` (nav_msgs/Odometry) is
+    read only with accumulation.
+    """
+
+    pointcloud: str = POINTCLOUD_TOPIC
+    cameras: tuple[tuple[str, str], ...] = ()
+    camera_infos: tuple[tuple[str, str], ...] = ()
+    odometry: str = ODOMETRY_TOPIC
+
+    def __post_init__(self):
+        for name in ('cameras', 'camera_infos'):
+            object.__setattr__(self, name, tuple(sorted(dict(getattr(self, name)).items())))
+
+    def camera(self, name: str) -> str:
+        """Topic of camera ``name``'s feature maps in the bag."""
+        return dict(self.cameras).get(name, camera_topic(name))
+
+    def camera_info(self, name: str) -> str:
+        """Topic of camera ``name``'s CameraInfo in the bag."""
+        return dict(self.camera_infos).get(name, camera_info_topic(name))
+
+
 def open_reader(path: str | Path) -> Reader:
     """Open a rosbag2 directory or a bare .mcap / .db3 file for reading."""
     path = Path(path)
@@ -43,6 +82,14 @@ def open_reader(path: str | Path) -> Reader:
     except (ReaderError, OSError, ValueError, KeyError) as exc:
         raise BagError(f'{path}: cannot read bag: {exc}') from None
     return reader
+
+
+def deserialize(raw: bytes, msgtype: str):
+    """Return the rosbags message of CDR bytes; BagError when they are no ``msgtype``."""
+    try:
+        return TYPESTORE.deserialize_cdr(raw, msgtype)
+    except (SerdeError, ValueError, IndexError, struct.error) as exc:
+        raise BagError(f'bytes that are no {msgtype}: {exc}') from None
 
 
 def header(stamp: int, frame_id: str):
@@ -119,28 +166,121 @@ class BagWriter:
 
     def write_raw(self, topic: str, msgtype: str, data: bytes, timestamp: int) -> None:
         """Write already-serialized CDR bytes."""
-        conn = self._connections.get(topic)
-        if conn is None:
-            conn = self._writer.add_connection(topic, msgtype, typestore=TYPESTORE)
-            self._connections[topic] = conn
-        self._writer.write(conn, int(timestamp), data)
+        try:
+            conn = self._connections.get(topic)
+            if conn is None:
+                conn = self._writer.add_connection(topic, msgtype, typestore=TYPESTORE)
+                self._connections[topic] = conn
+            self._writer.write(conn, int(timestamp), data)
+        except (WriterError, OSError) as exc:     # a full disk, a removed folder
+            raise BagError(f'{self.path}: cannot write bag: {exc}') from None
         self.counts[topic] = self.counts.get(topic, 0) + 1
 
     def close(self) -> None:
         """Finish the bag (writes metadata.yaml)."""
-        self._writer.close()
+        try:
+            self._writer.close()
+        except (WriterError, OSError) as exc:
+            raise BagError(f'{self.path}: cannot write bag: {exc}') from None
 
     def __enter__(self) -> 'BagWriter':
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # Failing already: that exception says what went wrong, not a failed close after it.
+        with contextlib.suppress(Exception):
+            self._writer.close()
+
+
+PARTIAL = '.partial-'    # in the name of the folder a bag is written under (``writing_bag``)
+
+
+def partial_folder(dst: Path) -> Path:
+    """Return ``.<name>.partial-<host>-<pid>``, where this process writes the bag ``dst``."""
+    return dst.with_name(f'.{dst.name}{PARTIAL}{socket.gethostname()}-{os.getpid()}')
+
+
+def remove_stale_partials(dst: Path) -> list[Path]:
+    """
+    Remove the partial folders of ``dst`` left by processes on this host that are gone.
+
+    A folder of a running process (a concurrent write of the same bag) stays, and so does one
+    from another host (its process cannot be checked from here). Returns what was removed.
+    """
+    prefix = f'.{dst.name}{PARTIAL}{socket.gethostname()}-'
+    if not dst.parent.is_dir():
+        return []
+    removed = []
+    for path in dst.parent.iterdir():
+        pid = path.name[len(prefix):] if path.name.startswith(prefix) else ''
+        if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:     # another user's process
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def writing_bag(dst: str | Path) -> Iterator[Path]:
+    """
+    Yield the path to write the new bag ``dst`` at; it appears at ``dst`` only when complete.
+
+    The bag is written inside ``partial_folder(dst)`` and renamed to ``dst`` (one rename in one
+    folder) when the block ends without an exception. After any exception (an error, Ctrl-C,
+    a SIGTERM the CLI turned into one) neither ``dst`` nor the folder is left. A process killed
+    outright (SIGKILL, power loss) leaves only the folder; the next ``writing_bag(dst)`` on
+    this host removes it (``remove_stale_partials``). Raises BagError when ``dst`` exists or
+    its folder cannot be written.
+    """
+    dst = Path(dst)
+    if dst.exists():
+        raise BagError(f'{dst} exists, not overwriting')
+    remove_stale_partials(dst)
+    partial = partial_folder(dst)
+    try:
+        partial.mkdir(parents=True)
+    except OSError as exc:
+        raise BagError(f'{dst}: cannot write bag: {exc.strerror or exc}') from None
+    try:
+        yield partial / dst.name
+        if dst.exists():
+            raise BagError(f'{dst} appeared while it was written, not overwriting')
+        try:
+            os.rename(partial / dst.name, dst)
+        except OSError as exc:
+            raise BagError(f'{dst}: cannot write bag: {exc.strerror or exc}') from None
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def iter_messages(reader: Reader, topics: list[str]) -> Iterator[tuple[str, int, bytes, str]]:
-    """Yield (topic, bag time ns, raw CDR, msgtype) for ``topics`` in bag-time order."""
+    """
+    Yield (topic, bag time ns, raw CDR, msgtype) for ``topics`` in bag-time order.
+
+    Raises BagError when the bag cannot be read on (a corrupt chunk, a file cut short).
+    """
     conns = [c for c in reader.connections if c.topic in topics]
-    for conn, timestamp, raw in reader.messages(connections=conns):
+    messages = reader.messages(connections=conns)
+    while True:
+        try:
+            conn, timestamp, raw = next(messages)
+        except StopIteration:
+            return
+        except Exception as exc:    # noqa: B902 - storage plugins and codecs raise many kinds
+            raise BagError(f'{reader.path}: cannot read bag: {type(exc).__name__}: '
+                           f'{exc}') from None
         yield conn.topic, timestamp, raw, conn.msgtype
 
 

@@ -12,17 +12,19 @@ that names the offending key.
 from dataclasses import dataclass
 import os
 from pathlib import Path
+import re
 import sys
 from typing import Any, Mapping
 
 import numpy as np
 import yaml
 
-from .parameters import (camera_keys, check_ros_type, check_value, ConfigError, defaults,
-                         is_camera_name, NODE_KEYS, ros_value)
+from .parameters import (camera_defaults, camera_keys, check_ros_type, check_value,
+                         ConfigError, defaults, is_camera_name, NODE_KEYS, ros_value)
+from .rotations import quaternion_matrix
 
 __all__ = ['AccumulationConfig', 'CameraConfig', 'config_from_parameters', 'ConfigError',
-           'default_parameters', 'default_params_file', 'DiagnosticsConfig', 'FusionConfig',
+           'default_params_file', 'DiagnosticsConfig', 'FusionConfig',
            'GridConfig', 'load_config', 'load_fusion_weights', 'PipelineConfig', 'Pose',
            'read_param_file', 'write_param_file']
 
@@ -36,12 +38,7 @@ class Pose:
 
     def rotation_matrix(self) -> np.ndarray:
         """(3, 3) float64 rotation matrix R."""
-        x, y, z, w = self.rotation_xyzw
-        return np.array([
-            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
-        ])
+        return quaternion_matrix(self.rotation_xyzw)
 
 
 @dataclass(frozen=True)
@@ -75,7 +72,13 @@ class GridConfig:
 
 @dataclass(frozen=True)
 class CameraConfig:
-    """One camera: feature-map shape (static) and calibration (traced), in feature-map pixels."""
+    """
+    One camera: feature-map shape (static) and calibration (traced), in feature-map pixels.
+
+    ``frame_id`` is the frame ``pose`` describes ('' resolves to ``<name>_optical``).
+    ``distortion`` holds the coefficients of ``distortion_model``: (k1, k2, p1, p2, k3) for
+    plumb_bob, (k1, k2, k3, k4) for equidistant, () for none.
+    """
 
     name: str
     height: int
@@ -86,6 +89,14 @@ class CameraConfig:
     cx: float
     cy: float
     pose: Pose
+    frame_id: str = ''
+    distortion_model: str = 'none'
+    distortion: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        """Resolve the default frame, so every constructor gets '<name>_optical' for ''."""
+        if not self.frame_id:
+            object.__setattr__(self, 'frame_id', f'{self.name}_optical')
 
 
 @dataclass(frozen=True)
@@ -131,6 +142,7 @@ class PipelineConfig:
     compilation_cache_dir: str
     diagnostics: DiagnosticsConfig
     accumulation: AccumulationConfig
+    lidar_frame_id: str = 'lidar'   # the frame the ``lidar`` pose describes
 
     @property
     def camera_channels(self) -> int:
@@ -141,11 +153,6 @@ class PipelineConfig:
     def fused_channels(self) -> int:
         """Channels before the optional projection: LiDAR (6, or 7 with accumulation) + C + 1."""
         return 6 + (self.accumulation.num_sweeps > 1) + self.camera_channels + 1
-
-
-def default_parameters() -> dict[str, Any]:
-    """Flat dotted-key defaults (no cameras)."""
-    return defaults()
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
@@ -160,15 +167,34 @@ def flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
     return flat
 
 
+class _RosLoader(yaml.SafeLoader):
+    """
+    A safe YAML loader that reads numbers as ROS does: ``1e300`` and ``1.0e5`` are doubles.
+
+    PyYAML (YAML 1.1) wants a dot and a signed exponent (``1.0e+5``) and reads the rest as
+    strings; rcl's parser takes whatever strtod takes. Reading them alike means a value the CLI
+    refuses is the value the node would refuse, with the same message.
+    """
+
+
+_RosLoader.add_implicit_resolver(
+    'tag:yaml.org,2002:float',
+    re.compile(r'^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$'),
+    list('-+.0123456789'))
+
+
 def read_param_file(path: str | os.PathLike) -> dict[str, Any]:
     """Read a ROS 2 param YAML and return its flat ``ros__parameters`` (first node section)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding='utf-8')
     except OSError as exc:
         raise ConfigError(f'params file {path}: {exc.strerror or exc}') from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f'params file {path}: not UTF-8 text ({exc.reason} at byte '
+                          f'{exc.start})') from None
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_RosLoader)   # a SafeLoader: builds plain data only
     except yaml.YAMLError as exc:
         raise ConfigError(f'params file {path}: not valid YAML ({exc})') from None
     if not isinstance(doc, Mapping):
@@ -224,6 +250,8 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
     unknown = sorted(k for k in params if k not in known and k != 'use_sim_time')
     if unknown:
         raise ConfigError(f'{unknown[0]}: unknown parameter')
+    for name in camera_names:
+        p = {**camera_defaults(name), **p}
     v = {key: check_value(key, p.get(key)) for key in sorted(known)}
 
     grid = GridConfig(**{f: v[f'grid.{f}'] for f in (
@@ -265,7 +293,8 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
         diagnostics=DiagnosticsConfig(**{f: v[f'diagnostics.{f}'] for f in (
             'period_s', 'window', 'latency_budget_ms', 'lidar_timeout_s')}),
         accumulation=AccumulationConfig(**{f: v[f'accumulation.{f}'] for f in (
-            'num_sweeps', 'max_sweep_age_s', 'max_odometry_gap_s')}))
+            'num_sweeps', 'max_sweep_age_s', 'max_odometry_gap_s')}),
+        lidar_frame_id=v['lidar.frame_id'])
     if fusion.weights_file:
         load_fusion_weights(cfg)   # validate now, not on the first frame
     return cfg
@@ -300,8 +329,28 @@ def load_fusion_weights(cfg: PipelineConfig) -> tuple[np.ndarray, np.ndarray] | 
 
 def _camera(v: Mapping[str, Any], name: str) -> CameraConfig:
     k = f'cameras.{name}.'
-    return CameraConfig(name=name, pose=_pose(v, k[:-1]), **{f: v[k + f] for f in (
-        'height', 'width', 'channels', 'fx', 'fy', 'cx', 'cy')})
+    model = v[k + 'distortion_model']
+    return CameraConfig(name=name, pose=_pose(v, k[:-1]), frame_id=v[k + 'frame_id'],
+                        distortion_model=model,
+                        distortion=_distortion(k + 'distortion', model, v[k + 'distortion']),
+                        **{f: v[k + f] for f in (
+                            'height', 'width', 'channels', 'fx', 'fy', 'cx', 'cy')})
+
+
+DISTORTION_COUNTS = {'plumb_bob': 5, 'equidistant': 4}
+
+
+def _distortion(key: str, model: str, coefficients: list[float]) -> tuple[float, ...]:
+    """Check the coefficient count of ``model``; 'none' takes [] or zeros and keeps ()."""
+    if model == 'none':
+        if any(coefficients):
+            raise ConfigError(f'{key}: distortion_model none takes [] or zeros, got '
+                              f'{coefficients}')
+        return ()
+    count = DISTORTION_COUNTS[model]
+    if len(coefficients) != count:
+        raise ConfigError(f'{key}: {model} needs {count} coefficients, got {coefficients}')
+    return tuple(coefficients)
 
 
 def _pose(v: Mapping[str, Any], prefix: str) -> Pose:

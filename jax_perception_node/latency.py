@@ -34,9 +34,6 @@ class LatencyWindow:
     def __init__(self, size: int):
         self._records: deque[Mapping[str, float]] = deque(maxlen=size)
 
-    def __len__(self) -> int:
-        return len(self._records)
-
     def add(self, record: Mapping[str, float]) -> None:
         """Append one frame's record (keys from FRAME_KEYS)."""
         self._records.append(record)
@@ -44,7 +41,3 @@ class LatencyWindow:
     def stats(self, key: str) -> dict[str, float]:
         """Percentiles of ``key`` over the window."""
         return percentiles(r[key] for r in self._records if key in r)
-
-    def summary(self, keys: Iterable[str] = STAGES) -> dict[str, dict[str, float]]:
-        """Percentiles per stage."""
-        return {key: self.stats(key) for key in keys}

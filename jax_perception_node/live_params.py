@@ -11,10 +11,12 @@ refuses the change with a reason that says so. Which is which is the schema's ``
 
 from typing import Any, Mapping
 
-from .config import config_from_parameters, ConfigError, PipelineConfig
-from .parameters import spec_for
+from .config import config_from_parameters, PipelineConfig
+from .parameters import ConfigError, spec_for
 
-INTRINSIC_KEYS = ('fx', 'fy', 'cx', 'cy')
+# What a CameraInfo also sets: a parameter set of one of these makes the parameters the newest
+# word for that camera again.
+INTRINSIC_KEYS = ('fx', 'fy', 'cx', 'cy', 'distortion_model', 'distortion')
 
 
 def is_ours(key: str) -> bool:
@@ -52,6 +54,6 @@ def check_update(values: Mapping[str, Any],
 
 
 def changed_intrinsics(changes: Mapping[str, Any]) -> set[str]:
-    """Return the cameras whose fx, fy, cx or cy is among ``changes``."""
+    """Return the cameras whose intrinsics or lens (``INTRINSIC_KEYS``) are among ``changes``."""
     return {key.split('.')[1] for key in changes
             if key.startswith('cameras.') and key.rsplit('.', 1)[1] in INTRINSIC_KEYS}

@@ -56,8 +56,10 @@ def run(program: str, make_node, args=None) -> int:
     """
     Create the node with ``make_node()`` and spin it until SIGINT / SIGTERM or ``node.done``.
 
-    Returns 1 with one line on stderr for a bad parameter. The worker finishes its frame and
-    stops before the context shuts down, so no frame is ever published into a dead context.
+    Returns 1 with one line on stderr, and no traceback, for a bad parameter (the config
+    layer's checks, rclpy's type and range checks, a period no timer can wait). The worker
+    finishes its frame and stops before the context shuts down, so no frame is ever published
+    into a dead context.
     """
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
@@ -66,7 +68,8 @@ def run(program: str, make_node, args=None) -> int:
     try:
         node = make_node()
     except (ConfigError, ParameterException) as exc:
-        print(f'{program}: bad parameter {exc}', file=sys.stderr)
+        # ParameterException: rclpy's own checks (type, descriptor range) of the overrides.
+        print(f'{program}: bad parameter {" ".join(str(exc).split())}', file=sys.stderr)
         rclpy.try_shutdown()
         return 1
     executor = SingleThreadedExecutor()

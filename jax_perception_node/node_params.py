@@ -6,18 +6,23 @@ dynamic typing, so ``ros2 param set`` of the wrong type is refused by rclpy and 
 file with ``fx: 40`` for a double stops start-up with a :class:`ConfigError` naming the key.
 Static keys are not read-only: the managed node may take new values while unconfigured, and
 the parameter callback refuses them while a pipeline runs, with the reason.
+
+The schema's bounds become the descriptors' ``FloatingPointRange`` / ``IntegerRange`` (both
+inclusive, as the schema's bounds are), so rqt and Foxglove show them and rclpy refuses an
+out-of-range ``ros2 param set`` itself. ROS ranges apply to scalars only: an array's item bounds
+are in its description and checked by the config layer.
 """
 
 import re
 
-from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.exceptions import InvalidParameterTypeException, ParameterUninitializedException
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.exceptions import (InvalidParameterTypeException, InvalidParameterValueException,
+                              ParameterUninitializedException)
 from rclpy.parameter import Parameter
 
-from .config import ConfigError
 from .live_params import plain
-from .parameters import (camera_keys, is_camera_name, NODE_KEYS, ParamSpec, ros_type_error,
-                         spec_for)
+from .parameters import (camera_keys, check_value, ConfigError, is_camera_name, NODE_KEYS,
+                         ParamSpec, ros_type_error, spec_for)
 
 ROS_TYPES = {
     'bool': Parameter.Type.BOOL, 'integer': Parameter.Type.INTEGER,
@@ -27,6 +32,8 @@ ROS_TYPES = {
 }
 # rclpy's InvalidParameterTypeException says "... to '40' of type 'INTEGER', expecting ...".
 _GIVEN = re.compile(r"to '(?P<value>.*)' of type '(?P<type>\w+)'")
+# rclpy's InvalidParameterValueException says "Invalid parameter value (1e+300) ... Reason: ...".
+_REFUSED = re.compile(r'value \((?P<value>.*)\) for parameter\. Reason: (?P<reason>.*)', re.S)
 
 
 def descriptor(spec: ParamSpec) -> ParameterDescriptor:
@@ -38,8 +45,33 @@ def descriptor(spec: ParamSpec) -> ParameterDescriptor:
         constraints.append(spec.bounds_text())
     constraints.append(f'static ({spec.static}): read at configure, a restart is needed to '
                        f'change it' if spec.static else 'live: applied at once, without a compile')
-    return ParameterDescriptor(type=ROS_TYPES[spec.ros_type].value, description=spec.summary,
-                               additional_constraints=', '.join(constraints))
+    described = ParameterDescriptor(type=ROS_TYPES[spec.ros_type].value,
+                                    description=spec.summary,
+                                    additional_constraints=', '.join(constraints))
+    bounded = spec.minimum is not None and spec.maximum is not None
+    if bounded and spec.ros_type == 'double':
+        described.floating_point_range = [FloatingPointRange(
+            from_value=float(spec.minimum), to_value=float(spec.maximum), step=0.0)]
+    elif bounded and spec.ros_type == 'integer':
+        described.integer_range = [IntegerRange(
+            from_value=int(spec.minimum), to_value=int(spec.maximum), step=0)]
+    elif bounded:     # arrays: ROS ranges do not apply, say the item bounds in the description
+        described.description += f'; each item {spec.bounds_text()}'
+    return described
+
+
+def _refused(key: str, spec: ParamSpec, exc: InvalidParameterValueException) -> ConfigError:
+    """Return the config layer's message for an override the descriptor's range refused."""
+    match = _REFUSED.search(str(exc))
+    if match is None:
+        return ConfigError(f'{key}: {exc}')
+    try:
+        check_value(key, (int if spec.ros_type == 'integer' else float)(match['value']))
+    except ConfigError as error:      # names the key and the bound, as a params file does
+        return error
+    except ValueError:
+        pass
+    return ConfigError(f'{key}: {match["reason"].strip()}')
 
 
 def _declare(node, key: str) -> None:
@@ -56,6 +88,8 @@ def _declare(node, key: str) -> None:
         text = (f"{given['value']} ({given['type'].lower()})" if given
                 else 'a value of another type')
         raise ConfigError(ros_type_error(key, text)) from None
+    except InvalidParameterValueException as exc:     # out of the descriptor's range
+        raise _refused(key, spec, exc) from None
 
 
 def _value(node, key: str):

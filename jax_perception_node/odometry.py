@@ -8,8 +8,13 @@ rclpy and rosbags messages both work; nothing here imports ROS. All arithmetic i
 ``OdometryBuffer.pose_at(stamp)`` interpolates between the two samples bracketing a stamp
 (position linear, orientation slerp) when they are at most ``max_gap_s`` apart; otherwise there
 is no pose for that stamp. ``sweep_transform`` composes, for an earlier sweep, the transform
-from its LiDAR frame into the current grid frame; ``SweepHistory`` keeps, for the pipeline's
-device ring of earlier sweeps, what each slot holds and fills each frame's small inputs.
+from its LiDAR frame into the current grid frame (``kernel_inputs.SweepHistory`` uses it for the
+pipeline's device ring of earlier sweeps).
+
+Bounds (``read_odometry``): positions are float64 and only their differences reach the float32
+kernels, so large map coordinates (UTM, ECEF) are fine; a coordinate beyond
+``MAX_POSITION_M`` is no place on Earth or near it and is refused, as is a stamp whose
+nanoseconds are not in [0, 1e9) or whose seconds are negative.
 """
 
 from collections import deque
@@ -17,10 +22,12 @@ import math
 
 import numpy as np
 
-from .stamps import stamp_ns
+from .rotations import quaternion_matrix
+from .stamps import NS_PER_S
 
 HISTORY = 200               # samples kept (4 s at 50 Hz)
 MIN_QUATERNION_NORM = 1e-6  # below this an orientation carries no direction at all
+MAX_POSITION_M = 1e8        # |x|, |y|, |z| in the fixed frame: 2.5 times round the Earth
 
 
 class OdometryError(ValueError):
@@ -40,24 +47,34 @@ def read_odometry(msg, child_frame_id: str | None = None) -> Sample:
     """
     Check and convert a nav_msgs/Odometry message into a Sample; raises OdometryError.
 
-    Refused: a non-finite position or orientation, an orientation of norm ~0 (others are
-    normalised), a ``child_frame_id`` other than ``child_frame_id`` (when both are set).
+    Refused, naming the field: a ``child_frame_id`` other than ``child_frame_id`` (when both
+    are set); a ``header.stamp`` with negative seconds or nanoseconds outside [0, 1e9); a
+    position that is not finite or has a coordinate beyond ``MAX_POSITION_M``; an orientation
+    that is not finite or whose norm is ~0 or overflows (others are normalised).
     """
     if child_frame_id and msg.child_frame_id and msg.child_frame_id != child_frame_id:
         raise OdometryError(f'child_frame_id is {msg.child_frame_id!r}, the grid frame is '
                             f'{child_frame_id!r}')
+    sec, nanosec = int(msg.header.stamp.sec), int(msg.header.stamp.nanosec)
+    if sec < 0 or not 0 <= nanosec < NS_PER_S:
+        raise OdometryError(f'header.stamp is sec {sec}, nanosec {nanosec}: seconds must be '
+                            f'>= 0 and nanoseconds in [0, {NS_PER_S})')
     pose = msg.pose.pose
     p, o = pose.position, pose.orientation
     position = np.array([p.x, p.y, p.z], np.float64)
     quaternion = np.array([o.x, o.y, o.z, o.w], np.float64)
     if not np.isfinite(position).all():
         raise OdometryError(f'pose.position is not finite: {position.tolist()}')
+    if np.abs(position).max() > MAX_POSITION_M:
+        raise OdometryError(f'pose.position {position.tolist()} m: a coordinate is beyond '
+                            f'{MAX_POSITION_M:.0e} m')
     if not np.isfinite(quaternion).all():
         raise OdometryError(f'pose.orientation is not finite: {quaternion.tolist()}')
-    norm = float(np.linalg.norm(quaternion))
-    if norm < MIN_QUATERNION_NORM:
+    with np.errstate(over='ignore'):
+        norm = float(np.linalg.norm(quaternion))
+    if not MIN_QUATERNION_NORM <= norm < math.inf:
         raise OdometryError(f'pose.orientation has norm {norm:.3g}: not a rotation')
-    return Sample(stamp_ns(msg.header.stamp), position, quaternion / norm)
+    return Sample(sec * NS_PER_S + nanosec, position, quaternion / norm)
 
 
 def slerp(q0: np.ndarray, q1: np.ndarray, fraction: float) -> np.ndarray:
@@ -71,16 +88,6 @@ def slerp(q0: np.ndarray, q1: np.ndarray, fraction: float) -> np.ndarray:
     theta = math.acos(min(dot, 1.0))
     s = math.sin(theta)
     return (math.sin((1.0 - fraction) * theta) / s) * q0 + (math.sin(fraction * theta) / s) * q1
-
-
-def rotation_matrix(q: np.ndarray) -> np.ndarray:
-    """(3, 3) float64 rotation of a unit quaternion (x, y, z, w)."""
-    x, y, z, w = q
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-        [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-        [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
-    ])
 
 
 def pose_matrix(rotation: np.ndarray, translation) -> np.ndarray:
@@ -119,16 +126,9 @@ class OdometryBuffer:
         self.child_frame_id = child_frame_id
         self._samples: deque[Sample] = deque(maxlen=history)
 
-    def __len__(self) -> int:
-        return len(self._samples)
-
     def set_max_gap(self, max_gap_s: float) -> None:
         """Change the largest gap between bracketing samples (a live parameter)."""
         self.max_gap_ns = int(round(max_gap_s * 1e9))
-
-    def reset(self) -> None:
-        """Forget every sample."""
-        self._samples.clear()
 
     def add(self, msg) -> None:
         """Check and buffer a nav_msgs/Odometry message; raises OdometryError."""
@@ -160,7 +160,7 @@ class OdometryBuffer:
             if before.stamp_ns <= stamp:
                 break
         if before.stamp_ns == stamp:
-            return pose_matrix(rotation_matrix(before.quaternion), before.position)
+            return pose_matrix(quaternion_matrix(before.quaternion), before.position)
         after = samples[index + 1]
         gap = after.stamp_ns - before.stamp_ns
         if gap > self.max_gap_ns:
@@ -168,59 +168,4 @@ class OdometryBuffer:
         fraction = (stamp - before.stamp_ns) / gap
         position = before.position + fraction * (after.position - before.position)
         quaternion = slerp(before.quaternion, after.quaternion, fraction)
-        return pose_matrix(rotation_matrix(quaternion), position)
-
-
-class SweepHistory:
-    """
-    The host side of the ring of P earlier sweeps: each slot's stamp, pose and real rows.
-
-    ``stage`` fills ``scalars`` int32[1 + P] (the slot the current sweep goes into, then the
-    rows to use of each slot) and ``motion`` float32[P, size] (each used slot's transform into
-    the current grid frame, row-major rotation then translation, then its lag in seconds) for
-    one frame; ``record`` then notes what the frame wrote into its slot.
-    """
-
-    def __init__(self, past: int, size: int):
-        self.past = past
-        self.scalars = np.zeros(1 + past, np.int32)
-        self.motion = np.zeros((past, size), np.float32)
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget every earlier sweep."""
-        self._slots: list[tuple[int, np.ndarray | None, int] | None] = [None] * self.past
-        self._next = 0
-
-    def stage(self, stamp: int | None, pose: np.ndarray | None, max_age_s: float,
-              lidar: np.ndarray) -> int:
-        """
-        Choose the earlier sweeps for a frame at ``stamp`` with ``pose``; returns sweeps used.
-
-        A slot counts when both it and this frame have a pose and it is 0 < age <= max_age_s
-        old. A slot newer than ``stamp`` (time went backwards) empties the history first.
-        """
-        if stamp is not None and any(s is not None and s[0] > stamp for s in self._slots):
-            self.reset()
-        self.scalars[:] = 0
-        self.scalars[0] = self._next
-        self.motion[:] = 0.0
-        used = 1
-        for index, slot in enumerate(self._slots):
-            if slot is None or slot[1] is None or pose is None or stamp is None:
-                continue
-            age_ns = stamp - slot[0]
-            if not 0 < age_ns <= max_age_s * 1e9:
-                continue
-            moved = sweep_transform(pose, slot[1], lidar)
-            self.motion[index, :9] = moved[:3, :3].reshape(-1)
-            self.motion[index, 9:12] = moved[:3, 3]
-            self.motion[index, 12] = age_ns * 1e-9
-            self.scalars[1 + index] = slot[2]
-            used += 1
-        return used
-
-    def record(self, stamp: int | None, pose: np.ndarray | None, rows: int) -> None:
-        """Note the sweep just written into the staged slot (without a stamp: never used)."""
-        self._slots[self._next] = None if stamp is None else (stamp, pose, rows)
-        self._next = (self._next + 1) % self.past
+        return pose_matrix(quaternion_matrix(quaternion), position)

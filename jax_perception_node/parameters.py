@@ -10,6 +10,8 @@ shipped YAML against it).
 Types are ROS parameter types (``double``, ``integer_array``, ...). A key is *static* when it
 changes array shapes or what the executables were compiled with: a running node refuses to
 change it and says why. Every other key is *live* and applies at once, without a compile.
+Every numeric key has inclusive physical bounds (see the constants above :data:`SCHEMA`): the
+config layer checks them, the node exports them as the descriptors' ROS ranges.
 Camera keys are a template: ``cameras.<name>.fx`` stands for every name in ``cameras.names``.
 This module imports no ROS.
 """
@@ -33,6 +35,13 @@ class ConfigError(ValueError):
     """A parameter is missing, of the wrong type or out of range; the message names the key."""
 
 
+def number_text(value: float) -> str:
+    """Return a bound as people read it: 16777216, 86400, 0.001, 1e+06."""
+    if isinstance(value, int) or (value.is_integer() and abs(value) < 1e6):
+        return str(int(value))
+    return f'{value:g}'
+
+
 @dataclass(frozen=True)
 class ParamSpec:
     """One parameter: ROS type, default (None: required), bounds, unit, meaning, live or static."""
@@ -42,9 +51,8 @@ class ParamSpec:
     default: Any
     description: str
     unit: str = ''
-    minimum: float | None = None     # for arrays: of every item
-    maximum: float | None = None
-    exclusive_minimum: bool = False  # minimum is a strict bound (> instead of >=)
+    minimum: float | None = None     # inclusive; for arrays: of every item
+    maximum: float | None = None     # inclusive; for arrays: of every item
     choices: tuple[str, ...] = ()
     length: int | None = None        # fixed array length
     nonempty: bool = False           # strings: '' is refused
@@ -73,52 +81,84 @@ class ParamSpec:
         return self.summary + (' (static: restart to change)' if self.static else '')
 
     def bounds_text(self) -> str:
-        """Return the bounds as text ('> 0', '1 .. 16', 'none | relu'), '' when unbounded."""
+        """Return the bounds as text ('>= 0', '1 .. 16', 'none | relu'), '' when unbounded."""
         if self.choices:
             return ' | '.join(self.choices)
         lo, hi = self.minimum, self.maximum
-        if lo is not None and hi is not None and not self.exclusive_minimum:
-            return f'{lo:g} .. {hi:g}'
+        if lo is not None and hi is not None:
+            return f'{number_text(lo)} .. {number_text(hi)}'
         parts = []
         if lo is not None:
-            parts.append(f'{">" if self.exclusive_minimum else ">="} {lo:g}')
+            parts.append(f'>= {number_text(lo)}')
         if hi is not None:
-            parts.append(f'<= {hi:g}')
+            parts.append(f'<= {number_text(hi)}')
         if self.nonempty:
             parts.append('not empty')
         return ', '.join(parts)
+
+
+# Physical bounds (issue 16). Every numeric key is bounded, so a value the config accepts is a
+# normal float32 (the kernels' precision), converts to integer nanoseconds and timer periods
+# without overflow and is physically sensible. Every bound is inclusive: the ROS descriptors'
+# ranges (inclusive by definition) then say exactly what the config layer checks.
+SPAN_M = 1e4            # m: grid x/y edges and sensor translations (float32 keeps 1 mm at 10 km)
+HEIGHT_M = 1e3          # m: grid z edges
+DAY_S = 86400.0         # s: delays, gaps, ages and timeouts
+HOUR_S = 3600.0         # s: timer periods
+QUAT = 1.001            # quaternion components: unit length within the 1e-3 the config allows
+MAX_POINTS = 2 ** 24    # float32 counts points exactly up to 2^24
+MAX_PIXELS = 8192       # px: feature-map rows and columns
+FOCAL_PX = (1e-3, 1e6)  # px: float32-normal, and 1 / f and f * x stay finite in float32
+PRINCIPAL_PX = 1e6      # px: |cx|, |cy|
+DISTORTION = 1e3        # |k|, |p|: real lenses stay well below
 
 
 def _p(key, type_, default, description, **kwargs) -> ParamSpec:
     return ParamSpec(key, type_, default, description, **kwargs)
 
 
+def _s(key, default, description, lo, hi, **kwargs) -> ParamSpec:
+    """Return a bounded double in seconds."""
+    return ParamSpec(key, 'double', default, description, unit='s', minimum=lo, maximum=hi,
+                     **kwargs)
+
+
+def _m(key, default, description, bound, **kwargs) -> ParamSpec:
+    """Return a double in metres within +-bound."""
+    return ParamSpec(key, 'double', default, description, unit='m', minimum=-bound,
+                     maximum=bound, **kwargs)
+
+
 _C = CAMERA_PREFIX
+_ROTATION = {'length': 4, 'minimum': -QUAT, 'maximum': QUAT}
+_TRANSLATION = {'unit': 'm', 'length': 3, 'minimum': -SPAN_M, 'maximum': SPAN_M}
 SCHEMA: tuple[ParamSpec, ...] = (
     _p('grid.frame_id', 'string', 'base_link',
        'frame of the BEV grid and of the published messages (REP-103: x forward, y left, z up)',
        nonempty=True),
-    _p('grid.x_min', 'double', -51.2,
-       'lower x edge; rows H = round((x_max - x_min) / resolution)', unit='m', static=SHAPES),
-    _p('grid.x_max', 'double', 51.2, 'upper x edge', unit='m', static=SHAPES),
-    _p('grid.y_min', 'double', -51.2,
-       'lower y edge; columns W = round((y_max - y_min) / resolution)', unit='m',
-       static=SHAPES),
-    _p('grid.y_max', 'double', 51.2, 'upper y edge', unit='m', static=SHAPES),
-    _p('grid.z_min', 'double', -2.0,
-       'points below are ignored; the lowest camera-lift level sits above it', unit='m',
+    _m('grid.x_min', -51.2, 'lower x edge; rows H = round((x_max - x_min) / resolution)',
+       SPAN_M, static=SHAPES),
+    _m('grid.x_max', 51.2, 'upper x edge', SPAN_M, static=SHAPES),
+    _m('grid.y_min', -51.2, 'lower y edge; columns W = round((y_max - y_min) / resolution)',
+       SPAN_M, static=SHAPES),
+    _m('grid.y_max', 51.2, 'upper y edge', SPAN_M, static=SHAPES),
+    _m('grid.z_min', -2.0,
+       'points below are ignored; the lowest camera-lift level sits above it', HEIGHT_M,
        static=BUILT),
-    _p('grid.z_max', 'double', 4.0, 'points at or above are ignored', unit='m', static=BUILT),
+    _m('grid.z_max', 4.0, 'points at or above are ignored', HEIGHT_M, static=BUILT),
     _p('grid.resolution', 'double', 0.4,
        'the edge of a square cell; with the x/y ranges it fixes H and W', unit='m per cell',
-       minimum=0.0, exclusive_minimum=True, static=SHAPES),
+       minimum=1e-3, maximum=100.0, static=SHAPES),
+    _p('lidar.frame_id', 'string', 'lidar',
+       'frame the LiDAR pose describes; a cloud stamped with another frame is rejected',
+       nonempty=True),
     _p('lidar.translation', 'double_array', [0.0, 0.0, 1.8],
-       'LiDAR origin in the grid frame', unit='m', length=3),
+       'LiDAR origin in the grid frame', **_TRANSLATION),
     _p('lidar.rotation_xyzw', 'double_array', [0.0, 0.0, 0.0, 1.0],
-       'LiDAR orientation in the grid frame, a unit quaternion (x, y, z, w)', length=4),
+       'LiDAR orientation in the grid frame, a unit quaternion (x, y, z, w)', **_ROTATION),
     _p('buckets', 'integer_array', [16384, 32768, 65536, 131072],
        'capacities, strictly ascending; one compiled executable each', unit='points',
-       minimum=1, static=SHAPES),
+       minimum=1, maximum=MAX_POINTS, static=SHAPES),
     _p('overflow_policy', 'string', 'subsample',
        'above the largest bucket: subsample (even stride over the whole cloud) or truncate '
        '(first points)', choices=('subsample', 'truncate'), static=BUILT),
@@ -126,29 +166,39 @@ SCHEMA: tuple[ParamSpec, ...] = (
        'camera names (letters, digits, underscores); each needs a cameras.<name> block',
        static=SHAPES),
     _p(_C + 'height', 'integer', None, 'feature-map rows H_f', unit='px', minimum=1,
-       static=SHAPES),
+       maximum=MAX_PIXELS, static=SHAPES),
     _p(_C + 'width', 'integer', None, 'feature-map columns W_f', unit='px', minimum=1,
-       static=SHAPES),
+       maximum=MAX_PIXELS, static=SHAPES),
     _p(_C + 'channels', 'integer', None, 'feature channels C, the same for every camera',
-       minimum=1, static=SHAPES),
+       minimum=1, maximum=1024, static=SHAPES),
     _p(_C + 'fx', 'double', None, 'focal length at feature-map resolution', unit='px',
-       minimum=0.0, exclusive_minimum=True),
+       minimum=FOCAL_PX[0], maximum=FOCAL_PX[1]),
     _p(_C + 'fy', 'double', None, 'focal length at feature-map resolution', unit='px',
-       minimum=0.0, exclusive_minimum=True),
+       minimum=FOCAL_PX[0], maximum=FOCAL_PX[1]),
     _p(_C + 'cx', 'double', None,
        'principal point column at feature-map resolution (pixel centres at integer '
-       'coordinates)', unit='px'),
-    _p(_C + 'cy', 'double', None, 'principal point row at feature-map resolution', unit='px'),
+       'coordinates)', unit='px', minimum=-PRINCIPAL_PX, maximum=PRINCIPAL_PX),
+    _p(_C + 'cy', 'double', None, 'principal point row at feature-map resolution', unit='px',
+       minimum=-PRINCIPAL_PX, maximum=PRINCIPAL_PX),
     _p(_C + 'translation', 'double_array', None,
-       'camera optical-frame origin in the grid frame', unit='m', length=3),
+       'camera optical-frame origin in the grid frame', **_TRANSLATION),
     _p(_C + 'rotation_xyzw', 'double_array', None,
        'optical frame (z forward, x right, y down) orientation in the grid frame, a unit '
-       'quaternion (x, y, z, w)', length=4),
+       'quaternion (x, y, z, w)', **_ROTATION),
+    _p(_C + 'frame_id', 'string', '',
+       "frame the camera pose describes; '' for <name>_optical; a feature map stamped with "
+       'another frame is rejected'),
+    _p(_C + 'distortion_model', 'string', 'none',
+       'lens distortion of the feature map: none, plumb_bob (distortion k1 k2 p1 p2 k3) or '
+       'equidistant (fisheye, k1 k2 k3 k4)', choices=('none', 'plumb_bob', 'equidistant')),
+    _p(_C + 'distortion', 'double_array', [],
+       'coefficients of distortion_model, in normalized image coordinates: 5 for plumb_bob, '
+       '4 for equidistant, none: [] or zeros', minimum=-DISTORTION, maximum=DISTORTION),
     _p('fusion.num_heights', 'integer', 4, 'height levels per cell sampled by the camera lift',
        minimum=1, maximum=64, static=SHAPES),
     _p('fusion.max_samples_per_cell', 'integer', 0,
        'camera-lift sample slots per cell; 0: the most any cell needs with the start-up '
-       'calibration', minimum=0, static=SHAPES),
+       'calibration', minimum=0, maximum=4096, static=SHAPES),
     _p('fusion.weights_file', 'string', '',
        'optional .npz with W (6 + C + 1, C_out) and b (C_out), loaded with allow_pickle=False; '
        "'' for none", static=SHAPES),
@@ -158,25 +208,23 @@ SCHEMA: tuple[ParamSpec, ...] = (
     _p('accumulation.num_sweeps', 'integer', 1,
        'LiDAR sweeps voxelized per frame, the current one included; 1: off (needs '
        '~/input/odometry when above 1)', unit='sweeps', minimum=1, maximum=16, static=SHAPES),
-    _p('accumulation.max_sweep_age_s', 'double', 0.5,
-       'an earlier sweep older than this (from the current stamp) is left out', unit='s',
-       minimum=0.0, exclusive_minimum=True),
-    _p('accumulation.max_odometry_gap_s', 'double', 0.2,
+    _s('accumulation.max_sweep_age_s', 0.5,
+       'an earlier sweep older than this (from the current stamp) is left out', 1e-3, DAY_S),
+    _s('accumulation.max_odometry_gap_s', 0.2,
        'odometry samples bracketing a cloud stamp further apart than this do not count',
-       unit='s', minimum=0.0, exclusive_minimum=True),
-    _p('sync.max_camera_lidar_delay_s', 'double', 0.1,
+       1e-3, DAY_S),
+    _s('sync.max_camera_lidar_delay_s', 0.1,
        'a feature map further than this from the LiDAR stamp is masked for that frame',
-       unit='s', minimum=0.0),
+       0.0, DAY_S),
     _p('compilation_cache_dir', 'string', '~/.cache/jax_perception_node/xla',
        "persistent XLA cache, created 0700; '' disables it", static=BUILT),
-    _p('diagnostics.period_s', 'double', 1.0, 'time between /diagnostics messages', unit='s',
-       minimum=0.0, exclusive_minimum=True),
+    _s('diagnostics.period_s', 1.0, 'time between /diagnostics messages', 1e-3, HOUR_S),
     _p('diagnostics.window', 'integer', 300, 'length of the rolling latency window',
-       unit='frames', minimum=1),
+       unit='frames', minimum=1, maximum=100000),
     _p('diagnostics.latency_budget_ms', 'double', 100.0, 'WARN when total_ms p99 exceeds it',
-       unit='ms', minimum=0.0, exclusive_minimum=True),
-    _p('diagnostics.lidar_timeout_s', 'double', 1.0, 'time without a LiDAR frame before ERROR',
-       unit='s', minimum=0.0, exclusive_minimum=True),
+       unit='ms', minimum=1e-3, maximum=60000.0),
+    _s('diagnostics.lidar_timeout_s', 1.0, 'time without a LiDAR frame before ERROR',
+       1e-3, DAY_S),
 )
 
 BY_KEY: dict[str, ParamSpec] = {spec.key: spec for spec in SCHEMA}
@@ -210,6 +258,12 @@ def defaults() -> dict[str, Any]:
     return {key: _copy(BY_KEY[key].default) for key in NODE_KEYS}
 
 
+def camera_defaults(name: str) -> dict[str, Any]:
+    """Return the flat defaults of one camera block's optional keys (frame, distortion)."""
+    return {f'cameras.{name}.{leaf}': _copy(BY_KEY[CAMERA_PREFIX + leaf].default)
+            for leaf in CAMERA_KEYS if BY_KEY[CAMERA_PREFIX + leaf].default is not None}
+
+
 def _copy(value: Any) -> Any:
     return list(value) if isinstance(value, list) else value
 
@@ -220,6 +274,17 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _as_float(value: Any) -> float | None:
+    """Return a number as a finite float, None for anything else (inf, nan, 10**400, 'x')."""
+    if not _is_number(value):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:          # an int beyond float range
+        return None
+    return value if math.isfinite(value) else None
 
 
 def check_value(key: str, value: Any) -> Any:
@@ -260,22 +325,31 @@ def _check_scalar(spec: ParamSpec, key: str, value: Any) -> Any:
     if kind == 'double':
         if not _is_number(value):
             raise ConfigError(f'{key}: expected a number, got {value!r}')
-        value = float(value)
-        if not math.isfinite(value):
-            raise ConfigError(f'{key}: must be finite, got {value}')
+        number = _as_float(value)
+        if number is None:
+            raise ConfigError(f'{key}: must be finite and within {spec.bounds_text()}, '
+                              f'got {_shown(value)}')
+        value = number
     _check_bounds(spec, key, value, value)
     return value
 
 
+def _shown(value: Any) -> str:
+    """Return a value for a message: floats as %g, huge integers shortened."""
+    if isinstance(value, float):
+        return f'{value:g}'
+    if isinstance(value, list):
+        return '[' + ', '.join(_shown(v) for v in value) + ']'
+    text = repr(value)
+    return text if len(text) <= 24 else f'{text[:8]}...({len(text)} digits)'
+
+
 def _check_bounds(spec: ParamSpec, key: str, value: float, shown: Any) -> None:
     lo, hi = spec.minimum, spec.maximum
-    got = f'{shown:g}' if isinstance(shown, float) else repr(shown)
-    if lo is not None and spec.exclusive_minimum and not value > lo:
-        raise ConfigError(f'{key}: must be > {lo:g}, got {got}')
     if lo is not None and value < lo:
-        raise ConfigError(f'{key}: must be >= {lo:g}, got {got}')
+        raise ConfigError(f'{key}: must be >= {number_text(lo)}, got {_shown(shown)}')
     if hi is not None and value > hi:
-        raise ConfigError(f'{key}: must be <= {hi:g}, got {got}')
+        raise ConfigError(f'{key}: must be <= {number_text(hi)}, got {_shown(shown)}')
 
 
 def _check_array(spec: ParamSpec, key: str, value: Any) -> list:
@@ -284,11 +358,11 @@ def _check_array(spec: ParamSpec, key: str, value: Any) -> list:
     items = list(value)
     kind = spec.item_type
     if kind == 'double':
-        good = all(_is_number(v) and math.isfinite(v) for v in items)
-        if not good or (spec.length is not None and len(items) != spec.length):
+        floats = [_as_float(v) for v in items]
+        if None in floats or (spec.length is not None and len(items) != spec.length):
             count = f'{spec.length} finite numbers' if spec.length else 'finite numbers'
-            raise ConfigError(f'{key}: expected {count}, got {items!r}')
-        items = [float(v) for v in items]
+            raise ConfigError(f'{key}: expected {count}, got {_shown(items)}')
+        items = floats
     elif kind == 'integer' and not all(_is_int(v) for v in items):
         raise ConfigError(f'{key}: expected a list of integers, got {items!r}')
     elif kind == 'string' and not all(isinstance(v, str) for v in items):

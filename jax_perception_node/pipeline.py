@@ -3,8 +3,8 @@ BevPipeline: one ahead-of-time compiled executable per bucket, warmed at start-u
 
 Static (changing it recompiles, so it is fixed at construction and warm-up): grid H x W, bucket
 sizes, camera count, feature-map shape and channels, height levels, the lift's slots per cell,
-projection shape, activation. Traced (changing it never recompiles): calibration, grid offsets
-and resolution, point counts.
+projection shape, activation. Traced (changing it never recompiles): calibration (lens models
+included), grid offsets and resolution, point counts.
 
 The lift's slots per cell are derived at warm-up from the calibration of that moment (the most
 valid samples any cell has), unless ``fusion.max_samples_per_cell`` fixes them. A later
@@ -19,12 +19,9 @@ private executable store when a previous start left them there (see executable_c
 
 Accumulation (``accumulation.num_sweeps`` S > 1, static): the S - 1 previous sweeps stay on the
 device in a ring float32[S - 1, C, 4] (C = the largest bucket) that every frame's executable
-updates in place (the ring argument is donated): it writes the new sweep into the oldest slot
-and returns the ring. Per frame the host composes, in float64, each earlier sweep's transform
-into the current grid frame from the LiDAR extrinsic and the two odometry poses, and sends it
-with the sweep's time lag and point count (0 leaves it out: older than ``max_sweep_age_s``, no
-pose, or from before a stamp went backwards). A frame without a pose uses its own sweep only,
-and that sweep is never used later either.
+updates in place (donated). Per frame ``kernel_inputs.SweepHistory`` picks the earlier sweeps
+that count and composes, in float64, how each moves into the current grid frame. A frame
+without a pose uses its own sweep only, and that sweep is never used later either.
 """
 
 from dataclasses import dataclass
@@ -37,12 +34,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import kernels
+from . import kernels, lift
 from .buckets import BucketPadder
-from .camera import calibration_arrays
 from .config import CameraConfig, ConfigError, load_fusion_weights, PipelineConfig, Pose
 from .executable_cache import ExecutableCache, private_cache_dir
-from .odometry import pose_matrix, SweepHistory
+from .kernel_inputs import calibration_arrays, calibration_vector, SweepHistory
+from .odometry import pose_matrix
 
 COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
 _compile_lock = threading.Lock()
@@ -93,14 +90,19 @@ class FrameResult:
     sweeps_used: int = 1       # sweeps voxelized, the current one included
 
 
-def calibration_vector(lidar: Pose, grid: np.ndarray) -> np.ndarray:
-    """float32[17]: the LiDAR rotation (row-major) and translation, then the grid vector."""
-    return np.concatenate([lidar.rotation_matrix().reshape(-1), lidar.translation,
-                           grid]).astype(np.float32)
-
-
 class BevPipeline:
-    """LiDAR + camera BEV fusion with one AOT executable per bucket; see the module doc."""
+    """
+    LiDAR + camera BEV fusion with one AOT executable per bucket; see the module doc.
+
+    Args
+    ----
+    cfg: the validated PipelineConfig; its static values are fixed for the pipeline's life.
+
+    Raises
+    ------
+    ConfigError: cameras with different feature-map shapes, or unreadable fusion weights.
+
+    """
 
     def __init__(self, cfg: PipelineConfig):
         self.cfg = cfg
@@ -145,8 +147,7 @@ class BevPipeline:
         self._executables: dict[int, jax.stages.Compiled] = {}
         self.store = ExecutableCache(self.cache_dir)
         self.lift_slots = 0          # static, set by warmup() (0 without cameras)
-        self._counts = self._geometry = None
-        self._tables = None
+        self._counts = self._geometry = self._tables = None
         self._calibration_device = None
         self._calibration = (cfg.lidar, cfg.cameras)
         self._baseline: int | None = None
@@ -184,24 +185,28 @@ class BevPipeline:
 
     def warmup(self) -> dict[str, float]:
         """
-        Compile the calibration functions and every bucket, run each once; returns seconds.
+        Compile (or load) the calibration functions and every bucket, and run each once.
 
-        Keys are 'calibration' and the bucket sizes as strings. Sets ``lift_slots``. After this
-        returns, the compile counter's value is the baseline for ``compiles_after_warmup``.
+        Sets ``lift_slots``; the compile counter's value after it is the baseline.
+
+        Returns
+        -------
+        dict[str, float]: seconds per part, keys 'calibration' and the bucket sizes as strings.
+
         """
         times = {}
         start = time.perf_counter()
         if self.cfg.cameras:
-            calibration = calibration_arrays(self._calibration[1]) + (self._grid,)
+            calibration = (calibration_arrays(self._calibration[1]), self._grid)
             self._counts = self.store.get(
-                'lift_counts', self._static(), self._geometry_jit(kernels.lift_sample_counts),
+                'lift_counts', self._static(), self._geometry_jit(lift.lift_sample_counts),
                 calibration, jax.tree.structure(0))
             needed = int(np.asarray(self._counts(*calibration)).max())
             self.lift_slots = self.cfg.fusion.max_samples_per_cell or max(needed, 1)
-            tables = kernels.LiftTables(0, 0, 0)
+            tables = lift.LiftTables(0, 0, 0)
             self._geometry = self.store.get(
                 'geometry', self._static(),
-                self._geometry_jit(kernels.lift_geometry, slots=self.lift_slots), calibration,
+                self._geometry_jit(lift.lift_geometry, slots=self.lift_slots), calibration,
                 jax.tree.structure((tables, 0)))
         times['calibration'] = time.perf_counter() - start
         self.set_calibration(*self._calibration)
@@ -239,16 +244,24 @@ class BevPipeline:
             features=None if self._features is None else spec(self._features.shape, jnp.float32),
             lift=None if self._tables is None else shape_of(self._tables),
             projection=None if self._projection is None else shape_of(self._projection),
-            sweeps=None if self.num_sweeps == 1 else kernels.SweepArgs(
-                spec(self._sweeps.scalars.shape, jnp.int32),
-                spec(self._sweeps.motion.shape, jnp.float32)))
+            sweeps=None if self.num_sweeps == 1 else shape_of(
+                kernels.SweepArgs(self._sweeps.scalars, self._sweeps.motion)))
 
     def frame_args(self, points: np.ndarray, count: int) -> kernels.FrameArgs:
         """
         Return the frame function's arguments for a padded cloud and the staged cameras.
 
-        points float32[B, 4] with ``count`` real rows. For running ``kernels.bev_frame`` some
-        other way (the benchmarks' naive jit and no-jit rows) on exactly this pipeline's state.
+        For running ``kernels.bev_frame`` some other way (the benchmarks' naive jit and no-jit
+        rows) on exactly this pipeline's state.
+
+        Args
+        ----
+        points: float32[B, 4], a bucket-sized buffer; count: its real rows.
+
+        Returns
+        -------
+        kernels.FrameArgs (per-frame parts on the host, the rest on the device).
+
         """
         self._scalars[0] = count
         self._scalars[1:] = self._camera_valid
@@ -262,9 +275,18 @@ class BevPipeline:
         """
         Set the LiDAR and camera calibration; recomputes the lift tables, never recompiles.
 
-        ``cameras`` must keep the configured names, order and feature-map shapes. A camera
-        calibration whose samples do not fit the lift's slots per cell (``lift_slots``, fixed
-        at warm-up) raises ConfigError naming the camera and changes nothing.
+        Intrinsics, lens models and their coefficients, and poses are all traced.
+
+        Args
+        ----
+        lidar: the LiDAR pose, or None to keep it.
+        cameras: all cameras (configured names, order, map shapes), or None to keep them.
+
+        Raises
+        ------
+        ConfigError: other camera names, or a camera calibration whose samples do not fit
+            the slots per cell fixed at warm-up (naming the camera); nothing changes then.
+
         """
         if cameras is not None and self.cfg.cameras:
             if tuple(c.name for c in cameras) != self.camera_names:
@@ -272,7 +294,7 @@ class BevPipeline:
                                   f'the pipeline has {list(self.camera_names)}')
             if self._geometry is None:
                 raise RuntimeError('set_calibration(cameras=...) needs warmup() first')
-            tables, dropped = self._geometry(*calibration_arrays(cameras), self._grid)
+            tables, dropped = self._geometry(calibration_arrays(cameras), self._grid)
             dropped = np.asarray(dropped)
             if dropped.any():
                 worst = int(np.argmax(dropped))
@@ -288,10 +310,13 @@ class BevPipeline:
 
     def executable(self, bucket: int) -> jax.stages.Compiled:
         """
-        Return the compiled frame function of a bucket, called as ``f(frame_args(...))``.
+        Return the compiled frame function of a bucket.
 
-        With accumulation it is ``f(frame_args(...), ring) -> (features, ring)`` and consumes
-        (donates) the ring it is given.
+        Returns
+        -------
+        ``f(frame_args(...)) -> float32[H, W, C_out]``; with accumulation
+        ``f(frame_args(...), ring) -> (features, ring)``, which consumes (donates) the ring.
+
         """
         return self._executables[bucket]
 
@@ -319,13 +344,21 @@ class BevPipeline:
         """
         Run one frame: pad, transfer, compute, fetch.
 
+        Args
+        ----
         points: float32[N, 4] x, y, z, intensity in the LiDAR frame (any N; above the largest
-        bucket the overflow policy applies). cameras: name -> float32[H_f, W_f, C] or None; a
-        camera left out or None is masked for this frame. num_points: the size of the original
-        cloud when the caller already cut it to capacity (``cloud.read_points(max_points=)``),
-        so the dropped points are still reported. With accumulation: ``stamp_ns`` the sweep's
-        stamp and ``pose`` the 4 x 4 pose of the grid frame in the fixed frame at that stamp
-        (``OdometryBuffer.pose_at``); without both, the frame uses its own sweep only.
+            bucket the overflow policy applies).
+        cameras: name -> float32[H_f, W_f, C] or None; a camera left out or None is masked.
+        num_points: the size of the original cloud when the caller already cut it to
+            capacity (``cloud.read_points(max_points=)``), so the dropped points are reported.
+        stamp_ns, pose: with accumulation, the sweep's stamp and the 4 x 4 pose of the grid
+            frame in the fixed frame then (``OdometryBuffer.pose_at``); without both, the
+            frame uses its own sweep only.
+
+        Returns
+        -------
+        FrameResult with the features float32[H, W, C_out] and the frame's statistics.
+
         """
         if not self._executables:
             raise RuntimeError('BevPipeline.process() needs warmup() first')
@@ -374,11 +407,20 @@ class BevPipeline:
 
     def stage_cameras(self, cameras: Mapping[str, np.ndarray | None]) -> tuple[int, bool]:
         """
-        Stage the camera maps of the next frame; returns (non-finite values zeroed, changed).
+        Stage the camera maps of the next frame.
 
         ``process`` calls it; ``frame_args`` reads what it staged. A map equal to what its slot
         holds is not copied again, and the batch crosses to the device only when a map changed.
         A masked camera keeps its slot: its flag masks it.
+
+        Args
+        ----
+        cameras: as for ``process``.
+
+        Returns
+        -------
+        (int, bool): the non-finite values zeroed, and whether the batch was sent.
+
         """
         unknown = set(cameras) - set(self.camera_names)
         if unknown:

@@ -5,7 +5,11 @@ No ROS graph is needed. Cameras pair with LiDAR through the node's own ``CameraS
 bag-time order, which is the order a live node receives them in. CameraInfo messages in the bag
 set the intrinsics the way they do in the node: scaled to the feature map, applied without a
 compile, and counted when rejected. With accumulation, nav_msgs/Odometry messages in the bag
-feed the node's odometry buffer the same way, in bag-time order.
+feed the node's odometry buffer the same way, in bag-time order. A message whose bytes do not
+deserialize is rejected and counted like a malformed one of its kind, and the replay goes on.
+
+The output bag is written under a temporary folder next to it and renamed into place only when
+the replay completes (``bagio.writing_bag``), so it is whole or absent.
 """
 
 from dataclasses import dataclass, field
@@ -15,11 +19,10 @@ import time
 from typing import Callable
 
 from . import bagio
-from .camera import (CameraInfoError, FeatureMapError, features_image_fields, scale_camera_info,
-                     with_intrinsics)
+from .camera import CameraInfoError, FeatureMapError, features_image_fields
 from .cloud import CloudFormatError
 from .config import ConfigError, PipelineConfig
-from .frame_path import FramePath, rgb_image_fields
+from .frame_path import Frame, FramePath, rgb_image_fields
 from .latency import format_value, FRAME_KEYS, percentiles, STAGES
 from .odometry import OdometryError
 from .pipeline import BevPipeline
@@ -42,6 +45,7 @@ class ReplayResult:
     buckets: dict[int, int] = field(default_factory=dict)
     records: list[dict] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    store_refused: list[str] = field(default_factory=list)   # executable store entries refused
     snapshots: dict[int, object] = field(default_factory=dict)
 
     def summary(self) -> dict:
@@ -62,144 +66,141 @@ class ReplayResult:
 
 
 def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
-               pointcloud_topic: str = bagio.POINTCLOUD_TOPIC,
-               camera_topics: dict[str, str] | None = None,
+               topics: bagio.BagTopics = bagio.BagTopics(),
                snapshot_frames: tuple[int, ...] = (),
                progress: Callable[[int, int], None] | None = None,
-               pipeline: BevPipeline | None = None,
-               camera_info_topics: dict[str, str] | None = None,
-               odometry_topic: str = bagio.ODOMETRY_TOPIC) -> ReplayResult:
+               pipeline: BevPipeline | None = None) -> ReplayResult:
     """
     Run every LiDAR frame of ``src`` through the pipeline and write the outputs to ``dst``.
 
-    Raises BagError when the input cannot be read, lacks the LiDAR topic, or ``dst`` exists.
-    ``snapshot_frames`` are frame indices whose features are kept in the result (-1 = last).
-    ``camera_topics`` / ``camera_info_topics`` map camera names to bag topics; unnamed cameras
-    use the node's input names. A given ``pipeline`` must be warmed; each replay starts it from
-    the parameters' calibration, so one bag's CameraInfo never carries over to the next (nor
-    one bag's sweeps). ``odometry_topic`` (nav_msgs/Odometry) is read only with accumulation
+    ``dst`` appears only when the replay completes (``bagio.writing_bag``): after an error or
+    an interrupt neither it nor its temporary folder is left. Raises BagError when the input
+    cannot be read (on), lacks the LiDAR topic, or ``dst`` exists or cannot be written. A
+    message that does not deserialize is rejected and counted like a malformed one.
+    ``topics`` names the inputs in the bag. ``snapshot_frames`` are frame indices whose
+    features are kept in the result (-1 = last). A given ``pipeline`` must be warmed; each
+    replay starts it from the parameters' calibration, so one bag's CameraInfo never carries
+    over to the next (nor one bag's sweeps). Odometry is read only with accumulation
     (``accumulation.num_sweeps`` > 1); a bag without it replays every frame on its own sweep,
     counted in ``frames_without_odometry``.
     """
     reader = bagio.open_reader(src)
     try:
         types = bagio.topic_types(reader)
-        if types.get(pointcloud_topic) != bagio.POINTCLOUD_TYPE:
-            raise bagio.BagError(f'{src}: no {bagio.POINTCLOUD_TYPE} topic {pointcloud_topic} '
+        if types.get(topics.pointcloud) != bagio.POINTCLOUD_TYPE:
+            raise bagio.BagError(f'{src}: no {bagio.POINTCLOUD_TYPE} topic {topics.pointcloud} '
                                  f'(topics: {", ".join(sorted(types)) or "none"})')
-        camera_topics = {c.name: (camera_topics or {}).get(c.name, bagio.camera_topic(c.name))
-                         for c in cfg.cameras}
-        total = next(c.msgcount for c in reader.connections if c.topic == pointcloud_topic)
-        pipe = pipeline or BevPipeline(cfg)
-        result = ReplayResult()
-        start = time.perf_counter()
-        if pipeline is None:
-            pipe.warmup()
-        result.warmup_s = time.perf_counter() - start
-        by_topic = {t: name for name, t in camera_topics.items()
-                    if types.get(t) == bagio.IMAGE_TYPE}
-        info_topics = {c.name: (camera_info_topics or {}).get(
-            c.name, bagio.camera_info_topic(c.name)) for c in cfg.cameras}
-        info_by_topic = {t: name for name, t in info_topics.items()
-                         if types.get(t) == bagio.CAMERA_INFO_TYPE}
-        path = FramePath(cfg, pipe)
-        pipe.reset_sweeps()
-        calibration = _Intrinsics(pipe, cfg.cameras, result)
-        odometry = [odometry_topic] if (
-            path.accumulating and types.get(odometry_topic) == bagio.ODOMETRY_TYPE) else []
-        with bagio.BagWriter(dst, compress=True) as writer:
-            for topic, timestamp, raw, msgtype in bagio.iter_messages(
-                    reader, [pointcloud_topic, *by_topic, *info_by_topic, *odometry]):
-                msg = bagio.TYPESTORE.deserialize_cdr(raw, msgtype)
-                if topic in odometry:
-                    _add_odometry(path, msg, result)
-                    continue
-                if topic in by_topic:
-                    _add_camera(path, by_topic[topic], msg, result)
-                    continue
-                if topic in info_by_topic:
-                    calibration.update(info_by_topic[topic], msg)
-                    continue
-                _frame(path, msg, timestamp, writer, result, snapshot_frames, total)
-                if progress:
-                    progress(result.frames + result.rejected, total)
+        total = next(c.msgcount for c in reader.connections if c.topic == topics.pointcloud)
+        # Before the warm-up: an output that cannot be written fails at once.
+        with bagio.writing_bag(dst) as path:
+            pipe = pipeline or BevPipeline(cfg)
+            result = ReplayResult()
+            start = time.perf_counter()
+            if pipeline is None:
+                pipe.warmup()
+            result.warmup_s = time.perf_counter() - start
+            result.store_refused = list(pipe.store.refused)
+            pipe.reset_sweeps()   # FramePath resets the calibration: nothing carries over
+            with bagio.BagWriter(path, compress=True) as writer:
+                _Replay(FramePath(cfg, pipe), writer, result, snapshot_frames, total).run(
+                    reader, types, topics, progress)
         result.compiles_after_warmup = pipe.compiles_after_warmup
         return result
     finally:
         reader.close()
 
 
-class _Intrinsics:
-    """The camera intrinsics in force: parameters until a CameraInfo replaces them."""
+class _Replay:
+    """One replay's loop: each message of the bag to its handler, in bag-time order."""
 
-    def __init__(self, pipe: BevPipeline, cameras, result: ReplayResult):
-        self.pipe, self.cameras, self.result = pipe, tuple(cameras), result
-        if self.cameras:
-            pipe.set_calibration(cameras=self.cameras)
+    def __init__(self, path: FramePath, writer: bagio.BagWriter, result: ReplayResult,
+                 snapshot_frames, total: int):
+        self.path, self.writer, self.result = path, writer, result
+        self.snapshot_frames, self.total = snapshot_frames, total
 
-    def update(self, name: str, msg) -> None:
-        cam = self.cameras[[c.name for c in self.cameras].index(name)]
+    def run(self, reader, types: dict[str, str], topics: bagio.BagTopics, progress) -> None:
+        """Feed every input message of the bag to the frame path; outputs go to the writer."""
+        cameras = self.path.cfg.cameras
+        features = {topics.camera(c.name): c.name for c in cameras
+                    if types.get(topics.camera(c.name)) == bagio.IMAGE_TYPE}
+        infos = {topics.camera_info(c.name): c.name for c in cameras
+                 if types.get(topics.camera_info(c.name)) == bagio.CAMERA_INFO_TYPE}
+        odometry = [topics.odometry] if (self.path.accumulating and types.get(
+            topics.odometry) == bagio.ODOMETRY_TYPE) else []
+        result = self.result
+        for topic, timestamp, raw, msgtype in bagio.iter_messages(
+                reader, [topics.pointcloud, *features, *infos, *odometry]):
+            if topic in odometry:
+                self.odometry(raw, msgtype)
+            elif topic in features:
+                self.features(features[topic], raw, msgtype)
+            elif topic in infos:
+                self.camera_info(infos[topic], raw, msgtype)
+            else:
+                self.cloud(raw, msgtype, timestamp)
+                if progress:
+                    progress(result.frames + result.rejected, self.total)
+
+    def features(self, name: str, raw: bytes, msgtype: str) -> None:
+        """Buffer a camera's feature map, or count it rejected."""
         try:
-            intrinsics = scale_camera_info(msg, cam.height, cam.width)
-            updated = with_intrinsics(self.cameras, name, intrinsics)
-            if updated is None:
-                return
-            # ConfigError: more lift samples than the slots fixed at warm-up.
-            self.pipe.set_calibration(cameras=updated)
-        except (CameraInfoError, ConfigError) as exc:
+            self.path.add_features(name, bagio.deserialize(raw, msgtype))
+        except (bagio.BagError, FeatureMapError) as exc:
+            self.result.rejected_feature_maps += 1
+            self.result.errors.append(f'camera {name}: {exc}')
+
+    def camera_info(self, name: str, raw: bytes, msgtype: str) -> None:
+        """Apply a CameraInfo's intrinsics (never a compile), or count it rejected."""
+        try:
+            applied = self.path.apply_camera_info(name, bagio.deserialize(raw, msgtype))
+        except (bagio.BagError, CameraInfoError, ConfigError) as exc:
             self.result.rejected_camera_info += 1
             self.result.errors.append(f'camera {name}: CameraInfo rejected: {exc}')
             return
-        self.cameras = updated
-        self.result.camera_info_applied += 1
+        self.result.camera_info_applied += applied is not None
 
+    def odometry(self, raw: bytes, msgtype: str) -> None:
+        """Buffer an odometry message, or count it rejected."""
+        try:
+            self.path.add_odometry(bagio.deserialize(raw, msgtype))
+        except (bagio.BagError, OdometryError) as exc:
+            self.result.rejected_odometry += 1
+            self.result.errors.append(f'odometry rejected: {exc}')
 
-def _add_camera(path: FramePath, name: str, msg, result: ReplayResult) -> None:
-    try:
-        path.add_features(name, msg)
-    except FeatureMapError as exc:
-        result.rejected_feature_maps += 1
-        result.errors.append(f'camera {name}: {exc}')
+    def cloud(self, raw: bytes, msgtype: str, timestamp: int) -> None:
+        """Process one cloud and write its outputs, or count it rejected."""
+        try:
+            frame = self.path.process(bagio.deserialize(raw, msgtype))
+        except (bagio.BagError, CloudFormatError) as exc:
+            self.result.rejected += 1
+            self.result.errors.append(f'point cloud at {timestamp}: {exc}')
+            return
+        self.write(frame, timestamp)
 
-
-def _add_odometry(path: FramePath, msg, result: ReplayResult) -> None:
-    try:
-        path.add_odometry(msg)
-    except OdometryError as exc:
-        result.rejected_odometry += 1
-        result.errors.append(f'odometry rejected: {exc}')
-
-
-def _frame(path: FramePath, msg, timestamp: int, writer, result: ReplayResult,
-           snapshot_frames, total: int) -> None:
-    try:
-        frame = path.process(msg)
-    except CloudFormatError as exc:
-        result.rejected += 1
-        result.errors.append(f'point cloud at {timestamp}: {exc}')
-        return
-    write_start = time.perf_counter()
-    frame_id = path.cfg.grid.frame_id
-    out = frame.result
-    writer.write(bagio.FEATURES_TOPIC,
-                 bagio.image_msg(features_image_fields(out.features), frame.stamp_ns, frame_id),
-                 timestamp)
-    if frame.rgb is not None:
-        writer.write(bagio.IMAGE_TOPIC,
-                     bagio.image_msg(rgb_image_fields(frame.rgb), frame.stamp_ns, frame_id),
-                     timestamp)
-    record = FramePath.finish(frame, write_start, frame.started)
-    writer.write(bagio.LATENCY_TOPIC, bagio.diagnostic_array(
-        frame.stamp_ns, frame_id, 'jax_perception: frame',
-        {k: format_value(record[k]) for k in FRAME_KEYS}), timestamp)
-    index = result.frames
-    if index in snapshot_frames or (-1 in snapshot_frames and index == total - 1):
-        result.snapshots[index] = out.features.copy()
-    result.frames += 1
-    result.frames_without_odometry += frame.without_odometry
-    result.overflowed += out.overflow_points > 0
-    result.buckets[out.bucket] = result.buckets.get(out.bucket, 0) + 1
-    result.records.append(record)
+    def write(self, frame: Frame, timestamp: int) -> None:
+        """Write a frame's features, picture and latency record; count it."""
+        result, writer = self.result, self.writer
+        write_start = time.perf_counter()
+        frame_id = self.path.cfg.grid.frame_id
+        out = frame.result
+        writer.write(bagio.FEATURES_TOPIC, bagio.image_msg(
+            features_image_fields(out.features), frame.stamp_ns, frame_id), timestamp)
+        if frame.rgb is not None:
+            writer.write(bagio.IMAGE_TOPIC, bagio.image_msg(
+                rgb_image_fields(frame.rgb), frame.stamp_ns, frame_id), timestamp)
+        record = FramePath.finish(frame, write_start, frame.started)
+        writer.write(bagio.LATENCY_TOPIC, bagio.diagnostic_array(
+            frame.stamp_ns, frame_id, 'jax_perception: frame',
+            {k: format_value(record[k]) for k in FRAME_KEYS}), timestamp)
+        index = result.frames
+        if index in self.snapshot_frames or (-1 in self.snapshot_frames
+                                             and index == self.total - 1):
+            result.snapshots[index] = out.features.copy()
+        result.frames += 1
+        result.frames_without_odometry += frame.without_odometry
+        result.overflowed += out.overflow_points > 0
+        result.buckets[out.bucket] = result.buckets.get(out.bucket, 0) + 1
+        result.records.append(record)
 
 
 def progress_bar(stream=sys.stderr) -> Callable[[int, int], None]:

@@ -68,7 +68,7 @@ def readme_table() -> str:
 def _property(spec: ParamSpec) -> dict:
     item: dict[str, Any] = {'type': JSON_TYPES[spec.item_type]}
     if spec.minimum is not None:
-        item['exclusiveMinimum' if spec.exclusive_minimum else 'minimum'] = spec.minimum
+        item['minimum'] = spec.minimum
     if spec.maximum is not None:
         item['maximum'] = spec.maximum
     if spec.choices:

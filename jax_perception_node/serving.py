@@ -9,8 +9,11 @@ that map onto the ROS 2 lifecycle: ``declare`` (parameters and the parameter cal
 
 Subscription callbacks only store the newest cloud (latest wins: a cloud that arrives while
 another waits replaces it and counts as dropped); a worker thread decodes, computes and
-publishes, so a slow frame never queues up latency. Calibration changes (live parameters,
-CameraInfo) and frames take turns on the pipeline, so a frame never sees half a calibration.
+publishes, so a slow frame never queues up latency. The frame path (frame_path.py) holds the
+calibration and its own locks: calibration changes (live parameters, CameraInfo) and frames
+take turns on the pipeline, so a frame never sees half a calibration. A parameter set is
+applied whole or refused with a reason, never with an exception. The /diagnostics level and
+message follow the rules of health.py.
 With accumulation (``accumulation.num_sweeps`` > 1) the node also subscribes to
 ``~/input/odometry``; bad odometry is refused and counted, a frame without a pose uses its own
 sweep only, and both show in /diagnostics as a WARN.
@@ -26,22 +29,16 @@ from rclpy.clock import Clock, ClockType
 from rclpy.qos import qos_profile_sensor_data, QoSProfile
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 
-from .camera import (byte_array, CameraInfoError, FeatureMapError, features_image_fields,
-                     scale_camera_info, with_intrinsics)
+from .camera import byte_array, CameraInfoError, FeatureMapError, features_image_fields
 from .cloud import CloudFormatError
 from .config import config_from_parameters, ConfigError
 from .frame_path import FramePath, rgb_image_fields
+from .health import assess, CloudTimes, COUNTS, PERIOD_COUNTS
 from .latency import format_value, FRAME_KEYS, LatencyWindow
 from .live_params import changed_intrinsics, check_update
 from .node_params import declare_parameters, read_parameters
 from .odometry import OdometryError
 from .pipeline import BevPipeline
-
-OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
-COUNTS = ('received', 'processed', 'dropped', 'rejected', 'feature_maps_received',
-          'rejected_feature_maps', 'rejected_camera_info', 'camera_info_applied', 'overflowed',
-          'nonfinite_features', 'odometry_received', 'rejected_odometry',
-          'frames_without_odometry')
 
 
 class PerceptionCore:
@@ -53,15 +50,11 @@ class PerceptionCore:
         self._create_publisher, self._destroy_publisher = create_publisher, destroy_publisher
         self.values: dict = {}
         self.cfg = self.pipe = self.path = self.window = None
-        self.cameras, self.lidar = (), None
-        self._info_intrinsics: dict[str, tuple] = {}
         self.counts = dict.fromkeys(COUNTS, 0)
+        self._period = dict.fromkeys(PERIOD_COUNTS, 0)    # since the last /diagnostics report
+        self._times = CloudTimes()
         self._stale: tuple[str, ...] = ()
-        self._since_report = dict.fromkeys(
-            ('overflowed', 'nonfinite', 'camera_info', 'odometry', 'without_odometry'), 0)
-        self._last_cloud = time.monotonic()
-        self._lock = threading.Lock()        # counts, pending cloud, camera buffer, window
-        self._pipe_lock = threading.Lock()   # one frame or one calibration change at a time
+        self._lock = threading.Lock()        # counts, times, pending cloud, window
         self._pending = None
         self._wake, self._stop = threading.Event(), threading.Event()
         self._worker = self._timer = None
@@ -89,8 +82,9 @@ class PerceptionCore:
         self.log.info('warm-up: ' + ', '.join(f'{k} {v * 1e3:.0f} ms' for k, v in times.items())
                       + f'; total {time.perf_counter() - started:.2f} s'
                       + (f', cache {pipe.cache_dir}' if pipe.cache_dir else ', no cache'))
+        for refusal in pipe.store.refused:   # an entry or folder someone else could write
+            self.log.warning(f'executable store: {refusal}')
         self.values, self.cfg, self.pipe = values, cfg, pipe
-        self.cameras, self.lidar, self._info_intrinsics = cfg.cameras, cfg.lidar, {}
         self.path = FramePath(cfg, pipe)
         self.window = LatencyWindow(cfg.diagnostics.window)
         reliable = QoSProfile(depth=5)
@@ -103,7 +97,12 @@ class PerceptionCore:
         }
 
     def activate(self) -> None:
-        """Subscribe (only now: no frame can meet an unwarmed bucket) and start the worker."""
+        """
+        Subscribe (only now: no frame can meet an unwarmed bucket) and start the worker.
+
+        Raises ConfigError, with nothing started, for a diagnostics period rclpy cannot time.
+        """
+        self._timer = self._make_timer(self.cfg.diagnostics.period_s)
         node = self.node
         subs = [node.create_subscription(PointCloud2, '~/input/pointcloud', self._on_cloud,
                                          qos_profile_sensor_data)]
@@ -120,9 +119,8 @@ class PerceptionCore:
             subs.append(node.create_subscription(Odometry, '~/input/odometry',
                                                  self._on_odometry, qos_profile_sensor_data))
         self._subscriptions = subs
-        self._start_timer()
         with self._lock:
-            self._last_cloud = time.monotonic()
+            self._times = CloudTimes()    # the LiDAR timeout counts from this activation's clouds
         self._stop.clear()
         self._worker = threading.Thread(target=self._serve, name='bev_worker', daemon=True)
         self._worker.start()
@@ -154,15 +152,19 @@ class PerceptionCore:
         self._publishers = {}
         self.pipe = self.path = self.window = None
 
-    def _start_timer(self) -> None:
+    def _make_timer(self, period_s: float):
         # Diagnostics run on the steady clock: a paused sim clock must not hide a dead LiDAR.
-        self._timer = self.node.create_timer(self.cfg.diagnostics.period_s,
-                                             self._publish_diagnostics,
-                                             clock=Clock(clock_type=ClockType.STEADY_TIME))
+        try:
+            return self.node.create_timer(period_s, self._publish_diagnostics,
+                                          clock=Clock(clock_type=ClockType.STEADY_TIME))
+        except (TypeError, ValueError, OverflowError):    # rclpy's answers to a huge period
+            raise ConfigError(f'diagnostics.period_s: {period_s:g} s is longer than a ROS '
+                              'timer can wait') from None
 
     # -- parameters, calibration (executor thread) ---------------------------------------------
 
     def _on_set_parameters(self, params) -> SetParametersResult:
+        """Apply a parameter set at once or refuse it whole; no exception ever leaves here."""
         if self.pipe is None:
             return SetParametersResult(successful=True)   # configure() validates them
         changes = {p.name: p.value for p in params}
@@ -170,98 +172,96 @@ class PerceptionCore:
             values, cfg = check_update(self.values, changes)
             self._apply(cfg, changed_intrinsics(changes))
         except ConfigError as exc:
-            self.log.warning(f'parameter change refused: {exc}')
-            return SetParametersResult(successful=False, reason=str(exc))
-        self.values = values
-        self.log.info('parameters set live: ' + ', '.join(sorted(changes)))
-        return SetParametersResult(successful=True)
+            reason = str(exc)
+        except Exception as exc:    # noqa: B902 - rclpy would answer with a traceback
+            reason = f'unexpected error: {exc!r}'
+            self.log.error(f'parameter change {sorted(changes)} failed: {reason}')
+        else:
+            self.values = values
+            self.log.info('parameters set live: ' + ', '.join(sorted(changes)))
+            return SetParametersResult(successful=True)
+        self.log.warning(f'parameter change refused: {reason}')
+        return SetParametersResult(successful=False, reason=reason)
 
     def _apply(self, cfg, intrinsics_from_params: set[str]) -> None:
-        cameras = cfg.cameras
-        for name, intrinsics in list(self._info_intrinsics.items()):
-            if name in intrinsics_from_params:
-                del self._info_intrinsics[name]   # the newest word wins: this parameter set
-            else:
-                cameras = with_intrinsics(cameras, name, intrinsics) or cameras
-        lidar = cfg.lidar if cfg.lidar != self.lidar else None
-        changed_cameras = cameras if cameras != self.cameras else None
-        if lidar is not None or changed_cameras is not None:
-            with self._pipe_lock:
-                self.pipe.set_calibration(lidar, changed_cameras)
-        with self._pipe_lock:
-            self.pipe.max_sweep_age_s = cfg.accumulation.max_sweep_age_s
-        with self._lock:
-            self.path.sync.tolerance_ns = int(round(cfg.max_camera_lidar_delay_s * 1e9))
-            self.path.odometry.set_max_gap(cfg.accumulation.max_odometry_gap_s)
-            if cfg.diagnostics.window != self.cfg.diagnostics.window:
-                self.window = LatencyWindow(cfg.diagnostics.window)
-        period_changed = cfg.diagnostics.period_s != self.cfg.diagnostics.period_s
-        self.cfg, self.cameras, self.lidar = cfg, cameras, cfg.lidar
-        if period_changed and self._timer is not None:
+        """Apply a checked config whole; ConfigError leaves everything as it was."""
+        timer = None
+        if cfg.diagnostics.period_s != self.cfg.diagnostics.period_s and self._timer is not None:
+            timer = self._make_timer(cfg.diagnostics.period_s)
+        try:
+            self.path.update(cfg, intrinsics_from_params)
+        except BaseException:
+            if timer is not None:
+                self.node.destroy_timer(timer)
+            raise
+        if timer is not None:
             self.node.destroy_timer(self._timer)
-            self._start_timer()
+            self._timer = timer
+        if cfg.diagnostics.window != self.cfg.diagnostics.window:
+            with self._lock:
+                self.window = LatencyWindow(cfg.diagnostics.window)
+        self.cfg = cfg
 
     def _on_camera_info(self, name: str, msg: CameraInfo) -> None:
-        cam = self.cameras[self.pipe.camera_names.index(name)]
         try:
-            intrinsics = scale_camera_info(msg, cam.height, cam.width)
-            updated = with_intrinsics(self.cameras, name, intrinsics)
-            if updated is None:
-                return
-            with self._pipe_lock:
-                # ConfigError: more lift samples than the slots fixed at warm-up.
-                self.pipe.set_calibration(cameras=updated)
+            intrinsics = self.path.apply_camera_info(name, msg)
         except (CameraInfoError, ConfigError) as exc:
-            with self._lock:
-                self.counts['rejected_camera_info'] += 1
-                self._since_report['camera_info'] += 1
+            self._count('rejected_camera_info')
             self.log.warning(f'camera {name}: CameraInfo rejected: {exc}',
                              throttle_duration_sec=2.0)
             return
-        self.cameras = updated
-        self._info_intrinsics[name] = intrinsics
-        with self._lock:
-            self.counts['camera_info_applied'] += 1
+        if intrinsics is None:
+            return
+        self._count('camera_info_applied')
         self.log.info(f'camera {name}: intrinsics from CameraInfo ({msg.width} x {msg.height}) '
                       'at feature-map resolution: fx {:.4g}, fy {:.4g}, cx {:.4g}, cy {:.4g}'
-                      .format(*intrinsics))
+                      .format(*intrinsics[:4]))
 
     # -- inputs (executor thread): cheap, never block on a frame -------------------------------
 
     def _on_cloud(self, msg: PointCloud2) -> None:
         arrived = time.perf_counter()
+        now = time.monotonic()
         with self._lock:
-            self.counts['received'] += 1
+            self._bump('received')
             if self._pending is not None:
-                self.counts['dropped'] += 1
+                self._bump('dropped')
             self._pending = (msg, arrived)
-            self._last_cloud = time.monotonic()
+            times = self._times
+            self._times = CloudTimes(times.first if times.first is not None else now, now,
+                                     times.valid)
         self._wake.set()
 
     def _on_odometry(self, msg: Odometry) -> None:
         try:
-            with self._lock:
-                self.path.add_odometry(msg)
-                self.counts['odometry_received'] += 1
+            self.path.add_odometry(msg)
         except OdometryError as exc:
-            with self._lock:
-                self.counts['rejected_odometry'] += 1
-                self._since_report['odometry'] += 1
+            self._count('rejected_odometry')
             self.log.warning(f'odometry rejected: {exc}', throttle_duration_sec=2.0)
+            return
+        self._count('odometry_received')
 
     def _on_features(self, name: str, msg: Image) -> None:
         try:
-            with self._lock:
-                jumped = self.path.add_features(name, msg)
-                self.counts['feature_maps_received'] += 1
+            jumped = self.path.add_features(name, msg)
         except FeatureMapError as exc:
-            with self._lock:
-                self.counts['rejected_feature_maps'] += 1
+            self._count('rejected_feature_maps')
             self.log.warning(f'camera {name}: feature map rejected: {exc}',
                              throttle_duration_sec=2.0)
             return
+        self._count('feature_maps_received')
         if jumped:
             self.log.info(f'camera {name}: stamp went backwards, its buffer was reset')
+
+    def _bump(self, key: str, n: int = 1) -> None:
+        """Add to a total and, for the per-report rules, to its count since the last report."""
+        self.counts[key] += n
+        if key in self._period:
+            self._period[key] += n
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self._bump(key)
 
     # -- worker thread -------------------------------------------------------------------------
 
@@ -281,11 +281,9 @@ class PerceptionCore:
     def _process(self, msg: PointCloud2, arrived: float) -> None:
         image_pub = self._publishers['image']
         try:
-            frame = self.path.process(msg, picture=image_pub.get_subscription_count() > 0,
-                                      buffer_lock=self._lock, pipe_lock=self._pipe_lock)
+            frame = self.path.process(msg, picture=image_pub.get_subscription_count() > 0)
         except CloudFormatError as exc:
-            with self._lock:
-                self.counts['rejected'] += 1
+            self._count('rejected')
             self.log.warning(f'point cloud rejected: {exc}', throttle_duration_sec=2.0)
             return
         if frame.stamps_jumped:
@@ -302,65 +300,39 @@ class PerceptionCore:
         record = FramePath.finish(frame, publish_start, arrived, age_ms)
         latency = DiagnosticArray(header=header)
         latency.status.append(DiagnosticStatus(
-            level=OK, name='jax_perception: frame', hardware_id=self.cfg.grid.frame_id,
+            level=DiagnosticStatus.OK, name='jax_perception: frame',
+            hardware_id=self.cfg.grid.frame_id,
             values=[KeyValue(key=k, value=format_value(record[k])) for k in FRAME_KEYS]))
         self._publishers['latency'].publish(latency)
+        now = time.monotonic()
         with self._lock:
-            self.counts['processed'] += 1
-            self.counts['overflowed'] += result.overflow_points > 0
-            self.counts['nonfinite_features'] += result.nonfinite_features
-            self.counts['frames_without_odometry'] += frame.without_odometry
-            self._since_report['without_odometry'] += frame.without_odometry
-            self._since_report['overflowed'] += result.overflow_points > 0
-            self._since_report['nonfinite'] += result.nonfinite_features
+            self._bump('processed')
+            self._bump('overflowed', int(result.overflow_points > 0))
+            self._bump('nonfinite_features', result.nonfinite_features)
+            self._bump('frames_without_odometry', int(frame.without_odometry))
+            times = self._times
+            self._times = CloudTimes(times.first, times.last, now)
             self._stale = frame.stale
             self.window.add(record)
 
     # -- diagnostics ---------------------------------------------------------------------------
 
     def diagnostic_status(self) -> DiagnosticStatus:
-        """Roll up counts, latency percentiles, level and reason into one status."""
-        cfg = self.cfg
+        """Roll up counts, latency percentiles, level and reason into one status (health.py)."""
+        diagnostics = self.cfg.diagnostics
         with self._lock:
-            counts = dict(self.counts)
-            total, age = self.window.stats('total_ms'), self.window.stats('age_ms')
-            stale, since = self._stale, dict(self._since_report)
-            self._since_report = dict.fromkeys(since, 0)
-            silent_s = time.monotonic() - self._last_cloud
-        compiles = self.pipe.compiles_after_warmup
-        problems = []
-        if compiles:
-            problems.append((ERROR, f'{compiles} XLA compiles after warm-up'))
-        if silent_s > cfg.diagnostics.lidar_timeout_s:
-            problems.append((ERROR, f'no point cloud for {silent_s:.1f} s'))
-        if total['p99'] > cfg.diagnostics.latency_budget_ms:
-            problems.append((WARN, f'total p99 {total["p99"]:.1f} ms over the '
-                                   f'{cfg.diagnostics.latency_budget_ms:g} ms budget'))
-        for name in stale:
-            problems.append((WARN, f'camera {name} stale (masked)'))
-        if since['overflowed']:
-            problems.append((WARN, f'{since["overflowed"]} clouds above the largest bucket '
-                                   f'({self.pipe.padder.capacity} points), subsampled'))
-        if since['nonfinite']:
-            problems.append((WARN, f'{since["nonfinite"]} non-finite feature values zeroed'))
-        if since['camera_info']:
-            problems.append((WARN, f'{since["camera_info"]} CameraInfo messages rejected'))
-        if since['odometry']:
-            problems.append((WARN, f'{since["odometry"]} odometry messages rejected'))
-        if since['without_odometry']:
-            problems.append((WARN, f'{since["without_odometry"]} frames without odometry '
-                                   '(current sweep only)'))
-        level = max((p[0] for p in problems), default=OK)
-        values = {**counts, 'compiles_after_warmup': compiles,
-                  'stale_cameras': ' '.join(stale), 'seconds_since_cloud': f'{silent_s:.2f}'}
-        for name, stats in (('total_ms', total), ('age_ms', age)):
-            for q, v in stats.items():
-                values[f'{name}_{q}'] = v
-        return DiagnosticStatus(
-            level=level, name='jax_perception: pipeline', hardware_id=cfg.grid.frame_id,
-            message='; '.join(p[1] for p in problems) or 'OK',
+            counts, period, times = dict(self.counts), self._period, self._times
+            self._period = dict.fromkeys(PERIOD_COUNTS, 0)
+            latency = {key: self.window.stats(key) for key in ('total_ms', 'age_ms')}
+            stale = self._stale
+        health = assess(counts, period, times, time.monotonic(), latency, stale,
+                        self.pipe.compiles_after_warmup, self.pipe.padder.capacity,
+                        diagnostics.lidar_timeout_s, diagnostics.latency_budget_ms)
+        return DiagnosticStatus(   # level is a ROS byte field: bytes, not int
+            level=bytes([health.level]), name='jax_perception: pipeline',
+            hardware_id=self.cfg.grid.frame_id, message=health.message,
             values=[KeyValue(key=k, value=v if isinstance(v, str) else format_value(v))
-                    for k, v in values.items()])
+                    for k, v in health.values.items()])
 
     def _publish_diagnostics(self) -> None:
         array = DiagnosticArray()

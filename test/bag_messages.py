@@ -27,11 +27,12 @@ def cloud(points: np.ndarray, stamp_ns: int):
         data=data, is_dense=True)
 
 
-def features(fmap: np.ndarray, stamp_ns: int):
-    """float32 (H, W, C) -> Image 32FC<C>."""
+def features(fmap: np.ndarray, stamp_ns: int, camera: str = 'front',
+             frame_id: str | None = None):
+    """float32 (H, W, C) -> Image 32FC<C> in ``frame_id`` (default: ``<camera>_optical``)."""
     rows, cols, channels = fmap.shape
     return TYPES[bagio.IMAGE_TYPE](
-        header=header(stamp_ns, 'camera'), height=rows, width=cols,
+        header=header(stamp_ns, frame_id or f'{camera}_optical'), height=rows, width=cols,
         encoding=f'32FC{channels}', is_bigendian=sys.byteorder == 'big',
         step=cols * channels * 4,
         data=np.frombuffer(np.ascontiguousarray(fmap, np.float32).tobytes(), np.uint8))

@@ -1,5 +1,7 @@
 """Independent NumPy reference of the kernel contracts (docs/design.md), float64, loops by cell."""
 
+import functools
+
 import numpy as np
 
 
@@ -9,6 +11,80 @@ def quat_matrix(q) -> np.ndarray:
     return np.array([[w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y)],
                      [2 * (x * y + w * z), w * w - x * x + y * y - z * z, 2 * (y * z - w * x)],
                      [2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z]])
+
+
+def distort_ref(model: str, d, x: float, y: float) -> tuple[float, float]:
+    """
+    Distort normalized coordinates by the published lens equations.
+
+    plumb_bob: Brown-Conrady as OpenCV and ROS image_geometry write it (k1, k2, p1, p2, k3);
+    equidistant: OpenCV's fisheye model (k1..k4) on theta = atan(r); none: unchanged.
+    """
+    if model == 'plumb_bob':
+        k1, k2, p1, p2, k3 = d
+        r2 = x ** 2 + y ** 2
+        radial = 1 + k1 * r2 + k2 * r2 ** 2 + k3 * r2 ** 3
+        return (x * radial + 2 * p1 * x * y + p2 * (r2 + 2 * x ** 2),
+                y * radial + p1 * (r2 + 2 * y ** 2) + 2 * p2 * x * y)
+    if model == 'equidistant':
+        k1, k2, k3, k4 = d
+        r = np.hypot(x, y)
+        if r == 0:
+            return x, y
+        theta = np.arctan(r)
+        theta_d = theta * (1 + k1 * theta ** 2 + k2 * theta ** 4 + k3 * theta ** 6
+                           + k4 * theta ** 8)
+        return x * theta_d / r, y * theta_d / r
+    return x, y
+
+
+@functools.lru_cache(maxsize=None)
+def fold_radius2_ref(model: str, d: tuple) -> float:
+    """
+    Return r^2 where the radial mapping first stops increasing, found numerically (or inf).
+
+    Scans the mapping (r -> distorted radius for plumb_bob, theta -> theta_d for equidistant)
+    on a fine geometric grid and bisects the first step that does not increase.
+    """
+    if model == 'plumb_bob':
+        k1, k2, _, _, k3 = d
+
+        def radial(r):
+            return r * (1 + k1 * r ** 2 + k2 * r ** 4 + k3 * r ** 6)
+
+        grid = np.geomspace(1e-4, 1e4, 40001)
+    elif model == 'equidistant':
+        k1, k2, k3, k4 = d
+
+        def radial(theta):
+            return theta * (1 + k1 * theta ** 2 + k2 * theta ** 4 + k3 * theta ** 6
+                            + k4 * theta ** 8)
+
+        grid = np.linspace(1e-6, np.pi / 2 - 1e-9, 40001)
+    else:
+        return np.inf
+    values = radial(grid)
+    falls = np.nonzero(np.diff(values) <= 0)[0]
+    if falls.size == 0:
+        return np.inf
+    lo, hi = grid[max(falls[0] - 1, 0)], grid[falls[0] + 1]
+    for _ in range(200):     # the derivative's sign, by a symmetric difference
+        mid = (lo + hi) / 2
+        h = 1e-7 * mid
+        lo, hi = (mid, hi) if radial(mid + h) > radial(mid - h) else (lo, mid)
+    turn = (lo + hi) / 2
+    return turn ** 2 if model == 'plumb_bob' else np.tan(turn) ** 2
+
+
+def project_ref(cam, c) -> tuple[float, float] | None:
+    """Pixel (u, v) of a point ``c`` in the camera's optical frame, or None if not usable."""
+    if c[2] <= 0.1:
+        return None
+    x, y = c[0] / c[2], c[1] / c[2]
+    if x ** 2 + y ** 2 >= fold_radius2_ref(cam.distortion_model, tuple(cam.distortion)):
+        return None
+    xd, yd = distort_ref(cam.distortion_model, cam.distortion, x, y)
+    return cam.fx * xd + cam.cx, cam.fy * yd + cam.cy
 
 
 def grid_of(cfg):
@@ -60,11 +136,10 @@ def lift_ref(cfg, maps: dict, used=None) -> tuple[np.ndarray, np.ndarray]:
                 for kk in range(k):
                     p = np.array([x_min + (ii + .5) * res, y_min + (jj + .5) * res,
                                   z_min + (kk + .5) * (z_max - z_min) / k])
-                    c = rot.T @ (p - t)
-                    if c[2] <= 0.1:
+                    pixel = project_ref(cam, rot.T @ (p - t))
+                    if pixel is None:
                         continue
-                    u = cam.fx * c[0] / c[2] + cam.cx
-                    v = cam.fy * c[1] / c[2] + cam.cy
+                    u, v = pixel
                     if not (-0.5 <= u < wf - 0.5 and -0.5 <= v < hf - 0.5):
                         continue
                     total[ii, jj] += bilinear(fmap, u, v)
@@ -92,17 +167,15 @@ def sample_counts_ref(cfg) -> np.ndarray:
     x_min, y_min, z_min, z_max, res, h, w = grid_of(cfg)
     k = cfg.fusion.num_heights
     count = np.zeros((h, w), int)
-    ii, jj, kk = np.meshgrid(np.arange(h), np.arange(w), np.arange(k), indexing='ij')
-    p = np.stack([x_min + (ii + .5) * res, y_min + (jj + .5) * res,
-                  z_min + (kk + .5) * (z_max - z_min) / k], axis=-1)
     for cam in cfg.cameras:
         rot, t = quat_matrix(cam.pose.rotation_xyzw), np.asarray(cam.pose.translation)
-        c = (p - t) @ rot          # row vectors: (R^T (p - t))^T = (p - t)^T R
-        depth = c[..., 2]
-        with np.errstate(divide='ignore', invalid='ignore'):
-            u = cam.fx * c[..., 0] / depth + cam.cx
-            v = cam.fy * c[..., 1] / depth + cam.cy
-        ok = ((depth > 0.1) & (u >= -0.5) & (u < cam.width - 0.5)
-              & (v >= -0.5) & (v < cam.height - 0.5))
-        count += ok.sum(axis=-1)
+        for ii in range(h):
+            for jj in range(w):
+                for kk in range(k):
+                    p = np.array([x_min + (ii + .5) * res, y_min + (jj + .5) * res,
+                                  z_min + (kk + .5) * (z_max - z_min) / k])
+                    pixel = project_ref(cam, rot.T @ (p - t))
+                    if pixel is not None and (-0.5 <= pixel[0] < cam.width - 0.5
+                                              and -0.5 <= pixel[1] < cam.height - 0.5):
+                        count[ii, jj] += 1
     return count

@@ -59,13 +59,13 @@ def make_cloud(points: np.ndarray, stamp_ns: int, frame_id: str = 'lidar'):
     return msg
 
 
-def make_features(fmap: np.ndarray, stamp_ns: int, frame_id: str = 'camera'):
-    """float32 (H, W, C) -> sensor_msgs/Image 32FC<C>."""
+def make_features(fmap: np.ndarray, stamp_ns: int, name: str, frame_id: str | None = None):
+    """float32 (H, W, C) -> sensor_msgs/Image 32FC<C> of camera ``name``, in its default frame."""
     from sensor_msgs.msg import Image
     import array
     msg = Image()
     msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
-    msg.header.frame_id = frame_id
+    msg.header.frame_id = f'{name}_optical' if frame_id is None else frame_id
     msg.height, msg.width = fmap.shape[:2]
     msg.encoding = f'32FC{fmap.shape[2]}'
     msg.is_bigendian = sys.byteorder == 'big'

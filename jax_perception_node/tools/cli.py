@@ -2,24 +2,45 @@
 ``jax-perception``: sample-bag, replay, play, bench and demo.
 
 Each command is a function ``args -> int``; ``main`` turns user errors (bad params, missing or
-unsuitable bags) into one line on stderr and exit code 1, never a traceback.
+unsuitable bags, outputs that cannot be written: every layer's error type, ``USER_ERRORS``) into
+one line on stderr and exit code 1, never a traceback. Ctrl-C, and SIGTERM during a replay,
+end with one line too (exit 130 and 143), after the replay removed its unfinished output.
 """
 
 import argparse
+import contextlib
 from dataclasses import replace
 import json
+import os
 from pathlib import Path
 import shutil
+import signal
 import sys
+import threading
 
-from jax_perception_node.bagio import BagError, ODOMETRY_TOPIC, POINTCLOUD_TOPIC
+from jax_perception_node.bagio import BagError, BagTopics, ODOMETRY_TOPIC, POINTCLOUD_TOPIC
+from jax_perception_node.camera import CameraInfoError, FeatureMapError
+from jax_perception_node.cloud import CloudFormatError
 from jax_perception_node.config import ConfigError, default_params_file, load_config
+from jax_perception_node.odometry import OdometryError
 
-from .fleet import FleetError, is_bag
+from .bench.common import BenchError
+from .fleet import is_bag
+from .fleet_types import FleetError
 
 
 class UsageError(Exception):
-    """Bad command-line arguments."""
+    """Bad command-line arguments, or an output they name that cannot be written."""
+
+
+class Terminated(BaseException):
+    """SIGTERM during a replay: unwinds like Ctrl-C, so the replay removes its temporary."""
+
+
+# One exception type per layer; each reaching ``main`` is one line and exit code 1. The
+# message decoders' errors are counted by replay, never raised through it: listed all the same.
+USER_ERRORS = (UsageError, ConfigError, BagError, FleetError, BenchError, CloudFormatError,
+               FeatureMapError, CameraInfoError, OdometryError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,6 +60,61 @@ def _camera_topics(pairs: list[str], option: str = '--camera-topic') -> dict[str
 
 def _load(args):
     return load_config(args.params or default_params_file())
+
+
+def _topics(args) -> BagTopics:
+    """Return the bag's input topics from --pointcloud-topic, --camera-topic and the others."""
+    return BagTopics(args.pointcloud_topic, _camera_topics(args.camera_topic),
+                     _camera_topics(args.camera_info_topic, '--camera-info-topic'),
+                     args.odometry_topic)
+
+
+def _check_writable(path: str, option: str, folder: bool) -> None:
+    """
+    Fail before a long run when ``path`` (a file, or with ``folder`` a folder) cannot be made.
+
+    Missing folders on the way are created later; the nearest existing one must be a folder
+    this user may write in. (Root may write anywhere: writes are checked again when done.)
+    """
+    target = Path(path).absolute()
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing == target:
+        if folder and not target.is_dir():
+            raise UsageError(f'{option} {path}: exists and is not a folder')
+        if not folder and target.is_dir():
+            raise UsageError(f'{option} {path}: exists and is a folder')
+        existing = target if folder else target.parent
+    elif not existing.is_dir():
+        raise UsageError(f'{option} {path}: {existing} is not a folder')
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f'{option} {path}: cannot write in {existing}')
+
+
+def _write_json(path: str, summary: dict) -> None:
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(summary, indent=2) + '\n')
+    except OSError as exc:
+        raise UsageError(f'--json {path}: cannot write: {exc.strerror or exc}') from None
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """Within the block, SIGTERM raises ``Terminated`` in the main thread; then as before."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def cmd_sample_bag(args) -> int:
@@ -80,25 +156,28 @@ def cmd_replay(args) -> int:
         for name in _camera_topics(pairs, option):
             if name not in [c.name for c in cfg.cameras]:
                 raise UsageError(f'{option} {name}=...: no camera {name!r} in the params')
+    topics = _topics(args)
     if Path(args.out).exists():
         raise UsageError(f'{args.out} exists, not overwriting')
-    if on_ray:
-        return _replay_fleet(args, cfg)
-    return _replay_one(args, cfg)
+    if args.json:
+        _check_writable(args.json, '--json', folder=False)
+    if args.png:
+        _check_writable(args.png, '--png', folder=True)
+    with _sigterm_raises():
+        if on_ray:
+            return _replay_fleet(args, cfg, topics)
+        return _replay_one(args, cfg, topics)
 
 
-def _replay_fleet(args, cfg) -> int:
+def _replay_fleet(args, cfg, topics: BagTopics) -> int:
     from . import fleet
     if args.png:
         raise UsageError('--png needs a single bag without --workers / --ray-address')
     bags = fleet.expand_inputs(args.input)
     with fleet.cluster(args.workers, args.ray_address) as workers:
-        result = fleet.replay_fleet(bags, args.out, cfg, workers, args.pointcloud_topic,
-                                    _camera_topics(args.camera_topic),
-                                    progress=fleet.fleet_progress_bar(),
-                                    camera_info_topics=_camera_topics(args.camera_info_topic,
-                                                                      '--camera-info-topic'),
-                                    odometry_topic=args.odometry_topic)
+        with _sigterm_raises():     # ray.init put in a handler of its own (a bare exit)
+            result = fleet.replay_fleet(bags, args.out, cfg, workers, topics,
+                                        progress=fleet.fleet_progress_bar())
     summary = result.summary()
     totals = summary['totals']
     for bag in summary['bags']:
@@ -113,21 +192,18 @@ def _replay_fleet(args, cfg) -> int:
           f'{spawned} worker{"s" * (spawned != 1)}'
           f'{f" ({idle} never ready)" if idle else ""}; outputs in {args.out}')
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(summary, indent=2) + '\n')
+        _write_json(args.json, summary)
     return 0 if totals['failed'] == 0 and totals['compiles_after_warmup'] == 0 else 1
 
 
-def _replay_one(args, cfg) -> int:
+def _replay_one(args, cfg, topics: BagTopics) -> int:
     from jax_perception_node.replay import progress_bar, replay_bag
-    from .report import latency_table, save_bev_png, save_latency_png
-    result = replay_bag(args.input[0], args.out, cfg, args.pointcloud_topic,
-                        _camera_topics(args.camera_topic), snapshot_frames=(0, -1),
-                        progress=progress_bar(),
-                        camera_info_topics=_camera_topics(args.camera_info_topic,
-                                                          '--camera-info-topic'),
-                        odometry_topic=args.odometry_topic)
+    from .report import latency_table
+    result = replay_bag(args.input[0], args.out, cfg, topics, snapshot_frames=(0, -1),
+                        progress=progress_bar())
     summary = result.summary()
+    for refusal in result.store_refused:
+        print(f'warning: executable store: {refusal}', file=sys.stderr)
     print(f'\n{result.frames} frames, {result.rejected} rejected clouds, '
           f'{result.rejected_feature_maps} rejected feature maps, '
           f'{result.overflowed} overflowed, compiles after warm-up: '
@@ -142,29 +218,34 @@ def _replay_one(args, cfg) -> int:
         print(f'  rejected: {line}')
     print(f'wrote {args.out}')
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(summary, indent=2) + '\n')
+        _write_json(args.json, summary)
     if args.png:
-        png = Path(args.png)
+        _write_pictures(Path(args.png), result, cfg)
+    return 0 if result.compiles_after_warmup == 0 else 1
+
+
+def _write_pictures(png: Path, result, cfg) -> None:
+    from .report import save_bev_png, save_latency_png
+    try:
         png.mkdir(parents=True, exist_ok=True)
         for index, features in result.snapshots.items():
             save_bev_png(features, cfg.grid, png / f'bev_{index:04d}.png',
                          f'frame {index}: LiDAR z_max with camera coverage')
         if result.records:
             save_latency_png(result.records, png / 'latency.png', 'replay latency per frame')
-        print(f'pictures in {png}')
-    return 0 if result.compiles_after_warmup == 0 else 1
+    except OSError as exc:
+        raise UsageError(f'--png {png}: cannot write: {exc.strerror or exc}') from None
+    print(f'pictures in {png}')
 
 
 def cmd_play(args) -> int:
     """Publish a bag on live topics."""
     from .live import play_bag
     cfg = _load(args)
-    return play_bag(args.input, cfg, args.pointcloud_topic, _camera_topics(args.camera_topic),
-                    rate=args.rate, loop=args.loop, restamp=args.restamp,
-                    camera_info_topics=_camera_topics(args.camera_info_topic,
-                                                      '--camera-info-topic'),
-                    odometry_topic=args.odometry_topic)
+    topics = _topics(args)
+    return play_bag(args.input, cfg, topics.pointcloud, dict(topics.cameras), rate=args.rate,
+                    loop=args.loop, restamp=args.restamp,
+                    camera_info_topics=dict(topics.camera_infos), odometry_topic=topics.odometry)
 
 
 def cmd_record(args) -> int:
@@ -193,6 +274,20 @@ def cmd_demo(args) -> int:
     return run_demo(Path(args.out), params=args.params, seconds=args.seconds)
 
 
+def _with_topics(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the options that make the ``BagTopics`` of a bag (see ``_topics``)."""
+    p.add_argument('--pointcloud-topic', default=POINTCLOUD_TOPIC,
+                   help='PointCloud2 topic in the bag (default: %(default)s)')
+    p.add_argument('--camera-topic', action='append', metavar='NAME=TOPIC',
+                   help='feature-map topic of camera NAME in the bag (repeatable)')
+    p.add_argument('--camera-info-topic', action='append', metavar='NAME=TOPIC',
+                   help='CameraInfo topic of camera NAME in the bag (repeatable)')
+    p.add_argument('--odometry-topic', default=ODOMETRY_TOPIC,
+                   help='nav_msgs/Odometry topic in the bag, used with '
+                        'accumulation.num_sweeps > 1 (default: %(default)s)')
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the jax-perception argument parser."""
     parser = _Parser(prog='jax-perception', description=__doc__.strip().splitlines()[0])
@@ -200,18 +295,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     def with_params(p):
         p.add_argument('--params', help='ROS 2 param file (default: the shipped one)')
-        return p
-
-    def with_topics(p):
-        p.add_argument('--pointcloud-topic', default=POINTCLOUD_TOPIC,
-                       help='PointCloud2 topic in the bag (default: %(default)s)')
-        p.add_argument('--camera-topic', action='append', metavar='NAME=TOPIC',
-                       help='feature-map topic of camera NAME in the bag (repeatable)')
-        p.add_argument('--camera-info-topic', action='append', metavar='NAME=TOPIC',
-                       help='CameraInfo topic of camera NAME in the bag (repeatable)')
-        p.add_argument('--odometry-topic', default=ODOMETRY_TOPIC,
-                       help='nav_msgs/Odometry topic in the bag, used with '
-                            'accumulation.num_sweeps > 1 (default: %(default)s)')
         return p
 
     p = with_params(sub.add_parser('sample-bag', help='write the synthetic drive bag'))
@@ -226,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--dropout', type=float, help='probability a return is lost (0.02)')
     p.set_defaults(func=cmd_sample_bag)
 
-    p = with_topics(with_params(sub.add_parser(
+    p = _with_topics(with_params(sub.add_parser(
         'replay', help='offline replay of a bag, or of many on a Ray cluster')))
     p.add_argument('input', nargs='+', help='a bag; several, or folders of bags, for a fleet')
     p.add_argument('--out', required=True,
@@ -239,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--png', help='folder for BEV pictures and the latency plot')
     p.set_defaults(func=cmd_replay)
 
-    p = with_topics(with_params(sub.add_parser('play', help='publish a bag on live topics')))
+    p = _with_topics(with_params(sub.add_parser('play', help='publish a bag on live topics')))
     p.add_argument('input')
     p.add_argument('--rate', type=float, default=1.0)
     p.add_argument('--loop', action='store_true')
@@ -284,11 +367,15 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, 'rate', 1.0) <= 0:
             raise UsageError('--rate must be > 0')
         return args.func(args)
-    except (UsageError, ConfigError, BagError, FleetError) as exc:
+    except USER_ERRORS as exc:
         print(f'jax-perception: {exc}', file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        print('jax-perception: interrupted', file=sys.stderr)
         return 130
+    except Terminated:
+        print('jax-perception: terminated (SIGTERM)', file=sys.stderr)
+        return 128 + signal.SIGTERM
 
 
 if __name__ == '__main__':

@@ -7,34 +7,35 @@ outputs are those of the single-process replay. A bag is written under a hidden 
 in the output folder and renamed to its final name only when complete. A worker that dies
 mid-bag (killed process, lost node) is replaced by a new actor and the bag goes back to the
 front of the queue, up to ``max_attempts`` tries; a bag that cannot be read is reported with its
-reason and the others go on. Inputs and the output folder must be at the same paths on every
-machine of a multi-machine cluster (a shared file system).
+reason and the others go on. Interrupted (Ctrl-C, SIGTERM), the driver removes the bags still
+running and keeps those complete. Inputs and the output folder must be at the same paths on
+every machine of a multi-machine cluster (a shared file system).
+
+This module is the entry point; the scheduling loop is ``fleet_driver``, the types both use are
+in the leaf ``fleet_types``, and the imports go one way: fleet -> fleet_driver -> fleet_types.
 
 Ray is an optional extra (``pip install jax_perception_node[fleet]``), imported only here and
 only when a fleet runs.
 """
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 import logging
 import os
 from pathlib import Path
 import secrets
-import shutil
 import socket
 import sys
 import time
 from typing import Callable, Iterator
-import uuid
 
 from jax_perception_node import bagio
 from jax_perception_node.config import PipelineConfig
 
+from .fleet_driver import Scheduler
+from .fleet_types import BagOutcome, first_line, FleetError, FleetProgress
+
 BAG_FILE_SUFFIXES = ('.mcap', '.db3')
-
-
-class FleetError(Exception):
-    """A fleet replay cannot run as asked (inputs, output folder, Ray); the message says why."""
 
 
 def import_ray():
@@ -174,48 +175,6 @@ def _check_reachable(address: str) -> None:
                          f'{exc.strerror or exc}') from None
 
 
-def first_line(exc: BaseException) -> str:
-    """First line of an exception's message (Ray's run to many lines)."""
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
-@dataclass
-class BagOutcome:
-    """One input bag: where it goes, how many tries, and what came back."""
-
-    bag: Path
-    output: Path
-    frames_expected: int
-    attempts: int = 0
-    worker: str | None = None
-    error: str | None = None
-    summary: dict | None = None
-    seconds: float = 0.0
-    cpu_s: float = 0.0
-    partial: Path | None = None
-
-    def report(self) -> dict:
-        """JSON-ready entry of the summary's ``bags`` list."""
-        entry = {'input': str(self.bag), 'output': None if self.error else str(self.output),
-                 'worker': self.worker, 'attempts': self.attempts, 'error': self.error,
-                 'seconds': self.seconds, 'cpu_s': self.cpu_s}
-        entry.update(self.summary or {'frames': 0, 'rejected': 0, 'compiles_after_warmup': 0,
-                                      'latency_ms': {}})
-        return entry
-
-
-@dataclass
-class FleetProgress:
-    """What the driver knows now; ``busy`` lists worker, pid, input, output, done, total."""
-
-    bags_done: int
-    bags_total: int
-    frames_done: int
-    frames_total: int
-    busy: list[dict] = field(default_factory=list)
-
-
 @dataclass
 class FleetResult:
     """
@@ -251,20 +210,16 @@ class FleetResult:
 
 
 def replay_fleet(bags: list[Path], out_dir: str | Path, cfg: PipelineConfig, workers: int,
-                 pointcloud_topic: str = bagio.POINTCLOUD_TOPIC,
-                 camera_topics: dict[str, str] | None = None,
+                 topics: bagio.BagTopics = bagio.BagTopics(),
                  progress: Callable[[FleetProgress], None] | None = None,
-                 camera_info_topics: dict[str, str] | None = None,
-                 max_attempts: int = 3, poll_s: float = 0.1,
-                 odometry_topic: str = bagio.ODOMETRY_TOPIC) -> FleetResult:
+                 max_attempts: int = 3, poll_s: float = 0.1) -> FleetResult:
     """
     Replay ``bags`` into ``out_dir`` (created; must not exist) on the connected Ray cluster.
 
     Starts ``min(workers, len(bags))`` actors; ``progress`` is called about every ``poll_s``
     and once at the end. Raises FleetError when workers cannot start.
     """
-    # Imported here: they bring JAX, which the CLI needs only once a replay runs.
-    from .fleet_driver import Scheduler
+    # Imported here: it brings JAX, which the CLI needs only once a replay runs.
     from .fleet_worker import BagWorker
     # Absolute paths: a worker on another machine does not share this process's directory.
     out_dir = Path(out_dir).absolute()
@@ -272,12 +227,11 @@ def replay_fleet(bags: list[Path], out_dir: str | Path, cfg: PipelineConfig, wor
         raise FleetError(f'{out_dir} exists, not overwriting')
     bags = [Path(b).absolute() for b in bags]
     out_dir.mkdir(parents=True)
-    outcomes = [BagOutcome(b, out_dir / output_name(b), lidar_frames(b, pointcloud_topic))
+    outcomes = [BagOutcome(b, out_dir / output_name(b), lidar_frames(b, topics.pointcloud))
                 for b in bags]
     ray = import_ray()
     actor = ray.remote(num_cpus=1, max_concurrency=2, max_restarts=0)(BagWorker)
-    job = {'pointcloud_topic': pointcloud_topic, 'camera_topics': camera_topics or {},
-           'camera_info_topics': camera_info_topics or {}, 'odometry_topic': odometry_topic}
+    job = {'topics': topics}
     scheduler = Scheduler(ray, actor, cfg, job, outcomes, max_attempts)
     started = time.perf_counter()
     try:
@@ -308,17 +262,3 @@ def fleet_progress_bar(stream=sys.stderr) -> Callable[[FleetProgress], None]:
             stream.write('\n')
         stream.flush()
     return draw
-
-
-def remove_partial(outcome: BagOutcome) -> None:
-    """Remove the temporary folder of an attempt that did not finish."""
-    if outcome.partial is not None:
-        shutil.rmtree(outcome.partial, ignore_errors=True)
-        outcome.partial = None
-
-
-def new_partial(outcome: BagOutcome) -> Path:
-    """Hidden temporary sibling of the output bag, unique per attempt."""
-    outcome.partial = outcome.output.with_name(
-        f'.{outcome.output.name}.partial-{uuid.uuid4().hex[:12]}')
-    return outcome.partial

@@ -8,8 +8,8 @@ imports no Ray itself.
 from collections import deque
 import time
 
-from .fleet import (BagOutcome, first_line, FleetError, FleetProgress, new_partial,
-                    remove_partial)
+from .fleet_types import (BagOutcome, first_line, FleetError, FleetProgress, new_partial,
+                          remove_partial)
 
 
 class Scheduler:

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 
-from jax_perception_node.bagio import BagError, ODOMETRY_TOPIC
+from jax_perception_node.bagio import BagError
 from jax_perception_node.config import ConfigError, PipelineConfig
 from jax_perception_node.pipeline import BevPipeline, compile_count
 from jax_perception_node.replay import replay_bag
@@ -86,8 +86,8 @@ class BagWorker:
         Replay ``job['input']`` into ``job['output']`` by way of the folder ``job['partial']``.
 
         A bag that fails leaves no output and comes back with ``error`` set (the reason, for
-        the summary); the worker keeps serving. ``job`` also holds ``pointcloud_topic`` and
-        ``camera_topics`` as the single-process replay takes them.
+        the summary); the worker keeps serving. ``job['topics']`` is the ``bagio.BagTopics``
+        the single-process replay takes.
         """
         if self._pipe is None:
             raise RuntimeError('BagWorker.replay() needs start() first')
@@ -99,11 +99,8 @@ class BagWorker:
         summary, error = None, None
         try:
             partial.mkdir()
-            result = replay_bag(job['input'], partial / final.name, self.cfg,
-                                job['pointcloud_topic'], job['camera_topics'],
-                                progress=self._progress, pipeline=self._pipe,
-                                camera_info_topics=job.get('camera_info_topics'),
-                                odometry_topic=job.get('odometry_topic', ODOMETRY_TOPIC))
+            result = replay_bag(job['input'], partial / final.name, self.cfg, job['topics'],
+                                progress=self._progress, pipeline=self._pipe)
             # A rename within one folder: the bag appears under its name whole or not at all.
             os.rename(partial / final.name, final)
             # The pipeline counts since its warm-up; the summary is this bag's.

@@ -12,7 +12,7 @@ from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, P
 T0 = 1_800_000_000 * 10**9
 # These nodes test timeouts and stale cameras: one slow frame on a busy machine must not
 # leave a p99-over-budget WARN where OK is expected.
-NO_BUDGET = {'diagnostics.latency_budget_ms': 1e6}
+NO_BUDGET = {'diagnostics.latency_budget_ms': 60_000.0}   # the schema's largest
 
 
 def status(probe):
@@ -41,6 +41,18 @@ def lidar_node(tmp_path_factory):
                                         'diagnostics.lidar_timeout_s': 2.0, **NO_BUDGET})
     with serving_node(params, tmp) as running:
         yield running
+
+
+def test_an_idle_node_waits_for_its_first_cloud_with_a_warn(lidar_node):
+    """Before any cloud: WARN, never the LiDAR-timeout ERROR, however long it stays idle."""
+    node, probe = lidar_node
+    # 15 reports 0.2 s apart span 2.8 s: past the 2 s LiDAR timeout (this runs first).
+    probe.wait_for(lambda: len(probe.diagnostics) >= 15, what='15 reports')
+    with probe.lock:
+        statuses = [m.status[0] for m in probe.diagnostics]
+    assert {(s.level, s.message) for s in statuses} == {
+        (statuses[0].WARN, 'waiting for the first point cloud')}
+    assert status_values(statuses[-1])['seconds_since_cloud'] == 'inf'
 
 
 def send_and_wait(probe, points, stamp):
@@ -98,11 +110,40 @@ def test_lidar_timeout_is_an_error_and_recovers(lidar_node):
     send_and_wait(probe, np.ones((20, 4), np.float32), T0 + 6 * 10**9)
     settle(probe, lambda v, s: s.level == s.OK, 'OK while clouds flow')
     # The timeout is 2 s: two OK reports fit before it; the ERROR is waited for.
-    settle(probe, lambda v, s: s.level == s.ERROR and 'no point cloud' in s.message,
+    settle(probe, lambda v, s: s.level == s.ERROR and 'no valid point cloud for' in s.message,
            'ERROR after the LiDAR timeout')
     for k in range(3):
         send_and_wait(probe, np.ones((20, 4), np.float32), T0 + 7 * 10**9 + k * 10**8)
     settle(probe, lambda v, s: s.level == s.OK, 'OK again when clouds resume')
+
+
+def test_clouds_in_another_frame_are_rejected_and_do_not_reset_the_timeout(lidar_node):
+    node, probe = lidar_node
+    send_and_wait(probe, np.ones((20, 4), np.float32), T0 + 8 * 10**9)
+    before = settle(probe, lambda v, s: s.level == s.OK, 'OK while valid clouds flow')
+    sent = 0
+
+    def rejected_only(values, status):
+        return (status.level == status.ERROR and 'no valid point cloud for' in status.message
+                and 'clouds arrive but are rejected' in status.message)
+    # One cloud in the wrong frame per report, until the timeout (2 s) counts them out.
+    while not rejected_only(status(probe), probe.last_status()):
+        assert sent < 100, f'no timeout ERROR after {sent} rejected clouds'
+        seen = len(probe.diagnostics)
+        probe.cloud_pub.publish(make_cloud(np.ones((20, 4), np.float32),
+                                           T0 + 9 * 10**9 + sent * 10**8, frame_id='base_link'))
+        sent += 1
+        probe.wait_for(lambda: len(probe.diagnostics) > seen, what='the next report')
+    with probe.lock:
+        messages = [m.status[0].message for m in probe.diagnostics]
+    assert any('clouds since the last report rejected' in m for m in messages)
+    after = settle(probe, balanced, 'accounting')
+    assert int(after['processed']) == int(before['processed'])
+    assert int(after['rejected']) > int(before['rejected'])
+    assert 'header.frame_id "base_link" is not the LiDAR frame "lidar"' in node.log()
+    assert 'lidar.frame_id' in node.log()
+    send_and_wait(probe, np.ones((20, 4), np.float32), T0 + 30 * 10**9)   # still serving
+    settle(probe, lambda v, s: s.level == s.OK, 'OK again with a valid cloud')
 
 
 PUBLISHER = """
@@ -158,7 +199,7 @@ def camera_node(tmp_path_factory):
 
 
 def frame(probe, stamp, cameras):
-    probe.publish_maps({name: make_features(fmap, stamp) for name, fmap in cameras.items()})
+    probe.publish_maps({name: make_features(fmap, stamp, name) for name, fmap in cameras.items()})
     return send_and_wait(probe, np.ones((10, 4), np.float32), stamp)
 
 
@@ -185,9 +226,9 @@ def test_nan_feature_maps_are_zeroed_counted_and_malformed_maps_rejected(camera_
     frame(probe, T0 + 10 * 10**9, {'front': fmap, 'rear': np.ones((12, 20, 3), np.float32)})
     out = next(m for m in probe.features if stamp_of(m) == T0 + 10 * 10**9)
     assert np.isfinite(np.frombuffer(bytes(out.data), np.float32)).all()
-    bad = make_features(np.ones((12, 20, 3), np.float32), T0 + 11 * 10**9)
+    bad = make_features(np.ones((12, 20, 3), np.float32), T0 + 11 * 10**9, 'front')
     bad.encoding = 'rgb8'
-    short = make_features(np.ones((12, 20, 3), np.float32), T0 + 11 * 10**9)
+    short = make_features(np.ones((12, 20, 3), np.float32), T0 + 11 * 10**9, 'rear')
     short.height = 10
     probe.publish_maps({'front': bad, 'rear': short})
     after = settle(probe, lambda v, s: int(v['rejected_feature_maps'])
@@ -196,6 +237,28 @@ def test_nan_feature_maps_are_zeroed_counted_and_malformed_maps_rejected(camera_
     assert int(after['rejected_feature_maps']) - int(before['rejected_feature_maps']) == 2
     assert int(after['feature_maps_received']) - int(before['feature_maps_received']) == 2
     assert 'feature map rejected' in node.log() and 'encoding' in node.log()
+
+
+def test_a_feature_map_in_another_frame_is_rejected_and_the_camera_masked(camera_node):
+    node, probe = camera_node
+    fmap = np.ones((12, 20, 3), np.float32)
+    before = settle(probe, lambda v, s: True, 'counts')
+    line = ('header.frame_id "rear_optical" is not camera front\'s frame "front_optical" '
+            '(parameter cameras.front.frame_id)')
+    sent = 0
+    # Rejections are logged at most every 2 s: send until one shows (each one is counted).
+    while line not in node.log():
+        assert sent < 100, 'the rejection was never logged'
+        probe.publish_maps({'front': make_features(fmap, T0 + 12 * 10**9, 'front',
+                                                   'rear_optical')})
+        sent += 1
+    probe.publish_maps({'rear': make_features(fmap, T0 + 12 * 10**9, 'rear')})
+    values = send_and_wait(probe, np.ones((10, 4), np.float32), T0 + 12 * 10**9)
+    assert values['cameras_used'] == '1'        # front's map never reached the buffer
+    after = settle(probe, lambda v, s: 'camera front stale' in s.message, 'front masked')
+    assert int(after['rejected_feature_maps']) - int(before['rejected_feature_maps']) == sent
+    assert int(after['feature_maps_received']) - int(before['feature_maps_received']) == 1
+    assert node.alive()
 
 
 def test_camera_clock_going_back_resets_its_buffer(camera_node):

@@ -106,11 +106,13 @@ def test_failed_configure_reports_the_reason_and_cleanup_releases(managed):
         probe.wait_for(future.done, what='set_parameters')
         return future.result().results[0]
 
-    # Unconfigured, a static key may change: configure reads it (and here refuses it).
-    assert set_param('grid.resolution', 0.0).successful
+    # Unconfigured, a static key may change: configure reads it (and here refuses it: within
+    # the parameter's range, 0.3 m cells do not divide the 16 m x range).
+    assert set_param('grid.resolution', 0.3).successful
     assert not client.transition(t.TRANSITION_CONFIGURE)
     assert client.state() == 'unconfigured'
-    assert 'configure failed: bad parameter grid.resolution: must be > 0, got 0' in node.log()
+    assert ('configure failed: bad parameter grid.resolution: the x range 16 m is not a whole '
+            'number of 0.3 m cells') in node.log()
 
     assert set_param('grid.resolution', 0.25).successful
     assert client.transition(t.TRANSITION_CONFIGURE)

@@ -1,5 +1,6 @@
 """The node through real rclpy: a separate process, real DDS on loopback, real messages."""
 
+import re
 import time
 
 from configs import small_config, small_params
@@ -56,7 +57,7 @@ def test_outputs_equal_the_pipeline_and_never_recompile(running, reference):
             maps['front'] = rng.uniform(size=(12, 20, 3)).astype(np.float32)
         if k % 3 != 2:
             maps['rear'] = rng.uniform(size=(12, 20, 3)).astype(np.float32)
-        probe.publish_maps({name: make_features(fmap, stamp + 20_000_000)
+        probe.publish_maps({name: make_features(fmap, stamp + 20_000_000, name)
                             for name, fmap in maps.items()})
         probe.cloud_pub.publish(make_cloud(points, stamp))
         probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.features),
@@ -119,7 +120,7 @@ def test_camera_that_stops_is_masked_and_warned(running):
         stamp = T0 + 2 * 10**10 + k * 250_000_000     # beyond the 0.1 s tolerance
         names = ('rear', 'front') if k < 2 else ('rear',)
         probe.publish_maps({name: make_features(
-            rng.uniform(size=(12, 20, 3)).astype(np.float32), stamp) for name in names})
+            rng.uniform(size=(12, 20, 3)).astype(np.float32), stamp, name) for name in names})
         probe.cloud_pub.publish(make_cloud(np.ones((10, 4), np.float32), stamp))
         probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.latency),
                        what=f'frame {k}')
@@ -167,7 +168,23 @@ def test_bad_parameter_exits_with_one_line(tmp_path):
     node.proc.wait(timeout=60)
     assert node.proc.returncode == 1
     log = node.log().strip()
-    assert log == 'jax_perception_node: bad parameter grid.resolution: must be > 0, got 0'
+    # The bound itself is the schema's (parameters.py).
+    assert re.fullmatch(r'jax_perception_node: bad parameter grid\.resolution: must be >=? '
+                        r'[0-9.e-]+, got 0', log), log
+    node.stop()
+
+
+@pytest.mark.parametrize('key,value', [('diagnostics.period_s', 1e10),
+                                       ('sync.max_camera_lidar_delay_s', 1e300)])
+def test_a_value_out_of_any_range_exits_with_one_line(tmp_path, key, value):
+    """However rclpy or the node refuses it: one line naming the key, exit 1, no traceback."""
+    params = write_params(small_params(**{key: value}), tmp_path / 'bad.yaml')
+    node = NodeProcess(params, tmp_path / 'bad.log')
+    node.proc.wait(timeout=60)
+    assert node.proc.returncode == 1
+    lines = node.log().strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f'jax_perception_node: bad parameter {key}')
     node.stop()
 
 

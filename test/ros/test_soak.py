@@ -1,12 +1,20 @@
 """
-Soak: the node at its peak rate with varying sizes and malformed clouds, for a minute or ten.
+Soaks: the node at its closed-loop peak rate, and under an open-loop 100 Hz load.
 
-``make test`` runs one minute; ``make soak`` sets JAX_PERCEPTION_SOAK_S=600. Frames are sent
-closed-loop (the next one as soon as the previous one's output is back), which is the node's
-peak rate without drops.
+``make soak`` sets JAX_PERCEPTION_SOAK_S=600 and runs each for that long; ``make test`` runs the
+closed-loop soak one minute and the load soak LOAD_TEST_S seconds. With
+JAX_PERCEPTION_SOAK_JSON set, both write their results into that file (``soak`` and
+``load_soak``; docs/soak.json is the committed run behind the README's soak section).
+
+- Closed loop: frames of varying size, 5 % malformed, the next one sent as soon as the previous
+  one's output is back: the node's peak rate without drops.
+- Load: a 131072-point cloud and 4 camera maps every 10 ms whatever the node does; the node
+  keeps up by dropping (latest wins). Its RSS over time gives the slope a leak would raise.
 """
 
+import json
 import os
+from pathlib import Path
 import time
 
 from configs import PARAMS_FILE
@@ -21,6 +29,14 @@ from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, P
 import yaml
 
 SOAK_S = float(os.environ.get('JAX_PERCEPTION_SOAK_S', '60'))
+LOAD_TEST_S = 20.0      # the load soak in make test: its share of the suite stays small
+LOAD_S = SOAK_S if 'JAX_PERCEPTION_SOAK_S' in os.environ else LOAD_TEST_S
+LOAD_HZ = 100.0
+LOAD_POINTS = 131072    # the largest shipped bucket: every frame the heaviest without overflow
+# A leak of even one small object per frame (~1 KiB at the node's ~40 Hz) grows RSS by
+# ~2.3 MiB/min; an allocator settling does not keep growing for ten minutes.
+LONG_RUN_S = 300.0
+MAX_RSS_SLOPE_MIB_PER_MIN = 3.0
 T0 = 1_900_000_000 * 10**9
 
 
@@ -43,6 +59,14 @@ def idle(probe, since: int) -> bool:
             and int(v['processed']) == len(probe.latency))
 
 
+def final_status(probe) -> dict:
+    """Return the node's counts once all it received is accounted for (120 s: a hang)."""
+    with probe.lock:
+        seen = len(probe.diagnostics)
+    probe.wait_for(lambda: idle(probe, seen), timeout=120.0, what='the final accounting')
+    return status_values(probe.last_status())
+
+
 def wait_output_or_loss(probe, stamp) -> bool:
     """
     Wait until the frame's output arrives (True) or the node is idle without it (lost).
@@ -62,31 +86,53 @@ def wait_output_or_loss(probe, stamp) -> bool:
         return bool(probe.latency) and stamp_of(probe.latency[-1]) == stamp
 
 
-@pytest.mark.soak
-@pytest.mark.timeout(int(SOAK_S) + 900)
-def test_soak(tmp_path):
+def soak_config(tmp_path):
+    """Write the shipped config (4 cameras) with a private executable store, 0.5 s roll-ups."""
     params = yaml.safe_load(PARAMS_FILE.read_text())
     ros = params['/**']['ros__parameters']
     ros['compilation_cache_dir'] = str(tmp_path / 'xla')
     ros['diagnostics']['period_s'] = 0.5
     params_file = tmp_path / 'params.yaml'
     params_file.write_text(yaml.safe_dump(params))
-    cfg = load_config(params_file)
+    return params_file, load_config(params_file)
 
+
+def camera_maps(drive: SyntheticDrive, cfg) -> dict:
+    """Build one feature map per camera, each in its optical frame, as the node expects."""
+    return {c.name: make_features(drive.camera_features(c.name, 1.0), 0, c.name)
+            for c in cfg.cameras}
+
+
+def xyzi(frame) -> np.ndarray:
+    return np.stack([frame[k] for k in ('x', 'y', 'z', 'intensity')], axis=1).astype(np.float32)
+
+
+def rss_slope_mib_per_min(samples, after_s: float) -> float:
+    """Return the least-squares slope (MiB/min) of (s, RSS bytes) samples after ``after_s``."""
+    t, rss = np.array([(t, r) for t, r in samples if t >= after_s], float).T
+    return float(np.polyfit(t / 60.0, rss / 2**20, 1)[0])
+
+
+def per_window(samples, width: float, value) -> list:
+    """``value(a, b)`` for consecutive samples ``width`` seconds apart (samples every ~1 s)."""
+    step = int(width)
+    return [value(a, b) for a, b in zip(samples[::step], samples[step::step])]
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(int(SOAK_S) + 900)
+def test_soak(tmp_path):
+    params_file, cfg = soak_config(tmp_path)
     # A pool of realistic clouds of varying size (up to twice the largest bucket).
     drive = SyntheticDrive(cfg, seed=2)
     rng = np.random.default_rng(2)
-    clouds = []
-    for t in np.linspace(0.0, 7.5, 6):
-        frame = drive.lidar_frame(float(t))
-        xyzi = np.stack([frame[k] for k in ('x', 'y', 'z', 'intensity')], axis=1)
-        clouds.append(xyzi.astype(np.float32))
+    clouds = [xyzi(drive.lidar_frame(float(t))) for t in np.linspace(0.0, 7.5, 6)]
     clouds.append(np.tile(clouds[-1], (3, 1)))                        # above 131072
     clouds.append(np.zeros((0, 4), np.float32))
-    pool = [make_cloud(c, 0) for c in clouds]
-    broken = make_cloud(clouds[0], 0)
+    pool = [make_cloud(c, 0, frame_id='lidar') for c in clouds]
+    broken = make_cloud(clouds[0], 0, frame_id='lidar')
     broken.data = broken.data[: len(broken.data) // 2]
-    maps = {c.name: make_features(drive.camera_features(c.name, 1.0), 0) for c in cfg.cameras}
+    maps = camera_maps(drive, cfg)
 
     domain = other_domain(3)
     node = NodeProcess(params_file, tmp_path / 'node.log', domain_id=domain)
@@ -119,11 +165,7 @@ def test_soak(tmp_path):
                 rss.append((now - start, proc.memory_info().rss))
                 progress.append((now - start, sent, cpu.user, cpu.system))
                 next_sample += 1.0
-        # Everything the node received is accounted for before the counts are read.
-        with probe.lock:
-            seen = len(probe.diagnostics)
-        probe.wait_for(lambda: idle(probe, seen), timeout=120.0, what='the final accounting')
-        final = status_values(probe.last_status())
+        final = final_status(probe)
     finally:
         probe.close()
         node.stop()
@@ -150,36 +192,146 @@ def test_soak(tmp_path):
     window = min(60.0, SOAK_S / 3)
     baseline = next(r for t, r in rss if t >= window)
     growth = (rss[-1][1] - baseline) / baseline
+    slope = rss_slope_mib_per_min(rss, window)
     totals = [float(v['total_ms']) for _, v in records]
     n = max(1, int(len(totals) * window / SOAK_S))
     first, last = percentiles(totals[:n])['p99'], percentiles(totals[-n:])['p99']
     print(f'soak {SOAK_S:.0f} s: {len(totals)} frames ({len(totals) / SOAK_S:.1f} Hz), '
           f'{bad} malformed, {lost_total} lost in transport, RSS {baseline / 2**20:.0f} -> '
-          f'{rss[-1][1] / 2**20:.0f} MiB ({growth:+.1%}), total_ms p99 first {first:.1f} / '
-          f'last {last:.1f}')
+          f'{rss[-1][1] / 2**20:.0f} MiB ({growth:+.1%}, {slope:+.2f} MiB/min), total_ms p99 '
+          f'first {first:.1f} / last {last:.1f}')
     if os.environ.get('JAX_PERCEPTION_SOAK_JSON'):
         # The run behind the README's soak table (make soak writes soak_out/soak.json).
-        rates = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(progress[::20], progress[20::20])]
-        write_soak_json(os.environ['JAX_PERCEPTION_SOAK_JSON'], {
+        rates = per_window(progress, 20, lambda a, b: (b[1] - a[1]) / (b[0] - a[0]))
+        write_soak_json(os.environ['JAX_PERCEPTION_SOAK_JSON'], 'soak', {
             'seconds': SOAK_S, 'frames': len(totals), 'rate_hz': round(len(totals) / SOAK_S, 1),
             'malformed': bad, 'lost_in_transport': lost_total,
             'received': int(final['received']), 'processed': int(final['processed']),
             'dropped': int(final['dropped']), 'rejected': int(final['rejected']),
             'compiles_after_warmup': int(final['compiles_after_warmup']),
             'rss_mib': [round(baseline / 2**20, 1), round(rss[-1][1] / 2**20, 1)],
-            'rss_growth_pct': round(growth * 100, 2), 'window_s': window,
-            'total_ms_p99': [round(first, 2), round(last, 2)],
+            'rss_growth_pct': round(growth * 100, 2), 'rss_slope_mib_per_min': round(slope, 2),
+            'window_s': window, 'total_ms_p99': [round(first, 2), round(last, 2)],
             'rate_hz_windows': [round(r, 1) for r in rates]})
     # The latency trend is reported above, not asserted: on a shared machine it measures the
     # neighbours as much as the node. Memory is the node's own.
     assert growth < 0.05
+    if SOAK_S >= LONG_RUN_S:
+        assert slope < MAX_RSS_SLOPE_MIB_PER_MIN
 
 
-def write_soak_json(path: str, results: dict) -> None:
-    """Write the soak's results with the machine and versions, for docs/soak.json."""
-    import json
-    from pathlib import Path
+def load_inputs(cfg):
+    """Build the load: a LOAD_POINTS-point cloud in the LiDAR frame and one map per camera."""
+    drive = SyntheticDrive(cfg, seed=3)
+    points = np.concatenate([xyzi(drive.lidar_frame(t)) for t in (6.0, 6.5)])[:LOAD_POINTS]
+    assert len(points) == LOAD_POINTS
+    return make_cloud(points, 0, frame_id='lidar'), camera_maps(drive, cfg)
+
+
+def publish_load(probe, cloud, maps, proc, seconds: float):
+    """
+    Publish a frame (maps, then the cloud, one wall-clock stamp) every 1 / LOAD_HZ s.
+
+    Open loop: the schedule does not wait for the node. A publisher more than a period behind
+    skips the missed slots instead of bursting. Returns frames sent, and (s, RSS bytes, sent)
+    sampled about every second.
+    """
+    period = 1.0 / LOAD_HZ
+    sent, tick, samples = 0, 0, []
+    start = time.monotonic()
+    next_sample = start
+    while (now := time.monotonic()) - start < seconds:
+        due = start + tick * period
+        if now < due:
+            time.sleep(due - now)
+            continue
+        tick = max(tick, int((now - start) / period)) + 1
+        stamp = time.time_ns()      # real stamps: the node's age_ms is real latency
+        for name, msg in maps.items():
+            probe.camera_pubs[name].publish(set_stamp(msg, stamp))
+        probe.cloud_pub.publish(set_stamp(cloud, stamp))
+        sent += 1
+        if now >= next_sample:
+            samples.append((now - start, proc.memory_info().rss, sent))
+            next_sample += 1.0
+    return sent, samples
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(int(LOAD_S) + 900)
+def test_load_soak(tmp_path):
+    params_file, cfg = soak_config(tmp_path)
+    cloud, maps = load_inputs(cfg)
+    domain = other_domain(4)
+    node = NodeProcess(params_file, tmp_path / 'node.log', domain_id=domain)
+    probe = Probe(cameras=list(maps), domain_id=domain, features=False)
+    try:
+        probe.wait_ready(node)
+        sent, rss = publish_load(probe, cloud, maps, psutil.Process(node.proc.pid), LOAD_S)
+        final = final_status(probe)
+    finally:
+        probe.close()
+        node.stop()
+
+    counts = {k: int(final[k]) for k in ('received', 'processed', 'dropped', 'rejected',
+                                         'feature_maps_received', 'rejected_feature_maps')}
+    records = [status_values(m.status[0]) for m in probe.latency]
+    # Latest wins: whatever the node could not keep up with is dropped, never queued or lost
+    # from the accounting; nothing here is malformed, and nothing compiles.
+    assert counts['received'] == counts['processed'] + counts['dropped']
+    assert counts['rejected'] == counts['rejected_feature_maps'] == 0
+    assert 0 < counts['received'] <= sent and counts['feature_maps_received'] > 0
+    assert counts['processed'] == len(records) > 0
+    assert final['compiles_after_warmup'] == '0'
+    assert all(r['compiles_after_warmup'] == '0' for r in records)
+    assert all(int(r['num_points']) == LOAD_POINTS for r in records)
+    cameras_used = [int(r['cameras_used']) for r in records]
+    assert np.median(cameras_used) == len(maps)
+
+    # The first seconds touch the buffers and DDS segments for good (~10-20 MiB): a short
+    # run leaves half its time to that, a long one its first minute.
+    warmup = min(60.0, LOAD_S / 2)
+    baseline = next(r for t, r, _ in rss if t >= warmup)
+    growth = (rss[-1][1] - baseline) / baseline
+    slope = rss_slope_mib_per_min([(t, r) for t, r, _ in rss], warmup)
+    results = {
+        'seconds': LOAD_S, 'rate_hz': LOAD_HZ, 'points': LOAD_POINTS, 'cameras': len(maps),
+        'published': sent, 'published_hz': round(sent / LOAD_S, 1),
+        **{k: counts[k] for k in ('received', 'processed', 'dropped')},
+        'not_taken': sent - counts['received'],
+        'processed_hz': round(counts['processed'] / LOAD_S, 1),
+        'frames_all_cameras': sum(c == len(maps) for c in cameras_used),
+        'compiles_after_warmup': int(final['compiles_after_warmup']),
+        'warmup_s': warmup,
+        'rss_mib': [round(baseline / 2**20, 1), round(rss[-1][1] / 2**20, 1)],
+        'rss_growth_pct': round(growth * 100, 2), 'rss_slope_mib_per_min': round(slope, 2),
+        'rss_mib_windows': per_window(rss, 60, lambda a, b: round(b[1] / 2**20, 1)),
+        'total_ms': {k: round(v, 2) for k, v in percentiles(
+            float(r['total_ms']) for r in records).items()},
+        'age_ms': {k: round(v, 2) for k, v in percentiles(
+            float(r['age_ms']) for r in records).items()},
+    }
+    print(f'load soak: {json.dumps(results)}')
+    if os.environ.get('JAX_PERCEPTION_SOAK_JSON'):
+        write_soak_json(os.environ['JAX_PERCEPTION_SOAK_JSON'], 'load_soak', results)
+    # A short run's slope is mostly the allocator settling, so it is only reported; a copy
+    # of every frame kept would still grow RSS by hundreds of MiB within seconds.
+    assert growth < 0.05
+    if LOAD_S >= LONG_RUN_S:
+        assert slope < MAX_RSS_SLOPE_MIB_PER_MIN
+
+
+def write_soak_json(path: str, key: str, results: dict) -> None:
+    """
+    Write one soak's results under ``key``, for docs/soak.json.
+
+    ``soak`` (the first test) starts the file with the machine and versions; ``load_soak`` adds
+    to it, so one ``make soak`` run writes both.
+    """
     from jax_perception_node.tools.bench.common import machine_info
-    results = {'machine': machine_info(), 'soak': results}
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(results, indent=2) + '\n')
+    path = Path(path)
+    data = json.loads(path.read_text()) if key != 'soak' and path.exists() else {}
+    data.setdefault('machine', machine_info())
+    data[key] = results
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + '\n')

@@ -1,7 +1,10 @@
 """jax-perception CLI: sample-bag, replay (MCAP and sqlite3), the error paths, and the demo."""
 
+import ast
+import dataclasses
 import json
 from pathlib import Path
+import pickle
 
 from bag_messages import read_all
 from cli_errors import assert_one_line_error
@@ -167,7 +170,7 @@ def test_replay_reads_sqlite3_bags_with_renamed_topics(sample, tmp_path):
     (['replay', '{sample}', '--out', '{tmp}/o', '--params', '{tmp}/missing.yaml'],
      'params file'),
     (['replay', '{sample}', '--out', '{tmp}/o', '--params', '{tmp}/bad.yaml'],
-     'grid.resolution: must be > 0'),
+     'grid.resolution: must be'),
     (['replay', '{sample}', '--out', '{tmp}/o', '--camera-topic', 'front'],
      '--camera-topic expects NAME=TOPIC'),
     (['replay', '{sample}', '--out', '{sample}'], 'exists, not overwriting'),
@@ -243,3 +246,67 @@ def test_play_and_record_round_trip(sample, tmp_path):
 def test_record_without_publishers_is_a_user_error(tmp_path, capsys):
     assert main(['record', str(tmp_path / 'o'), '--topic', '/nobody/here']) == 1
     assert 'no publisher found for /nobody/here' in capsys.readouterr().err
+
+
+def error_classes() -> list[tuple[str, str]]:
+    """Return (module, class) of every exception type the package defines, from its source."""
+    package = Path(__file__).resolve().parents[2] / 'jax_perception_node'
+    found = []
+    for path in sorted(package.rglob('*.py')):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name.endswith('Error'):
+                module = '.'.join(path.relative_to(package.parent).with_suffix('').parts)
+                found.append((module, node.name))
+    return found
+
+
+# schema_export is its own console script (python -m ...schema_export) and maps its own error.
+OWN_ENTRY_POINT = {('jax_perception_node.schema_export', 'ExportError')}
+
+
+def test_every_layers_error_is_found():
+    names = {name for _, name in error_classes()}
+    assert {'ConfigError', 'CloudFormatError', 'FeatureMapError', 'CameraInfoError',
+            'OdometryError', 'BagError', 'FleetError', 'BenchError', 'UsageError'} <= names
+
+
+@pytest.mark.parametrize('module, name', [
+    pair for pair in error_classes() if pair not in OWN_ENTRY_POINT])
+def test_every_layers_error_reaching_the_cli_is_one_line_and_exit_1(module, name, monkeypatch,
+                                                                    capsys):
+    import importlib
+    error = getattr(importlib.import_module(module), name)
+
+    def fail(**kwargs):
+        raise error(f'{name} from a command')
+    monkeypatch.setattr('jax_perception_node.tools.bench.run_benchmarks', fail)
+    assert main(['bench', '--quick']) == 1
+    assert_one_line_error(capsys, f'{name} from a command')
+
+
+def test_bag_topics_default_to_the_node_inputs_and_are_immutable():
+    topics = bagio.BagTopics()
+    assert (topics.pointcloud, topics.odometry) == (bagio.POINTCLOUD_TOPIC, bagio.ODOMETRY_TOPIC)
+    assert topics.camera('front') == bagio.camera_topic('front')
+    assert topics.camera_info('front') == bagio.camera_info_topic('front')
+    named = bagio.BagTopics('/p', {'rear': '/r', 'front': '/f'}, {'front': '/fi'}, '/o')
+    assert named.cameras == (('front', '/f'), ('rear', '/r'))
+    assert (named.camera('front'), named.camera('left')) == ('/f', bagio.camera_topic('left'))
+    assert named.camera_info('front') == '/fi'
+    assert pickle.loads(pickle.dumps(named)) == named      # it travels to fleet workers
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        named.pointcloud = '/x'
+
+
+def test_replay_options_become_one_bag_topics(sample, tmp_path, monkeypatch, capsys):
+    given = []
+
+    def record(src, dst, cfg, topics, **kwargs):
+        given.append(topics)
+        raise bagio.BagError('stop here')
+    monkeypatch.setattr('jax_perception_node.replay.replay_bag', record)
+    assert main(['replay', str(sample), '--out', str(tmp_path / 'o'), '--pointcloud-topic', '/p',
+                 '--camera-topic', 'front=/f', '--camera-info-topic', 'rear=/ri',
+                 '--odometry-topic', '/o']) == 1
+    assert_one_line_error(capsys, 'stop here')
+    assert given == [bagio.BagTopics('/p', {'front': '/f'}, {'rear': '/ri'}, '/o')]

@@ -3,7 +3,8 @@
 import json
 from pathlib import Path
 
-from jax_perception_node.tools.bench.report import markdown, soak_markdown, targets
+from jax_perception_node.tools.bench.report import markdown, targets
+from jax_perception_node.tools.bench.soak_report import soak_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / 'README.md').read_text()
@@ -37,3 +38,28 @@ def test_soak_section_is_the_committed_soak_run():
     results = json.loads((REPO / 'docs' / 'soak.json').read_text())
     assert results['soak']['seconds'] >= 600
     assert block('soak') == soak_markdown(results)
+
+
+def test_soak_section_adds_the_load_soak_and_slope_when_the_run_has_them():
+    results = json.loads((REPO / 'docs' / 'soak.json').read_text())
+    before = soak_markdown(results)
+    results['soak']['rss_slope_mib_per_min'] = 0.92
+    results['load_soak'] = {
+        'seconds': 600.0, 'rate_hz': 100.0, 'points': 131072, 'cameras': 4,
+        'published': 59000, 'published_hz': 98.3, 'received': 58000, 'processed': 24000,
+        'dropped': 34000, 'not_taken': 1000, 'processed_hz': 40.0, 'frames_all_cameras': 23990,
+        'compiles_after_warmup': 0, 'warmup_s': 60.0, 'rss_mib': [520.0, 523.5],
+        'rss_growth_pct': 0.67, 'rss_slope_mib_per_min': 0.35,
+        'rss_mib_windows': [519.5, 520.0, 523.5],
+        'total_ms': {'p50': 20.5, 'p95': 30.0, 'p99': 41.25, 'max': 60.0},
+        'age_ms': {'p50': 30.0, 'p95': 45.0, 'p99': 55.5, 'max': 90.0}}
+    after = soak_markdown(results)
+    # The closed-loop part is the same but for the slope in its RSS cell.
+    head = before.replace('(+1.6 %)', '(+1.6 %, +0.92 MiB/min)')
+    assert head != before and after.startswith(head)
+    load = after[len(head):]
+    assert load.startswith('\nLoad soak of 600 s, same machine and config: ')
+    assert 'a 131072-point cloud and 4 camera maps published open loop every 10 ms' in load
+    assert ('| 59000 | 58000 | 24000 (40 Hz) | 34000 | 1000 | 23990 | 0 | 520 -> 523.5 MiB '
+            '(+0.7 %) | +0.35 MiB/min | 20.5 / 41.25 ms | 30 / 55.5 ms |') in load
+    assert 'RSS at the end of each minute (MiB): 519.5, 520, 523.5.' in load

@@ -1,5 +1,6 @@
 """Fleet replay on a local 2-worker Ray cluster: outputs, failures, a killed worker, the CLI."""
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -39,7 +40,9 @@ def ray_cluster():
 @pytest.fixture(scope='module')
 def archive(tmp_path_factory, ray_cluster):
     """
-    Four small drives, a truncated bag, a garbage .mcap, and in-process reference outputs.
+    Four small drives, bags that fail or hold a bad cloud, and in-process reference outputs.
+
+    The bad bags: a truncated one, a garbage .mcap, one with a cloud's bytes cut short.
 
     After the cluster: Ray forks its processes before this process has JAX threads running.
     """
@@ -58,7 +61,7 @@ def archive(tmp_path_factory, ray_cluster):
     mcap = bags / 'truncated' / 'drive3.mcap'
     mcap.write_bytes(mcap.read_bytes()[:mcap.stat().st_size // 2])
     (bags / 'garbage.mcap').write_bytes(b'this is not an MCAP file')
-    # A bag whose 6th cloud is cut short: replay fails there, after 5 frames were written.
+    # A bag whose 6th cloud is cut short: no PointCloud2, rejected; the other 19 are replayed.
     reader = bagio.open_reader(bags / 'drive1')
     with bagio.BagWriter(bags / 'broken') as writer:
         clouds = 0
@@ -111,7 +114,7 @@ def test_fleet_outputs_equal_single_process_and_bad_bags_are_reported(
     out, report = tmp_path / 'out', tmp_path / 'summary.json'
     code = main(['replay', str(archive.bags), '--out', str(out), '--workers', '2',
                  '--params', str(archive.params), '--json', str(report)])
-    assert code == 1     # three bags failed
+    assert code == 1     # two bags failed
     summary = json.loads(report.read_text())
     bags = {Path(b['input']).name: b for b in summary['bags']}
     assert sorted(bags) == ['broken', 'drive0', 'drive1', 'drive2', 'drive3', 'garbage.mcap',
@@ -125,13 +128,17 @@ def test_fleet_outputs_equal_single_process_and_bad_bags_are_reported(
     assert 'garbage.mcap' in bags['garbage.mcap']['error']
     assert 'cannot read bag' in bags['garbage.mcap']['error']
     assert 'truncated: cannot read bag' in bags['truncated']['error']
-    assert 'SerdeError' in bags['broken']['error']
-    for name in ('garbage.mcap', 'truncated', 'broken'):
+    for name in ('garbage.mcap', 'truncated'):
         assert (bags[name]['frames'], bags[name]['attempts']) == (0, 1)
         assert bags[name]['output'] is None
+    broken = bags['broken']
+    assert (broken['frames'], broken['rejected'], broken['error']) == (FRAMES['drive1'] - 1, 1,
+                                                                       None)
+    assert broken['output'] == str(out / 'broken')
     totals = summary['totals']
-    assert totals['frames'] == sum(FRAMES.values()) == 90
-    assert (totals['bags'], totals['failed'], totals['retries']) == (7, 3, 0)
+    assert totals['frames'] == sum(FRAMES.values()) + 19 == 109
+    assert (totals['bags'], totals['failed'], totals['retries']) == (7, 2, 0)
+    assert totals['rejected'] == 1
     assert totals['frames_per_s'] > 0
     # Both workers are listed; whether the second came up before the first had replayed every
     # bag is up to the machine (a slow actor start is not an error).
@@ -143,12 +150,12 @@ def test_fleet_outputs_equal_single_process_and_bad_bags_are_reported(
         assert (w['pid'] is not None, w['start_s'] is not None) == (w['ready'], w['ready'])
         assert w['ready'] or w['bags'] == 0
 
-    # Only complete bags under their final names: no partials, nothing for the failed ones
-    # (the broken bag had written 5 frames when it failed).
-    assert sorted(p.name for p in out.iterdir()) == sorted(FRAMES)
+    # Only complete bags under their final names: no partials, nothing for the failed ones.
+    assert sorted(p.name for p in out.iterdir()) == sorted([*FRAMES, 'broken'])
     assert_same_as_reference(out, archive, FRAMES)
+    assert len(messages(out / 'broken', [bagio.FEATURES_TOPIC])) == FRAMES['drive1'] - 1
     printed = capsys.readouterr().out
-    assert 'error:' in printed and '4/7 bags, 90 frames' in printed
+    assert 'error:' in printed and '5/7 bags, 109 frames' in printed
 
 
 def test_a_worker_killed_mid_bag_has_its_bag_retried(archive, ray_cluster, tmp_path):
@@ -238,3 +245,56 @@ def test_missing_ray_is_a_one_line_user_error(archive, tmp_path, monkeypatch, ca
     err = capsys.readouterr().err.strip()
     assert err == ('jax-perception: fleet replay needs Ray: pip install '
                    '"jax_perception_node[fleet]" (or pip install ray)')
+
+
+def test_sigterm_mid_fleet_is_one_line_and_leaves_only_complete_bags(
+        archive, ray_cluster, tmp_path, monkeypatch, capsys):
+    """
+    SIGTERM to the driver while a bag is provably unfinished (its worker stopped, like above).
+
+    The driver removes that bag's partial folder and exits 143 with one line.
+    """
+    sent = []
+
+    def terminate_mid_bag(stream=None):
+        def draw(state: fleet.FleetProgress) -> None:
+            for busy in state.busy:
+                if sent or busy['pid'] is None:
+                    continue
+                os.kill(busy['pid'], signal.SIGSTOP)
+                if busy['output'].exists():
+                    os.kill(busy['pid'], signal.SIGCONT)
+                    continue
+                sent.append(busy)
+                # The driver's cleanup kills the stopped worker.
+                os.kill(os.getpid(), signal.SIGTERM)
+        return draw
+    monkeypatch.setattr(fleet, 'fleet_progress_bar', terminate_mid_bag)
+    monkeypatch.setattr(fleet, 'replay_fleet', functools.partial(fleet.replay_fleet,
+                                                                 poll_s=0.01))
+    before = signal.getsignal(signal.SIGTERM)
+    out = tmp_path / 'out'
+    assert main(['replay', *(str(archive.bags / name) for name in FRAMES), '--out', str(out),
+                 '--workers', '1', '--params', str(archive.params)]) == 143
+    assert_one_line_error(capsys, 'terminated (SIGTERM)')
+    assert len(sent) == 1 and signal.getsignal(signal.SIGTERM) is before
+    # Bags finished before the signal stay, whole; the one being replayed leaves nothing.
+    left = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    assert sent[0]['input'].name not in left and set(left) < set(FRAMES)
+    assert_same_as_reference(out, archive, left)
+
+
+def test_the_fleet_modules_import_one_way():
+    """Imports go fleet -> fleet_driver -> fleet_types, at any depth (in functions too)."""
+    import ast
+    tools = Path(fleet.__file__).parent
+    names = ('fleet', 'fleet_driver', 'fleet_worker', 'fleet_types')
+    imports = {}
+    for name in names:
+        tree = ast.parse((tools / f'{name}.py').read_text())
+        imports[name] = {node.module for node in ast.walk(tree)
+                         if isinstance(node, ast.ImportFrom) and node.level == 1
+                         and node.module in names}
+    assert imports == {'fleet': {'fleet_driver', 'fleet_worker', 'fleet_types'},
+                       'fleet_driver': {'fleet_types'}, 'fleet_worker': set(),
+                       'fleet_types': set()}

@@ -220,6 +220,33 @@ def test_same_seed_same_bytes_other_seed_other_bytes(cfg, tmp_path):
     assert other[0] != first[0]
 
 
+def test_one_second_bag_holds_the_drive_message_for_message(cfg, tmp_path):
+    # Decoded values, not bytes: every message is the drive's own sensor output at its stamp.
+    write_sample_bag(tmp_path / 'bag', cfg, seconds=1.0, seed=4)
+    drive = SyntheticDrive(cfg, seed=4)
+    with Reader(tmp_path / 'bag') as reader:
+        messages = [(conn.topic, stamp, TS.deserialize_cdr(raw, conn.msgtype))
+                    for conn, stamp, raw in reader.messages()]
+    # At a shared stamp (t = 0 here) odometry is written before the sweep.
+    assert [topic for topic, _, _ in messages[:2]] == [ODOMETRY_TOPIC, POINTCLOUD_TOPIC]
+    topics = {camera_topic(c.name): c.name for c in cfg.cameras}
+    seen = {POINTCLOUD_TOPIC: 0, ODOMETRY_TOPIC: 0, **dict.fromkeys(topics, 0)}
+    for topic, stamp, msg in messages:
+        t = (stamp - EPOCH_NS) * 1e-9     # bag time = EPOCH_NS + t, as the writer has it
+        seen[topic] += 1
+        if topic == POINTCLOUD_TOPIC:
+            assert np.array_equal(points_of(msg), drive.lidar_frame(t))
+        elif topic == ODOMETRY_TOPIC:
+            p = msg.pose.pose.position
+            assert [p.x, p.y, p.z] == drive.ego_position(t).tolist()
+        else:
+            cam = next(c for c in cfg.cameras if c.name == topics[topic])
+            feats = np.frombuffer(msg.data, '<f4').reshape(cam.height, cam.width, cam.channels)
+            assert np.array_equal(feats, drive.camera_features(cam.name, t))
+    # 10 sweeps; 50 Hz odometry and 12 Hz maps up to 0.95 s (cameras from a +4..31 ms offset).
+    assert seen == {POINTCLOUD_TOPIC: 10, ODOMETRY_TOPIC: 48, **dict.fromkeys(topics, 12)}
+
+
 def test_lidar_only_and_camera_count_errors(cfg, tmp_path):
     summary = write_sample_bag(tmp_path / 'lidar', cfg, seconds=0.2, num_cameras=0)
     with Reader(tmp_path / 'lidar') as reader:

@@ -2,9 +2,11 @@
 
 import ast
 
-from configs import PARAMS_FILE, REPO, small_config, small_params
-from jax_perception_node.config import (AccumulationConfig, config_from_parameters, ConfigError,
-                                        load_config, write_param_file)
+from configs import FRONT, PARAMS_FILE, REPO, small_config, small_params
+from jax_perception_node.config import (AccumulationConfig, CameraConfig, config_from_parameters,
+                                        load_config, Pose, read_param_file, write_param_file)
+from jax_perception_node.live_params import check_update
+from jax_perception_node.parameters import BY_KEY, ConfigError, SCHEMA
 import numpy as np
 import pytest
 
@@ -27,7 +29,7 @@ def test_accumulation_defaults_off_and_overrides():
 
 
 @pytest.mark.parametrize('key, value, message', [
-    ('grid.resolution', 0.0, 'grid.resolution: must be > 0'),
+    ('grid.resolution', 0.0, 'grid.resolution: must be >= 0.001, got 0'),
     ('grid.resolution', 0.3, 'grid.resolution: the x range'),
     ('grid.x_max', -9.0, 'grid.x_max: must be greater than grid.x_min'),
     ('grid.z_min', 'low', 'grid.z_min: expected a number'),
@@ -36,13 +38,13 @@ def test_accumulation_defaults_off_and_overrides():
     ('buckets', [], 'buckets: expected strictly ascending'),
     ('buckets', [1.5], 'buckets: expected a list of integers'),
     ('overflow_policy', 'drop', 'overflow_policy: expected one of subsample | truncate'),
-    ('lidar.rotation_xyzw', [0, 0, 0, 2], 'lidar.rotation_xyzw: not a unit quaternion'),
+    ('lidar.rotation_xyzw', [0, 0, 0.5, 0.5], 'lidar.rotation_xyzw: not a unit quaternion'),
     ('lidar.translation', [0, 0], 'lidar.translation: expected 3 finite numbers'),
     ('fusion.num_heights', 0, 'fusion.num_heights: must be >= 1'),
     ('fusion.activation', 'tanh', 'fusion.activation: expected one of none | relu'),
     ('fusion.weights_file', '/nonexistent.npz', 'fusion.weights_file: cannot read'),
     ('sync.max_camera_lidar_delay_s', -1.0, 'sync.max_camera_lidar_delay_s: must be >= 0'),
-    ('cameras.front.fx', -1.0, 'cameras.front.fx: must be > 0'),
+    ('cameras.front.fx', -1.0, 'cameras.front.fx: must be >= 0.001, got -1'),
     ('cameras.rear.channels', 4, 'cameras.rear.channels: every camera needs the same'),
     ('cameras.front.height', None, 'cameras.front.height: required'),
     ('grid.resolutoin', 0.5, 'grid.resolutoin: unknown parameter'),
@@ -52,8 +54,10 @@ def test_accumulation_defaults_off_and_overrides():
     ('accumulation.num_sweeps', 0, 'accumulation.num_sweeps: must be >= 1, got 0'),
     ('accumulation.num_sweeps', 17, 'accumulation.num_sweeps: must be <= 16, got 17'),
     ('accumulation.num_sweeps', 2.0, 'accumulation.num_sweeps: expected an integer'),
-    ('accumulation.max_sweep_age_s', 0.0, 'accumulation.max_sweep_age_s: must be > 0, got 0'),
-    ('accumulation.max_odometry_gap_s', -0.1, 'accumulation.max_odometry_gap_s: must be > 0'),
+    ('accumulation.max_sweep_age_s', 0.0,
+     'accumulation.max_sweep_age_s: must be >= 0.001, got 0'),
+    ('accumulation.max_odometry_gap_s', -0.1,
+     'accumulation.max_odometry_gap_s: must be >= 0.001'),
     ('accumulation.max_odometry_gap_s', float('nan'),
      'accumulation.max_odometry_gap_s: must be finite'),
     ('diagnostics.window', 0, 'diagnostics.window: must be >= 1, got 0'),
@@ -124,3 +128,163 @@ def test_launch_file_names_installed_executable_and_params():
     assert "('share/' + package_name + '/launch', glob('launch/*.launch.py'))" in setup
     for arg in ('params_file', 'namespace', 'use_sim_time', 'log_level', 'pointcloud_topic'):
         assert f"DeclareLaunchArgument('{arg}'" in source
+
+
+# -- issue 16: huge finite values, bounds from the schema ----------------------------------------
+
+@pytest.mark.parametrize('key, value, message', [
+    ('sync.max_camera_lidar_delay_s', 1e300,
+     'sync.max_camera_lidar_delay_s: must be <= 86400, got 1e+300'),
+    ('accumulation.max_odometry_gap_s', 1e300,
+     'accumulation.max_odometry_gap_s: must be <= 86400, got 1e+300'),
+    ('diagnostics.period_s', 1e10, 'diagnostics.period_s: must be <= 3600, got 1e+10'),
+    ('diagnostics.period_s', 1e-4, 'diagnostics.period_s: must be >= 0.001, got 0.0001'),
+    ('cameras.front.fx', 1e-300, 'cameras.front.fx: must be >= 0.001, got 1e-300'),
+    ('cameras.front.fx', 1e300, 'cameras.front.fx: must be <= 1e+06, got 1e+300'),
+    ('cameras.rear.fy', 1e-300, 'cameras.rear.fy: must be >= 0.001, got 1e-300'),
+    ('cameras.front.cx', -1e300, 'cameras.front.cx: must be >= -1e+06, got -1e+300'),
+    ('lidar.translation', [0.0, 0.0, 1e300],
+     'lidar.translation: must be <= 10000, got [0, 0, 1e+300]'),
+    ('cameras.rear.translation', [-1e5, 0.0, 0.0],
+     'cameras.rear.translation: must be >= -10000, got [-100000, 0, 0]'),
+    ('grid.resolution', 1e300, 'grid.resolution: must be <= 100, got 1e+300'),
+    ('buckets', [64, 2 ** 40], 'buckets: must be <= 16777216, got [64, 1099511627776]'),
+    ('diagnostics.window', 10 ** 30, 'diagnostics.window: must be <= 100000, got 1000000'),
+    # An int beyond float range: float() would raise OverflowError, the config says why.
+    ('grid.x_max', 10 ** 400, 'grid.x_max: must be finite and within -10000 .. 10000, got 1'),
+    ('lidar.translation', [0, 0, 10 ** 400], 'lidar.translation: expected 3 finite numbers'),
+    ('cameras.front.distortion', [10 ** 400], 'cameras.front.distortion: expected finite'),
+])
+def test_huge_and_tiny_values_are_refused_with_the_bound(key, value, message):
+    with pytest.raises(ConfigError) as err:
+        config_from_parameters({**small_params(), key: value})
+    assert str(err.value).startswith(message)
+    assert '\n' not in str(err.value) and len(str(err.value)) < 200
+
+
+NUMERIC = [s.key.replace('<name>', 'front') for s in SCHEMA
+           if s.item_type in ('integer', 'double')]
+
+
+@pytest.mark.parametrize('key', NUMERIC)
+@pytest.mark.parametrize('extreme', [1e300, -1e300, 10 ** 400, float('inf')])
+def test_no_numeric_key_lets_an_extreme_value_through_or_raises_another_error(key, extreme):
+    spec = BY_KEY[key.replace('front', '<name>')]
+    value = int(extreme) if spec.item_type == 'integer' and extreme != float('inf') else extreme
+    if spec.ros_type.endswith('_array'):
+        value = [value] * (spec.length or 1)
+    with pytest.raises(ConfigError, match=f'^{key}: '):
+        config_from_parameters({**small_params(), key: value})
+
+
+@pytest.mark.parametrize('key, value, message', [
+    ('sync.max_camera_lidar_delay_s', 1e300,
+     'sync.max_camera_lidar_delay_s: must be <= 86400, got 1e+300'),
+    ('accumulation.max_odometry_gap_s', 1e300,
+     'accumulation.max_odometry_gap_s: must be <= 86400, got 1e+300'),
+    ('diagnostics.period_s', 1e10, 'diagnostics.period_s: must be <= 3600, got 1e+10'),
+    ('cameras.front.fx', 1e-300, 'cameras.front.fx: must be >= 0.001, got 1e-300'),
+])
+def test_a_live_update_out_of_bounds_is_refused_naming_the_key_and_bound(key, value, message):
+    values = small_params()
+    with pytest.raises(ConfigError) as err:
+        check_update(values, {key: value})
+    assert str(err.value) == message
+    check_update(values, {key: BY_KEY[key.replace('front', '<name>')].maximum})   # inclusive
+
+
+@pytest.mark.parametrize('written, message', [
+    ('max_camera_lidar_delay_s: 1e300', 'sync.max_camera_lidar_delay_s: must be <= 86400, '
+                                        'got 1e+300'),
+    ('max_camera_lidar_delay_s: 1.0e+300', 'sync.max_camera_lidar_delay_s: must be <= 86400, '
+                                           'got 1e+300'),
+    ('max_camera_lidar_delay_s: 1e400', 'sync.max_camera_lidar_delay_s: must be finite'),
+    ('max_camera_lidar_delay_s: 2e-1', None),      # ROS reads 2e-1 as a double: so does the CLI
+])
+def test_a_params_file_with_a_huge_value_gives_one_line(tmp_path, written, message):
+    path = tmp_path / 'huge.yaml'
+    text = PARAMS_FILE.read_text()
+    assert text.count('max_camera_lidar_delay_s: 0.1') == 1
+    path.write_text(text.replace('max_camera_lidar_delay_s: 0.1', written))
+    if message is None:
+        assert load_config(path).max_camera_lidar_delay_s == 0.2
+        return
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).startswith(message) and '\n' not in str(err.value)
+
+
+@pytest.mark.parametrize('content, message', [
+    (b'\xff\xfe/**: {}\n', 'not UTF-8 text'),
+    (b'- a\n- b\n', 'expected a mapping of node names'),
+    (b'just text\n', 'expected a mapping of node names'),
+    (b'/**:\n  ros__parameters: [1, 2]\n', 'no "<node>: ros__parameters:" section'),
+    (b'/**: {ros__parameters: {a: !!python/name:os.system }}\n', 'not valid YAML'),
+])
+def test_a_bad_params_file_is_one_config_error(tmp_path, content, message):
+    path = tmp_path / 'bad.yaml'
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=f'^params file {path}: {message}'):
+        read_param_file(path)
+
+
+# -- frames and distortion -----------------------------------------------------------------------
+
+def test_frames_default_to_lidar_and_the_optical_frames():
+    cfg = small_config()
+    assert cfg.lidar_frame_id == 'lidar'
+    assert [c.frame_id for c in cfg.cameras] == ['front_optical', 'rear_optical']
+    assert [(c.distortion_model, c.distortion) for c in cfg.cameras] == [('none', ())] * 2
+    cfg = small_config(**{'lidar.frame_id': 'velodyne', 'cameras.rear.frame_id': 'cam_back'})
+    assert cfg.lidar_frame_id == 'velodyne'
+    assert [c.frame_id for c in cfg.cameras] == ['front_optical', 'cam_back']
+    # Constructors that predate the fields keep working and resolve the frame the same way.
+    pose = Pose((0.0, 0.0, 0.0), tuple(FRONT))
+    camera = CameraConfig('side', 8, 8, 3, 4.0, 4.0, 3.5, 3.5, pose)
+    assert (camera.frame_id, camera.distortion_model, camera.distortion) == (
+        'side_optical', 'none', ())
+
+
+def test_distortion_models_take_their_coefficients():
+    plumb = [0.1, -0.02, 0.001, 0.002, 0.003]
+    cfg = small_config(**{'cameras.front.distortion_model': 'plumb_bob',
+                          'cameras.front.distortion': plumb,
+                          'cameras.rear.distortion_model': 'equidistant',
+                          'cameras.rear.distortion': [0.01, 0.0, -0.001, 0.0]})
+    assert cfg.cameras[0].distortion == tuple(plumb)
+    assert cfg.cameras[1].distortion == (0.01, 0.0, -0.001, 0.0)
+    zeros = small_config(**{'cameras.front.distortion': [0.0] * 5})
+    assert zeros.cameras[0].distortion == ()       # none with zeros is none
+
+
+@pytest.mark.parametrize('changes, message', [
+    ({'cameras.front.distortion_model': 'plumb_bob'},
+     'cameras.front.distortion: plumb_bob needs 5 coefficients, got []'),
+    ({'cameras.front.distortion_model': 'plumb_bob', 'cameras.front.distortion': [0.1] * 4},
+     'cameras.front.distortion: plumb_bob needs 5 coefficients'),
+    ({'cameras.rear.distortion_model': 'equidistant', 'cameras.rear.distortion': [0.1] * 5},
+     'cameras.rear.distortion: equidistant needs 4 coefficients'),
+    ({'cameras.front.distortion': [0.1, 0.0]},
+     'cameras.front.distortion: distortion_model none takes [] or zeros'),
+    ({'cameras.front.distortion_model': 'rational_polynomial'},
+     'cameras.front.distortion_model: expected one of none | plumb_bob | equidistant'),
+    ({'cameras.front.distortion_model': 'plumb_bob', 'cameras.front.distortion': [2e3] * 5},
+     'cameras.front.distortion: must be <= 1000'),
+    ({'cameras.front.distortion': ['a']}, 'cameras.front.distortion: expected finite numbers'),
+    ({'lidar.frame_id': ''}, 'lidar.frame_id: must not be empty'),
+    ({'cameras.front.frame_id': 3}, 'cameras.front.frame_id: expected a string'),
+])
+def test_frame_and_distortion_keys_are_checked(changes, message):
+    with pytest.raises(ConfigError) as err:
+        small_config(**changes)
+    assert str(err.value).startswith(message)
+
+
+def test_frames_and_distortion_are_live():
+    values = small_params()
+    changes = {'lidar.frame_id': 'velodyne', 'cameras.front.frame_id': 'cam0',
+               'cameras.front.distortion_model': 'equidistant',
+               'cameras.front.distortion': [0.1, 0.0, 0.0, 0.0]}
+    merged, cfg = check_update(values, changes)
+    assert cfg.lidar_frame_id == 'velodyne' and cfg.cameras[0].frame_id == 'cam0'
+    assert cfg.cameras[0].distortion == (0.1, 0.0, 0.0, 0.0)

@@ -5,7 +5,7 @@ from jax_perception_node.config import ConfigError
 from jax_perception_node.pipeline import BevPipeline, compile_count
 import numpy as np
 import pytest
-from reference import lift_ref, quat_matrix, sample_counts_ref, voxelize_ref
+from reference import distort_ref, lift_ref, quat_matrix, sample_counts_ref, voxelize_ref
 
 RNG = np.random.default_rng(7)
 
@@ -275,3 +275,106 @@ def test_fusion_projection_and_relu(tmp_path):
     out = projected.process(points, maps).features
     assert out.shape == (32, 48, 5)
     np.testing.assert_allclose(out, np.maximum(fused @ weights + bias, 0), rtol=1e-4, atol=1e-4)
+
+
+# -- lens distortion --------------------------------------------------------------------------
+
+def lens(front=('none', []), rear=('none', []), **overrides):
+    """small_config() with the cameras' distortion models and coefficients."""
+    return small_config(**{'cameras.front.distortion_model': front[0],
+                           'cameras.front.distortion': list(front[1]),
+                           'cameras.rear.distortion_model': rear[0],
+                           'cameras.rear.distortion': list(rear[1])}, **overrides)
+
+
+# Barrel plumb_bob with tangential terms (monotonic: 1 - 0.3 s + 0.05 s^2 has no real root)
+# and a fisheye: both move most samples by pixels at these maps' edges.
+PLUMB_BOB = ('plumb_bob', (-0.1, 0.01, 0.004, -0.003, 0.001))
+EQUIDISTANT = ('equidistant', (0.08, -0.02, 0.004, -0.0005))
+
+
+def test_lift_with_lens_models_matches_reference():
+    cfg = lens(PLUMB_BOB, EQUIDISTANT)
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    maps = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
+    out = pipe.process(np.zeros((0, 4), np.float32), maps).features
+    camera, coverage = lift_ref(cfg, maps)
+    np.testing.assert_allclose(out[..., 6:9], camera, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(out[..., 9], coverage)
+    # The lenses matter: the pinhole reference differs.
+    pinhole, pinhole_coverage = lift_ref(small_config(), maps)
+    assert not np.array_equal(coverage, pinhole_coverage)
+    assert np.abs(camera - pinhole).max() > 0.1
+
+
+def test_changing_the_distortion_compiles_nothing(camera_pipe):
+    cfg = camera_pipe.cfg
+    maps = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
+    empty = np.zeros((0, 4), np.float32)
+    before = camera_pipe.process(empty, maps).features
+    count = compile_count()
+    for front, rear in ((PLUMB_BOB, EQUIDISTANT), (EQUIDISTANT, PLUMB_BOB),
+                        (('plumb_bob', (-0.2, 0.03, 0.0, 0.0, 0.0)), ('none', ()))):
+        changed = lens(front, rear)
+        camera_pipe.set_calibration(cameras=changed.cameras)
+        out = camera_pipe.process(empty, maps).features
+        camera, coverage = lift_ref(changed, maps)
+        np.testing.assert_allclose(out[..., 6:9], camera, rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(out[..., 9], coverage)
+    assert compile_count() == count
+    camera_pipe.set_calibration(cameras=cfg.cameras)
+    np.testing.assert_array_equal(camera_pipe.process(empty, maps).features, before)
+
+
+def test_all_zero_plumb_bob_is_the_pinhole_bit_for_bit(camera_pipe):
+    maps = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
+    points = random_cloud(300, camera_pipe.cfg)
+    pinhole = camera_pipe.process(points, maps).features
+    zeros = lens(('plumb_bob', (0.0,) * 5), ('plumb_bob', (0.0,) * 5))
+    assert zeros.cameras[0].distortion_model == 'plumb_bob'
+    camera_pipe.set_calibration(cameras=zeros.cameras)
+    np.testing.assert_array_equal(camera_pipe.process(points, maps).features, pinhole)
+    camera_pipe.set_calibration(cameras=camera_pipe.cfg.cameras)
+
+
+def test_samples_beyond_the_fold_of_the_lens_model_are_invalid():
+    # One camera 2 m up looking along +x, one height level at z = 0, plumb_bob k1 = -0.5:
+    # r (1 - 0.5 r^2) peaks at r^2 = 2/3 (r'' = 0.544) and folds back; until r'' reaches
+    # -0.85 (r ~ 1.75) the folded points land inside the map (|x''| < 8.5 / 10), ghosts of
+    # cells the lens never sees there. They must not count.
+    params = {
+        'grid.x_min': -0.5, 'grid.x_max': 15.5, 'grid.y_min': -8.5, 'grid.y_max': 8.5,
+        'grid.z_min': -1.0, 'grid.z_max': 1.0, 'grid.resolution': 1.0,
+        'buckets': [16], 'compilation_cache_dir': '', 'fusion.num_heights': 1,
+        'cameras.names': ['front'],
+        **camera_params('front', height=12, width=17, channels=1, fx=10.0, fy=10.0, cx=8.0,
+                        cy=5.5, translation=(0.0, 0.0, 2.0)),
+        'cameras.front.distortion_model': 'plumb_bob',
+        'cameras.front.distortion': [-0.5, 0.0, 0.0, 0.0, 0.0],
+    }
+    from jax_perception_node.config import config_from_parameters
+    cfg = config_from_parameters(params)
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    coverage = pipe.process(np.zeros((0, 4), np.float32),
+                            {'front': np.ones((12, 17, 1), np.float32)}).features[..., 7]
+    np.testing.assert_array_equal(coverage, lift_ref(cfg, {'front': np.ones((12, 17, 1))})[1])
+    # The ghosts, by the published equation without the limit: cells ahead whose folded
+    # projection is inside the map although r^2 > 2/3.
+    cam = cfg.cameras[0]
+    rot = quat_matrix(cam.pose.rotation_xyzw)
+    ghosts = []
+    for i in range(cfg.grid.height):
+        for j in range(cfg.grid.width):
+            c = rot.T @ (np.array([i, j - 8.0, 0.0]) - cam.pose.translation)
+            if c[2] <= 0.1:
+                continue
+            x, y = c[0] / c[2], c[1] / c[2]
+            u, v = (np.array(distort_ref('plumb_bob', cam.distortion, x, y))
+                    * [cam.fx, cam.fy] + [cam.cx, cam.cy])
+            if x * x + y * y > 2 / 3 and -0.5 <= u < 16.5 and -0.5 <= v < 11.5:
+                ghosts.append((i, j))
+    assert len(ghosts) > 10
+    assert not any(coverage[ij] for ij in ghosts)
+    assert coverage.sum() > 10                       # the lens does see the cells inside

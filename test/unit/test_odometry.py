@@ -1,11 +1,14 @@
-"""The odometry buffer: checks, interpolation (linear position, slerp), backwards stamps."""
+"""The odometry buffer: checks and bounds, interpolation (linear, slerp), backwards stamps."""
 
 import math
 
 from bag_messages import odometry, yaw_quaternion
-from jax_perception_node.odometry import OdometryBuffer, OdometryError, read_odometry, slerp
+from jax_perception_node.odometry import (MAX_POSITION_M, OdometryBuffer, OdometryError,
+                                          read_odometry, slerp)
+from jax_perception_node.rotations import quaternion_matrix
 import numpy as np
 import pytest
+from reference import quat_matrix
 
 T0 = 1_700_000_000 * 10**9
 
@@ -59,19 +62,51 @@ def test_quaternions_are_normalised():
     np.testing.assert_allclose(sample.quaternion, [0.0, 0.0, 0.0, 1.0])
 
 
+def with_stamp(msg, sec, nanosec):
+    msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nanosec
+    return msg
+
+
 @pytest.mark.parametrize('what,msg,named', [
     ('NaN position', odometry(T0, (float('nan'), 0.0, 0.0)), 'pose.position'),
+    ('position beyond the bound', odometry(T0, (0.0, -2e8, 0.0)), 'pose.position.*beyond'),
     ('infinite orientation', odometry(T0, xyzw=(0.0, 0.0, float('inf'), 1.0)),
      'pose.orientation'),
     ('zero quaternion', odometry(T0, xyzw=(0.0, 0.0, 0.0, 0.0)), 'norm'),
+    ('overflowing quaternion', odometry(T0, xyzw=(1e200, 1e200, 0.0, 1e200)), 'norm inf'),
     ('another child frame', odometry(T0, child='imu_link'), 'child_frame_id'),
+    ('nanosec >= 1e9', with_stamp(odometry(T0), 1_700_000_000, 10**9), 'header.stamp'),
+    ('negative sec', with_stamp(odometry(T0), -5, 0), 'header.stamp'),
 ], ids=lambda v: v if isinstance(v, str) else '')
 def test_bad_messages_are_refused_naming_the_field(what, msg, named):
     buf = OdometryBuffer(max_gap_s=0.2, child_frame_id='base_link')
     buf.add(odometry(T0 - 10_000_000))
     with pytest.raises(OdometryError, match=named):
         buf.add(msg)
-    assert len(buf) == 1        # nothing stored, the good sample kept
+    # Nothing stored: the good sample is still the only one, exactly on its stamp.
+    np.testing.assert_array_equal(buf.pose_at(T0 - 10_000_000), np.eye(4))
+    assert buf.pose_at(T0) is None
+
+
+def test_large_map_coordinates_are_fine_in_float64():
+    # UTM-sized positions: the difference between two poses keeps its millimetres.
+    buf = OdometryBuffer(max_gap_s=0.2)
+    buf.add(odometry(T0, (4.5e6, 5.5e6, 100.0)))
+    buf.add(odometry(T0 + 100_000_000, (4.5e6 + 2.0, 5.5e6 - 1.0, 100.0)))
+    pose = buf.pose_at(T0 + 50_000_000)
+    np.testing.assert_allclose(pose[:3, 3] - [4.5e6, 5.5e6, 100.0], [1.0, -0.5, 0.0],
+                               atol=1e-6)
+    read_odometry(odometry(T0, (MAX_POSITION_M, -MAX_POSITION_M, 0.0)))   # the bound itself
+
+
+def test_quaternion_matrix_is_the_textbook_rotation():
+    rng = np.random.default_rng(4)
+    for q in rng.normal(size=(20, 4)):
+        q /= np.linalg.norm(q)
+        np.testing.assert_allclose(quaternion_matrix(q), quat_matrix(q), atol=1e-12)
+    # 90 degrees of yaw turns x into y.
+    np.testing.assert_allclose(quaternion_matrix(yaw_quaternion(90.0)) @ [1.0, 0.0, 0.0],
+                               [0.0, 1.0, 0.0], atol=1e-12)
 
 
 def test_stamps_going_backwards_reset_the_buffer():
@@ -80,10 +115,11 @@ def test_stamps_going_backwards_reset_the_buffer():
         buf.add(odometry(T0 + k * 20_000_000, (k * 0.2, 0.0, 0.0)))
     with pytest.raises(OdometryError, match='repeats'):
         buf.add(odometry(T0 + 40_000_000, (9.0, 0.0, 0.0)))
-    assert len(buf) == 3
+    np.testing.assert_allclose(buf.pose_at(T0 + 40_000_000)[:3, 3], [0.4, 0.0, 0.0])
     with pytest.raises(OdometryError, match='backwards.*reset'):
         buf.add(odometry(T0 + 10_000_000, (5.0, 0.0, 0.0)))
-    assert len(buf) == 0 and buf.pose_at(T0 + 10_000_000) is None
+    for stamp in (T0, T0 + 10_000_000, T0 + 40_000_000):
+        assert buf.pose_at(stamp) is None
     # The new timeline starts with the next sample: old poses never mix with it.
     buf.add(odometry(T0 + 20_000_000, (5.0, 0.0, 0.0)))
     buf.add(odometry(T0 + 40_000_000, (6.0, 0.0, 0.0)))
@@ -94,6 +130,7 @@ def test_history_is_bounded():
     buf = OdometryBuffer(max_gap_s=0.2, history=10)
     for k in range(50):
         buf.add(odometry(T0 + k * 20_000_000, (k * 0.2, 0.0, 0.0)))
-    assert len(buf) == 10
-    assert buf.pose_at(T0) is None
+    # The ten newest samples: 40..49.
+    assert buf.pose_at(T0 + 39 * 20_000_000) is None
+    np.testing.assert_allclose(buf.pose_at(T0 + 40 * 20_000_000)[:3, 3], [8.0, 0.0, 0.0])
     np.testing.assert_allclose(buf.pose_at(T0 + 970_000_000)[:3, 3], [9.7, 0.0, 0.0])

@@ -3,8 +3,10 @@
 import os
 import stat
 
+import bag_messages
 from configs import camera_params, small_config
 import jax
+from jax_perception_node.camera import scale_camera_info, with_intrinsics
 from jax_perception_node.config import ConfigError
 from jax_perception_node.executable_cache import private_cache_dir
 from jax_perception_node.pipeline import BevPipeline, compile_count
@@ -244,3 +246,33 @@ def test_set_calibration_matches_the_reference_on_features():
     # The original calibration's reference differs: the check above could not pass unchanged.
     original_camera, _ = lift_ref(pipe.cfg, maps)
     assert not np.allclose(original_camera, camera, atol=1e-3)
+
+
+@pytest.mark.parametrize('model,d', [
+    ('plumb_bob', (-0.12, 0.02, 0.003, -0.002, 0.001)),
+    ('equidistant', (0.06, -0.015, 0.003, -0.0004)),
+])
+def test_camera_info_distortion_reaches_the_lift_without_a_compile(model, d):
+    """A CameraInfo with a lens model: the lift equals the reference with that lens."""
+    pipe = BevPipeline(small_config(1, **{'fusion.max_samples_per_cell': 3}))
+    pipe.warmup()
+    msg = bag_messages.camera_info(80, 48, 24.0, 28.0, 35.5, 19.5)
+    msg.distortion_model, msg.d = model, np.array(d)
+    rng = np.random.default_rng(5)
+    maps = {'front': rng.normal(size=(12, 20, 3)).astype(np.float32)}
+    empty = np.zeros((0, 4), np.float32)
+    before = compile_count()
+    intrinsics = scale_camera_info(msg, 12, 20)
+    pipe.set_calibration(cameras=with_intrinsics(pipe.cfg.cameras, 'front', intrinsics))
+    out = pipe.process(empty, maps).features
+    assert compile_count() == before
+    # What a user would write by hand: K scaled by 1/4, the coefficients as they are.
+    by_hand = small_config(1, **camera_params('front', fx=6.0, fy=7.0, cx=8.5, cy=4.5),
+                           **{'cameras.front.distortion_model': model,
+                              'cameras.front.distortion': list(d)})
+    camera, coverage = lift_ref(by_hand, maps)
+    np.testing.assert_allclose(out[..., 6:9], camera, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(out[..., 9], coverage)
+    pinhole, _ = lift_ref(small_config(1, **camera_params('front', fx=6.0, fy=7.0, cx=8.5,
+                                                          cy=4.5)), maps)
+    assert np.abs(pinhole - camera).max() > 0.1      # the lens is not ignored

@@ -6,8 +6,8 @@ from configs import small_config
 import jax
 from jax.extend.core import ClosedJaxpr, jaxprs_in_params
 import jax.numpy as jnp
-from jax_perception_node import kernels
-from jax_perception_node.camera import calibration_arrays
+from jax_perception_node import kernels, lift
+from jax_perception_node.kernel_inputs import calibration_arrays
 from jax_perception_node.pipeline import BevPipeline
 import numpy as np
 
@@ -41,8 +41,13 @@ def test_the_audit_catches_a_default_precision_dot():
 
 def test_frame_and_geometry_functions_leave_no_precision_to_the_backend(tmp_path):
     np.savez(tmp_path / 'w.npz', W=np.ones((10, 4)), b=np.zeros(4))
+    # Both lens models in the geometry: the distortion is written out too.
     cfg = small_config(**{'fusion.weights_file': str(tmp_path / 'w.npz'),
-                          'fusion.activation': 'relu'})
+                          'fusion.activation': 'relu',
+                          'cameras.front.distortion_model': 'plumb_bob',
+                          'cameras.front.distortion': [-0.2, 0.05, 0.001, -0.002, 0.01],
+                          'cameras.rear.distortion_model': 'equidistant',
+                          'cameras.rear.distortion': [0.1, -0.02, 0.003, -0.001]})
     pipe = BevPipeline(cfg)
     pipe.warmup()
     frame = jax.make_jaxpr(functools.partial(
@@ -55,10 +60,12 @@ def test_frame_and_geometry_functions_leave_no_precision_to_the_backend(tmp_path
     static = {'height': pipe.height, 'width': pipe.width,
               'num_heights': cfg.fusion.num_heights, 'map_height': cam.height,
               'map_width': cam.width}
-    calibration = calibration_arrays(cfg.cameras) + (cfg.grid.vector(),)
-    for function in (functools.partial(kernels.lift_geometry, slots=pipe.lift_slots),
-                     kernels.lift_sample_counts):
+    calibration = (calibration_arrays(cfg.cameras), cfg.grid.vector())
+    for function in (functools.partial(lift.lift_geometry, slots=pipe.lift_slots),
+                     lift.lift_sample_counts):
         closed = jax.make_jaxpr(functools.partial(function, **static))(*calibration)
+        # The lens models are in this jaxpr (the fisheye's atan), and no dot is.
+        assert 'atan' in str(closed)
         assert dots_without_highest(closed) == []
 
 

@@ -5,16 +5,18 @@ import json
 
 from configs import PARAMS_FILE, REPO, small_params
 from jax_perception_node import schema_export
-from jax_perception_node.config import (config_from_parameters, ConfigError, read_param_file,
-                                        write_param_file)
+from jax_perception_node.config import config_from_parameters, read_param_file, write_param_file
 from jax_perception_node.parameters import (CAMERA_KEYS, CAMERA_PREFIX, check_value,
-                                            NODE_KEYS, SCHEMA, spec_for)
+                                            ConfigError, NODE_KEYS, SCHEMA, spec_for)
 import jsonschema
+import numpy as np
 import pytest
 from ros_harness import NodeProcess
 import yaml
 
 PYTHON_TYPES = {'bool': bool, 'integer': int, 'double': float, 'string': str}
+OPTIONAL_CAMERA_KEYS = ('frame_id', 'distortion_model', 'distortion')
+NUMERIC = [spec for spec in SCHEMA if spec.item_type in ('integer', 'double')]
 
 
 def yaml_lines():
@@ -62,14 +64,17 @@ def test_schema_entries_are_consistent():
             'string_array'), spec.key
         assert spec.static in (None, 'changes array shapes', 'compiled into the executables',
                                'fixed when the pipeline is built'), spec.key
-        if spec.key.startswith(CAMERA_PREFIX):
-            assert spec.default is None          # calibrations have no sensible default
+        if spec.key.startswith(CAMERA_PREFIX) and spec.default is None:
+            # Calibrations have no sensible default; only the frame and distortion have one.
+            assert spec.key.split('.')[-1] not in OPTIONAL_CAMERA_KEYS, spec.key
             continue
         # rclpy infers the declared type from the default: it must be of the schema's type.
         items = spec.default if spec.ros_type.endswith('_array') else [spec.default]
         assert all(type(v) is PYTHON_TYPES[spec.item_type] for v in items), spec.key
         assert check_value(spec.key, spec.default) == spec.default
     assert spec_for('cameras.rear.fx').key == 'cameras.<name>.fx'
+    assert [spec_for(f'cameras.x.{leaf}').default for leaf in OPTIONAL_CAMERA_KEYS] == [
+        '', 'none', []]
     assert spec_for('cameras.rear.nothing') is None and spec_for('grid.nothing') is None
 
 
@@ -81,7 +86,11 @@ def test_readme_table_is_the_generated_one():
     assert block + '\n' == schema_export.readme_table()
     assert len(rows) == 2 + len(SCHEMA)
     assert '| `accumulation.num_sweeps` | integer | `1` | sweeps | 1 .. 16 | restart' in block
-    assert '| `cameras.<name>.fx` | double | required | px | > 0 | live |' in block
+    assert '| `cameras.<name>.fx` | double | required | px | 0.001 .. 1e+06 | live |' in block
+    assert '| `buckets` | integer[] | `[16384, 32768, 65536, 131072]` | points | 1 .. 16777216 |' \
+        in block
+    assert ('| `cameras.<name>.distortion_model` | string | `none` |  | none \\| plumb_bob \\| '
+            'equidistant | live |') in block
 
 
 def test_committed_json_schema_is_the_generated_one():
@@ -92,7 +101,8 @@ def test_committed_json_schema_is_the_generated_one():
     node = committed['definitions']['jax_perception']
     assert committed['properties']['/**']['properties']['ros__parameters'] == {
         '$ref': '#/definitions/jax_perception'}
-    assert node['properties']['grid']['properties']['resolution']['exclusiveMinimum'] == 0.0
+    resolution = node['properties']['grid']['properties']['resolution']
+    assert (resolution['minimum'], resolution['maximum']) == (0.001, 100.0)
     assert node['properties']['accumulation']['properties']['num_sweeps'] == {
         'type': 'integer', 'description': spec_for('accumulation.num_sweeps').summary
         + ' [static (changes array shapes): restart to change]',
@@ -131,7 +141,11 @@ def test_shipped_yaml_validates_against_the_json_schema():
     ('lidar.rotation_xyzw', [0.0, 0.0, 1.0]), ('accumulation.num_sweeps', 17),
     ('accumulation.max_sweep_age_s', 0.0), ('grid.frame_id', ''), ('grid.x_min', 'low'),
     ('buckets', [0, 64]), ('grid.resolutoin', 0.5), ('cameras.front.skew', 0.0),
-    ('cameras.front.fx', None),
+    ('cameras.front.fx', None), ('sync.max_camera_lidar_delay_s', 1e300),
+    ('accumulation.max_odometry_gap_s', 1e300), ('diagnostics.period_s', 1e10),
+    ('cameras.front.fx', 1e-300), ('cameras.front.fx', 1e300), ('lidar.frame_id', ''),
+    ('cameras.front.distortion_model', 'fisheye'), ('cameras.front.distortion', [2e3] * 5),
+    ('buckets', [64, 2 ** 40]), ('lidar.translation', [0.0, 0.0, 1e5]),
 ])
 def test_the_json_schema_and_the_config_refuse_the_same_values(path, value):
     doc = yaml.safe_load(PARAMS_FILE.read_text())
@@ -193,8 +207,8 @@ def test_parameters_are_declared_typed_from_the_schema(ros_node):
             kind, False, False), key
     fx = node.describe_parameter('cameras.front.fx')
     assert fx.description == 'px, focal length at feature-map resolution'
-    assert fx.additional_constraints == ('type double, unit px, > 0, live: applied at once, '
-                                         'without a compile')
+    assert fx.additional_constraints == ('type double, unit px, 0.001 .. 1e+06, live: applied '
+                                         'at once, without a compile')
     sweeps = node.describe_parameter('accumulation.num_sweeps').additional_constraints
     assert sweeps.startswith('type integer, unit sweeps, 1 .. 16, static (changes array shapes)')
     values = read_parameters(node)
@@ -242,3 +256,106 @@ def test_write_param_file_writes_what_the_typed_node_reads(tmp_path):
     assert type(ros['grid']['x_min']) is float and type(ros['buckets'][0]) is int
     assert list(validator().iter_errors(doc)) == []
     assert params == given                                  # the caller's values are left alone
+
+
+# -- bounds (issue 16) ---------------------------------------------------------------------------
+
+def json_numbers(node, path=''):
+    """Yield (path, schema) for every number or integer in a JSON schema, array items included."""
+    if node.get('type') in ('number', 'integer'):
+        yield path, node
+    if node.get('type') == 'array' and node['items']['type'] in ('number', 'integer'):
+        yield path, node['items']
+    for name, child in node.get('properties', {}).items():
+        yield from json_numbers(child, f'{path}.{name}'.lstrip('.'))
+
+
+def test_every_numeric_key_has_float32_safe_bounds():
+    tiny, big = np.finfo(np.float32).tiny, np.finfo(np.float32).max
+    for spec in NUMERIC:
+        lo, hi = spec.minimum, spec.maximum
+        assert lo is not None and hi is not None and lo < hi, spec.key
+        assert spec.default is None or lo <= min(np.atleast_1d(spec.default), default=lo)
+        for bound in (lo, hi):      # a normal float32 (or 0), so no value in range is 0 or inf
+            assert bound == 0 or tiny <= abs(bound) <= big, spec.key
+        if spec.unit == 's':        # integer nanoseconds (rclpy timers, Duration) fit int64
+            assert hi * 1e9 < 2 ** 63, spec.key
+        if spec.item_type == 'integer':
+            assert hi < 2 ** 31, spec.key
+
+
+def test_every_numeric_key_has_both_bounds_in_the_json_schema():
+    committed = json.loads((REPO / 'schema' / 'jax_perception.schema.json').read_text())
+    found = dict(json_numbers(committed['definitions']['jax_perception']))
+    found.update({f'cameras.<name>.{path}': node for path, node in
+                  json_numbers(committed['definitions']['camera'])})
+    assert set(found) == {spec.key for spec in NUMERIC}
+    for spec in NUMERIC:
+        assert (found[spec.key]['minimum'], found[spec.key]['maximum']) == (
+            spec.minimum, spec.maximum), spec.key
+
+
+def test_descriptors_carry_the_bounds_as_ros_ranges():
+    from jax_perception_node.node_params import descriptor
+    for spec in NUMERIC:
+        described = descriptor(spec)
+        if spec.ros_type == 'double':
+            (given,) = described.floating_point_range
+            assert (given.from_value, given.to_value, given.step) == (
+                spec.minimum, spec.maximum, 0.0), spec.key
+            assert not described.integer_range
+        elif spec.ros_type == 'integer':
+            (given,) = described.integer_range
+            assert (given.from_value, given.to_value, given.step) == (
+                spec.minimum, spec.maximum, 0), spec.key
+            assert not described.floating_point_range
+        else:   # arrays: ROS ranges are for scalars, the item bounds go into the description
+            assert not described.floating_point_range and not described.integer_range
+            assert described.description == f'{spec.summary}; each item {spec.bounds_text()}'
+    assert descriptor(spec_for('lidar.translation')).description.endswith(
+        'each item -10000 .. 10000')
+
+
+@pytest.mark.parametrize('key, value, message', [
+    ('sync.max_camera_lidar_delay_s', 1e300,
+     'sync.max_camera_lidar_delay_s: must be <= 86400, got 1e+300'),
+    ('diagnostics.window', 10 ** 9, 'diagnostics.window: must be <= 100000, got 1000000000'),
+    ('cameras.front.fx', 1e-300, 'cameras.front.fx: must be >= 0.001, got 1e-300'),
+])
+def test_an_override_out_of_range_is_one_config_error_at_declare(ros_node, key, value, message):
+    from jax_perception_node.node_params import declare_parameters
+    params = {**small_params(1), key: value}
+    node = ros_node(**{k.replace('.', '__'): v for k, v in params.items()})
+    with pytest.raises(ConfigError) as err:
+        declare_parameters(node)
+    assert str(err.value) == message
+
+
+def test_rclpy_refuses_an_out_of_range_set_naming_the_key_and_bound(ros_node):
+    from rclpy.parameter import Parameter
+    from jax_perception_node.node_params import declare_parameters
+    node = ros_node(**{k.replace('.', '__'): v for k, v in small_params(1).items()})
+    declare_parameters(node)
+    for key, value in (('sync.max_camera_lidar_delay_s', 1e300), ('diagnostics.period_s', 1e10),
+                       ('cameras.front.fx', 1e-300), ('diagnostics.window', 10 ** 9)):
+        (result,) = node.set_parameters([Parameter(key, value=value)])
+        spec = spec_for(key)
+        assert not result.successful, key
+        assert key in result.reason and f'Max: {spec.maximum}' in result.reason, result.reason
+    (result,) = node.set_parameters([Parameter('diagnostics.period_s', value=3600.0)])
+    assert result.successful                                  # the bounds are inclusive
+
+
+def test_the_node_exits_with_one_line_on_a_huge_value_in_the_params_file(tmp_path):
+    path = tmp_path / 'huge.yaml'
+    write_param_file(small_params(1, **{'sync.max_camera_lidar_delay_s': 0.25}), path)
+    text = path.read_text()
+    assert text.count('max_camera_lidar_delay_s: 0.25') == 1
+    path.write_text(text.replace('max_camera_lidar_delay_s: 0.25',
+                                 'max_camera_lidar_delay_s: 1e300'))
+    node = NodeProcess(path, tmp_path / 'node.log')
+    node.proc.wait(timeout=120)
+    assert node.proc.returncode == 1
+    assert node.log().strip() == ('jax_perception_node: bad parameter '
+                                  'sync.max_camera_lidar_delay_s: must be <= 86400, got 1e+300')
+    node.stop()

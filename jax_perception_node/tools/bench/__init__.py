@@ -16,6 +16,7 @@ on a shared machine are noisy:
    the same device, end to end and device-only, with the stage breakdown.
 
 ``report.py`` renders the targets, tables and plot from the results JSON; ``run.py`` runs it all.
+``soak_report.py`` renders the soak runs (``make soak``, ``docs/soak.json``) for the README.
 """
 
 from .run import render, run_benchmarks

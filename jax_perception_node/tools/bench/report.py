@@ -79,11 +79,22 @@ def _fmt(value, digits: int = 2, suffix: str = '') -> str:
 
 def markdown(results: dict, nested: bool = False) -> str:
     """
-    Render the report: machine, targets, then one table per part.
+    Render the report: machine, targets, then one table per part (a part not run is left out).
 
     ``nested``: the parts' headings one level down, for a section of another document (the
     README's performance section).
     """
+    lines = _header(results)
+    for part in (_recompile_part, _pipeline_part, _ros_part, _startup_part, _memory_part,
+                 _fleet_part, _accumulation_part, _device_part):
+        lines += part(results)
+    if nested:
+        lines = ['#' + line if line.startswith('## ') else line for line in lines]
+    return '\n'.join(lines) + '\n'
+
+
+def _header(results: dict) -> list[str]:
+    """Title, machine and versions, the targets table, the missed targets and any errors."""
     m = results['machine']
     title = (f'# jax_perception_node benchmarks ({results["plan"]}, {m.get("date", "undated")}, '
              f'commit {m.get("commit") or "unknown"})')
@@ -101,186 +112,224 @@ def markdown(results: dict, nested: bool = False) -> str:
     lines += ['', 'Missed: ' + ('; '.join(names) if names else 'none') + '.']
     for error in results.get('errors', []):
         lines += ['', f'**Error:** {error}']
+    return lines
 
+
+def _recompile_part(results: dict) -> list[str]:
+    """Part 1: bucketed AOT against a naive jax.jit on frames of varying size."""
     rec = results.get('recompile')
-    if rec and rec.get('frames'):
-        lines += ['', '## 1. Recompile cost', '',
-                  f'{rec["frames"]} synthetic LiDAR frames, {rec["points_min"]}..'
-                  f'{rec["points_max"]} points ({rec["distinct_point_counts"]} distinct counts), '
-                  f'{rec["cameras"]} cameras, {rec["grid"][0]} x {rec["grid"][1]} grid, buckets '
-                  f'{rec["buckets"]}; persistent cache off. Naive = jax.jit of the same frame '
-                  'function on unpadded input: its per-frame time includes trace + compile.', '',
-                  '| path | mean ms | p50 ms | p99 ms | max ms | compiles |',
-                  '|---|---:|---:|---:|---:|---:|']
-        for name, key, compiles in (('bucketed AOT', 'bucketed_ms',
-                                     rec['bucketed_compiles_after_warmup']),
-                                    ('naive jit', 'naive_ms', rec['naive_compiles'])):
-            s = rec[key]
-            lines.append(f'| {name} | {_fmt(s["mean"])} | {_fmt(s["p50"])} | {_fmt(s["p99"])} '
-                         f'| {_fmt(s["max"])} | {compiles} |')
-        lines += ['', f'Speedup (naive mean / bucketed mean): **{rec["speedup"]}x** (p99: '
-                  f'{rec["speedup_p99"]}x). Bucketed warm-up (all buckets compiled once at '
-                  f'start): {rec["bucketed_warmup_s"]} s.']
+    if not (rec and rec.get('frames')):
+        return []
+    lines = ['', '## 1. Recompile cost', '',
+             f'{rec["frames"]} synthetic LiDAR frames, {rec["points_min"]}..'
+             f'{rec["points_max"]} points ({rec["distinct_point_counts"]} distinct counts), '
+             f'{rec["cameras"]} cameras, {rec["grid"][0]} x {rec["grid"][1]} grid, buckets '
+             f'{rec["buckets"]}; persistent cache off. Naive = jax.jit of the same frame '
+             'function on unpadded input: its per-frame time includes trace + compile.', '',
+             '| path | mean ms | p50 ms | p99 ms | max ms | compiles |',
+             '|---|---:|---:|---:|---:|---:|']
+    for name, key, compiles in (('bucketed AOT', 'bucketed_ms',
+                                 rec['bucketed_compiles_after_warmup']),
+                                ('naive jit', 'naive_ms', rec['naive_compiles'])):
+        s = rec[key]
+        lines.append(f'| {name} | {_fmt(s["mean"])} | {_fmt(s["p50"])} | {_fmt(s["p99"])} '
+                     f'| {_fmt(s["max"])} | {compiles} |')
+    return lines + ['', f'Speedup (naive mean / bucketed mean): **{rec["speedup"]}x** (p99: '
+                    f'{rec["speedup_p99"]}x). Bucketed warm-up (all buckets compiled once at '
+                    f'start): {rec["bucketed_warmup_s"]} s.']
 
+
+def _pipeline_part(results: dict) -> list[str]:
+    """Part 2: the pipeline against its peers per size and rig, the headline and the notes."""
     pipe = results.get('pipeline')
-    if pipe and pipe.get('rows'):
-        lines += ['', '## 2. Pipeline against peers (p50 ms per frame; ratio = peer / JAX)', '',
-                  '| points | bucket | cameras | JAX | NumPy | x | JAX no-jit | x | PyTorch | x |',
-                  '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
-        for r in pipe['rows']:
-            lines.append(
-                f'| {r["points"]} | {r["bucket"]} | {r["cameras"]} | {_fmt(r["jax_ms"])} | '
-                f'{_fmt(r["numpy_ms"])} | {_fmt(r["speedup_vs_numpy"])} | '
-                f'{_fmt(r["jax_nojit_ms"], 1)} | {_fmt(r["speedup_vs_jax_nojit"], 1)} | '
-                f'{_fmt(r["torch_ms"])} | {_fmt(r["speedup_vs_torch"])} |')
-        lines += ['', f'Headline: {pipe["speedup_vs_numpy"]}x NumPy at '
-                  f'{pipe["headline"]["points"]} points without cameras; slowest ratio to PyTorch '
-                  f'{_fmt(pipe["speedup_vs_torch_min"])}x. With '
-                  f'{pipe["headline"]["ring_cameras"]} cameras a frame costs '
-                  f'{_fmt(pipe["cameras_over_lidar"])}x a LiDAR-only frame and runs '
-                  f'{_fmt(pipe["speedup_vs_best_peer_cameras"])}x faster than the best sparse '
-                  f'peer. {pipe["reps"]} interleaved runs per implementation and row.', '']
-        exempt = [f'{r["points"]} pts / {r["cameras"]} cams: {r["exempt_cells"]}'
-                  for r in pipe['rows'] if r['exempt_cells']]
-        notes = list(pipe['notes'])
-        unstable = [f'{r["points"]} pts / {r["cameras"]} cams: {", ".join(r["unstable"])}'
-                    for r in pipe['rows'] if r.get('unstable')]
-        if unstable:
-            notes.append('Timed while the machine was busy (p50 > 2.5x the best run, after one '
-                         'retry), so these p50s are inflated; min_ms in the JSON has the best '
-                         'runs: ' + '; '.join(unstable) + '.')
-        border = max(r['border_cells'] for r in pipe['rows'])
-        notes.append('Differences allowed only in cells where float32 rounding can decide: a '
-                     'point within 5e-5 cells of a cell border, or one of at most 8 cells with '
-                     'a camera sample within 1e-3 px of a map border that the two geometries '
-                     f'put on opposite sides (here {border}). Differing cells: '
-                     + ('; '.join(exempt) if exempt else 'none') + '.')
-        lines += [f'- {n}' for n in notes]
-        for key, prof in pipe.get('profile', {}).items():
-            lines.append(f'- Stage p50 at {key.replace("_", " ")}: ' + ', '.join(
-                f'{k} {v}' for k, v in prof.items()))
+    if not (pipe and pipe.get('rows')):
+        return []
+    lines = ['', '## 2. Pipeline against peers (p50 ms per frame; ratio = peer / JAX)', '',
+             '| points | bucket | cameras | JAX | NumPy | x | JAX no-jit | x | PyTorch | x |',
+             '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+    for r in pipe['rows']:
+        lines.append(
+            f'| {r["points"]} | {r["bucket"]} | {r["cameras"]} | {_fmt(r["jax_ms"])} | '
+            f'{_fmt(r["numpy_ms"])} | {_fmt(r["speedup_vs_numpy"])} | '
+            f'{_fmt(r["jax_nojit_ms"], 1)} | {_fmt(r["speedup_vs_jax_nojit"], 1)} | '
+            f'{_fmt(r["torch_ms"])} | {_fmt(r["speedup_vs_torch"])} |')
+    lines += ['', f'Headline: {pipe["speedup_vs_numpy"]}x NumPy at '
+              f'{pipe["headline"]["points"]} points without cameras; slowest ratio to PyTorch '
+              f'{_fmt(pipe["speedup_vs_torch_min"])}x. With '
+              f'{pipe["headline"]["ring_cameras"]} cameras a frame costs '
+              f'{_fmt(pipe["cameras_over_lidar"])}x a LiDAR-only frame and runs '
+              f'{_fmt(pipe["speedup_vs_best_peer_cameras"])}x faster than the best sparse '
+              f'peer. {pipe["reps"]} interleaved runs per implementation and row.', '']
+    lines += [f'- {n}' for n in _pipeline_notes(pipe)]
+    for key, prof in pipe.get('profile', {}).items():
+        lines.append(f'- Stage p50 at {key.replace("_", " ")}: ' + ', '.join(
+            f'{k} {v}' for k, v in prof.items()))
+    return lines
 
+
+def _pipeline_notes(pipe: dict) -> list[str]:
+    """List the run's notes, rows timed on a busy machine, and the cells allowed to differ."""
+    exempt = [f'{r["points"]} pts / {r["cameras"]} cams: {r["exempt_cells"]}'
+              for r in pipe['rows'] if r['exempt_cells']]
+    notes = list(pipe['notes'])
+    unstable = [f'{r["points"]} pts / {r["cameras"]} cams: {", ".join(r["unstable"])}'
+                for r in pipe['rows'] if r.get('unstable')]
+    if unstable:
+        notes.append('Timed while the machine was busy (p50 > 2.5x the best run, after one '
+                     'retry), so these p50s are inflated; min_ms in the JSON has the best '
+                     'runs: ' + '; '.join(unstable) + '.')
+    border = max(r['border_cells'] for r in pipe['rows'])
+    notes.append('Differences allowed only in cells where float32 rounding can decide: a '
+                 'point within 5e-5 cells of a cell border, or one of at most 8 cells with '
+                 'a camera sample within 1e-3 px of a map border that the two geometries '
+                 f'put on opposite sides (here {border}). Differing cells: '
+                 + ('; '.join(exempt) if exempt else 'none') + '.')
+    return notes
+
+
+def _ros_part(results: dict) -> list[str]:
+    """Part 3: publisher -> node -> subscriber per rate, against the echo floor."""
     ros = results.get('ros')
-    if ros and ros.get('rows'):
-        lines += ['', '## 3. End to end through ROS', '',
-                  f'Publisher -> node -> subscriber, separate processes, DDS on loopback with '
-                  f'shared memory; a {ros["points"]}-point cloud ({ros["cloud_bytes"]} bytes) and '
-                  f'{ros["cameras"]} camera maps per frame, output {ros["output_bytes"]} bytes. '
-                  'Floor = echo node (same subscriptions, republishes a same-size Image, no '
-                  'work).',
-                  '', '| rate Hz | received / published | missed % | age p50 | p99 | max | '
-                  'jitter mean / max / std | node pipeline p50 | node total p50 | floor age p50 '
-                  '/ p99 | overhead |',
-                  '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
-        for r in ros['rows']:
-            node = r.get('node_p50') or {}
-            floor = r.get('floor') or {}
-            lines.append(
-                f'| {r["rate_hz"]:g} | {r["received"]} / {r["published"]} | '
-                f'{_fmt(r["missed_pct"], 1)} | {_fmt(r["age_p50_ms"])} | {_fmt(r["age_p99_ms"])}'
-                f' | {_fmt(r["age_max_ms"])} | {_fmt(r["jitter_mean_ms"])} / '
-                f'{_fmt(r["jitter_max_ms"])} / {_fmt(r["jitter_std_ms"])} | '
-                f'{_fmt(node.get("pipeline_ms"))} | {_fmt(node.get("total_ms"))} | '
-                f'{_fmt(floor.get("age_p50_ms"))} / {_fmt(floor.get("age_p99_ms"))} | '
-                f'{_fmt(r["overhead_ms"])} |')
-        lines += ['', f'At {ros["rate_hz"]:g} Hz: age p50 {_fmt(ros["age_p50_ms"])} ms, p99 '
-                  f'{_fmt(ros["age_p99_ms"])} ms; floor p50 {_fmt(ros["floor_p50_ms"])} ms; '
-                  f'node pipeline p50 {_fmt(ros["pipeline_p50_ms"])} ms; publisher p50 '
-                  f'{_fmt(ros["publisher_p50_ms"])} ms; node overhead '
-                  f'**{_fmt(ros["overhead_ms"])} ms** (paired per frame: '
-                  f'{_fmt(ros["overhead_paired_ms"])} ms). Peak rate under '
-                  f'{DROP_LIMIT_PCT:g} % missed: **{_fmt(ros["peak_rate_hz"], 0)} Hz** '
-                  f'({ros["peak_rate_note"]}).', '']
-        lines += [f'- {k}: {v}' for k, v in ros['definitions'].items()]
+    if not (ros and ros.get('rows')):
+        return []
+    lines = ['', '## 3. End to end through ROS', '',
+             f'Publisher -> node -> subscriber, separate processes, DDS on loopback with '
+             f'shared memory; a {ros["points"]}-point cloud ({ros["cloud_bytes"]} bytes) and '
+             f'{ros["cameras"]} camera maps per frame, output {ros["output_bytes"]} bytes. '
+             'Floor = echo node (same subscriptions, republishes a same-size Image, no '
+             'work).',
+             '', '| rate Hz | received / published | missed % | age p50 | p99 | max | '
+             'jitter mean / max / std | node pipeline p50 | node total p50 | floor age p50 '
+             '/ p99 | overhead |',
+             '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+    for r in ros['rows']:
+        node = r.get('node_p50') or {}
+        floor = r.get('floor') or {}
+        lines.append(
+            f'| {r["rate_hz"]:g} | {r["received"]} / {r["published"]} | '
+            f'{_fmt(r["missed_pct"], 1)} | {_fmt(r["age_p50_ms"])} | {_fmt(r["age_p99_ms"])}'
+            f' | {_fmt(r["age_max_ms"])} | {_fmt(r["jitter_mean_ms"])} / '
+            f'{_fmt(r["jitter_max_ms"])} / {_fmt(r["jitter_std_ms"])} | '
+            f'{_fmt(node.get("pipeline_ms"))} | {_fmt(node.get("total_ms"))} | '
+            f'{_fmt(floor.get("age_p50_ms"))} / {_fmt(floor.get("age_p99_ms"))} | '
+            f'{_fmt(r["overhead_ms"])} |')
+    lines += ['', f'At {ros["rate_hz"]:g} Hz: age p50 {_fmt(ros["age_p50_ms"])} ms, p99 '
+              f'{_fmt(ros["age_p99_ms"])} ms; floor p50 {_fmt(ros["floor_p50_ms"])} ms; '
+              f'node pipeline p50 {_fmt(ros["pipeline_p50_ms"])} ms; publisher p50 '
+              f'{_fmt(ros["publisher_p50_ms"])} ms; node overhead '
+              f'**{_fmt(ros["overhead_ms"])} ms** (paired per frame: '
+              f'{_fmt(ros["overhead_paired_ms"])} ms). Peak rate under '
+              f'{DROP_LIMIT_PCT:g} % missed: **{_fmt(ros["peak_rate_hz"], 0)} Hz** '
+              f'({ros["peak_rate_note"]}).', '']
+    return lines + [f'- {k}: {v}' for k, v in ros['definitions'].items()]
 
+
+def _startup_part(results: dict) -> list[str]:
+    """Part 4: spawn to ready with an empty and a warm executable store, and the profile."""
     start = results.get('startup')
-    if start and start.get('cold_s') is not None:
-        lines += ['', '## 4. Start-up', '', '| cache | spawn to ready s | node warm-up |',
-                  '|---|---:|---|']
-        for name, key, warm_key in (('empty', 'cold_s', 'cold_warmup'),
-                                    ('warm', 'warm_s', 'warm_warmup')):
-            w = start.get(warm_key)
-            text = 'n/a' if not w else ', '.join(f'{k} {v:g} ms' for k, v in w['ms'].items()) \
-                + f'; total {w["total_s"]:g} s'
-            lines.append(f'| {name} | {_fmt(start[key])} | {text} |')
-        lines += ['', f'Warm / cold = {_fmt(start["warm_over_cold"])} (target <= 0.25). '
-                  "Spawn to ready = up to the node's own 'ready:' log line; a subscriber in "
-                  f'another process saw it after {_fmt(start["cold_discovered_s"])} s and '
-                  f'{_fmt(start["warm_discovered_s"])} s (DDS discovery added).']
-        prof = start.get('profile')
-        if prof:
-            lines += ['', "Warm start-up, step by step (s, one process repeating the node's "
-                      'start): ' + ', '.join(f'{k} {v:g}' for k, v in prof['steps_s'].items())
-                      + '.']
+    if not (start and start.get('cold_s') is not None):
+        return []
+    lines = ['', '## 4. Start-up', '', '| cache | spawn to ready s | node warm-up |',
+             '|---|---:|---|']
+    for name, key, warm_key in (('empty', 'cold_s', 'cold_warmup'),
+                                ('warm', 'warm_s', 'warm_warmup')):
+        w = start.get(warm_key)
+        text = 'n/a' if not w else ', '.join(f'{k} {v:g} ms' for k, v in w['ms'].items()) \
+            + f'; total {w["total_s"]:g} s'
+        lines.append(f'| {name} | {_fmt(start[key])} | {text} |')
+    lines += ['', f'Warm / cold = {_fmt(start["warm_over_cold"])} (target <= 0.25). '
+              "Spawn to ready = up to the node's own 'ready:' log line; a subscriber in "
+              f'another process saw it after {_fmt(start["cold_discovered_s"])} s and '
+              f'{_fmt(start["warm_discovered_s"])} s (DDS discovery added).']
+    prof = start.get('profile')
+    if prof:
+        lines += ['', "Warm start-up, step by step (s, one process repeating the node's "
+                  'start): ' + ', '.join(f'{k} {v:g}' for k, v in prof['steps_s'].items())
+                  + '.']
+    return lines
 
+
+def _memory_part(results: dict) -> list[str]:
+    """Part 5: the node's RSS after warm-up and after a cloud just under each bucket."""
     mem = results.get('memory')
-    if mem:
-        lines += ['', '## 5. Memory', '', '| after | RSS MiB | peak RSS MiB |', '|---|---:|---:|']
-        for r in mem['rows']:
-            what = 'ready (warm-up done)' if r['bucket'] is None else \
-                f'{r["points"]} points (bucket {r["bucket"]})'
-            lines.append(f'| {what} | {_fmt(r["rss_mib"], 1)} | {_fmt(r["hwm_mib"], 1)} |')
-        lines += ['', mem['note']]
+    if not mem:
+        return []
+    lines = ['', '## 5. Memory', '', '| after | RSS MiB | peak RSS MiB |', '|---|---:|---:|']
+    for r in mem['rows']:
+        what = 'ready (warm-up done)' if r['bucket'] is None else \
+            f'{r["points"]} points (bucket {r["bucket"]})'
+        lines.append(f'| {what} | {_fmt(r["rss_mib"], 1)} | {_fmt(r["hwm_mib"], 1)} |')
+    return lines + ['', mem['note']]
 
+
+def _fleet_part(results: dict) -> list[str]:
+    """Part 7: fleet replay on Ray with one and two workers."""
     fleet = results.get('fleet')
-    if fleet:
-        lines += ['', '## 7. Fleet replay on Ray', '',
-                  f'{fleet["bags"]} synthetic bags of {fleet["frames_per_bag"]} frames '
-                  f'({fleet["lidar_beams"]}-beam LiDAR, front camera); outputs of '
-                  f'{fleet["outputs_compared"]} fleet bags compared equal to in-process replay.',
-                  '', '| run | frames/s (whole run) | frames/s (replay) | worker start s '
-                  '(warm store) | compiles at start |', '|---|---:|---:|---:|---:|']
-        for key, name in (('workers_1', '1 worker'), ('workers_2', '2 workers')):
-            row = fleet[key]
-            starts = row['worker_startup']
-            lines.append(f'| {name} | {_fmt(row["frames_per_s"])} | '
-                         f'{_fmt(row["replay_frames_per_s"])} | '
-                         f'{_fmt(max(w["start_s"] for w in starts))} | '
-                         f'{sum(w["start_compiles"] for w in starts)} |')
-        lines += ['', f'2 workers / 1 worker: {_fmt(fleet["speedup_2_vs_1"])}x over the whole '
-                  f'run, {_fmt(fleet["replay_speedup_2_vs_1"])}x once running.']
+    if not fleet:
+        return []
+    lines = ['', '## 7. Fleet replay on Ray', '',
+             f'{fleet["bags"]} synthetic bags of {fleet["frames_per_bag"]} frames '
+             f'({fleet["lidar_beams"]}-beam LiDAR, front camera); outputs of '
+             f'{fleet["outputs_compared"]} fleet bags compared equal to in-process replay.',
+             '', '| run | frames/s (whole run) | frames/s (replay) | worker start s '
+             '(warm store) | compiles at start |', '|---|---:|---:|---:|---:|']
+    for key, name in (('workers_1', '1 worker'), ('workers_2', '2 workers')):
+        row = fleet[key]
+        starts = row['worker_startup']
+        lines.append(f'| {name} | {_fmt(row["frames_per_s"])} | '
+                     f'{_fmt(row["replay_frames_per_s"])} | '
+                     f'{_fmt(max(w["start_s"] for w in starts))} | '
+                     f'{sum(w["start_compiles"] for w in starts)} |')
+    return lines + ['', f'2 workers / 1 worker: {_fmt(fleet["speedup_2_vs_1"])}x over the '
+                    f'whole run, {_fmt(fleet["replay_speedup_2_vs_1"])}x once running.']
 
+
+def _accumulation_part(results: dict) -> list[str]:
+    """Part 8: the frame cost by sweeps per frame."""
     acc = results.get('accumulation')
-    if acc and acc.get('rows'):
-        lines += ['', '## 8. Multi-sweep accumulation (frame cost by sweeps per frame)', '',
-                  f'Consecutive sweeps of the synthetic drive from t = {acc["sweep_t0_s"]} s with '
-                  f'their odometry, {acc["cameras"]} cameras, {acc["grid"][0]} x '
-                  f'{acc["grid"][1]} grid, buckets {acc["buckets"]}; the three pipelines take '
-                  'turns on every sweep. ms = process() (pad, transfer, device, fetch).', '',
-                  '| sweeps | points per frame | ring capacity (points) | p50 ms | p99 ms | '
-                  'device p50 ms | x 1 sweep | occupied cells |',
-                  '|---:|---:|---:|---:|---:|---:|---:|---:|']
-        for r in acc['rows']:
-            lines.append(
-                f'| {r["sweeps"]} | {r["points_per_frame"]} | {r["ring_points"]} | '
-                f'{_fmt(r["frame_ms"]["p50"])} | {_fmt(r["frame_ms"]["p99"])} | '
-                f'{_fmt(r["device_ms"]["p50"])} | {_fmt(r["x_vs_1_sweep"])} | '
-                f'{r["occupied_cells"]} |')
-        lines += ['', f'Compiles during the timed frames: {acc["compiles_during_frames"]}.']
+    if not (acc and acc.get('rows')):
+        return []
+    lines = ['', '## 8. Multi-sweep accumulation (frame cost by sweeps per frame)', '',
+             f'Consecutive sweeps of the synthetic drive from t = {acc["sweep_t0_s"]} s with '
+             f'their odometry, {acc["cameras"]} cameras, {acc["grid"][0]} x '
+             f'{acc["grid"][1]} grid, buckets {acc["buckets"]}; the three pipelines take '
+             'turns on every sweep. ms = process() (pad, transfer, device, fetch).', '',
+             '| sweeps | points per frame | ring capacity (points) | p50 ms | p99 ms | '
+             'device p50 ms | x 1 sweep | occupied cells |',
+             '|---:|---:|---:|---:|---:|---:|---:|---:|']
+    for r in acc['rows']:
+        lines.append(
+            f'| {r["sweeps"]} | {r["points_per_frame"]} | {r["ring_points"]} | '
+            f'{_fmt(r["frame_ms"]["p50"])} | {_fmt(r["frame_ms"]["p99"])} | '
+            f'{_fmt(r["device_ms"]["p50"])} | {_fmt(r["x_vs_1_sweep"])} | '
+            f'{r["occupied_cells"]} |')
+    return lines + ['', f'Compiles during the timed frames: {acc["compiles_during_frames"]}.']
 
+
+def _device_part(results: dict) -> list[str]:
+    """Part 6 (``--device``): the core on the accelerator against PyTorch on the same device."""
     device = results.get('device')
-    if device and device.get('rows'):
-        d = device['device']
-        lines += ['', f'## 6. On the device: {d["platform"]} ({d["kind"]})', '',
-                  f'jax {d["jax"]}, PyTorch {d["torch"] or "not installed"} on '
-                  f'{d["torch_device"] or "n/a"}; p50 ms over {device["reps"]} frames, camera '
-                  'maps changing every frame. e2e = process() from NumPy in to NumPy out; '
-                  'device = the compiled call on inputs already on the device.', '',
-                  '| points | cameras | JAX e2e | JAX device | pad / transfer / device / fetch '
-                  '| PyTorch e2e | PyTorch device | x e2e | cells differing |',
-                  '|---:|---:|---:|---:|---|---:|---:|---:|---:|']
-        for r in device['rows']:
-            s = r['jax_stages_p50_ms']
-            lines.append(
-                f'| {r["points"]} | {r["cameras"]} | {_fmt(r["jax_e2e_ms"]["p50"])} | '
-                f'{_fmt(r["jax_device_ms"]["p50"])} | {_fmt(s["pad"])} / {_fmt(s["transfer"])} / '
-                f'{_fmt(s["device"])} / {_fmt(s["fetch"])} | '
-                f'{_fmt((r["torch_e2e_ms"] or {}).get("p50"))} | '
-                f'{_fmt((r["torch_device_ms"] or {}).get("p50"))} | '
-                f'{_fmt(r.get("speedup_e2e_vs_torch"))} | {r["cells_differing"]} |')
-    if nested:
-        lines = ['#' + line if line.startswith('## ') else line for line in lines]
-    return '\n'.join(lines) + '\n'
+    if not (device and device.get('rows')):
+        return []
+    d = device['device']
+    lines = ['', f'## 6. On the device: {d["platform"]} ({d["kind"]})', '',
+             f'jax {d["jax"]}, PyTorch {d["torch"] or "not installed"} on '
+             f'{d["torch_device"] or "n/a"}; p50 ms over {device["reps"]} frames, camera '
+             'maps changing every frame. e2e = process() from NumPy in to NumPy out; '
+             'device = the compiled call on inputs already on the device.', '',
+             '| points | cameras | JAX e2e | JAX device | pad / transfer / device / fetch '
+             '| PyTorch e2e | PyTorch device | x e2e | cells differing |',
+             '|---:|---:|---:|---:|---|---:|---:|---:|---:|']
+    for r in device['rows']:
+        s = r['jax_stages_p50_ms']
+        lines.append(
+            f'| {r["points"]} | {r["cameras"]} | {_fmt(r["jax_e2e_ms"]["p50"])} | '
+            f'{_fmt(r["jax_device_ms"]["p50"])} | {_fmt(s["pad"])} / {_fmt(s["transfer"])} / '
+            f'{_fmt(s["device"])} / {_fmt(s["fetch"])} | '
+            f'{_fmt((r["torch_e2e_ms"] or {}).get("p50"))} | '
+            f'{_fmt((r["torch_device_ms"] or {}).get("p50"))} | '
+            f'{_fmt(r.get("speedup_e2e_vs_torch"))} | {r["cells_differing"]} |')
+    return lines
 
 
 def plot(results: dict, path: Path) -> Path | None:
@@ -356,26 +405,3 @@ def missing_keys(results: dict) -> list[str]:
         except KeyError:
             missing.append(key)
     return missing
-
-
-# -- entry point ----------------------------------------------------------------------------------
-
-
-def soak_markdown(results: dict) -> str:
-    """Render a soak run's results (``make soak`` -> ``soak_out/soak.json``) as a README table."""
-    m, s = results['machine'], results['soak']
-    return '\n'.join([
-        f'Soak of {s["seconds"]:.0f} s on {m["nproc"]} CPUs ({m["cpu"]}), {m.get("date", "")}, '
-        f'commit {m.get("commit") or "unknown"}' + (f' ({m["note"]})' if m.get('note') else '')
-        + ': the node at its closed-loop peak rate, shipped config with 4 cameras, cloud sizes '
-        'from 0 to twice the largest bucket, 5 % truncated clouds.', '',
-        '| frames processed | rate | malformed sent | lost in transport | compiles after warm-up '
-        '| RSS (after the first window -> end) | total_ms p99 (first -> last window) |',
-        '|---:|---:|---:|---:|---:|---|---|',
-        f'| {s["processed"]} | {s["rate_hz"]:g} Hz | {s["malformed"]} | '
-        f'{s["lost_in_transport"]} | {s["compiles_after_warmup"]} | {s["rss_mib"][0]:g} -> '
-        f'{s["rss_mib"][1]:g} MiB ({s["rss_growth_pct"]:+.1f} %) | {s["total_ms_p99"][0]:g} -> '
-        f'{s["total_ms_p99"][1]:g} ms ({s["window_s"]:g} s windows) |', '',
-        f'Accounting: received {s["received"]} = processed {s["processed"]} + dropped '
-        f'{s["dropped"]} + rejected {s["rejected"]}. Frames per second per 20 s window: '
-        + ', '.join(f'{r:g}' for r in s['rate_hz_windows']) + '.', ''])

@@ -356,8 +356,15 @@ def bench_ros(plan: Plan, work: Path, logs: Path, log: Callable[[str], None]) ->
         rb.stop(echo)
         startup['profile'] = rb.startup_profile()
 
+    rows = _with_overhead(schedule, node_rows, floor_rows)
+    ros = _ros_summary(plan, rows, records, len(maps), rb.cfg)
+    return {'startup': startup, 'memory': memory, 'ros': ros}
+
+
+def _with_overhead(schedule, node_rows: dict, floor_rows: dict) -> list[dict]:
+    """Pair each rate's node row with its floor row and add the ROS overhead."""
     rows = []
-    for label, rate, _ in schedule:
+    for label, _, _ in schedule:
         row = dict(node_rows[label], floor=floor_rows.get(label))
         node_p50 = row.get('node_p50') or {}
         floor = row['floor']
@@ -370,12 +377,17 @@ def bench_ros(plan: Plan, work: Path, logs: Path, log: Callable[[str], None]) ->
         else:
             row['overhead_ms'] = row['overhead_paired_ms'] = None
         rows.append(row)
+    return rows
+
+
+def _ros_summary(plan: Plan, rows: list[dict], records, cameras: int, cfg) -> dict:
+    """Return the ROS part's summary: the main rate's figures, the peak rate, every row."""
     main = next(r for r in rows if r['rate_hz'] == _main_rate(plan))
     peak = peak_rate(rows)
-    ros = {
-        'rate_hz': main['rate_hz'], 'points': len(records), 'cameras': len(maps),
+    return {
+        'rate_hz': main['rate_hz'], 'points': len(records), 'cameras': cameras,
         'cloud_bytes': int(records.nbytes), 'output_bytes': int(
-            rb.cfg.grid.height * rb.cfg.grid.width * rb.cfg.fused_channels * 4),
+            cfg.grid.height * cfg.grid.width * cfg.fused_channels * 4),
         'age_p50_ms': main['age_p50_ms'], 'age_p99_ms': main['age_p99_ms'],
         'age_max_ms': main['age_max_ms'],
         'floor_p50_ms': (main['floor'] or {}).get('age_p50_ms'),
@@ -405,7 +417,6 @@ def bench_ros(plan: Plan, work: Path, logs: Path, log: Callable[[str], None]) ->
                          'every age, floor included',
         },
     }
-    return {'startup': startup, 'memory': memory, 'ros': ros}
 
 
 def _main_rate(plan: Plan) -> float:

@@ -6,11 +6,11 @@ import math
 from jax_perception_node.config import CameraConfig, PipelineConfig
 import numpy as np
 
+from .camera_render import camera_rays, render
 from .scene import (BCLS, BHX, BHY, BHZ, box_hits, BRHO, BVX, BVY, BX, BY, BYAW, BZ,
-                    CAMERA_CHANNELS, CAMERA_VIEW_M, CCLS, CR, CRHO, CVX, CVY, CX, CY,
-                    cylinder_hits, CZ0, CZ1, EGO_LANE_Y, EGO_SPEED, expand, GROUND,
-                    ground_reflectivity, make_tile, POINT_DTYPE, POLE, SUN, TILE, time_key,
-                    TRAFFIC, VEHICLE, vehicle, WALL)
+                    CAMERA_VIEW_M, CCLS, CR, CRHO, CVX, CVY, CX, CY, cylinder_hits, CZ0, CZ1,
+                    EGO_LANE_Y, EGO_SPEED, expand, GROUND, ground_reflectivity, make_tile,
+                    POINT_DTYPE, TILE, time_key, TRAFFIC, vehicle)
 
 
 @dataclass(frozen=True)
@@ -115,13 +115,7 @@ class SyntheticDrive:
         self._ray_el = np.arcsin(np.clip(self._dirs_world[:, 2], -1.0, 1.0))
         self._tau = np.arange(lidar.azimuth_steps) / (lidar.azimuth_steps * lidar.rotation_hz)
 
-        self._camera_rays = {}
-        for cam in self.cameras:
-            v, u = np.mgrid[0:cam.height, 0:cam.width].astype(float)
-            # Optical z = 1: the ray parameter of a hit is its optical depth.
-            rays = np.stack([(u - cam.cx) / cam.fx, (v - cam.cy) / cam.fy,
-                             np.ones_like(u)], axis=-1).reshape(-1, 3)
-            self._camera_rays[cam.name] = (cam, rays @ cam.pose.rotation_matrix().T)
+        self._camera_rays = {cam.name: (cam, camera_rays(cam)) for cam in self.cameras}
         self._tiles: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._vehicles: dict[tuple[int, int], list[float]] = {}
 
@@ -374,81 +368,14 @@ class SyntheticDrive:
         Camera ``name``'s feature map at time t (s): float32 (H_f, W_f, C), row-major.
 
         Channel k is ``CAMERA_CHANNELS[k % 8]``; the scene is rendered as it is at t (global
-        shutter) from the camera pose ego(t) x calibration.
+        shutter) from the camera pose ego(t) x calibration (``camera_render.py``).
         """
         if name not in self._camera_rays:
             raise ValueError(f'unknown camera {name!r}; this drive has '
                              f'{[c.name for c in self.cameras]}')
-        cam, rays_base = self._camera_rays[name]
+        cam, rays = self._camera_rays[name]
         origin = self.ego_position(t) + np.array(cam.pose.translation)
-        dirs = rays_base                                   # ego heading 0: base = world axes
-        n_rays = len(dirs)
-        forward = dirs.mean(axis=0)
-        forward /= np.linalg.norm(forward)
-        # Culling behind the image plane holds only while every ray points ahead of it.
-        cull = bool(np.all(dirs @ forward > 0))
         boxes, cylinders = self.scene(origin[0] - CAMERA_VIEW_M, origin[0] + CAMERA_VIEW_M, t)
-
-        depth = np.full(n_rays, np.inf)
-        down = dirs[:, 2] < 0
-        if origin[2] > 0:
-            depth[down] = origin[2] / -dirs[down, 2]
-        ground = np.isfinite(depth)
-        hit_xy = origin[:2] + np.where(ground[:, None], depth[:, None], 0.0) * dirs[:, :2]
-        albedo = np.where(ground, ground_reflectivity(hit_xy[:, 0], hit_xy[:, 1]), 0.0)
-        normal = np.zeros((n_rays, 3))
-        normal[:, 2] = 1.0
-        cls = np.where(ground, GROUND, -1).astype(np.int8)
-
-        hits = []
-        if len(boxes):
-            radius = np.linalg.norm(boxes[:, [BHX, BHY, BHZ]], axis=1)
-            rel = boxes[:, [BX, BY, BZ]] - origin
-            seen = ((np.linalg.norm(rel, axis=1) - radius < CAMERA_VIEW_M)
-                    & ((rel @ forward > -radius) | (not cull)))
-            boxes = boxes[seen]
-            k = np.repeat(np.arange(len(boxes)), n_rays)
-            ray = np.tile(np.arange(n_rays), len(boxes))
-            cos_y, sin_y = np.cos(boxes[k, BYAW]), np.sin(boxes[k, BYAW])
-            dist, _, nrm = box_hits(origin[0] - boxes[k, BX], origin[1] - boxes[k, BY],
-                                    origin[2] - boxes[k, BZ], dirs[ray], cos_y, sin_y,
-                                    boxes[k, BHX], boxes[k, BHY], boxes[k, BHZ])
-            hits.append((ray, dist, k, nrm, boxes, (BRHO, BCLS)))
-        if len(cylinders):
-            rel = np.column_stack([cylinders[:, CX] - origin[0], cylinders[:, CY] - origin[1]])
-            reach = np.maximum((cylinders[:, CZ0] - origin[2]) * forward[2],
-                               (cylinders[:, CZ1] - origin[2]) * forward[2])
-            seen = ((np.linalg.norm(rel, axis=1) - cylinders[:, CR] < CAMERA_VIEW_M)
-                    & ((rel @ forward[:2] + reach > -cylinders[:, CR]) | (not cull)))
-            cylinders = cylinders[seen]
-            k = np.repeat(np.arange(len(cylinders)), n_rays)
-            ray = np.tile(np.arange(n_rays), len(cylinders))
-            dist, _, nrm = cylinder_hits(origin[0] - cylinders[k, CX],
-                                         origin[1] - cylinders[k, CY], origin[2], dirs[ray],
-                                         cylinders[k, CR], cylinders[k, CZ0], cylinders[k, CZ1])
-            hits.append((ray, dist, k, nrm, cylinders, (CRHO, CCLS)))
-        for ray, dist, *_ in hits:
-            np.minimum.at(depth, ray, dist)
-        for ray, dist, k, nrm, rows, col in hits:
-            win = (dist == depth[ray]) & np.isfinite(dist)
-            r = ray[win]
-            albedo[r] = rows[k[win], col[0]]
-            cls[r] = rows[k[win], col[1]]
-            normal[r] = nrm[win]
-
-        sky = ~np.isfinite(depth)
-        feats = np.zeros((n_rays, len(CAMERA_CHANNELS)))
-        with np.errstate(divide='ignore'):
-            feats[:, 0] = np.where(sky, 0.0, 1.0 / depth)
-        height = origin[2] + np.where(sky, 0.0, depth) * dirs[:, 2]
-        feats[:, 1] = np.where(sky | (cls == GROUND), 0.0, np.maximum(height, 0.0))
-        for c in (GROUND, VEHICLE, POLE, WALL):
-            feats[:, 2 + c] = cls == c
-        feats[:, 6] = sky
         rng = np.random.default_rng([self.seed, 4, self.cameras.index(cam), time_key(t)])
-        shade = albedo * (0.3 + 0.7 * np.maximum(normal @ SUN, 0.0)) \
-            + 0.01 * rng.standard_normal(n_rays)
-        feats[:, 7] = np.where(sky, 0.9, np.clip(shade, 0.0, 1.0))
-        feats = feats.reshape(cam.height, cam.width, -1)
-        return np.ascontiguousarray(
-            feats[..., np.arange(cam.channels) % len(CAMERA_CHANNELS)], dtype=np.float32)
+        # Ego heading 0: base_link axes are world axes, so the rays need no rotation.
+        return render(cam, rays, origin, boxes, cylinders, rng)

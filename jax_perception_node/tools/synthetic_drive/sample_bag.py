@@ -64,6 +64,33 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
         raise ValueError(f'odometry_hz must be a number >= 0, got {odometry_hz!r}')
     model = replace(lidar or LidarModel(), rotation_hz=float(lidar_hz))
     drive = SyntheticDrive(cfg, seed=seed, num_cameras=num_cameras, lidar=model)
+    rates = _camera_rates(drive, camera_hz)
+    frames = max(1, int(round(seconds * lidar_hz)))
+    events = event_schedule(frames, lidar_hz, rates, odometry_hz)
+    try:
+        with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+            counts, points_per_frame = _write_events(writer, _Messages(drive), events,
+                                                     odometry_hz > 0, progress)
+    except BaseException:
+        # The path did not exist before: whatever is there now is our partial bag.
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    odometry_messages = counts.pop(ODOMETRY)
+    return {
+        'path': str(path),
+        'seconds': frames / lidar_hz,
+        'seed': drive.seed,
+        'frames': frames,
+        'camera_messages': counts,
+        'odometry_messages': odometry_messages,
+        'min_points': min(points_per_frame),
+        'max_points': max(points_per_frame),
+        'mean_points': round(float(np.mean(points_per_frame)), 1),
+    }
+
+
+def _camera_rates(drive: SyntheticDrive, camera_hz: float | Mapping[str, float]) -> dict:
+    """Return each camera's rate (Hz) from one rate or a mapping; ValueError names a bad one."""
     rates = {}
     for cam in drive.cameras:
         if isinstance(camera_hz, Mapping) and cam.name not in camera_hz:
@@ -72,104 +99,121 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
         if not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
             raise ValueError(f'camera_hz for {cam.name} must be a positive number, got {rate!r}')
         rates[cam.name] = float(rate)
+    return rates
 
-    frames = max(1, int(round(seconds * lidar_hz)))
+
+def event_schedule(frames: int, lidar_hz: float, camera_rates: Mapping[str, float],
+                   odometry_hz: float) -> list[tuple[int, int, str]]:
+    """
+    List every message of the bag in write order: (stamp ns after the start, order, name).
+
+    name '' is a LiDAR sweep, :data:`ODOMETRY` an odometry sample, else a camera name (order:
+    its index + 1 in ``camera_rates``). Sorted by stamp, then order: at one stamp odometry
+    comes first, then the sweep, then the cameras. Cameras and odometry stop half a LiDAR
+    period after the last sweep.
+    """
     events = [(int(round(i * 1e9 / lidar_hz)), 0, '') for i in range(frames)]
     end_ns = (frames - 0.5) * 1e9 / lidar_hz
-    for index, cam in enumerate(drive.cameras):
+    for index, (name, rate) in enumerate(camera_rates.items()):
         offset, n = camera_stamp_offset(index), 0
-        while (stamp := int(round((offset + n / rates[cam.name]) * 1e9))) <= end_ns:
-            events.append((stamp, 1 + index, cam.name))
+        while (stamp := int(round((offset + n / rate) * 1e9))) <= end_ns:
+            events.append((stamp, 1 + index, name))
             n += 1
     n = 0
     while odometry_hz and (stamp := int(round(n * 1e9 / odometry_hz))) <= end_ns:
         events.append((stamp, -1, ODOMETRY))
         n += 1
     events.sort()
+    return events
 
-    ts = get_typestore(Stores.ROS2_JAZZY)
-    point_cloud2 = ts.types['sensor_msgs/msg/PointCloud2']
-    point_field = ts.types['sensor_msgs/msg/PointField']
-    image = ts.types['sensor_msgs/msg/Image']
-    header = ts.types['std_msgs/msg/Header']
-    time_msg = ts.types['builtin_interfaces/msg/Time']
-    odometry_msg = ts.types['nav_msgs/msg/Odometry']
-    fields = [point_field(name=name, offset=offset, datatype=datatype, count=1)
-              for name, offset, datatype in POINT_FIELDS]
 
-    def make_header(stamp_ns: int, frame_id: str):
-        return header(stamp=time_msg(sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9),
-                      frame_id=frame_id)
+class _Messages:
+    """The drive's messages as rosbags (ROS 2 Jazzy) objects, and their types' names."""
 
-    def make_odometry(stamp_ns: int, t: float):
+    def __init__(self, drive: SyntheticDrive):
+        self.drive = drive
+        self.ts = get_typestore(Stores.ROS2_JAZZY)
+        types = self.ts.types
+        self.cloud_type = types['sensor_msgs/msg/PointCloud2'].__msgtype__
+        self.image_type = types['sensor_msgs/msg/Image'].__msgtype__
+        self.odometry_type = types['nav_msgs/msg/Odometry'].__msgtype__
+        self._fields = [types['sensor_msgs/msg/PointField'](name=name, offset=offset,
+                                                            datatype=datatype, count=1)
+                        for name, offset, datatype in POINT_FIELDS]
+
+    def header(self, stamp_ns: int, frame_id: str):
+        types = self.ts.types
+        return types['std_msgs/msg/Header'](
+            stamp=types['builtin_interfaces/msg/Time'](sec=stamp_ns // 10**9,
+                                                       nanosec=stamp_ns % 10**9),
+            frame_id=frame_id)
+
+    def cloud(self, stamp_ns: int, t: float):
+        """Build the LiDAR sweep starting at t (s) as a PointCloud2 in the ``lidar`` frame."""
+        points = self.drive.lidar_frame(t)
+        return self.ts.types['sensor_msgs/msg/PointCloud2'](
+            header=self.header(stamp_ns, LIDAR_FRAME_ID), height=1, width=len(points),
+            fields=self._fields, is_bigendian=False, point_step=POINT_STEP,
+            row_step=POINT_STEP * len(points), data=points.view(np.uint8).reshape(-1),
+            is_dense=True)
+
+    def image(self, name: str, stamp_ns: int, t: float):
+        """Build camera ``name``'s map at t (s) as a ``32FC<C>`` Image in ``<name>_optical``."""
+        feats = self.drive.camera_features(name, t).astype('<f4', copy=False)
+        height, width, channels = feats.shape
+        return self.ts.types['sensor_msgs/msg/Image'](
+            header=self.header(stamp_ns, f'{name}_optical'), height=height, width=width,
+            encoding=f'32FC{channels}', is_bigendian=0, step=width * channels * 4,
+            data=feats.reshape(-1).view(np.uint8))
+
+    def odometry(self, stamp_ns: int, t: float):
+        """Build the ego's pose and twist at t (s): base_link in ``map``."""
         # The ego drives along +x with heading 0 (see SyntheticDrive.ego_position).
-        types = ts.types
-        point = types['geometry_msgs/msg/Point'](*drive.ego_position(t).tolist())
+        types = self.ts.types
+        point = types['geometry_msgs/msg/Point'](*self.drive.ego_position(t).tolist())
         pose = types['geometry_msgs/msg/Pose'](
             position=point, orientation=types['geometry_msgs/msg/Quaternion'](0.0, 0.0, 0.0, 1.0))
         vector = types['geometry_msgs/msg/Vector3']
         twist = types['geometry_msgs/msg/Twist'](linear=vector(EGO_SPEED, 0.0, 0.0),
                                                  angular=vector(0.0, 0.0, 0.0))
-        return odometry_msg(
-            header=make_header(stamp_ns, ODOMETRY_FRAME_ID), child_frame_id=cfg.grid.frame_id,
+        return types['nav_msgs/msg/Odometry'](
+            header=self.header(stamp_ns, ODOMETRY_FRAME_ID),
+            child_frame_id=self.drive.cfg.grid.frame_id,
             pose=types['geometry_msgs/msg/PoseWithCovariance'](pose=pose,
                                                                covariance=np.zeros(36)),
             twist=types['geometry_msgs/msg/TwistWithCovariance'](twist=twist,
                                                                  covariance=np.zeros(36)))
 
-    counts = {cam.name: 0 for cam in drive.cameras}
-    odometry_count = 0
+
+def _write_events(writer: Writer, messages: _Messages, events, odometry: bool,
+                  progress: Callable[[int, int], None] | None) -> tuple[dict, list]:
+    """
+    Write every event's message; return (messages per camera name and ODOMETRY, sweep sizes).
+
+    Connections are added in the order LiDAR, cameras, odometry (only with ``odometry``).
+    """
+    ts, cameras = messages.ts, messages.drive.cameras
+    lidar_conn = writer.add_connection(POINTCLOUD_TOPIC, messages.cloud_type, typestore=ts)
+    connections = {cam.name: writer.add_connection(camera_topic(cam.name), messages.image_type,
+                                                   typestore=ts) for cam in cameras}
+    if odometry:
+        connections[ODOMETRY] = writer.add_connection(ODOMETRY_TOPIC, messages.odometry_type,
+                                                      typestore=ts)
+    counts = {cam.name: 0 for cam in cameras} | {ODOMETRY: 0}
     points_per_frame = []
-    try:
-        with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
-            lidar_conn = writer.add_connection(POINTCLOUD_TOPIC, point_cloud2.__msgtype__,
-                                               typestore=ts)
-            camera_conns = {cam.name: writer.add_connection(camera_topic(cam.name),
-                                                            image.__msgtype__, typestore=ts)
-                            for cam in drive.cameras}
-            odometry_conn = writer.add_connection(ODOMETRY_TOPIC, odometry_msg.__msgtype__,
-                                                  typestore=ts) if odometry_hz else None
-            for done, (rel_ns, _, name) in enumerate(events, start=1):
-                stamp = EPOCH_NS + rel_ns
-                t = rel_ns * 1e-9
-                if name == ODOMETRY:
-                    writer.write(odometry_conn, stamp, ts.serialize_cdr(
-                        make_odometry(stamp, t), odometry_msg.__msgtype__))
-                    odometry_count += 1
-                elif not name:
-                    points = drive.lidar_frame(t)
-                    points_per_frame.append(len(points))
-                    msg = point_cloud2(
-                        header=make_header(stamp, LIDAR_FRAME_ID), height=1,
-                        width=len(points), fields=fields, is_bigendian=False,
-                        point_step=POINT_STEP, row_step=POINT_STEP * len(points),
-                        data=points.view(np.uint8).reshape(-1), is_dense=True)
-                    writer.write(lidar_conn, stamp,
-                                 ts.serialize_cdr(msg, point_cloud2.__msgtype__))
-                else:
-                    feats = drive.camera_features(name, t).astype('<f4', copy=False)
-                    height, width, channels = feats.shape
-                    msg = image(header=make_header(stamp, f'{name}_optical'), height=height,
-                                width=width, encoding=f'32FC{channels}', is_bigendian=0,
-                                step=width * channels * 4,
-                                data=feats.reshape(-1).view(np.uint8))
-                    writer.write(camera_conns[name], stamp,
-                                 ts.serialize_cdr(msg, image.__msgtype__))
-                    counts[name] += 1
-                if progress is not None:
-                    progress(done, len(events))
-    except BaseException:
-        # The path did not exist before: whatever is there now is our partial bag.
-        shutil.rmtree(path, ignore_errors=True)
-        raise
-    return {
-        'path': str(path),
-        'seconds': frames / lidar_hz,
-        'seed': drive.seed,
-        'frames': frames,
-        'camera_messages': counts,
-        'odometry_messages': odometry_count,
-        'min_points': min(points_per_frame),
-        'max_points': max(points_per_frame),
-        'mean_points': round(float(np.mean(points_per_frame)), 1),
-    }
+    for done, (rel_ns, _, name) in enumerate(events, start=1):
+        stamp, t = EPOCH_NS + rel_ns, rel_ns * 1e-9
+        if name == ODOMETRY:
+            msg, msgtype = messages.odometry(stamp, t), messages.odometry_type
+        elif not name:
+            msg, msgtype = messages.cloud(stamp, t), messages.cloud_type
+            points_per_frame.append(msg.width)
+        else:
+            msg, msgtype = messages.image(name, stamp, t), messages.image_type
+        if name:
+            counts[name] += 1
+        writer.write(lidar_conn if not name else connections[name], stamp,
+                     ts.serialize_cdr(msg, msgtype))
+        if progress is not None:
+            progress(done, len(events))
+    return counts, points_per_frame

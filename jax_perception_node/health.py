@@ -1,0 +1,122 @@
+"""
+The /diagnostics roll-up rules: counts, times and latency statistics -> level and message.
+
+No ROS import: the levels are plain ints equal to diagnostic_msgs/DiagnosticStatus' OK, WARN
+and ERROR, and the node turns a :class:`Health` into a DiagnosticStatus. Rules, worst first:
+
+- ERROR: any XLA compile after warm-up.
+- WARN ``waiting for the first point cloud``: no cloud since the node was activated (an idle
+  node is not broken; it is not OK either, as it has produced nothing).
+- LiDAR timeout, ERROR: no *valid* (processed) cloud for more than ``lidar_timeout_s``, counted
+  from the last valid cloud, or from the first cloud when none was valid yet. Rejected clouds
+  do not reset it. Before that, WARN ``no valid point cloud yet`` while none was valid.
+- Rejected clouds since the last report: ERROR when every cloud taken since then was rejected
+  (none processed), WARN when some were.
+- WARN: total p99 over ``latency_budget_ms``, a stale (masked) camera, and since the last
+  report any overflowed cloud, non-finite feature values, rejected feature map, CameraInfo or
+  odometry message, or frame without odometry.
+"""
+
+from dataclasses import dataclass
+from typing import Mapping
+
+OK, WARN, ERROR = 0, 1, 2
+
+# Totals since start, published as /diagnostics values under these names.
+COUNTS = ('received', 'processed', 'dropped', 'rejected', 'feature_maps_received',
+          'rejected_feature_maps', 'rejected_camera_info', 'camera_info_applied', 'overflowed',
+          'nonfinite_features', 'odometry_received', 'rejected_odometry',
+          'frames_without_odometry')
+# Counts also kept since the last report (the same names), for the per-report rules.
+PERIOD_COUNTS = ('processed', 'rejected', 'rejected_feature_maps', 'rejected_camera_info',
+                 'overflowed', 'nonfinite_features', 'rejected_odometry',
+                 'frames_without_odometry')
+
+# Per-report WARNs: count name -> message after the number.
+_PERIOD_WARNINGS = (
+    ('nonfinite_features', 'non-finite feature values zeroed'),
+    ('rejected_feature_maps', 'feature maps rejected'),
+    ('rejected_camera_info', 'CameraInfo messages rejected'),
+    ('rejected_odometry', 'odometry messages rejected'),
+    ('frames_without_odometry', 'frames without odometry (current sweep only)'),
+)
+
+
+@dataclass(frozen=True)
+class CloudTimes:
+    """Monotonic times (s) of clouds since activation; None: no such cloud yet."""
+
+    first: float | None = None     # the first cloud received
+    last: float | None = None      # the newest cloud received, valid or not
+    valid: float | None = None     # the newest cloud processed
+
+
+@dataclass(frozen=True)
+class Health:
+    """A rolled-up status: level (OK / WARN / ERROR), message ('OK' when fine) and values."""
+
+    level: int
+    message: str
+    values: dict
+
+
+def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTimes,
+           now: float, latency: Mapping[str, Mapping[str, float]], stale: tuple[str, ...],
+           compiles: int, capacity: int, lidar_timeout_s: float,
+           latency_budget_ms: float) -> Health:
+    """
+    Apply the module's rules.
+
+    ``counts``: totals (COUNTS); ``period``: PERIOD_COUNTS since the last report; ``now``: the
+    monotonic time of ``times``; ``latency``: stats (p50 / p95 / p99 / max) of 'total_ms' and
+    'age_ms' over the window; ``capacity``: the largest bucket (points).
+    """
+    problems = []
+    if compiles:
+        problems.append((ERROR, f'{compiles} XLA compiles after warm-up'))
+    problems += _cloud_problems(period, times, now, lidar_timeout_s)
+    p99 = latency['total_ms']['p99']
+    if p99 > latency_budget_ms:
+        problems.append((WARN, f'total p99 {p99:.1f} ms over the {latency_budget_ms:g} ms '
+                               'budget'))
+    problems += [(WARN, f'camera {name} stale (masked)') for name in stale]
+    if period['overflowed']:
+        problems.append((WARN, f'{period["overflowed"]} clouds above the largest bucket '
+                               f'({capacity} points), subsampled'))
+    problems += [(WARN, f'{period[key]} {text}') for key, text in _PERIOD_WARNINGS
+                 if period[key]]
+    values = {**{key: counts[key] for key in COUNTS}, 'compiles_after_warmup': compiles,
+              'stale_cameras': ' '.join(stale),
+              'seconds_since_cloud': _age(now, times.last),
+              'seconds_since_valid_cloud': _age(now, times.valid)}
+    for name, stats in latency.items():
+        for q, v in stats.items():
+            values[f'{name}_{q}'] = v
+    return Health(max((p[0] for p in problems), default=OK),
+                  '; '.join(p[1] for p in problems) or 'OK', values)
+
+
+def _cloud_problems(period, times: CloudTimes, now: float, timeout_s: float) -> list:
+    if times.last is None:
+        return [(WARN, 'waiting for the first point cloud')]
+    problems = []
+    silent = now - (times.valid if times.valid is not None else times.first)
+    if silent > timeout_s:
+        rejected = times.valid is None or times.last > times.valid
+        problems.append((ERROR, f'no valid point cloud for {silent:.1f} s (lidar_timeout_s '
+                                f'{timeout_s:g})' + ('; clouds arrive but are rejected'
+                                                     if rejected else '')))
+    elif times.valid is None:
+        problems.append((WARN, 'no valid point cloud yet'))
+    rejected, processed = period['rejected'], period['processed']
+    if rejected and not processed:
+        problems.append((ERROR, f'all {rejected} clouds since the last report rejected'))
+    elif rejected:
+        problems.append((WARN, f'{rejected} of {rejected + processed} clouds since the last '
+                               'report rejected'))
+    return problems
+
+
+def _age(now: float, then: float | None) -> str:
+    """Seconds since ``then`` as a decimal string; 'inf' when there was none."""
+    return 'inf' if then is None else f'{now - then:.2f}'
