@@ -16,7 +16,7 @@ import importlib
 
 _EXPORTS = {
     'BevPipeline': 'pipeline', 'FrameResult': 'pipeline', 'compile_count': 'pipeline',
-    'load_config': 'config', 'config_from_parameters': 'config', 'ConfigError': 'config',
+    'load_config': 'config', 'config_from_parameters': 'config', 'ConfigError': 'parameters',
     'PipelineConfig': 'config', 'kernels': None,
 }
 __all__ = sorted(_EXPORTS)

@@ -23,7 +23,7 @@ from .parameters import (camera_defaults, camera_keys, check_ros_type, check_val
                          ConfigError, defaults, is_camera_name, NODE_KEYS, ros_value)
 from .rotations import quaternion_matrix
 
-__all__ = ['AccumulationConfig', 'CameraConfig', 'config_from_parameters', 'ConfigError',
+__all__ = ['AccumulationConfig', 'CameraConfig', 'config_from_parameters',
            'default_params_file', 'DiagnosticsConfig', 'FusionConfig',
            'GridConfig', 'load_config', 'load_fusion_weights', 'PipelineConfig', 'Pose',
            'read_param_file', 'write_param_file']

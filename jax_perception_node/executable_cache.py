@@ -45,7 +45,7 @@ from jax.experimental.serialize_executable import deserialize_and_load, serializ
 import jaxlib
 import numpy as np
 
-from .config import ConfigError
+from .parameters import ConfigError
 
 
 # Every module of the package, subpackages included: what the jitted functions call may move

@@ -14,9 +14,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .config import CameraConfig, ConfigError, Pose
+from .config import CameraConfig, Pose
 from .lift import CameraCalibration, DISTORTION_MODELS, DISTORTION_SIZE
 from .odometry import sweep_transform
+from .parameters import ConfigError
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _COEFFICIENTS = {'none': 0, 'plumb_bob': 5, 'equidistant': 4}    # per DISTORTION_MODELS

@@ -15,8 +15,8 @@ import threading
 from rclpy.exceptions import ParameterException
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 
-from .config import ConfigError
 from .node import NODE_NAME, run
+from .parameters import ConfigError
 from .serving import PerceptionCore
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE

@@ -16,7 +16,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
-from .config import ConfigError
+from .parameters import ConfigError
 from .serving import PerceptionCore
 
 NODE_NAME = 'jax_perception'

@@ -36,10 +36,11 @@ import numpy as np
 
 from . import kernels, lift
 from .buckets import BucketPadder
-from .config import CameraConfig, ConfigError, load_fusion_weights, PipelineConfig, Pose
+from .config import CameraConfig, load_fusion_weights, PipelineConfig, Pose
 from .executable_cache import ExecutableCache, private_cache_dir
 from .kernel_inputs import calibration_arrays, calibration_vector, SweepHistory
 from .odometry import pose_matrix
+from .parameters import ConfigError
 
 COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
 _compile_lock = threading.Lock()

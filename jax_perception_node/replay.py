@@ -21,10 +21,11 @@ from typing import Callable
 from . import bagio
 from .camera import CameraInfoError, FeatureMapError, features_image_fields
 from .cloud import CloudFormatError
-from .config import ConfigError, PipelineConfig
+from .config import PipelineConfig
 from .frame_path import Frame, FramePath, rgb_image_fields
 from .latency import format_value, FRAME_KEYS, percentiles, STAGES
 from .odometry import OdometryError
+from .parameters import ConfigError
 from .pipeline import BevPipeline
 
 

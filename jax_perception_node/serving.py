@@ -31,13 +31,14 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 
 from .camera import byte_array, CameraInfoError, FeatureMapError, features_image_fields
 from .cloud import CloudFormatError
-from .config import config_from_parameters, ConfigError
+from .config import config_from_parameters
 from .frame_path import FramePath, rgb_image_fields
 from .health import assess, CloudTimes, COUNTS, PERIOD_COUNTS
 from .latency import format_value, FRAME_KEYS, LatencyWindow
 from .live_params import changed_intrinsics, check_update
 from .node_params import declare_parameters, read_parameters
 from .odometry import OdometryError
+from .parameters import ConfigError
 from .pipeline import BevPipeline
 
 

@@ -21,8 +21,9 @@ import threading
 from jax_perception_node.bagio import BagError, BagTopics, ODOMETRY_TOPIC, POINTCLOUD_TOPIC
 from jax_perception_node.camera import CameraInfoError, FeatureMapError
 from jax_perception_node.cloud import CloudFormatError
-from jax_perception_node.config import ConfigError, default_params_file, load_config
+from jax_perception_node.config import default_params_file, load_config
 from jax_perception_node.odometry import OdometryError
+from jax_perception_node.parameters import ConfigError
 
 from .bench.common import BenchError
 from .fleet import is_bag

@@ -15,7 +15,8 @@ import threading
 import time
 
 from jax_perception_node.bagio import BagError
-from jax_perception_node.config import ConfigError, PipelineConfig
+from jax_perception_node.config import PipelineConfig
+from jax_perception_node.parameters import ConfigError
 from jax_perception_node.pipeline import BevPipeline, compile_count
 from jax_perception_node.replay import replay_bag
 

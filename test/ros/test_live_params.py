@@ -2,8 +2,8 @@
 
 
 from configs import camera_params, small_config, small_params
-from jax_perception_node.config import ConfigError
 from jax_perception_node.live_params import check_update, static_reason
+from jax_perception_node.parameters import ConfigError
 from jax_perception_node.pipeline import BevPipeline
 import numpy as np
 import pytest

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from jax_perception_node.camera import (byte_array, CameraInfoError, FeatureMapError,
                                         features_image_fields, Intrinsics, read_features,
                                         scale_camera_info, with_intrinsics)
-from jax_perception_node.config import CameraConfig, ConfigError, Pose
+from jax_perception_node.config import CameraConfig, Pose
 from jax_perception_node.kernel_inputs import calibration_arrays, monotonic_radius2
 from jax_perception_node.lift import DISTORTION_MODELS
+from jax_perception_node.parameters import ConfigError
 import numpy as np
 import pytest
 from rclpy.serialization import deserialize_message, serialize_message

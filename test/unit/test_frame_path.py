@@ -6,8 +6,8 @@ import bag_messages
 from configs import camera_params, FRONT, small_config
 from jax_perception_node.camera import CameraInfoError, FeatureMapError
 from jax_perception_node.cloud import CloudFormatError
-from jax_perception_node.config import ConfigError
 from jax_perception_node.frame_path import FramePath
+from jax_perception_node.parameters import ConfigError
 from jax_perception_node.pipeline import BevPipeline, compile_count
 import numpy as np
 import pytest

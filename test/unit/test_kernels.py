@@ -1,7 +1,7 @@
 """Kernels against the independent NumPy reference in reference.py."""
 
 from configs import camera_params, FRONT, small_config
-from jax_perception_node.config import ConfigError
+from jax_perception_node.parameters import ConfigError
 from jax_perception_node.pipeline import BevPipeline, compile_count
 import numpy as np
 import pytest

@@ -7,8 +7,8 @@ import bag_messages
 from configs import camera_params, small_config
 import jax
 from jax_perception_node.camera import scale_camera_info, with_intrinsics
-from jax_perception_node.config import ConfigError
 from jax_perception_node.executable_cache import private_cache_dir
+from jax_perception_node.parameters import ConfigError
 from jax_perception_node.pipeline import BevPipeline, compile_count
 import numpy as np
 import pytest
