@@ -1,27 +1,10 @@
 """
 BevPipeline: one ahead-of-time compiled executable per bucket, warmed at start-up.
 
-Static (changing it recompiles, so it is fixed at construction and warm-up): grid H x W, bucket
-sizes, camera count, feature-map shape and channels, height levels, the lift's slots per cell,
-projection shape, activation. Traced (changing it never recompiles): calibration (lens models
-included), grid offsets and resolution, point counts.
-
-The lift's slots per cell are derived at warm-up from the calibration of that moment (the most
-valid samples any cell has), unless ``fusion.max_samples_per_cell`` fixes them. A later
-calibration that needs more is refused by ``set_calibration`` with a ConfigError naming the
-camera; the previous calibration stays in force.
-
-Per frame, only the bucket's point buffer and one int32 vector (point count, camera flags)
-cross to the device; the camera batch crosses only when a feature map changed; calibration and
-lift tables live on the device; the result is fetched once. None of this compiles, so after
-``warmup()`` the process-wide compile counter stays where it was. Executables come from the
-private executable store when a previous start left them there (see executable_cache.py).
-
-Accumulation (``accumulation.num_sweeps`` S > 1, static): the S - 1 previous sweeps stay on the
-device in a ring float32[S - 1, C, 4] (C = the largest bucket) that every frame's executable
-updates in place (donated). Per frame ``kernel_inputs.SweepHistory`` picks the earlier sweeps
-that count and composes, in float64, how each moves into the current grid frame. A frame
-without a pose uses its own sweep only, and that sweep is never used later either.
+What is static (changing it recompiles) and what is traced, the per-frame path that cannot
+compile, the lift's slots per cell and the accumulation ring are described in docs/design.md
+("Static and traced", "One frame, end to end", "Kernels"). Executables come from the private
+executable store when a previous start left them there (executable_cache.py).
 """
 
 from dataclasses import dataclass
