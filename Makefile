@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# tf2_msgs, grid_map_msgs, vision_msgs, autoware_internal_debug_msgs have no wheels: built from
+# interfaces/ into the venv, again only when a file there or the ROS wheels change.
+INTERFACES_STAMP := $(VENV)/.interfaces
+INTERFACES := $(shell find interfaces -type f -not -path '*/__pycache__/*')
 # Every ROS process we start stays on loopback; tests, demo and benchmarks each pick a
 # ROS_DOMAIN_ID of their own (from the process id) unless one is set.
 export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
@@ -10,7 +14,7 @@ export FASTRTPS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_local.xml
 
 .PHONY: venv test demo bench soak fuzz lint clean
 
-venv: $(STAMP)
+venv: $(STAMP) $(INTERFACES_STAMP)
 
 $(STAMP): requirements.txt requirements-dev.txt requirements.lock setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +24,9 @@ $(STAMP): requirements.txt requirements-dev.txt requirements.lock setup.py
 	@# Bytecode now: where PYTHONDONTWRITEBYTECODE is set, every node start would recompile it.
 	$(PY) -m compileall -q jax_perception_node
 	@touch $(STAMP)
+
+$(INTERFACES_STAMP): $(STAMP) $(INTERFACES)
+	$(PY) interfaces/build_interfaces.py --prefix $(VENV) --jobs 2
 
 test: venv
 	$(PY) -m pytest -q test
@@ -34,7 +41,7 @@ soak: venv
 	JAX_PERCEPTION_SOAK_S=600 JAX_PERCEPTION_SOAK_JSON=soak_out/soak.json $(PY) -m pytest -q -s -m soak test
 
 fuzz: venv
-	JAX_PERCEPTION_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q -k fuzz test/unit/test_cloud.py test/unit/test_camera.py
+	JAX_PERCEPTION_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q -k fuzz test/unit/test_cloud_fuzz.py test/unit/test_camera.py
 
 lint: venv
 	$(PY) -m pytest -q test/lint

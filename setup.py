@@ -14,6 +14,7 @@ setup(
         ('share/' + package_name + '/launch', glob('launch/*.launch.py')),
         ('share/' + package_name + '/config', glob('config/*.yaml') + glob('config/*.xml')),
         ('share/' + package_name + '/schema', glob('schema/*.json')),
+        ('share/' + package_name + '/foxglove', glob('foxglove/*.json')),
     ],
     install_requires=['setuptools', 'numpy', 'jax', 'rosbags', 'pyyaml'],
     # The node needs none of these: reports and pictures, peers, fleet replay.

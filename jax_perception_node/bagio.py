@@ -17,25 +17,35 @@ from pathlib import Path
 import shutil
 import socket
 import struct
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
+from rosbags.interfaces import (Qos, QosDurability, QosHistory, QosLiveliness, QosReliability,
+                                QosTime)
 from rosbags.rosbag2 import CompressionFormat, CompressionMode, Reader, StoragePlugin, Writer
 from rosbags.rosbag2.errors import ReaderError, WriterError
 from rosbags.serde import SerdeError
 from rosbags.typesys import get_typestore, Stores
 
+from .message_types import register_interface_types, share_folders
 from .stamps import NS_PER_S, split_ns
 from .topics import (camera_info_topic, camera_topic, DIAGNOSTICS_TOPIC,  # noqa: F401
-                     FEATURES_TOPIC, IMAGE_TOPIC, LATENCY_TOPIC, ODOMETRY_TOPIC,
-                     POINTCLOUD_TOPIC)
+                     FEATURES_TOPIC, GRID_MAP_TOPIC, IMAGE_TOPIC, LATENCY_TOPIC,
+                     ODOMETRY_TOPIC, POINTCLOUD_TOPIC)
 
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
+# grid_map_msgs, vision_msgs and autoware_internal_debug_msgs from their installed .msg text;
+# the msgtypes of those not installed (``message_class`` names them when asked for).
+MISSING_TYPES = tuple(register_interface_types(TYPESTORE))
 POINTCLOUD_TYPE = 'sensor_msgs/msg/PointCloud2'
 IMAGE_TYPE = 'sensor_msgs/msg/Image'
 CAMERA_INFO_TYPE = 'sensor_msgs/msg/CameraInfo'
 ODOMETRY_TYPE = 'nav_msgs/msg/Odometry'
 DIAGNOSTICS_TYPE = 'diagnostic_msgs/msg/DiagnosticArray'
+TF_TYPE = 'tf2_msgs/msg/TFMessage'
+GRID_MAP_TYPE = 'grid_map_msgs/msg/GridMap'
+DETECTIONS_TYPE = 'vision_msgs/msg/Detection3DArray'
+FLOAT64_STAMPED_TYPE = 'autoware_internal_debug_msgs/msg/Float64Stamped'
 
 
 class BagError(Exception):
@@ -82,6 +92,16 @@ def open_reader(path: str | Path) -> Reader:
     except (ReaderError, OSError, ValueError, KeyError) as exc:
         raise BagError(f'{path}: cannot read bag: {exc}') from None
     return reader
+
+
+def message_class(msgtype: str):
+    """Return the rosbags class of ``msgtype``; BagError when its definition is not installed."""
+    if msgtype in TYPESTORE.types:
+        return TYPESTORE.types[msgtype]
+    package = msgtype.split('/')[0]
+    where = ' or '.join(str(f) for f in share_folders())
+    hint = ' (make venv builds it)' if msgtype in MISSING_TYPES else ''
+    raise BagError(f'message type {msgtype} unknown: no {package} definition in {where}{hint}')
 
 
 def deserialize(raw: bytes, msgtype: str):
@@ -134,6 +154,15 @@ def shift_stamp(raw: bytes, offset_ns: int) -> bytes:
     return bytes(out)
 
 
+def offered_qos(reliable: bool = True, depth: int = 10, transient_local: bool = False) -> Qos:
+    """One offered QoS profile as rosbag2 writes it (infinite deadline, lifespan and lease)."""
+    infinite = QosTime(9223372036, 854775807)      # RMW_DURATION_INFINITE
+    return Qos(QosHistory.KEEP_LAST, depth,
+               QosReliability.RELIABLE if reliable else QosReliability.BEST_EFFORT,
+               QosDurability.TRANSIENT_LOCAL if transient_local else QosDurability.VOLATILE,
+               infinite, infinite, QosLiveliness.AUTOMATIC, infinite, False)
+
+
 class BagWriter:
     """
     A new MCAP (or sqlite3) bag; topics are added on first write.
@@ -164,14 +193,27 @@ class BagWriter:
         self.write_raw(topic, msg.__msgtype__,
                        TYPESTORE.serialize_cdr(msg, msg.__msgtype__), timestamp)
 
+    def add_topic(self, topic: str, msgtype: str, offered_qos: Sequence[Qos] = ()) -> None:
+        """
+        Add ``topic`` with the QoS profiles its publishers offered.
+
+        One profile per publisher, as rosbag2 keeps them in the metadata's
+        ``offered_qos_profiles``; a topic first met by ``write_raw`` has none.
+        """
+        if topic in self._connections:
+            raise BagError(f'{self.path}: topic {topic} added twice')
+        try:
+            self._connections[topic] = self._writer.add_connection(
+                topic, msgtype, typestore=TYPESTORE, offered_qos_profiles=list(offered_qos))
+        except (WriterError, OSError) as exc:
+            raise BagError(f'{self.path}: cannot write bag: {exc}') from None
+
     def write_raw(self, topic: str, msgtype: str, data: bytes, timestamp: int) -> None:
         """Write already-serialized CDR bytes."""
+        if topic not in self._connections:
+            self.add_topic(topic, msgtype)
         try:
-            conn = self._connections.get(topic)
-            if conn is None:
-                conn = self._writer.add_connection(topic, msgtype, typestore=TYPESTORE)
-                self._connections[topic] = conn
-            self._writer.write(conn, int(timestamp), data)
+            self._writer.write(self._connections[topic], int(timestamp), data)
         except (WriterError, OSError) as exc:     # a full disk, a removed folder
             raise BagError(f'{self.path}: cannot write bag: {exc}') from None
         self.counts[topic] = self.counts.get(topic, 0) + 1

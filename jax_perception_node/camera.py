@@ -125,7 +125,8 @@ def byte_array(data) -> array.array:
     sequences one element at a time.
     """
     if isinstance(data, np.ndarray):
-        data = np.ascontiguousarray(data)
+        # Flat bytes: memoryview cannot cast a view with a zero in its shape (an empty cloud).
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     out = array.array('B')
     out.frombytes(memoryview(data).cast('B'))
     return out

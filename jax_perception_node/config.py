@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
+from .channels import COVERAGE_CHANNEL, lidar_channels
 from .parameters import (camera_defaults, camera_keys, check_ros_type, check_value,
                          ConfigError, defaults, is_camera_name, NODE_KEYS, ros_value)
 from .rotations import quaternion_matrix
@@ -126,6 +127,8 @@ class AccumulationConfig:
     num_sweeps: int               # sweeps per frame, the current one included; 1: off
     max_sweep_age_s: float        # earlier sweeps older than this are left out
     max_odometry_gap_s: float     # bracketing odometry samples further apart do not count
+    pose_source: str = 'odometry'     # odometry (~/input/odometry) or tf (/tf)
+    fixed_frame: str = 'map'          # with pose_source tf: grid.frame_id's pose in this frame
 
 
 @dataclass(frozen=True)
@@ -143,11 +146,18 @@ class PipelineConfig:
     diagnostics: DiagnosticsConfig
     accumulation: AccumulationConfig
     lidar_frame_id: str = 'lidar'   # the frame the ``lidar`` pose describes
+    extrinsics_source: str = 'parameters'   # sensor poses: parameters, or tf (/tf_static, /tf)
+    channel_names: tuple[str, ...] = ()     # camera feature channel names; () for the default
 
     @property
     def camera_channels(self) -> int:
         """C, the camera feature channels (0 without cameras)."""
         return self.cameras[0].channels if self.cameras else 0
+
+    @property
+    def camera_channel_names(self) -> tuple[str, ...]:
+        """Names of the C camera feature channels: ``channel_names`` or camera_0 .. camera_C-1."""
+        return self.channel_names or tuple(f'camera_{k}' for k in range(self.camera_channels))
 
     @property
     def fused_channels(self) -> int:
@@ -246,6 +256,8 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
     for name in camera_names:
         if not is_camera_name(name):
             raise ConfigError(f'cameras.names: "{name}" must be letters, digits and underscores')
+        if name in ('names', 'channel_names'):
+            raise ConfigError(f'cameras.names: "{name}" is taken by the key cameras.{name}')
     known = set(NODE_KEYS).union(*(camera_keys(name) for name in camera_names))
     unknown = sorted(k for k in params if k not in known and k != 'use_sim_time')
     if unknown:
@@ -293,8 +305,10 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
         diagnostics=DiagnosticsConfig(**{f: v[f'diagnostics.{f}'] for f in (
             'period_s', 'window', 'latency_budget_ms', 'lidar_timeout_s')}),
         accumulation=AccumulationConfig(**{f: v[f'accumulation.{f}'] for f in (
-            'num_sweeps', 'max_sweep_age_s', 'max_odometry_gap_s')}),
-        lidar_frame_id=v['lidar.frame_id'])
+            'num_sweeps', 'max_sweep_age_s', 'max_odometry_gap_s', 'pose_source',
+            'fixed_frame')}),
+        lidar_frame_id=v['lidar.frame_id'], extrinsics_source=v['extrinsics.source'],
+        channel_names=_channel_names(v['cameras.channel_names'], cameras))
     if fusion.weights_file:
         load_fusion_weights(cfg)   # validate now, not on the first frame
     return cfg
@@ -337,6 +351,24 @@ def _camera(v: Mapping[str, Any], name: str) -> CameraConfig:
                             'height', 'width', 'channels', 'fx', 'fy', 'cx', 'cy')})
 
 
+def _channel_names(names: list[str], cameras: tuple[CameraConfig, ...]) -> tuple[str, ...]:
+    """Check the camera channel names: [] or one per channel, unique, identifier-like."""
+    key, channels = 'cameras.channel_names', cameras[0].channels if cameras else 0
+    if names and len(names) != channels:
+        raise ConfigError(f'{key}: {len(names)} names for {channels} camera feature channels '
+                          f'(cameras.<name>.channels); give one per channel or []')
+    for name in names:
+        if not is_camera_name(name):
+            raise ConfigError(f'{key}: "{name}" must be letters, digits and underscores')
+    if len(set(names)) != len(names):
+        raise ConfigError(f'{key}: duplicate names in {names}')
+    # They name GridMap layers beside the LiDAR channels and coverage.
+    clash = sorted((set(lidar_channels(2)) | {COVERAGE_CHANNEL}) & set(names))
+    if clash:
+        raise ConfigError(f'{key}: {clash} already name other BEV channels')
+    return tuple(names)
+
+
 DISTORTION_COUNTS = {'plumb_bob': 5, 'equidistant': 4}
 
 
@@ -362,10 +394,20 @@ def _pose(v: Mapping[str, Any], prefix: str) -> Pose:
 
 
 def default_params_file(filename: str = 'jax_perception.param.yaml') -> Path:
-    """Return a shipped config file: the source tree's (editable installs too), else installed."""
+    """
+    Return a shipped config file: the ament index's (a colcon install) first, else ours.
+
+    Ours: the source tree's (editable installs), else the one pip installed under sys.prefix.
+    """
     name = Path('config') / filename
-    candidates = [Path(__file__).resolve().parent.parent / name,
-                  Path(sys.prefix) / 'share' / 'jax_perception_node' / name]
+    candidates = []
+    try:
+        from ament_index_python.packages import get_package_share_directory
+        candidates.append(Path(get_package_share_directory('jax_perception_node')) / name)
+    except (ImportError, LookupError, OSError):   # no index, not in it, AMENT_PREFIX_PATH unset
+        pass
+    candidates += [Path(__file__).resolve().parent.parent / name,
+                   Path(sys.prefix) / 'share' / 'jax_perception_node' / name]
     for path in candidates:
         if path.exists():
             return path

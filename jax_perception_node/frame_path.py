@@ -6,7 +6,14 @@ each only moves messages in (subscriptions or a bag) and out (publishers or a ba
 No ROS import: messages are read by attribute, outputs are NumPy arrays and a plain dict.
 
 A FramePath also holds the calibration in force: the parameters' (``update``, live) and the
-intrinsics from CameraInfo (``apply_camera_info``); for a camera, the newest word wins.
+intrinsics from CameraInfo (``apply_camera_info``); for a camera, the newest word wins. With
+``extrinsics.source: tf`` the sensor poses come from its transform buffer instead (fed by
+``add_transforms`` from /tf_static and /tf): the LiDAR pose is the cloud's header.frame_id in
+grid.frame_id at the cloud stamp, a camera's its feature map's frame; each is applied (no
+compile) only when it moved. A cloud whose pose TF cannot give raises TransformError (the
+frame is skipped); a camera whose pose it cannot give is masked for that frame. With
+``accumulation.pose_source: tf`` the ego pose at a cloud stamp is grid.frame_id in
+``accumulation.fixed_frame`` from the same buffer instead of the odometry buffer.
 
 Thread safety: every method may be called from any thread. Two locks of its own: one for the
 camera and odometry buffers (held only to store or pick), one for the pipeline (held around a
@@ -14,7 +21,7 @@ frame's compute and around a calibration change, so a frame never sees half a ca
 Decoding a message takes neither, so a cloud or feature map is never held up by a frame.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import threading
 import time
 
@@ -22,12 +29,17 @@ import numpy as np
 
 from .camera import FeatureMapError, read_features, scale_camera_info, with_intrinsics
 from .cloud import CloudFormatError, read_points
-from .config import PipelineConfig
-from .odometry import OdometryBuffer
+from .config import PipelineConfig, Pose
+from .odometry import OdometryBuffer, TransformPoses
+from .parameters import ConfigError
 from .pipeline import BevPipeline, FrameResult
 from .render import bev_to_rgb
+from .rotations import matrix_quaternion
 from .stamps import stamp_ns
 from .sync import CameraSync
+from .transforms import TransformBuffer, TransformError
+
+MOVED = 1e-9        # a pose whose 4 x 4 matrix changed by more than this is applied again
 
 
 @dataclass
@@ -42,6 +54,7 @@ class Frame:
     stamps_jumped: bool         # the LiDAR stamp went backwards: camera buffers were reset
     started: float              # perf_counter at decode start
     without_odometry: bool = False   # accumulating, but no pose at this stamp: own sweep only
+    cameras_without_tf: tuple[str, ...] = ()   # cameras masked for want of a TF pose
 
 
 class FramePath:
@@ -49,8 +62,10 @@ class FramePath:
     Decode, pair, process and describe frames for one warmed pipeline; see the module doc.
 
     ``add_features`` feeds the camera buffer (raises ``FeatureMapError``); ``add_odometry``
-    the odometry buffer (raises ``OdometryError``); ``process`` runs one PointCloud2 (raises
-    ``CloudFormatError``); ``finish`` completes the record once the outputs are out.
+    the odometry buffer (raises ``OdometryError``); ``add_transforms`` the transform buffer
+    (raises ``TransformError``); ``process`` runs one PointCloud2 (raises ``CloudFormatError``,
+    or ``TransformError`` with TF extrinsics); ``finish`` completes the record once the outputs
+    are out.
     ``update`` applies a new live configuration, ``apply_camera_info`` a CameraInfo.
     """
 
@@ -71,6 +86,11 @@ class FramePath:
         self._shapes = {c.name: (c.height, c.width, c.channels) for c in cfg.cameras}
         self.accumulating = pipe.num_sweeps > 1
         self.odometry = OdometryBuffer(cfg.accumulation.max_odometry_gap_s, cfg.grid.frame_id)
+        self.transforms = TransformBuffer()
+        self._map_frames: dict[str, str] = {}        # camera -> frame of its newest map
+        self._info_frames: dict[str, str] = {}       # camera -> frame of its newest CameraInfo
+        self._tf_applied: dict[str, np.ndarray] = {}  # sensor -> the TF pose in force
+        self.tf_calibrations = 0                     # TF poses applied (each without a compile)
 
     # -- configuration and calibration ---------------------------------------------------------
 
@@ -91,6 +111,13 @@ class FramePath:
             for name, intrinsics in from_info.items():
                 cameras = with_intrinsics(cameras, name, intrinsics) or cameras
             lidar = cfg.lidar if cfg.lidar != self.cfg.lidar else None
+            if cfg.extrinsics_source != self.cfg.extrinsics_source:
+                self._tf_applied = {}       # the poses in force are the parameters' again
+                lidar = cfg.lidar
+            elif cfg.extrinsics_source == 'tf':   # the poses in force are TF's: keep them
+                lidar = None
+                cameras = tuple(replace(c, pose=old.pose)
+                                for c, old in zip(cameras, self.cameras))
             changed = cameras if cameras != self.cameras else None
             if lidar is not None or changed is not None:
                 self.pipe.set_calibration(lidar, changed)
@@ -112,6 +139,7 @@ class FramePath:
         """
         height, width, _ = self._shapes[name]
         intrinsics = scale_camera_info(msg, height, width)
+        self._info_frames[name] = msg.header.frame_id   # with TF: for maps that name none
         with self._pipe_lock:
             updated = with_intrinsics(self.cameras, name, intrinsics)
             if updated is None:
@@ -127,18 +155,25 @@ class FramePath:
         """
         Decode a camera's feature Image into the buffer; True when its stamps jumped back.
 
-        Raises FeatureMapError for a map in another frame than ``cameras.<name>.frame_id`` or
-        of the wrong shape or encoding.
+        Raises FeatureMapError for a map in another frame than ``cameras.<name>.frame_id``
+        (only with ``extrinsics.source: parameters``) or of the wrong shape or encoding.
         """
         expected = self._camera_frame(name)
-        if msg.header.frame_id != expected:
+        # With TF extrinsics any frame will do: its pose is looked up at each frame.
+        if self.cfg.extrinsics_source != 'tf' and msg.header.frame_id != expected:
             raise FeatureMapError(
                 f'header.frame_id "{msg.header.frame_id}" is not camera {name}\'s frame '
                 f'"{expected}" (parameter cameras.{name}.frame_id): feature maps must be in '
                 'the configured frame')
         fmap = read_features(msg, *self._shapes[name])
         with self._buffer_lock:
+            # A map naming no frame is in its CameraInfo's (the pose TF gives that frame).
+            self._map_frames[name] = msg.header.frame_id or self._info_frames.get(name, '')
             return self.sync.add(name, stamp_ns(msg.header.stamp), fmap)
+
+    def add_transforms(self, msg, static: bool) -> int:
+        """Store a tf2_msgs/TFMessage (/tf_static: ``static``); see TransformBuffer.add_message."""
+        return self.transforms.add_message(msg, static)
 
     def add_odometry(self, msg) -> None:
         """Check and buffer a nav_msgs/Odometry message (pose of the grid frame)."""
@@ -149,12 +184,17 @@ class FramePath:
         """
         Decode a PointCloud2, pair the cameras, run the pipeline; the record lacks output times.
 
-        Raises CloudFormatError for a cloud in another frame than ``lidar.frame_id`` or one that
+        Raises CloudFormatError for a cloud in another frame than ``lidar.frame_id`` (TF
+        extrinsics: TransformError for a frame TF cannot place in grid.frame_id) or one that
         cannot be decoded. ``picture``: build the rgb8 picture (not with a projection, whose
         channels are no longer the raw LiDAR ones).
         """
         cfg = self.cfg
-        if msg.header.frame_id != cfg.lidar_frame_id:
+        stamp = stamp_ns(msg.header.stamp)
+        use_tf = cfg.extrinsics_source == 'tf'
+        if use_tf:
+            lidar = self.transforms.lookup(cfg.grid.frame_id, msg.header.frame_id, stamp)
+        elif msg.header.frame_id != cfg.lidar_frame_id:
             raise CloudFormatError(
                 f'header.frame_id "{msg.header.frame_id}" is not the LiDAR frame '
                 f'"{cfg.lidar_frame_id}" (parameter lidar.frame_id): clouds must be in the '
@@ -162,12 +202,17 @@ class FramePath:
         started = time.perf_counter()
         points, num_points = read_points(msg, self.pipe.padder.capacity, cfg.overflow_policy)
         decoded = time.perf_counter()
-        stamp = stamp_ns(msg.header.stamp)
         with self._buffer_lock:
             pairing, jumped = self.sync.pair(stamp)
-            pose = self.odometry.pose_at(stamp) if self.accumulating else None
+            map_frames = dict(self._map_frames)
+            poses = self.odometry if cfg.accumulation.pose_source == 'odometry' else \
+                TransformPoses(self.transforms, cfg.accumulation.fixed_frame, cfg.grid.frame_id)
+            pose = poses.pose_at(stamp) if self.accumulating else None
+        maps, without_tf = pairing.maps, ()
         with self._pipe_lock:
-            result = self.pipe.process(points, pairing.maps, num_points=num_points,
+            if use_tf:
+                maps, without_tf = self._apply_tf_poses(lidar, maps, map_frames, stamp)
+            result = self.pipe.process(points, maps, num_points=num_points,
                                        stamp_ns=stamp, pose=pose)
         rgb = None
         if picture and not self.pipe.projected:
@@ -180,10 +225,54 @@ class FramePath:
             'compiles_after_warmup': result.compiles_after_warmup,
         }
         return Frame(stamp, result, rgb, record, pairing.stale, jumped, started,
-                     self.accumulating and pose is None)
+                     self.accumulating and pose is None, without_tf)
 
     def _camera_frame(self, name: str) -> str:
         return next(c.frame_id for c in self.cfg.cameras if c.name == name)
+
+    def _apply_tf_poses(self, lidar: np.ndarray, maps: dict, map_frames: dict, stamp: int):
+        """
+        Apply the TF poses of the LiDAR and the paired cameras that moved (under the pipe lock).
+
+        Returns the maps (a camera TF cannot place masked) and the names of those cameras; a
+        camera whose TF pose puts more lift samples in a cell than the slots of warm-up is
+        masked and named too (set fusion.max_samples_per_cell to cover the TF poses).
+        """
+        grid = self.cfg.grid.frame_id
+        maps, without_tf, moved = dict(maps), [], {}
+        for name, fmap in maps.items():
+            if fmap is None:
+                continue
+            try:
+                moved[name] = self.transforms.lookup(grid, map_frames[name], stamp)
+            except TransformError:
+                maps[name] = None
+                without_tf.append(name)
+        moved = {name: m for name, m in moved.items() if self._moved(name, m)}
+        lidar_moved = self._moved(':lidar', lidar)      # no camera name has a colon
+        if not moved and not lidar_moved:
+            return maps, tuple(without_tf)
+        cameras = tuple(replace(c, pose=pose_from_matrix(moved[c.name])) if c.name in moved
+                        else c for c in self.cameras)
+        lidar_pose = pose_from_matrix(lidar) if lidar_moved else None
+        try:
+            self.pipe.set_calibration(lidar_pose, cameras if moved else None)
+        except ConfigError:     # more lift samples than the slots of warm-up: mask, retry later
+            self.pipe.set_calibration(lidar_pose)
+            for name in moved:
+                maps[name] = None
+            without_tf += list(moved)
+            moved, cameras = {}, self.cameras
+        self.cameras = cameras
+        self._tf_applied.update(moved)
+        if lidar_moved:
+            self._tf_applied[':lidar'] = lidar
+        self.tf_calibrations += 1
+        return maps, tuple(without_tf)
+
+    def _moved(self, sensor: str, m: np.ndarray) -> bool:
+        applied = self._tf_applied.get(sensor)
+        return applied is None or float(np.abs(applied - m).max()) > MOVED
 
     @staticmethod
     def finish(frame: Frame, publish_start: float, arrived: float,
@@ -199,6 +288,18 @@ class FramePath:
         frame.record.update(publish_ms=(done - publish_start) * 1e3, total_ms=total_ms,
                             age_ms=total_ms if age_ms is None else age_ms)
         return frame.record
+
+
+def uses_tf(cfg: PipelineConfig) -> bool:
+    """Return True when ``cfg`` takes sensor poses or the ego pose from /tf_static and /tf."""
+    return cfg.extrinsics_source == 'tf' or (cfg.accumulation.pose_source == 'tf'
+                                             and cfg.accumulation.num_sweeps > 1)
+
+
+def pose_from_matrix(m: np.ndarray) -> Pose:
+    """Return the Pose (translation, unit quaternion) of a rigid 4 x 4 transform."""
+    return Pose(tuple(float(v) for v in m[:3, 3]),
+                tuple(float(v) for v in matrix_quaternion(m[:3, :3])))
 
 
 def rgb_image_fields(rgb: np.ndarray) -> dict:

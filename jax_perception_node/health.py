@@ -13,8 +13,9 @@ and ERROR, and the node turns a :class:`Health` into a DiagnosticStatus. Rules, 
 - Rejected clouds since the last report: ERROR when every cloud taken since then was rejected
   (none processed), WARN when some were.
 - WARN: total p99 over ``latency_budget_ms``, a stale (masked) camera, and since the last
-  report any overflowed cloud, non-finite feature values, rejected feature map, CameraInfo or
-  odometry message, or frame without odometry.
+  report any overflowed cloud, non-finite feature values, rejected feature map, CameraInfo,
+  odometry or TF message, frame without odometry, cloud skipped for want of its TF pose
+  (``extrinsics.source: tf``) or camera masked for want of its TF pose.
 """
 
 from dataclasses import dataclass
@@ -26,11 +27,13 @@ OK, WARN, ERROR = 0, 1, 2
 COUNTS = ('received', 'processed', 'dropped', 'rejected', 'feature_maps_received',
           'rejected_feature_maps', 'rejected_camera_info', 'camera_info_applied', 'overflowed',
           'nonfinite_features', 'odometry_received', 'rejected_odometry',
-          'frames_without_odometry')
+          'frames_without_odometry', 'transforms_received', 'rejected_transforms',
+          'frames_without_tf', 'cameras_without_tf')
 # Counts also kept since the last report (the same names), for the per-report rules.
 PERIOD_COUNTS = ('processed', 'rejected', 'rejected_feature_maps', 'rejected_camera_info',
                  'overflowed', 'nonfinite_features', 'rejected_odometry',
-                 'frames_without_odometry')
+                 'frames_without_odometry', 'rejected_transforms', 'frames_without_tf',
+                 'cameras_without_tf')
 
 # Per-report WARNs: count name -> message after the number.
 _PERIOD_WARNINGS = (
@@ -39,6 +42,9 @@ _PERIOD_WARNINGS = (
     ('rejected_camera_info', 'CameraInfo messages rejected'),
     ('rejected_odometry', 'odometry messages rejected'),
     ('frames_without_odometry', 'frames without odometry (current sweep only)'),
+    ('rejected_transforms', 'TF transforms rejected'),
+    ('frames_without_tf', 'clouds skipped: no TF pose of their frame'),
+    ('cameras_without_tf', 'camera maps masked: no TF pose of their frame'),
 )
 
 

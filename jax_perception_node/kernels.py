@@ -23,14 +23,7 @@ import jax.numpy as jnp
 
 from .lift import lift_cameras, LiftTables
 
-LIDAR_CHANNELS = ('occupancy', 'density', 'z_max', 'z_mean', 'z_min', 'intensity_mean')
-TIME_LAG_CHANNEL = 'time_lag_mean'    # after intensity_mean when num_sweeps > 1
 _LOG_64 = math.log(64.0)
-
-
-def lidar_channels(num_sweeps: int = 1) -> tuple[str, ...]:
-    """Names of the LiDAR block: ``LIDAR_CHANNELS``, then ``time_lag_mean`` when accumulating."""
-    return LIDAR_CHANNELS + ((TIME_LAG_CHANNEL,) if num_sweeps > 1 else ())
 
 
 def _to_grid(px, py, pz, r, t):

@@ -6,7 +6,9 @@ declared and nothing else; ``configure`` validates them and warms every bucket (
 fails the transition, with the reason logged); ``activate`` subscribes and serves; ``deactivate``
 stops serving (counters kept); ``cleanup`` releases the pipeline; ``shutdown`` works from any
 state and ends the process. Drive it with the lifecycle_msgs services ``<node>/change_state``
-and ``<node>/get_state`` (``ros2 lifecycle set /jax_perception configure``).
+and ``<node>/get_state`` (``ros2 lifecycle set /jax_perception configure``), or launch it with
+``managed:=true``: the launch file configures and activates it unless ``autostart:=false`` (the
+node never transitions itself, so a lifecycle manager that owns it sees only its own requests).
 """
 
 import sys

@@ -9,7 +9,9 @@ rclpy and rosbags messages both work; nothing here imports ROS. All arithmetic i
 (position linear, orientation slerp) when they are at most ``max_gap_s`` apart; otherwise there
 is no pose for that stamp. ``sweep_transform`` composes, for an earlier sweep, the transform
 from its LiDAR frame into the current grid frame (``kernel_inputs.SweepHistory`` uses it for the
-pipeline's device ring of earlier sweeps).
+pipeline's device ring of earlier sweeps). ``TransformPoses`` gives the same ``pose_at``
+from a TransformBuffer (``accumulation.pose_source: tf``), so the frame path does not care
+which source the ego pose comes from.
 
 Bounds (``read_odometry``): positions are float64 and only their differences reach the float32
 kernels, so large map coordinates (UTM, ECEF) are fine; a coordinate beyond
@@ -22,8 +24,9 @@ import math
 
 import numpy as np
 
-from .rotations import quaternion_matrix
+from .rotations import quaternion_matrix, slerp
 from .stamps import NS_PER_S
+from .transforms import TransformError
 
 HISTORY = 200               # samples kept (4 s at 50 Hz)
 MIN_QUATERNION_NORM = 1e-6  # below this an orientation carries no direction at all
@@ -75,19 +78,6 @@ def read_odometry(msg, child_frame_id: str | None = None) -> Sample:
     if not MIN_QUATERNION_NORM <= norm < math.inf:
         raise OdometryError(f'pose.orientation has norm {norm:.3g}: not a rotation')
     return Sample(sec * NS_PER_S + nanosec, position, quaternion / norm)
-
-
-def slerp(q0: np.ndarray, q1: np.ndarray, fraction: float) -> np.ndarray:
-    """Spherical linear interpolation of unit quaternions (x, y, z, w), the shorter arc."""
-    dot = float(np.dot(q0, q1))
-    if dot < 0.0:       # q and -q are the same rotation: take the shorter way round
-        q1, dot = -q1, -dot
-    if dot > 0.9995:    # nearly equal: the linear formula is exact to rounding and stable
-        q = q0 + fraction * (q1 - q0)
-        return q / np.linalg.norm(q)
-    theta = math.acos(min(dot, 1.0))
-    s = math.sin(theta)
-    return (math.sin((1.0 - fraction) * theta) / s) * q0 + (math.sin(fraction * theta) / s) * q1
 
 
 def pose_matrix(rotation: np.ndarray, translation) -> np.ndarray:
@@ -169,3 +159,24 @@ class OdometryBuffer:
         position = before.position + fraction * (after.position - before.position)
         quaternion = slerp(before.quaternion, after.quaternion, fraction)
         return pose_matrix(quaternion_matrix(quaternion), position)
+
+
+class TransformPoses:
+    """
+    Poses of the grid frame in a fixed frame from a TransformBuffer: OdometryBuffer's interface.
+
+    ``pose_at(stamp)`` is the 4 x 4 pose of ``child_frame_id`` in ``fixed_frame`` at ``stamp``
+    (interpolated by the buffer), or None where TF has none.
+    """
+
+    def __init__(self, transforms, fixed_frame: str, child_frame_id: str):
+        """Look up ``child_frame_id`` in ``fixed_frame`` in ``transforms``."""
+        self.transforms = transforms
+        self.fixed_frame, self.child_frame_id = fixed_frame, child_frame_id
+
+    def pose_at(self, stamp: int) -> np.ndarray | None:
+        """Return the 4 x 4 pose at ``stamp`` (ns), or None."""
+        try:
+            return self.transforms.lookup(self.fixed_frame, self.child_frame_id, stamp)
+        except TransformError:
+            return None

@@ -55,7 +55,7 @@ class ParamSpec:
     maximum: float | None = None     # inclusive; for arrays: of every item
     choices: tuple[str, ...] = ()
     length: int | None = None        # fixed array length
-    nonempty: bool = False           # strings: '' is refused
+    nonempty: bool = False           # strings: '' is refused (arrays: as an item)
     static: str | None = None        # why changing it needs a restart; None: live
 
     @property
@@ -149,8 +149,14 @@ SCHEMA: tuple[ParamSpec, ...] = (
     _p('grid.resolution', 'double', 0.4,
        'the edge of a square cell; with the x/y ranges it fixes H and W', unit='m per cell',
        minimum=1e-3, maximum=100.0, static=SHAPES),
+    _p('extrinsics.source', 'string', 'parameters',
+       'where the sensor poses come from: parameters (lidar.*, cameras.<name>.*; clouds and '
+       'maps must be in their configured frames) or tf (/tf_static and /tf: the pose of each '
+       "message's header.frame_id in grid.frame_id at its stamp)",
+       choices=('parameters', 'tf')),
     _p('lidar.frame_id', 'string', 'lidar',
-       'frame the LiDAR pose describes; a cloud stamped with another frame is rejected',
+       'frame the LiDAR pose describes; with extrinsics.source parameters a cloud stamped '
+       'with another frame is rejected',
        nonempty=True),
     _p('lidar.translation', 'double_array', [0.0, 0.0, 1.8],
        'LiDAR origin in the grid frame', **_TRANSLATION),
@@ -165,6 +171,10 @@ SCHEMA: tuple[ParamSpec, ...] = (
     _p('cameras.names', 'string_array', [],
        'camera names (letters, digits, underscores); each needs a cameras.<name> block',
        static=SHAPES),
+    _p('cameras.channel_names', 'string_array', [],
+       'names of the camera feature channels (letters, digits, underscores; unique), the '
+       'GridMap layers; [] for camera_0 .. camera_<C-1>; else one per channel',
+       nonempty=True),
     _p(_C + 'height', 'integer', None, 'feature-map rows H_f', unit='px', minimum=1,
        maximum=MAX_PIXELS, static=SHAPES),
     _p(_C + 'width', 'integer', None, 'feature-map columns W_f', unit='px', minimum=1,
@@ -186,8 +196,8 @@ SCHEMA: tuple[ParamSpec, ...] = (
        'optical frame (z forward, x right, y down) orientation in the grid frame, a unit '
        'quaternion (x, y, z, w)', **_ROTATION),
     _p(_C + 'frame_id', 'string', '',
-       "frame the camera pose describes; '' for <name>_optical; a feature map stamped with "
-       'another frame is rejected'),
+       "frame the camera pose describes; '' for <name>_optical; with extrinsics.source "
+       'parameters a feature map stamped with another frame is rejected'),
     _p(_C + 'distortion_model', 'string', 'none',
        'lens distortion of the feature map: none, plumb_bob (distortion k1 k2 p1 p2 k3) or '
        'equidistant (fisheye, k1 k2 k3 k4)', choices=('none', 'plumb_bob', 'equidistant')),
@@ -213,6 +223,12 @@ SCHEMA: tuple[ParamSpec, ...] = (
     _s('accumulation.max_odometry_gap_s', 0.2,
        'odometry samples bracketing a cloud stamp further apart than this do not count',
        1e-3, DAY_S),
+    _p('accumulation.pose_source', 'string', 'odometry',
+       'ego motion between sweeps: odometry (~/input/odometry) or tf (the pose of '
+       'grid.frame_id in accumulation.fixed_frame from /tf at each cloud stamp)',
+       choices=('odometry', 'tf')),
+    _p('accumulation.fixed_frame', 'string', 'map',
+       'the fixed frame of the ego motion with pose_source tf', nonempty=True),
     _s('sync.max_camera_lidar_delay_s', 0.1,
        'a feature map further than this from the LiDAR stamp is masked for that frame',
        0.0, DAY_S),
@@ -367,6 +383,8 @@ def _check_array(spec: ParamSpec, key: str, value: Any) -> list:
         raise ConfigError(f'{key}: expected a list of integers, got {items!r}')
     elif kind == 'string' and not all(isinstance(v, str) for v in items):
         raise ConfigError(f'{key}: expected a list of strings, got {items!r}')
+    elif kind == 'string' and spec.nonempty and not all(items):
+        raise ConfigError(f'{key}: an empty name in {items!r}')
     if spec.length is not None and len(items) != spec.length:
         raise ConfigError(f'{key}: expected {spec.length} items, got {items!r}')
     for item in items:

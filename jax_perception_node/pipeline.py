@@ -19,6 +19,7 @@ import numpy as np
 
 from . import kernels, lift
 from .buckets import BucketPadder
+from .channels import lidar_channels
 from .config import CameraConfig, load_fusion_weights, PipelineConfig, Pose
 from .executable_cache import ExecutableCache, private_cache_dir
 from .kernel_inputs import calibration_arrays, calibration_vector, SweepHistory
@@ -101,7 +102,7 @@ class BevPipeline:
         self._projection = None if weights is None else tuple(jax.device_put(w) for w in weights)
         self.num_sweeps = cfg.accumulation.num_sweeps
         self.max_sweep_age_s = cfg.accumulation.max_sweep_age_s     # live: set it any time
-        self.lidar_channels = kernels.lidar_channels(self.num_sweeps)
+        self.lidar_channels = lidar_channels(self.num_sweeps)
         self.output_channels = cfg.fused_channels if weights is None else weights[0].shape[1]
         self.projected = weights is not None     # output channels are no longer the raw ones
         n = len(cfg.cameras)

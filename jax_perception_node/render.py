@@ -1,4 +1,14 @@
-"""BEV pictures for people: forward up, left on the left, heights coloured, coverage tinted."""
+"""
+BEV pictures for people: forward up, left on the left, heights coloured, coverage tinted.
+
+The one orientation convention of the BEV outputs (REP-103 grid frame: x forward, y left):
+- ``bev_features`` (the raw array and its Image): row ``i`` = x index from ``x_min``, column
+  ``j`` = y index from ``y_min``; row 0 is the rear (x_min), column 0 the right (y_min). Shown as
+  a picture as is, it is upside down and mirrored: rotated 180 degrees against ``bev_image``.
+- ``bev_image`` and the GridMap (grid_map's index): ``forward_up`` of that array, so row (index)
+  ``r`` = x max side first, column ``c`` = y max side first: ``[r, c] = features[H-1-r, W-1-c]``.
+  Pixel (r, c) of the picture and grid_map index (r, c) are the same cell.
+"""
 
 import numpy as np
 
@@ -7,12 +17,21 @@ RAMP = np.array([[40, 30, 120], [30, 110, 160], [40, 170, 120], [180, 210, 60],
                  [250, 230, 40]], np.float32)
 
 
+def forward_up(bev: np.ndarray) -> np.ndarray:
+    """
+    View of a BEV array ``[H, W, ...]`` with +x (forward) up and +y (left) on the left.
+
+    ``forward_up(bev)[r, c] == bev[H-1-r, W-1-c]``: both axes reversed, a view, no copy.
+    """
+    return bev[::-1, ::-1]
+
+
 def bev_to_rgb(features: np.ndarray, z_min: float, z_max: float) -> np.ndarray:
     """
-    float32[H, W, C >= 7] fused BEV (unprojected) -> uint8[H, W, 3] picture.
+    float32[H, W, C >= 7] fused BEV (unprojected) -> uint8[H, W, 3] picture, ``forward_up``.
 
     Occupied cells take a colour from their z_max; empty cells covered by a camera are grey,
-    the rest black. Rows are flipped so +x (forward) is up and columns so +y (left) is left.
+    the rest black.
     """
     occupancy, z_top, coverage = features[..., 0], features[..., 2], features[..., -1]
     level = np.clip((z_top - z_min) / max(z_max - z_min, 1e-6), 0.0, 1.0) * (len(RAMP) - 1)
@@ -21,4 +40,4 @@ def bev_to_rgb(features: np.ndarray, z_min: float, z_max: float) -> np.ndarray:
     colour = RAMP[low] * (1 - frac) + RAMP[low + 1] * frac
     rgb = np.where(coverage[..., None] > 0, 48.0, 0.0) * np.ones(3, np.float32)
     rgb = np.where(occupancy[..., None] > 0, colour, rgb)
-    return np.ascontiguousarray(rgb[::-1, ::-1].astype(np.uint8))
+    return np.ascontiguousarray(forward_up(rgb).astype(np.uint8))

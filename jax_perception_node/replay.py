@@ -5,7 +5,11 @@ No ROS graph is needed. Cameras pair with LiDAR through the node's own ``CameraS
 bag-time order, which is the order a live node receives them in. CameraInfo messages in the bag
 set the intrinsics the way they do in the node: scaled to the feature map, applied without a
 compile, and counted when rejected. With accumulation, nav_msgs/Odometry messages in the bag
-feed the node's odometry buffer the same way, in bag-time order. A message whose bytes do not
+feed the node's odometry buffer the same way, in bag-time order. With ``extrinsics.source: tf``
+or ``accumulation.pose_source: tf``, /tf_static and /tf (tf2_msgs/TFMessage) feed the frame
+path's transform buffer the same way; a cloud TF cannot place is skipped and counted
+(``frames_without_tf``), a camera masked and counted (``cameras_without_tf``). Otherwise TF in
+the bag is not read, and a bag without TF replays as before. A message whose bytes do not
 deserialize is rejected and counted like a malformed one of its kind, and the replay goes on.
 
 The output bag is written under a temporary folder next to it and renamed into place only when
@@ -22,11 +26,18 @@ from . import bagio
 from .camera import CameraInfoError, FeatureMapError, features_image_fields
 from .cloud import CloudFormatError
 from .config import PipelineConfig
-from .frame_path import Frame, FramePath, rgb_image_fields
+from .frame_path import Frame, FramePath, rgb_image_fields, uses_tf
+from .grid_map import grid_map_message, GridMapLayers
 from .latency import format_value, FRAME_KEYS, percentiles, STAGES
 from .odometry import OdometryError
 from .parameters import ConfigError
 from .pipeline import BevPipeline
+from .transforms import TF_STATIC_TOPIC, TF_TOPIC, TransformError
+
+# The output topics, their types and the publisher depth the node offers them with.
+OUTPUTS = ((bagio.FEATURES_TOPIC, bagio.IMAGE_TYPE, 5), (bagio.IMAGE_TOPIC, bagio.IMAGE_TYPE, 5),
+           (bagio.GRID_MAP_TOPIC, bagio.GRID_MAP_TYPE, 5),
+           (bagio.LATENCY_TOPIC, bagio.DIAGNOSTICS_TYPE, 50))
 
 
 @dataclass
@@ -40,6 +51,10 @@ class ReplayResult:
     camera_info_applied: int = 0
     rejected_odometry: int = 0
     frames_without_odometry: int = 0
+    transforms_received: int = 0      # TFMessages stored from /tf_static and /tf
+    rejected_transforms: int = 0      # TFMessages with a transform refused
+    frames_without_tf: int = 0        # clouds skipped: TF could not place their frame
+    cameras_without_tf: int = 0       # camera maps masked: TF could not place their frame
     overflowed: int = 0
     compiles_after_warmup: int = 0
     warmup_s: float = 0.0
@@ -61,6 +76,10 @@ class ReplayResult:
             'camera_info_applied': self.camera_info_applied,
             'rejected_odometry': self.rejected_odometry,
             'frames_without_odometry': self.frames_without_odometry,
+            'transforms_received': self.transforms_received,
+            'rejected_transforms': self.rejected_transforms,
+            'frames_without_tf': self.frames_without_tf,
+            'cameras_without_tf': self.cameras_without_tf,
             'overflowed_frames': self.overflowed, 'warmup_s': round(self.warmup_s, 3),
             'cameras_used': percentiles(r['cameras_used'] for r in self.records),
         }
@@ -92,6 +111,7 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
             raise bagio.BagError(f'{src}: no {bagio.POINTCLOUD_TYPE} topic {topics.pointcloud} '
                                  f'(topics: {", ".join(sorted(types)) or "none"})')
         total = next(c.msgcount for c in reader.connections if c.topic == topics.pointcloud)
+        bagio.message_class(bagio.GRID_MAP_TYPE)   # BagError naming the package if not installed
         # Before the warm-up: an output that cannot be written fails at once.
         with bagio.writing_bag(dst) as path:
             pipe = pipeline or BevPipeline(cfg)
@@ -118,6 +138,10 @@ class _Replay:
                  snapshot_frames, total: int):
         self.path, self.writer, self.result = path, writer, result
         self.snapshot_frames, self.total = snapshot_frames, total
+        self.grid_map_layers = GridMapLayers.for_pipeline(path.cfg, path.pipe)
+        # The QoS the node's publishers offer, as a recording of the live node would keep it.
+        for topic, msgtype, depth in OUTPUTS:
+            writer.add_topic(topic, msgtype, [bagio.offered_qos(depth=depth)])
 
     def run(self, reader, types: dict[str, str], topics: bagio.BagTopics, progress) -> None:
         """Feed every input message of the bag to the frame path; outputs go to the writer."""
@@ -128,10 +152,14 @@ class _Replay:
                  if types.get(topics.camera_info(c.name)) == bagio.CAMERA_INFO_TYPE}
         odometry = [topics.odometry] if (self.path.accumulating and types.get(
             topics.odometry) == bagio.ODOMETRY_TYPE) else []
+        tf = [t for t in (TF_STATIC_TOPIC, TF_TOPIC)
+              if uses_tf(self.path.cfg) and types.get(t) == bagio.TF_TYPE]
         result = self.result
         for topic, timestamp, raw, msgtype in bagio.iter_messages(
-                reader, [topics.pointcloud, *features, *infos, *odometry]):
-            if topic in odometry:
+                reader, [topics.pointcloud, *features, *infos, *odometry, *tf]):
+            if topic in tf:
+                self.transforms(raw, msgtype, topic == TF_STATIC_TOPIC)
+            elif topic in odometry:
                 self.odometry(raw, msgtype)
             elif topic in features:
                 self.features(features[topic], raw, msgtype)
@@ -140,7 +168,8 @@ class _Replay:
             else:
                 self.cloud(raw, msgtype, timestamp)
                 if progress:
-                    progress(result.frames + result.rejected, self.total)
+                    progress(result.frames + result.rejected + result.frames_without_tf,
+                             self.total)
 
     def features(self, name: str, raw: bytes, msgtype: str) -> None:
         """Buffer a camera's feature map, or count it rejected."""
@@ -168,13 +197,27 @@ class _Replay:
             self.result.rejected_odometry += 1
             self.result.errors.append(f'odometry rejected: {exc}')
 
+    def transforms(self, raw: bytes, msgtype: str, static: bool) -> None:
+        """Store a TFMessage's transforms, or count it rejected (its good ones are stored)."""
+        try:
+            self.path.add_transforms(bagio.deserialize(raw, msgtype), static)
+        except (bagio.BagError, TransformError) as exc:
+            self.result.rejected_transforms += 1
+            self.result.errors.append(f'{TF_STATIC_TOPIC if static else TF_TOPIC}: {exc}')
+            return
+        self.result.transforms_received += 1
+
     def cloud(self, raw: bytes, msgtype: str, timestamp: int) -> None:
-        """Process one cloud and write its outputs, or count it rejected."""
+        """Process one cloud and write its outputs, or count it rejected or skipped (no TF)."""
         try:
             frame = self.path.process(bagio.deserialize(raw, msgtype))
         except (bagio.BagError, CloudFormatError) as exc:
             self.result.rejected += 1
             self.result.errors.append(f'point cloud at {timestamp}: {exc}')
+            return
+        except TransformError as exc:
+            self.result.frames_without_tf += 1
+            self.result.errors.append(f'point cloud at {timestamp} skipped: {exc}')
             return
         self.write(frame, timestamp)
 
@@ -189,6 +232,9 @@ class _Replay:
         if frame.rgb is not None:
             writer.write(bagio.IMAGE_TOPIC, bagio.image_msg(
                 rgb_image_fields(frame.rgb), frame.stamp_ns, frame_id), timestamp)
+        writer.write(bagio.GRID_MAP_TOPIC, grid_map_message(
+            bagio.TYPESTORE.types, self.grid_map_layers, out.features, self.path.cfg.grid,
+            frame.stamp_ns), timestamp)
         record = FramePath.finish(frame, write_start, frame.started)
         writer.write(bagio.LATENCY_TOPIC, bagio.diagnostic_array(
             frame.stamp_ns, frame_id, 'jax_perception: frame',
@@ -199,6 +245,7 @@ class _Replay:
             result.snapshots[index] = out.features.copy()
         result.frames += 1
         result.frames_without_odometry += frame.without_odometry
+        result.cameras_without_tf += len(frame.cameras_without_tf)
         result.overflowed += out.overflow_points > 0
         result.buckets[out.bucket] = result.buckets.get(out.bucket, 0) + 1
         result.records.append(record)

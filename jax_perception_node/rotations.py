@@ -1,4 +1,6 @@
-"""Rotations from unit quaternions, float64, the one formula every module uses."""
+"""Rotations from unit quaternions, float64: the one set of formulas every module uses."""
+
+import math
 
 import numpy as np
 
@@ -16,3 +18,41 @@ def quaternion_matrix(q) -> np.ndarray:
         [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
         [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
     ], np.float64)
+
+
+def matrix_quaternion(rotation: np.ndarray) -> np.ndarray:
+    """
+    Return the unit quaternion (x, y, z, w), w >= 0, of a float64[3, 3] rotation matrix.
+
+    Shepperd's method: the largest of the four diagonal combinations is the divisor, so the
+    result is accurate for every rotation (no division by a small number).
+    """
+    m = np.asarray(rotation, np.float64)
+    trace = m[0, 0] + m[1, 1] + m[2, 2]
+    candidates = (trace, m[0, 0], m[1, 1], m[2, 2])
+    largest = int(np.argmax(candidates))
+    if largest == 0:
+        s = 2.0 * math.sqrt(1.0 + trace)
+        q = [(m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s, s / 4]
+    else:
+        i = largest - 1
+        j, k = (i + 1) % 3, (i + 2) % 3
+        s = 2.0 * math.sqrt(max(1.0 + m[i, i] - m[j, j] - m[k, k], 0.0))
+        q = [0.0, 0.0, 0.0, (m[k, j] - m[j, k]) / s]
+        q[i], q[j], q[k] = s / 4, (m[j, i] + m[i, j]) / s, (m[k, i] + m[i, k]) / s
+    q = np.array(q, np.float64)
+    q /= np.linalg.norm(q)
+    return -q if q[3] < 0 else q
+
+
+def slerp(q0: np.ndarray, q1: np.ndarray, fraction: float) -> np.ndarray:
+    """Spherical linear interpolation of unit quaternions (x, y, z, w), the shorter arc."""
+    dot = float(np.dot(q0, q1))
+    if dot < 0.0:       # q and -q are the same rotation: take the shorter way round
+        q1, dot = -q1, -dot
+    if dot > 0.9995:    # nearly equal: the linear formula is exact to rounding and stable
+        q = q0 + fraction * (q1 - q0)
+        return q / np.linalg.norm(q)
+    theta = math.acos(min(dot, 1.0))
+    s = math.sin(theta)
+    return (math.sin((1.0 - fraction) * theta) / s) * q0 + (math.sin(fraction * theta) / s) * q1

@@ -17,6 +17,10 @@ message follow the rules of health.py.
 With accumulation (``accumulation.num_sweeps`` > 1) the node also subscribes to
 ``~/input/odometry``; bad odometry is refused and counted, a frame without a pose uses its own
 sweep only, and both show in /diagnostics as a WARN.
+With ``extrinsics.source: tf`` or ``accumulation.pose_source: tf`` the node also subscribes to
+/tf_static (reliable, transient local, depth 100, as tf2_ros' static listener) and /tf
+(reliable, depth 100) and feeds the frame path's transform buffer; a cloud TF cannot place is
+skipped, a camera it cannot place masked, both counted and a WARN (health.py).
 """
 
 import threading
@@ -26,20 +30,30 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
-from rclpy.qos import qos_profile_sensor_data, QoSProfile
+from rclpy.qos import (DurabilityPolicy, qos_profile_sensor_data, QoSProfile,
+                       ReliabilityPolicy)
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
+from tf2_msgs.msg import TFMessage
 
-from .camera import byte_array, CameraInfoError, FeatureMapError, features_image_fields
+from .camera import CameraInfoError, FeatureMapError
 from .cloud import CloudFormatError
 from .config import config_from_parameters
-from .frame_path import FramePath, rgb_image_fields
+from .frame_path import FramePath, uses_tf
+from .grid_map import GridMapLayers
 from .health import assess, CloudTimes, COUNTS, PERIOD_COUNTS
-from .latency import format_value, FRAME_KEYS, LatencyWindow
+from .latency import format_value, LatencyWindow
 from .live_params import changed_intrinsics, check_update
+from .node_outputs import FrameOutputs
 from .node_params import declare_parameters, read_parameters
 from .odometry import OdometryError
 from .parameters import ConfigError
 from .pipeline import BevPipeline
+from .transforms import TransformError
+
+# tf2_ros' listener QoS: /tf_static latched (transient local) so a late node still gets it.
+TF_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+TF_STATIC_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 class PerceptionCore:
@@ -51,6 +65,7 @@ class PerceptionCore:
         self._create_publisher, self._destroy_publisher = create_publisher, destroy_publisher
         self.values: dict = {}
         self.cfg = self.pipe = self.path = self.window = None
+        self.outputs = None
         self.counts = dict.fromkeys(COUNTS, 0)
         self._period = dict.fromkeys(PERIOD_COUNTS, 0)    # since the last /diagnostics report
         self._times = CloudTimes()
@@ -59,7 +74,8 @@ class PerceptionCore:
         self._pending = None
         self._wake, self._stop = threading.Event(), threading.Event()
         self._worker = self._timer = None
-        self._subscriptions, self._publishers = [], {}
+        self._subscriptions, self._diagnostics_pub = [], None
+        self._tf_subscriptions = []
 
     @property
     def log(self):
@@ -79,6 +95,7 @@ class PerceptionCore:
         cfg = config_from_parameters(values)
         started = time.perf_counter()
         pipe = BevPipeline(cfg)
+        layers = GridMapLayers.for_pipeline(cfg, pipe)    # ConfigError before the warm-up
         times = pipe.warmup()
         self.log.info('warm-up: ' + ', '.join(f'{k} {v * 1e3:.0f} ms' for k, v in times.items())
                       + f'; total {time.perf_counter() - started:.2f} s'
@@ -88,14 +105,9 @@ class PerceptionCore:
         self.values, self.cfg, self.pipe = values, cfg, pipe
         self.path = FramePath(cfg, pipe)
         self.window = LatencyWindow(cfg.diagnostics.window)
-        reliable = QoSProfile(depth=5)
-        self._publishers = {
-            'features': self._create_publisher(Image, '~/output/bev_features', reliable),
-            'image': self._create_publisher(Image, '~/output/bev_image', reliable),
-            'latency': self._create_publisher(DiagnosticArray, '~/debug/latency',
-                                              QoSProfile(depth=50)),
-            'diagnostics': self._create_publisher(DiagnosticArray, '/diagnostics', reliable),
-        }
+        self.outputs = FrameOutputs(self._create_publisher, layers)
+        self._diagnostics_pub = self._create_publisher(DiagnosticArray, '/diagnostics',
+                                                       QoSProfile(depth=5))
 
     def activate(self) -> None:
         """
@@ -120,9 +132,11 @@ class PerceptionCore:
             subs.append(node.create_subscription(Odometry, '~/input/odometry',
                                                  self._on_odometry, qos_profile_sensor_data))
         self._subscriptions = subs
+        self._subscribe_tf()
         with self._lock:
             self._times = CloudTimes()    # the LiDAR timeout counts from this activation's clouds
         self._stop.clear()
+        self.outputs.start()
         self._worker = threading.Thread(target=self._serve, name='bev_worker', daemon=True)
         self._worker.start()
         pipe = self.pipe
@@ -133,9 +147,9 @@ class PerceptionCore:
 
     def deactivate(self) -> None:
         """Stop serving: no subscriptions, no timer; the frame in progress finishes first."""
-        for sub in self._subscriptions:
+        for sub in self._subscriptions + self._tf_subscriptions:
             self.node.destroy_subscription(sub)
-        self._subscriptions = []
+        self._subscriptions, self._tf_subscriptions = [], []
         if self._timer is not None:
             self.node.destroy_timer(self._timer)
             self._timer = None
@@ -148,10 +162,21 @@ class PerceptionCore:
 
     def cleanup(self) -> None:
         """Release the publishers and the pipeline (its executables and device buffers)."""
-        for pub in self._publishers.values():
-            self._destroy_publisher(pub)
-        self._publishers = {}
+        self.outputs.destroy(self._destroy_publisher)
+        self._destroy_publisher(self._diagnostics_pub)
+        self.outputs = self._diagnostics_pub = None
         self.pipe = self.path = self.window = None
+
+    def _subscribe_tf(self) -> None:
+        """Subscribe to /tf_static and /tf once the configuration needs them (kept after)."""
+        if self._tf_subscriptions or not uses_tf(self.cfg):
+            return
+        node = self.node
+        self._tf_subscriptions = [
+            node.create_subscription(TFMessage, '/tf_static',
+                                     lambda msg: self._on_transforms(msg, True), TF_STATIC_QOS),
+            node.create_subscription(TFMessage, '/tf',
+                                     lambda msg: self._on_transforms(msg, False), TF_QOS)]
 
     def _make_timer(self, period_s: float):
         # Diagnostics run on the steady clock: a paused sim clock must not hide a dead LiDAR.
@@ -186,6 +211,7 @@ class PerceptionCore:
 
     def _apply(self, cfg, intrinsics_from_params: set[str]) -> None:
         """Apply a checked config whole; ConfigError leaves everything as it was."""
+        layers = GridMapLayers.for_pipeline(cfg, self.pipe)   # cameras.channel_names is live
         timer = None
         if cfg.diagnostics.period_s != self.cfg.diagnostics.period_s and self._timer is not None:
             timer = self._make_timer(cfg.diagnostics.period_s)
@@ -201,7 +227,9 @@ class PerceptionCore:
         if cfg.diagnostics.window != self.cfg.diagnostics.window:
             with self._lock:
                 self.window = LatencyWindow(cfg.diagnostics.window)
-        self.cfg = cfg
+        self.cfg, self.outputs.layers = cfg, layers
+        if self._subscriptions:     # active: a switch to TF subscribes at once
+            self._subscribe_tf()
 
     def _on_camera_info(self, name: str, msg: CameraInfo) -> None:
         try:
@@ -234,25 +262,30 @@ class PerceptionCore:
         self._wake.set()
 
     def _on_odometry(self, msg: Odometry) -> None:
-        try:
-            self.path.add_odometry(msg)
-        except OdometryError as exc:
-            self._count('rejected_odometry')
-            self.log.warning(f'odometry rejected: {exc}', throttle_duration_sec=2.0)
-            return
-        self._count('odometry_received')
+        self._take(lambda: self.path.add_odometry(msg), 'odometry_received',
+                   'rejected_odometry', 'odometry rejected', OdometryError)
+
+    def _on_transforms(self, msg: TFMessage, static: bool) -> None:
+        self._take(lambda: self.path.add_transforms(msg, static), 'transforms_received',
+                   'rejected_transforms', '/tf_static' if static else '/tf', TransformError)
 
     def _on_features(self, name: str, msg: Image) -> None:
-        try:
-            jumped = self.path.add_features(name, msg)
-        except FeatureMapError as exc:
-            self._count('rejected_feature_maps')
-            self.log.warning(f'camera {name}: feature map rejected: {exc}',
-                             throttle_duration_sec=2.0)
-            return
-        self._count('feature_maps_received')
+        jumped = self._take(lambda: self.path.add_features(name, msg), 'feature_maps_received',
+                            'rejected_feature_maps', f'camera {name}: feature map rejected',
+                            FeatureMapError)
         if jumped:
             self.log.info(f'camera {name}: stamp went backwards, its buffer was reset')
+
+    def _take(self, accept, taken: str, refused: str, what: str, error: type):
+        """Run ``accept()`` and count the message as ``taken``, or as ``refused`` with a log."""
+        try:
+            result = accept()
+        except error as exc:
+            self._count(refused)
+            self.log.warning(f'{what}: {exc}', throttle_duration_sec=2.0)
+            return None
+        self._count(taken)
+        return result
 
     def _bump(self, key: str, n: int = 1) -> None:
         """Add to a total and, for the per-report rules, to its count since the last report."""
@@ -280,37 +313,30 @@ class PerceptionCore:
                     self.log.error(f'frame failed: {exc!r}')
 
     def _process(self, msg: PointCloud2, arrived: float) -> None:
-        image_pub = self._publishers['image']
         try:
-            frame = self.path.process(msg, picture=image_pub.get_subscription_count() > 0)
+            frame = self.path.process(msg, picture=self.outputs.wants_picture())
         except CloudFormatError as exc:
             self._count('rejected')
             self.log.warning(f'point cloud rejected: {exc}', throttle_duration_sec=2.0)
             return
+        except TransformError as exc:
+            self._count('frames_without_tf')
+            self.log.warning(f'point cloud skipped: {exc}', throttle_duration_sec=2.0)
+            return
         if frame.stamps_jumped:
             self.log.info('LiDAR stamp went backwards (bag loop?): camera buffers reset')
-        publish_start = time.perf_counter()
         header = msg.header
         header.frame_id = self.cfg.grid.frame_id
+        record = self.outputs.publish(frame, header, arrived, self.cfg.grid,
+                                      self.node.get_clock())
         result = frame.result
-        self._publishers['features'].publish(
-            _image(header, features_image_fields(result.features)))
-        if frame.rgb is not None:
-            image_pub.publish(_image(header, rgb_image_fields(frame.rgb)))
-        age_ms = (self.node.get_clock().now().nanoseconds - frame.stamp_ns) / 1e6
-        record = FramePath.finish(frame, publish_start, arrived, age_ms)
-        latency = DiagnosticArray(header=header)
-        latency.status.append(DiagnosticStatus(
-            level=DiagnosticStatus.OK, name='jax_perception: frame',
-            hardware_id=self.cfg.grid.frame_id,
-            values=[KeyValue(key=k, value=format_value(record[k])) for k in FRAME_KEYS]))
-        self._publishers['latency'].publish(latency)
         now = time.monotonic()
         with self._lock:
             self._bump('processed')
             self._bump('overflowed', int(result.overflow_points > 0))
             self._bump('nonfinite_features', result.nonfinite_features)
             self._bump('frames_without_odometry', int(frame.without_odometry))
+            self._bump('cameras_without_tf', len(frame.cameras_without_tf))
             times = self._times
             self._times = CloudTimes(times.first, times.last, now)
             self._stale = frame.stale
@@ -321,6 +347,7 @@ class PerceptionCore:
     def diagnostic_status(self) -> DiagnosticStatus:
         """Roll up counts, latency percentiles, level and reason into one status (health.py)."""
         diagnostics = self.cfg.diagnostics
+        node_name = self.node.get_fully_qualified_name()
         with self._lock:
             counts, period, times = dict(self.counts), self._period, self._times
             self._period = dict.fromkeys(PERIOD_COUNTS, 0)
@@ -330,8 +357,8 @@ class PerceptionCore:
                         self.pipe.compiles_after_warmup, self.pipe.padder.capacity,
                         diagnostics.lidar_timeout_s, diagnostics.latency_budget_ms)
         return DiagnosticStatus(   # level is a ROS byte field: bytes, not int
-            level=bytes([health.level]), name='jax_perception: pipeline',
-            hardware_id=self.cfg.grid.frame_id, message=health.message,
+            level=bytes([health.level]), name=f'{node_name}: pipeline',
+            hardware_id=node_name, message=health.message,
             values=[KeyValue(key=k, value=v if isinstance(v, str) else format_value(v))
                     for k, v in health.values.items()])
 
@@ -339,12 +366,4 @@ class PerceptionCore:
         array = DiagnosticArray()
         array.header.stamp = self.node.get_clock().now().to_msg()
         array.status.append(self.diagnostic_status())
-        self._publishers['diagnostics'].publish(array)
-
-
-def _image(header, fields: dict) -> Image:
-    msg = Image(header=header, height=fields['height'], width=fields['width'],
-                encoding=fields['encoding'], is_bigendian=fields['is_bigendian'],
-                step=fields['step'])
-    msg.data = byte_array(fields['data'])
-    return msg
+        self._diagnostics_pub.publish(array)

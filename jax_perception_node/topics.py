@@ -6,6 +6,11 @@ ODOMETRY_TOPIC = f'{NAMESPACE}/input/odometry'   # nav_msgs/Odometry, for accumu
 FEATURES_TOPIC = f'{NAMESPACE}/output/bev_features'
 IMAGE_TOPIC = f'{NAMESPACE}/output/bev_image'
 LATENCY_TOPIC = f'{NAMESPACE}/debug/latency'
+GRID_MAP_TOPIC = f'{NAMESPACE}/output/bev_grid_map'                # grid_map_msgs/GridMap
+# autoware_internal_debug_msgs/Float64Stamped, ms: Autoware's timing topics.
+PROCESSING_TIME_TOPIC = f'{NAMESPACE}/debug/processing_time_ms'
+CYCLIC_TIME_TOPIC = f'{NAMESPACE}/debug/cyclic_time_ms'
+PIPELINE_LATENCY_TOPIC = f'{NAMESPACE}/debug/pipeline_latency_ms'
 DIAGNOSTICS_TOPIC = '/diagnostics'
 
 
@@ -17,3 +22,9 @@ def camera_topic(name: str) -> str:
 def camera_info_topic(name: str) -> str:
     """Input topic of a camera's sensor_msgs/CameraInfo (K at image resolution)."""
     return f'{NAMESPACE}/input/camera/{name}/camera_info'
+
+
+# Everything the node publishes (camera-free: no topic name depends on the configuration).
+PUBLISHED_TOPICS = (FEATURES_TOPIC, IMAGE_TOPIC, GRID_MAP_TOPIC, LATENCY_TOPIC,
+                    PROCESSING_TIME_TOPIC, CYCLIC_TIME_TOPIC, PIPELINE_LATENCY_TOPIC,
+                    DIAGNOSTICS_TOPIC)

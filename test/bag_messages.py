@@ -4,9 +4,12 @@ import math
 import sys
 
 from jax_perception_node import bagio
+from jax_perception_node.tools.cloud_messages import point_cloud
 import numpy as np
 
 TYPES = bagio.TYPESTORE.types
+# x, y, z, intensity: float32 (PointField datatype 7) at 0, 4, 8, 12 bytes.
+XYZI_FIELDS = tuple((name, 4 * k, 7) for k, name in enumerate(('x', 'y', 'z', 'intensity')))
 
 
 def header(stamp_ns: int, frame_id: str):
@@ -16,15 +19,15 @@ def header(stamp_ns: int, frame_id: str):
         stamp=TYPES['builtin_interfaces/msg/Time'](sec=sec, nanosec=nanosec), frame_id=frame_id)
 
 
-def cloud(points: np.ndarray, stamp_ns: int):
-    """float32 (N, 4) -> PointCloud2 with x, y, z, intensity."""
-    fields = [TYPES['sensor_msgs/msg/PointField'](name=n, offset=4 * i, datatype=7, count=1)
-              for i, n in enumerate(('x', 'y', 'z', 'intensity'))]
-    data = np.frombuffer(np.ascontiguousarray(points, np.float32).tobytes(), np.uint8)
-    return TYPES[bagio.POINTCLOUD_TYPE](
-        header=header(stamp_ns, 'lidar'), height=1, width=len(points), fields=fields,
-        is_bigendian=sys.byteorder == 'big', point_step=16, row_step=16 * len(points),
-        data=data, is_dense=True)
+def cloud(points: np.ndarray, stamp_ns: int, frame_id: str = 'lidar', types=TYPES):
+    """
+    float32 (N, 4) -> PointCloud2 with x, y, z, intensity, in the host's byte order.
+
+    ``types``: rosbags' (the default) or ``cloud_messages.rclpy_types()`` for an rclpy message.
+    """
+    points = np.asarray(points, np.float32)
+    return point_cloud(types, points, XYZI_FIELDS, len(points), 16, stamp_ns, frame_id,
+                       is_bigendian=sys.byteorder == 'big')
 
 
 def features(fmap: np.ndarray, stamp_ns: int, camera: str = 'front',

@@ -19,3 +19,28 @@ os.environ.setdefault('FASTRTPS_DEFAULT_PROFILES_FILE', str(REPO / 'config' / 'f
 def tiny_cfg() -> PipelineConfig:
     """small_config() with two cameras."""
     return small_config()
+
+
+@pytest.fixture(scope='module')
+def warmed():
+    """
+    Return ``cfg -> BevPipeline``, warmed up: one pipeline per config and test module.
+
+    A module's tests share a pipeline (a warm-up compiles every bucket); another module gets
+    its own, so state a test leaves (calibration, sweep ring) never crosses modules.
+    """
+    from jax_perception_node.pipeline import BevPipeline
+    pipelines = {}
+
+    def warmed_pipeline(cfg: PipelineConfig) -> BevPipeline:
+        if cfg not in pipelines:
+            pipelines[cfg] = BevPipeline(cfg)
+            pipelines[cfg].warmup()
+        return pipelines[cfg]
+    return warmed_pipeline
+
+
+@pytest.fixture(scope='module')
+def pipe(warmed):
+    """Return the module's warmed pipeline on small_config(): a 32 x 48 grid, two cameras."""
+    return warmed(small_config())

@@ -8,7 +8,9 @@ import sys
 import threading
 import time
 
+import bag_messages
 from jax_perception_node.config import write_param_file as write_params  # noqa: F401
+from jax_perception_node.tools.cloud_messages import rclpy_types
 from jax_perception_node.tools.processes import console_script, stop_process
 import numpy as np
 
@@ -41,22 +43,8 @@ class NodeProcess:
 
 
 def make_cloud(points: np.ndarray, stamp_ns: int, frame_id: str = 'lidar'):
-    """float32 (N, 4) -> sensor_msgs/PointCloud2 with x, y, z, intensity (built by hand here)."""
-    from sensor_msgs.msg import PointCloud2, PointField
-    import array
-    msg = PointCloud2()
-    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
-    msg.header.frame_id = frame_id
-    msg.height, msg.width = 1, len(points)
-    msg.fields = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, count=1)
-                  for i, n in enumerate(('x', 'y', 'z', 'intensity'))]
-    msg.is_bigendian = sys.byteorder == 'big'
-    msg.point_step, msg.row_step = 16, 16 * len(points)
-    msg.is_dense = False
-    data = array.array('B')
-    data.frombytes(np.ascontiguousarray(points, np.float32).tobytes())
-    msg.data = data
-    return msg
+    """float32 (N, 4) -> sensor_msgs/PointCloud2 (rclpy) with x, y, z, intensity."""
+    return bag_messages.cloud(points, stamp_ns, frame_id, rclpy_types())
 
 
 def make_features(fmap: np.ndarray, stamp_ns: int, name: str, frame_id: str | None = None):

@@ -24,6 +24,7 @@ from jax_perception_node.cloud import CloudFormatError
 from jax_perception_node.config import default_params_file, load_config
 from jax_perception_node.odometry import OdometryError
 from jax_perception_node.parameters import ConfigError
+from jax_perception_node.transforms import TransformError
 
 from .bench.common import BenchError
 from .fleet import is_bag
@@ -41,7 +42,7 @@ class Terminated(BaseException):
 # One exception type per layer; each reaching ``main`` is one line and exit code 1. The
 # message decoders' errors are counted by replay, never raised through it: listed all the same.
 USER_ERRORS = (UsageError, ConfigError, BagError, FleetError, BenchError, CloudFormatError,
-               FeatureMapError, CameraInfoError, OdometryError)
+               FeatureMapError, CameraInfoError, OdometryError, TransformError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,14 +50,20 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _camera_topics(pairs: list[str], option: str = '--camera-topic') -> dict[str, str]:
-    topics = {}
+def _pairs(pairs: list[str], option: str, separator: str = '=',
+           form: str = 'NAME=TOPIC') -> dict[str, str]:
+    """Return the KEY -> VALUE of repeated ``option`` values written KEY<separator>VALUE."""
+    mapping = {}
     for pair in pairs or []:
-        name, sep, topic = pair.partition('=')
-        if not sep or not name or not topic:
-            raise UsageError(f'{option} expects NAME=TOPIC, got {pair!r}')
-        topics[name] = topic
-    return topics
+        key, sep, value = pair.partition(separator)
+        if not sep or not key or not value:
+            raise UsageError(f'{option} expects {form}, got {pair!r}')
+        mapping[key] = value
+    return mapping
+
+
+def _camera_topics(pairs: list[str], option: str = '--camera-topic') -> dict[str, str]:
+    return _pairs(pairs, option)
 
 
 def _load(args):
@@ -213,6 +220,10 @@ def _replay_one(args, cfg, topics: BagTopics) -> int:
         print(f'accumulation: {cfg.accumulation.num_sweeps} sweeps, '
               f'{result.frames_without_odometry} frames without odometry, '
               f'{result.rejected_odometry} odometry messages rejected')
+    if result.transforms_received or result.frames_without_tf or result.rejected_transforms:
+        print(f'tf: {result.transforms_received} messages, {result.rejected_transforms} '
+              f'rejected, {result.frames_without_tf} clouds without TF, '
+              f'{result.cameras_without_tf} camera maps without TF')
     print('buckets: ' + ', '.join(f'{k}: {v}' for k, v in summary['buckets'].items()))
     print(latency_table(result.records))
     for line in result.errors[:5]:
@@ -242,11 +253,12 @@ def _write_pictures(png: Path, result, cfg) -> None:
 def cmd_play(args) -> int:
     """Publish a bag on live topics."""
     from .live import play_bag
+    if args.clock is not None and args.clock <= 0:
+        raise UsageError(f'--clock must be > 0 Hz, got {args.clock:g}')
+    remap = _pairs(args.remap, '--remap', ':=', 'FROM:=TO')   # ros2 bag play's syntax
     cfg = _load(args)
-    topics = _topics(args)
-    return play_bag(args.input, cfg, topics.pointcloud, dict(topics.cameras), rate=args.rate,
-                    loop=args.loop, restamp=args.restamp,
-                    camera_info_topics=dict(topics.camera_infos), odometry_topic=topics.odometry)
+    return play_bag(args.input, cfg, _topics(args), rate=args.rate, loop=args.loop,
+                    restamp=args.restamp, remap=remap, clock_hz=args.clock or 0.0)
 
 
 def cmd_record(args) -> int:
@@ -254,7 +266,9 @@ def cmd_record(args) -> int:
     from .live import record_topics
     if Path(args.out).exists():
         raise UsageError(f'{args.out} exists, not overwriting')
-    return record_topics(args.out, args.topic or [], args.seconds)
+    if args.wait is not None and args.wait < 0:
+        raise UsageError(f'--wait must be >= 0 s, got {args.wait:g}')
+    return record_topics(args.out, args.topic or [], args.seconds, wait_s=args.wait)
 
 
 def cmd_bench(args) -> int:
@@ -329,6 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--loop', action='store_true')
     p.add_argument('--restamp', action='store_true',
                    help='shift header stamps to the wall clock (age measured from publish)')
+    p.add_argument('--remap', action='append', metavar='FROM:=TO',
+                   help='publish the bag topic FROM on TO (repeatable; any topic of the bag)')
+    p.add_argument('--clock', type=float, nargs='?', const=40.0, metavar='HZ',
+                   help='publish /clock from the bag time, HZ times a second (default 40)')
     p.set_defaults(func=cmd_play)
 
     p = sub.add_parser('record', help='record live topics into an MCAP bag')
@@ -337,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help='topic to record (repeatable; default: the node outputs and '
                         '/diagnostics)')
     p.add_argument('--seconds', type=float, default=None, help='stop after this long')
+    p.add_argument('--wait', type=float, default=None, metavar='SECONDS',
+                   help='give up when a topic has no publisher after this long (default: '
+                        'wait until every topic has one)')
     p.set_defaults(func=cmd_record)
 
     p = sub.add_parser('bench', help='side-by-side benchmarks')

@@ -96,7 +96,8 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0) -> int:
 
 def _pipeline_statuses(statuses, lidar_timeout_s: float):
     """Return (last status, last status while clouds were still flowing)."""
-    ours = [s for s in statuses if s.name == 'jax_perception: pipeline']
+    # '<node>: pipeline', the node's fully qualified name first (/jax_perception here).
+    ours = [s for s in statuses if s.name.endswith(': pipeline')]
     flowing = [s for s in ours if float({kv.key: kv.value for kv in s.values}.get(
         'seconds_since_cloud', 'inf')) < lidar_timeout_s]
     return (ours[-1] if ours else None), (flowing[-1] if flowing else None)

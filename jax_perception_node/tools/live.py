@@ -2,7 +2,10 @@
 Live bag tools for machines without rosbag2: a player and a recorder on real rclpy.
 
 Both move raw CDR bytes (``publish(bytes)``, ``raw=True`` subscriptions): nothing is converted
-between rosbags and rclpy message types, so playing and recording cost a copy at most.
+between rosbags and rclpy message types, so playing and recording cost a copy at most. Like
+rosbag2, the recorder keeps each topic's offered QoS in the bag's metadata and the player
+publishes with it (where a bag has none: tf2_ros' QoS for /tf and /tf_static, sensor-data QoS
+for the rest).
 """
 
 import threading
@@ -10,76 +13,145 @@ import time
 
 from jax_perception_node import bagio
 from jax_perception_node.config import PipelineConfig
+from jax_perception_node.transforms import TF_STATIC_TOPIC, TF_TOPIC
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-from rclpy.qos import qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
+from rclpy.qos import (DurabilityPolicy, qos_profile_sensor_data, QoSProfile,
+                       ReliabilityPolicy)
+from rosbags.interfaces import (Qos, QosDurability, QosHistory, QosLiveliness,
+                                QosReliability, QosTime)
 
 _ROS_TYPES = {}
+CLOCK_TOPIC = '/clock'
+CLOCK_TYPE = 'rosgraph_msgs/msg/Clock'
 
 
 def ros_type(msgtype: str):
-    """Return the rclpy message class of 'pkg/msg/Name'."""
+    """Return the rclpy message class of 'pkg/msg/Name'; BagError when it is not installed."""
     if msgtype not in _ROS_TYPES:
         package, _, name = msgtype.split('/')
-        module = __import__(f'{package}.msg', fromlist=[name])
-        _ROS_TYPES[msgtype] = getattr(module, name)
+        try:
+            module = __import__(f'{package}.msg', fromlist=[name])
+            _ROS_TYPES[msgtype] = getattr(module, name)
+        except (ImportError, AttributeError):
+            raise bagio.BagError(f'message type {msgtype} is not installed') from None
     return _ROS_TYPES[msgtype]
 
 
-def play_bag(src, cfg: PipelineConfig, pointcloud_topic: str = bagio.POINTCLOUD_TOPIC,
-             camera_topics: dict[str, str] | None = None, rate: float = 1.0, loop: bool = False,
-             restamp: bool = False, wait_s: float = 5.0, context=None,
-             camera_info_topics: dict[str, str] | None = None,
-             odometry_topic: str = bagio.ODOMETRY_TOPIC) -> int:
+def play_routes(types: dict[str, str], cfg: PipelineConfig, topics: bagio.BagTopics,
+                remap: dict[str, str] | None = None) -> dict[str, str]:
     """
-    Publish a bag's LiDAR and camera messages onto the node's inputs at recorded timing.
+    Return bag topic -> published topic: the node's inputs found in the bag, then ``remap``.
 
-    ``pointcloud_topic`` / ``camera_topics`` / ``camera_info_topics`` / ``odometry_topic`` name the
-    topics in the bag; they are published on the node's own input names (odometry whenever the bag
-    has it: the node subscribes to it only with accumulation). ``restamp`` shifts every header
-    stamp by (wall clock at start minus the first bag time), keeping the stamps' spacing, so the
-    node's age measures real latency; each loop restamps afresh, so stamps keep growing. Playing
-    starts once the LiDAR topic has a subscriber, or after ``wait_s``, so the first frames are not
-    lost to discovery.
+    The inputs: LiDAR, each camera's maps and CameraInfo, odometry, /tf_static and /tf.
+
+    ``remap`` (FROM -> TO, ``ros2 bag play --remap``'s FROM:=TO) names topics of the bag: FROM
+    is published on TO instead of on the node's input, and a topic that is no input of the
+    node is published at all. BagError when the bag has no LiDAR topic or no topic FROM.
+    """
+    if types.get(topics.pointcloud) != bagio.POINTCLOUD_TYPE:
+        raise bagio.BagError(f'no {bagio.POINTCLOUD_TYPE} topic {topics.pointcloud}')
+    routes = {topics.pointcloud: bagio.POINTCLOUD_TOPIC}
+    for cam in cfg.cameras:
+        if types.get(topics.camera(cam.name)) == bagio.IMAGE_TYPE:
+            routes[topics.camera(cam.name)] = bagio.camera_topic(cam.name)
+        if types.get(topics.camera_info(cam.name)) == bagio.CAMERA_INFO_TYPE:
+            routes[topics.camera_info(cam.name)] = bagio.camera_info_topic(cam.name)
+    if types.get(topics.odometry) == bagio.ODOMETRY_TYPE:
+        routes[topics.odometry] = bagio.ODOMETRY_TOPIC
+    for tf_topic in (TF_STATIC_TOPIC, TF_TOPIC):     # extrinsics / ego motion from TF
+        if types.get(tf_topic) == bagio.TF_TYPE:
+            routes[tf_topic] = tf_topic
+    for src, dst in (remap or {}).items():
+        if src not in types:
+            raise bagio.BagError(f'no topic {src} to remap (the bag has {", ".join(types)})')
+        routes[src] = dst
+    return routes
+
+
+# tf2_ros' broadcasters: what a TF listener expects where a bag recorded no QoS.
+TF_QOS = {TF_STATIC_TOPIC: QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                                      durability=DurabilityPolicy.TRANSIENT_LOCAL),
+          TF_TOPIC: QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)}
+
+
+def playback_qos(topic: str, offered: list[Qos]) -> QoSProfile:
+    """
+    Return the QoS to publish bag topic ``topic`` with, from what its publishers offered.
+
+    Reliable (and transient-local, as /tf_static) when every recorded publisher was, so such
+    readers still match; sensor-data QoS otherwise. A bag without QoS metadata: ``TF_QOS``
+    for TF, sensor-data QoS for the rest.
+    """
+    if not offered:
+        return TF_QOS.get(topic, qos_profile_sensor_data)
+    if any(q.reliability != QosReliability.RELIABLE for q in offered):
+        return qos_profile_sensor_data
+    latched = all(q.durability == QosDurability.TRANSIENT_LOCAL for q in offered)
+    return QoSProfile(depth=100 if latched else 10, reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.TRANSIENT_LOCAL if latched
+                      else DurabilityPolicy.VOLATILE)
+
+
+def restamped(raw: bytes, msgtype: str, offset_ns: int) -> bytes:
+    """
+    Return a message with its stamps shifted by ``offset_ns``: the Header, or each transform's.
+
+    A TFMessage starts with its transforms, not a Header: it is decoded, shifted and encoded.
+    """
+    if msgtype != bagio.TF_TYPE:
+        return bagio.shift_stamp(raw, offset_ns)
+    msg = bagio.deserialize(raw, msgtype)
+    for transform in msg.transforms:
+        stamp = transform.header.stamp
+        stamp.sec, stamp.nanosec = divmod(stamp.sec * 10**9 + stamp.nanosec + offset_ns, 10**9)
+    return bytes(bagio.TYPESTORE.serialize_cdr(msg, msgtype))
+
+
+def play_bag(src, cfg: PipelineConfig, topics: bagio.BagTopics = bagio.BagTopics(),
+             rate: float = 1.0, loop: bool = False, restamp: bool = False, wait_s: float = 5.0,
+             context=None, remap: dict[str, str] | None = None, clock_hz: float = 0.0) -> int:
+    """
+    Publish a bag's messages at recorded timing: its LiDAR, camera and odometry topics.
+
+    ``topics`` name the node's inputs in the bag; they are published on the node's own input
+    names (odometry whenever the bag has it: the node subscribes to it only with accumulation),
+    or where ``remap`` sends them (see ``play_routes``). ``restamp`` shifts every header stamp by
+    (wall clock at start minus the first bag time), keeping the stamps' spacing, so the node's
+    age measures real latency; each loop restamps afresh. ``clock_hz`` > 0 publishes /clock
+    (rosgraph_msgs/Clock, the bag's time, shifted too with ``restamp``) that many times a
+    second, like ``ros2 bag play --clock``. Playing starts once the LiDAR topic has a
+    subscriber, or after ``wait_s``, so the first frames are not lost to discovery.
     """
     reader = bagio.open_reader(src)
     try:
         types = bagio.topic_types(reader)
-        if types.get(pointcloud_topic) != bagio.POINTCLOUD_TYPE:
-            raise bagio.BagError(f'{src}: no {bagio.POINTCLOUD_TYPE} topic {pointcloud_topic}')
-        remap = {pointcloud_topic: bagio.POINTCLOUD_TOPIC}
-        for cam in cfg.cameras:
-            topic = (camera_topics or {}).get(cam.name, bagio.camera_topic(cam.name))
-            if types.get(topic) == bagio.IMAGE_TYPE:
-                remap[topic] = bagio.camera_topic(cam.name)
-            topic = (camera_info_topics or {}).get(cam.name, bagio.camera_info_topic(cam.name))
-            if types.get(topic) == bagio.CAMERA_INFO_TYPE:
-                remap[topic] = bagio.camera_info_topic(cam.name)
-        if types.get(odometry_topic) == bagio.ODOMETRY_TYPE:
-            remap[odometry_topic] = bagio.ODOMETRY_TOPIC
+        try:
+            routes = play_routes(types, cfg, topics, remap)
+        except bagio.BagError as exc:
+            raise bagio.BagError(f'{src}: {exc}') from None
+        offered = {c.topic: list(getattr(c.ext, 'offered_qos_profiles', ()))
+                   for c in reader.connections}
         own_context = context is None
         if own_context:
             context = rclpy.Context()
             rclpy.init(context=context)
         node = rclpy.create_node('jax_perception_player', context=context)
-        pubs = {src_topic: node.create_publisher(ros_type(types[src_topic]), dst_topic,
-                                                 qos_profile_sensor_data)
-                for src_topic, dst_topic in remap.items()}
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and pubs[pointcloud_topic].get_subscription_count() == 0:
-            time.sleep(0.02)
-        node.get_logger().info(f'playing {src}: ' + ', '.join(
-            f'{a} -> {b}' for a, b in remap.items()))
-        sent = 0
         try:
-            while True:
-                sent += _play_once(reader, pubs, rate, restamp)
-                if not loop or not context.ok():
-                    break
-        except (KeyboardInterrupt, ExternalShutdownException):
-            pass
+            pubs = {src_topic: node.create_publisher(ros_type(types[src_topic]), dst_topic,
+                                                     playback_qos(src_topic,
+                                                                  offered[src_topic]))
+                    for src_topic, dst_topic in routes.items()}
+            clock = PlaybackClock(node, clock_hz, rate) if clock_hz > 0 else None
+            deadline = time.monotonic() + wait_s
+            lidar = pubs[topics.pointcloud]
+            while time.monotonic() < deadline and lidar.get_subscription_count() == 0:
+                time.sleep(0.02)
+            node.get_logger().info(f'playing {src}: ' + ', '.join(
+                f'{a} -> {b}' for a, b in routes.items())
+                + (f', /clock at {clock_hz:g} Hz' if clock else ''))
+            _play(reader, pubs, rate, restamp, loop, context, clock, node)
         finally:
-            node.get_logger().info(f'published {sent} messages')
             node.destroy_node()
             if own_context:
                 rclpy.try_shutdown(context=context)
@@ -88,55 +160,174 @@ def play_bag(src, cfg: PipelineConfig, pointcloud_topic: str = bagio.POINTCLOUD_
         reader.close()
 
 
-def _play_once(reader, pubs, rate: float, restamp: bool) -> int:
+def _play(reader, pubs, rate: float, restamp: bool, loop: bool, context, clock, node) -> None:
+    sent = 0
+    try:
+        while True:
+            sent += _play_once(reader, pubs, rate, restamp, clock)
+            if not loop or not context.ok():
+                break
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if clock is not None:
+            clock.stop()
+        node.get_logger().info(f'published {sent} messages')
+
+
+def _play_once(reader, pubs, rate: float, restamp: bool, clock=None) -> int:
     first = offset = start_wall = None
     sent = 0
-    for topic, timestamp, raw, _ in bagio.iter_messages(reader, list(pubs)):
+    for topic, timestamp, raw, msgtype in bagio.iter_messages(reader, list(pubs)):
         if first is None:
             # Both clocks start at the first message: opening the bag takes time too.
             first, start_wall = timestamp, time.monotonic()
-            offset = time.time_ns() - first
+            offset = time.time_ns() - first if restamp else 0
+            if clock is not None:
+                clock.start(first, start_wall, offset)
+        if clock is not None:
+            clock.hold_at(timestamp)
         delay = start_wall + (timestamp - first) / 1e9 / rate - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        pubs[topic].publish(bagio.shift_stamp(raw, offset) if restamp else bytes(raw))
+        pubs[topic].publish(restamped(raw, msgtype, offset) if restamp else bytes(raw))
         sent += 1
     return sent
+
+
+class PlaybackClock:
+    """
+    Publishes /clock from the bag's time while a bag plays, ``hz`` times a second.
+
+    The time runs at the playback rate from the first message's bag time and never passes the
+    bag time of the next message still to be published (``hold_at``): a node on sim time never
+    sees a clock ahead of the data. QoS as rosbag2's and rclpy's clock: best effort, depth 1.
+    """
+
+    def __init__(self, node, hz: float, rate: float):
+        self._pub = node.create_publisher(
+            ros_type(CLOCK_TYPE), CLOCK_TOPIC,
+            QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+        self._period, self._rate = 1.0 / hz, rate
+        self._lock = threading.Lock()
+        self._origin = self._limit = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name='clock', daemon=True)
+        self._thread.start()
+
+    def start(self, first_ns: int, start_wall: float, offset_ns: int) -> None:
+        """(Re)start at bag time ``first_ns``, reached at monotonic ``start_wall``."""
+        with self._lock:
+            self._origin = (first_ns, start_wall, offset_ns)
+            self._limit = first_ns
+
+    def hold_at(self, bag_ns: int) -> None:
+        """Let the clock run up to ``bag_ns``, the next message's bag time."""
+        with self._lock:
+            self._limit = bag_ns
+
+    def now_ns(self) -> int | None:
+        """Return the clock's time now (ns), None before the first message."""
+        with self._lock:
+            if self._origin is None:
+                return None
+            first, start_wall, offset = self._origin
+            running = first + int((time.monotonic() - start_wall) * self._rate * 1e9)
+            return min(running, self._limit) + offset
+
+    def _run(self) -> None:
+        msg = ros_type(CLOCK_TYPE)()
+        while not self._stop.wait(self._period):
+            now = self.now_ns()
+            if now is not None:
+                msg.clock.sec, msg.clock.nanosec = divmod(now, 1_000_000_000)
+                self._pub.publish(msg)
+
+    def stop(self) -> None:
+        """Stop publishing (the last time published stays the clock's)."""
+        self._stop.set()
+        self._thread.join(timeout=5.0)
 
 
 DEFAULT_RECORD_TOPICS = (bagio.FEATURES_TOPIC, bagio.LATENCY_TOPIC, bagio.DIAGNOSTICS_TOPIC)
 
 
-def record_topics(dst, topics, seconds: float | None = None, discover_s: float = 2.0) -> int:
+def bag_qos(profile) -> Qos:
+    """Return an rclpy QoSProfile as rosbag2 writes it in ``offered_qos_profiles``."""
+    def policy(enum, value):
+        return enum.__members__.get(value.name, enum.UNKNOWN)
+
+    def duration(value) -> QosTime:
+        return QosTime(*divmod(value.nanoseconds, 1_000_000_000))
+    return Qos(policy(QosHistory, profile.history), profile.depth,
+               policy(QosReliability, profile.reliability),
+               policy(QosDurability, profile.durability), duration(profile.deadline),
+               duration(profile.lifespan), policy(QosLiveliness, profile.liveliness),
+               duration(profile.liveliness_lease_duration),
+               bool(profile.avoid_ros_namespace_conventions))
+
+
+def recording_qos(infos) -> QoSProfile:
+    """
+    Return the QoS to record a topic with, given its publishers' endpoint infos.
+
+    As rosbag2 does: reliable only when every publisher is (a reliable reader would not match
+    a best-effort writer), transient-local only when every publisher is (/tf_static).
+    """
+    reliable = all(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in infos)
+    latched = all(i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in infos)
+    return QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE if reliable
+                      else ReliabilityPolicy.BEST_EFFORT,
+                      durability=DurabilityPolicy.TRANSIENT_LOCAL if latched
+                      else DurabilityPolicy.VOLATILE)
+
+
+def discover(node, topics: list[str], wait_s: float | None) -> dict:
+    """
+    Return topic -> publisher endpoint infos once every topic has a publisher.
+
+    ``wait_s`` None waits as long as it takes (saying once what it waits for); a number gives
+    up after that many seconds with a BagError naming the topics still without a publisher.
+    """
+    deadline = None if wait_s is None else time.monotonic() + wait_s
+    found, told = {}, False
+    while True:
+        for topic in topics:
+            publishers = node.get_publishers_info_by_topic(topic)
+            if publishers:
+                found[topic] = publishers
+        missing = [t for t in topics if t not in found]
+        if not missing:
+            return found
+        if deadline is not None and time.monotonic() >= deadline:
+            raise bagio.BagError(f'no publisher found for {", ".join(missing)} within '
+                                 f'{wait_s:g} s')
+        if deadline is None and not told:
+            print(f'waiting for a publisher on {", ".join(missing)} (Ctrl-C to stop)',
+                  flush=True)
+            told = True
+        time.sleep(0.05)
+
+
+def record_topics(dst, topics, seconds: float | None = None, wait_s: float | None = None) -> int:
     """
     Record live topics into a new MCAP bag until Ctrl-C or ``seconds``.
 
-    Message types come from the ROS graph, so every topic must have a publisher within
-    ``discover_s``; the default topics are the node's outputs and /diagnostics.
+    Message types and QoS come from the ROS graph, so recording starts once every topic has a
+    publisher (``discover``: by default however long that takes, or give up after ``wait_s``).
+    The default topics are the node's outputs and /diagnostics. The bag's metadata keeps each
+    topic's offered QoS profiles, one per publisher, as rosbag2 writes them.
     """
     topics = list(topics) or list(DEFAULT_RECORD_TOPICS)
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node('jax_perception_record_discovery', context=context)
     try:
-        deadline = time.monotonic() + discover_s
-        found = {}
-        while time.monotonic() < deadline and len(found) < len(topics):
-            for topic in topics:
-                publishers = node.get_publishers_info_by_topic(topic)
-                if publishers:
-                    found[topic] = publishers
-            time.sleep(0.05)
-        missing = [t for t in topics if t not in found]
-        if missing:
-            raise bagio.BagError(f'no publisher found for {", ".join(missing)} within '
-                                 f'{discover_s:g} s')
-        types = {t: infos[0].topic_type for t, infos in found.items()}
-        # Like rosbag2: a reliable reader would not match a best-effort (sensor-data) writer.
-        qos = {t: QoSProfile(depth=100) if all(
-            i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in infos)
-            else qos_profile_sensor_data for t, infos in found.items()}
-        recorder = Recorder(dst, types, context, qos=qos)
+        found = discover(node, topics, wait_s)
+        recorder = Recorder(dst, {t: infos[0].topic_type for t, infos in found.items()},
+                            context, qos={t: recording_qos(i) for t, i in found.items()},
+                            offered={t: [bag_qos(i.qos_profile) for i in infos]
+                                     for t, infos in found.items()})
         print(f'recording {", ".join(topics)} into {dst} (Ctrl-C to stop)', flush=True)
         try:
             end = None if seconds is None else time.monotonic() + seconds
@@ -157,12 +348,18 @@ class Recorder:
     """Records live topics into a new bag from a background executor thread."""
 
     def __init__(self, path, topics: dict[str, str], context, compress: bool = True,
-                 qos: dict | None = None):
-        """Subscribe to ``topics`` (topic -> msgtype); QoS per topic, reliable by default."""
+                 qos: dict | None = None, offered: dict | None = None):
+        """
+        Subscribe to ``topics`` (topic -> msgtype); QoS per topic, reliable by default.
+
+        ``offered``: topic -> the rosbags Qos profiles its publishers offered, for the bag's
+        metadata (none given: the topic's QoS is not known).
+        """
         self.writer = bagio.BagWriter(path, compress=compress)
         self.node = rclpy.create_node('jax_perception_recorder', context=context)
         self._lock = threading.Lock()
         for topic, msgtype in topics.items():
+            self.writer.add_topic(topic, msgtype, (offered or {}).get(topic, ()))
             self.node.create_subscription(
                 ros_type(msgtype), topic,
                 lambda data, t=topic, m=msgtype: self._write(t, m, data),

@@ -80,6 +80,15 @@ def lift_matrix(cfg: PipelineConfig) -> LiftMatrix | None:
                       csr.data.astype(np.float32), tables.samples, (cells, pixels))
 
 
+def refuse_lenses(cfg: PipelineConfig) -> None:
+    """Raise ValueError for the first camera whose ``distortion_model`` is not 'none'."""
+    for cam in cfg.cameras:
+        if cam.distortion_model != 'none':
+            raise ValueError(
+                f'cameras.{cam.name}.distortion_model is {cam.distortion_model}: the NumPy and '
+                "PyTorch peers lift through a pinhole only; use 'none' to compare with them")
+
+
 def sample_pixels(cfg: PipelineConfig) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """
     Pixel coordinates and validity of every camera sample: per camera (u, v, valid), [H*W, K].
@@ -88,7 +97,11 @@ def sample_pixels(cfg: PipelineConfig) -> list[tuple[np.ndarray, np.ndarray, np.
     ``z_min + (k + .5)(z_max - z_min) / K``; ``p_cam = R^T (p - t)``; valid when depth > 0.1 m
     and ``-0.5 <= u < W_f - 0.5``, ``-0.5 <= v < H_f - 0.5``. Arithmetic is float32 to match
     the JAX side bit for bit where it matters (validity at the map border).
+
+    Raises ValueError, naming the camera, for a lens model other than 'none': the peers lift
+    through a pinhole only, and would compute something else than the pipeline.
     """
+    refuse_lenses(cfg)
     h, w, k = cfg.grid.height, cfg.grid.width, cfg.fusion.num_heights
     x_min, y_min, z_min, z_max, res = cfg.grid.vector()
     f32 = np.float32
@@ -146,6 +159,29 @@ def lift_tables(cfg: PipelineConfig) -> PeerTables | None:
                       np.ascontiguousarray(np.concatenate(weight)), np.stack(samples))
 
 
+def grid_cells(xp, points, rot, trans, grid, height: int, width: int):
+    """
+    Cell of every point in the grid, for NumPy arrays and torch tensors alike.
+
+    ``xp``: the array module (``numpy`` or ``torch``; both have ``floor`` and ``isfinite``).
+    points: float32[N, 4] in the LiDAR frame; rot float32[3, 3], trans float32[3] the LiDAR
+    pose; grid: ``GridConfig.vector()``. Returns (row, col, z, intensity, keep): float32[N]
+    each, keep bool[N] for points inside the grid with a finite intensity (a NaN coordinate
+    compares False, so it falls out of the range tests).
+    """
+    px, py, pz, intensity = points[:, 0], points[:, 1], points[:, 2], points[:, 3]
+    r, t = rot, trans
+    x_min, y_min, z_min, z_max, res = grid
+    x = r[0, 0] * px + r[0, 1] * py + r[0, 2] * pz + t[0]
+    y = r[1, 0] * px + r[1, 1] * py + r[1, 2] * pz + t[1]
+    z = r[2, 0] * px + r[2, 1] * py + r[2, 2] * pz + t[2]
+    row = xp.floor((x - x_min) / res)
+    col = xp.floor((y - y_min) / res)
+    keep = ((row >= 0) & (row < height) & (col >= 0) & (col < width)
+            & (z >= z_min) & (z < z_max) & xp.isfinite(intensity))
+    return row, col, z, intensity, keep
+
+
 class NumpyBev:
     """
     The fused BEV of one frame in NumPy (float32, vectorised), from a PipelineConfig.
@@ -178,19 +214,9 @@ class NumpyBev:
         """Six LiDAR channels float32[H, W, 6] of a float32[N, 4] cloud (contract order)."""
         h, w = self.height, self.width
         cells = h * w
-        p = np.asarray(points, np.float32)
-        px, py, pz, intensity = p[:, 0], p[:, 1], p[:, 2], p[:, 3]
-        r, t = self._rot, self._trans
-        x_min, y_min, z_min, z_max, res = self._grid
         with np.errstate(invalid='ignore', over='ignore'):
-            x = r[0, 0] * px + r[0, 1] * py + r[0, 2] * pz + t[0]
-            y = r[1, 0] * px + r[1, 1] * py + r[1, 2] * pz + t[1]
-            z = r[2, 0] * px + r[2, 1] * py + r[2, 2] * pz + t[2]
-            row = np.floor((x - x_min) / res)
-            col = np.floor((y - y_min) / res)
-            # NaN compares False, so non-finite x, y, z fall out of the range tests.
-            keep = ((row >= 0) & (row < h) & (col >= 0) & (col < w)
-                    & (z >= z_min) & (z < z_max) & np.isfinite(intensity))
+            row, col, z, intensity, keep = grid_cells(
+                np, np.asarray(points, np.float32), self._rot, self._trans, self._grid, h, w)
         cell = (row[keep] * w + col[keep]).astype(np.intp)
         z, intensity = z[keep], intensity[keep]
         count = np.bincount(cell, minlength=cells).astype(np.float32)
@@ -313,16 +339,8 @@ class TorchBev:
         h, w = self.height, self.width
         cells = h * w
         p = points if torch.is_tensor(points) else self.upload(points, {})[0]
-        px, py, pz, intensity = p[:, 0], p[:, 1], p[:, 2], p[:, 3]
-        r, t = self._rot, self._trans
-        x_min, y_min, z_min, z_max, res = self._grid
-        x = r[0, 0] * px + r[0, 1] * py + r[0, 2] * pz + t[0]
-        y = r[1, 0] * px + r[1, 1] * py + r[1, 2] * pz + t[1]
-        z = r[2, 0] * px + r[2, 1] * py + r[2, 2] * pz + t[2]
-        row = torch.floor((x - x_min) / res)
-        col = torch.floor((y - y_min) / res)
-        keep = ((row >= 0) & (row < h) & (col >= 0) & (col < w)
-                & (z >= z_min) & (z < z_max) & torch.isfinite(intensity))
+        row, col, z, intensity, keep = grid_cells(torch, p, self._rot, self._trans,
+                                                  self._grid, h, w)
         # Dropped points go to one extra dump cell: fixed-size scatters, no compaction.
         cell = torch.where(keep, row * w + col, torch.full_like(row, cells)).long()
         z = torch.where(keep, z, torch.zeros_like(z))

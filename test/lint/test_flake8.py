@@ -7,6 +7,7 @@ import sys
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+PATHS = ('jax_perception_node', 'launch', 'interfaces', 'test', 'setup.py')
 
 # flake8 forks worker processes; forking this pytest process, where JAX's threads already run,
 # can deadlock. A fresh interpreter has no threads to inherit.
@@ -23,7 +24,7 @@ sys.exit(rc)
 @pytest.mark.flake8
 @pytest.mark.linter
 def test_flake8():
-    paths = [str(ROOT / p) for p in ('jax_perception_node', 'launch', 'test', 'setup.py')]
+    paths = [str(ROOT / p) for p in PATHS]
     result = subprocess.run([sys.executable, '-c', CHECK, *paths], capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,149 +1,40 @@
 """
 Multi-sweep accumulation against an independent NumPy voxelization of the union of sweeps.
 
-Also the age and odometry rules, zero compiles, the donated ring, replay from a bag and the
-node over loopback DDS.
+Also the age and odometry rules, zero compiles, the donated ring and replay from a bag; the
+node over loopback DDS is test_accumulation_node.py.
 """
 
-import math
-
 from bag_messages import odometry, read_all, yaw_quaternion
-from configs import small_config, small_params
-from jax_perception_node import bagio, kernels
+from configs import small_config
+from jax_perception_node import bagio
+from jax_perception_node.channels import LIDAR_CHANNELS
 from jax_perception_node.frame_path import FramePath
 from jax_perception_node.pipeline import BevPipeline, compile_count
 from jax_perception_node.replay import replay_bag
 import numpy as np
 import pytest
-from reference import quat_matrix
-from ros_harness import make_cloud, serving_node, set_parameters, stamp_of, status_values
-
-T0 = 1_700_000_000 * 10**9
-DT = 100_000_000     # 10 Hz sweeps
-SWEEPS = 3
-
-
-def homogeneous(rotation, translation):
-    m = np.eye(4)
-    m[:3, :3], m[:3, 3] = rotation, translation
-    return m
-
-
-def yaw_pose(x, y, degrees):
-    """Pose of base_link in map (4 x 4, float64), by the textbook rotation about z."""
-    c, s = math.cos(math.radians(degrees)), math.sin(math.radians(degrees))
-    return homogeneous([[c, -s, 0], [s, c, 0], [0, 0, 1]], [x, y, 0.0])
-
-
-def lidar_extrinsic(cfg):
-    return homogeneous(quat_matrix(cfg.lidar.rotation_xyzw), cfg.lidar.translation)
-
-
-def accumulate_ref(sweeps, cfg) -> np.ndarray:
-    """
-    Seven LiDAR channels of the union of sweeps, by the contract, in float64.
-
-    ``sweeps``: (xyz in the current grid frame, intensity, lag s) per sweep.
-    """
-    g = cfg.grid
-    out = np.zeros((g.height, g.width, 7))
-    cells: dict = {}
-    for xyz, intensity, lag in sweeps:
-        i = np.floor((xyz[:, 0] - g.x_min) / g.resolution)
-        j = np.floor((xyz[:, 1] - g.y_min) / g.resolution)
-        ok = ((i >= 0) & (i < g.height) & (j >= 0) & (j < g.width)
-              & (xyz[:, 2] >= g.z_min) & (xyz[:, 2] < g.z_max))
-        for ii, jj, z, value in zip(i[ok].astype(int), j[ok].astype(int), xyz[ok, 2],
-                                    intensity[ok]):
-            cells.setdefault((ii, jj), []).append((z, value, lag))
-    for (ii, jj), values in cells.items():
-        z, value, lag = (np.array(v) for v in zip(*values))
-        n = len(z)
-        out[ii, jj] = [1.0, min(1.0, math.log(1 + n) / math.log(64)), z.max(), z.mean(),
-                       z.min(), value.mean(), lag.mean()]
-    return out
-
-
-def grid_points(cfg, rng, n, cells=None):
-    """Points in the grid frame well inside cells (no float32 rounding can move them)."""
-    g = cfg.grid
-    if cells is None:
-        cells = np.stack([rng.integers(0, g.height, n), rng.integers(0, g.width, n)], 1)
-    jitter = rng.uniform(-0.3, 0.3, size=(len(cells), 2))
-    x = g.x_min + (cells[:, 0] + 0.5 + jitter[:, 0]) * g.resolution
-    y = g.y_min + (cells[:, 1] + 0.5 + jitter[:, 1]) * g.resolution
-    z = rng.uniform(g.z_min + 0.05, g.z_max - 0.05, len(cells))
-    return np.stack([x, y, z], 1), rng.uniform(0, 100, len(cells)), cells
-
-
-def to_sensor(xyz_grid, grid_from_sensor):
-    """Points in the grid frame -> float32 (N, 4)-ready xyz in the sensor frame."""
-    inverse = np.linalg.inv(grid_from_sensor)
-    return xyz_grid @ inverse[:3, :3].T + inverse[:3, 3]
-
-
-def cloud(xyz, intensity):
-    return np.concatenate([xyz, intensity[:, None]], 1).astype(np.float32)
-
-
-def as_float64(points):
-    """Return the float32 cloud in float64: the reference starts from exactly what was sent."""
-    return points[:, :3].astype(np.float64), points[:, 3].astype(np.float64)
+from sweep_scenes import (accumulating_config, check_lidar_block, drive, DT, expected_channels,
+                          expected_drive, pose_odometry, SWEEPS, T0, two_sweeps, yaw_pose)
 
 
 @pytest.fixture(scope='module')
-def pipe():
-    pipe = BevPipeline(small_config(1, **{'accumulation.num_sweeps': SWEEPS}))
-    pipe.warmup()
-    return pipe
+def pipe(warmed):
+    """Return the module's warmed accumulating pipeline (SWEEPS sweeps, the front camera)."""
+    return warmed(accumulating_config())
 
 
 @pytest.fixture(scope='module')
-def single():
-    pipe = BevPipeline(small_config(1))
-    pipe.warmup()
-    return pipe
-
-
-def two_sweeps(cfg, seed=0):
-    """Return a previous and a current sweep: the ego moved +2 m in x and yawed 10 degrees."""
-    rng = np.random.default_rng(seed)
-    lidar = lidar_extrinsic(cfg)
-    before, now = yaw_pose(10.0, 5.0, 0.0), yaw_pose(12.0, 5.0, 10.0)
-    cur_xyz, cur_i, cells = grid_points(cfg, rng, 150)
-    # Half of the previous sweep shares cells with the current one: lags mix there.
-    prev_xyz, prev_i, _ = grid_points(cfg, rng, 0, cells=np.concatenate(
-        [cells[:60], np.stack([rng.integers(0, 32, 90), rng.integers(0, 48, 90)], 1)]))
-    # Some points leave the grid once moved; some lie outside it in both frames.
-    prev_xyz = np.concatenate([prev_xyz, [[30.0, 0.0, 0.0], [0.0, 0.0, 5.0]]])
-    prev_i = np.concatenate([prev_i, [1.0, 1.0]])
-    current = cloud(to_sensor(cur_xyz, lidar), cur_i)
-    # current grid frame from the previous LiDAR frame: now^-1 before lidar
-    previous = cloud(to_sensor(prev_xyz, np.linalg.inv(now) @ before @ lidar), prev_i)
-    return current, previous, before, now
-
-
-def expected_channels(cfg, current, previous, before, now, lag_s):
-    lidar = lidar_extrinsic(cfg)
-    xyz, value = as_float64(current)
-    sweeps = [(xyz @ lidar[:3, :3].T + lidar[:3, 3], value, 0.0)]
-    if previous is not None:
-        moved = np.linalg.inv(now) @ before @ lidar
-        xyz, value = as_float64(previous)
-        sweeps.append((xyz @ moved[:3, :3].T + moved[:3, 3], value, lag_s))
-    return accumulate_ref(sweeps, cfg)
-
-
-def check_lidar_block(features, expected):
-    np.testing.assert_array_equal(features[..., 0], expected[..., 0])
-    np.testing.assert_allclose(features[..., :7], expected, rtol=2e-6, atol=2e-5)
+def single(warmed):
+    """Return the same rig without accumulation."""
+    return warmed(small_config(1))
 
 
 def test_two_sweeps_equal_the_union_moved_into_the_current_frame(pipe, single):
     cfg = pipe.cfg
     compiles = compile_count()      # both fixtures are warm: the process-wide count from here
     assert pipe.output_channels == 7 + 3 + 1
-    assert pipe.lidar_channels == kernels.LIDAR_CHANNELS + ('time_lag_mean',)
+    assert pipe.lidar_channels == LIDAR_CHANNELS + ('time_lag_mean',)
     pipe.reset_sweeps()
     current, previous, before, now = two_sweeps(cfg)
     fmap = np.random.default_rng(5).uniform(size=(12, 20, 3)).astype(np.float32)
@@ -271,35 +162,7 @@ def test_the_store_keys_accumulation_apart(tmp_path):
     assert ring.is_deleted() and out.features.shape == (32, 48, 8)
 
 
-# -- replay and the node ----------------------------------------------------------------------
-
-def drive(cfg, frames=4, seed=0):
-    """Return sweeps of a static scene seen by an ego at 5 m/s along +x, yawing 5 deg/s."""
-    rng = np.random.default_rng(seed)
-    world, value, _ = grid_points(cfg, rng, 120)
-    lidar = lidar_extrinsic(cfg)
-    clouds, poses = [], []
-    for k in range(frames):
-        pose = yaw_pose(0.5 * k, 0.0, 0.5 * k)
-        clouds.append(cloud(to_sensor(world, pose @ lidar), value))
-        poses.append(pose)
-    return clouds, poses
-
-
-def pose_odometry(stamp, pose):
-    yaw = math.degrees(math.atan2(pose[1, 0], pose[0, 0]))
-    return odometry(stamp, pose[:3, 3], yaw_quaternion(yaw))
-
-
-def expected_drive(cfg, clouds, poses, k):
-    lidar = lidar_extrinsic(cfg)
-    sweeps = []
-    for past in range(max(0, k - SWEEPS + 1), k + 1):
-        moved = np.linalg.inv(poses[k]) @ poses[past] @ lidar
-        xyz, value = as_float64(clouds[past])
-        sweeps.append((xyz @ moved[:3, :3].T + moved[:3, 3], value, (k - past) * 0.1))
-    return accumulate_ref(sweeps, cfg)
-
+# -- replay --------------------------------------------------------------------------------------
 
 def test_replay_with_odometry_writes_the_time_lag_channel(tmp_path, pipe):
     import bag_messages
@@ -365,113 +228,3 @@ def test_replay_of_the_sample_drive_uses_its_odometry(tmp_path, pipe):
     # Frame 0 has no earlier sweep; from frame 2 on, two earlier sweeps (0.1 and 0.2 s) count.
     assert lags[0].max() == 0.0
     assert lags[1].max() == pytest.approx(0.1) and lags[4].max() == pytest.approx(0.2)
-
-
-def send_clouds(probe, clouds, base: int) -> list[np.ndarray]:
-    """Send clouds DT apart from ``base``, one at a time; returns the node's BEV outputs."""
-    outputs = []
-    for k, points in enumerate(clouds):
-        stamp = base + k * DT
-        probe.cloud_pub.publish(make_cloud(points, stamp))
-        probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.features),
-                       what=f'output of frame {k}')
-        msg = next(m for m in probe.features if stamp_of(m) == stamp)
-        outputs.append(np.frombuffer(bytes(msg.data), np.float32).reshape(
-            msg.height, msg.width, -1))
-    return outputs
-
-
-@pytest.fixture(scope='module')
-def node(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp('accumulation')
-    params = small_params(1, **{'accumulation.num_sweeps': SWEEPS, 'diagnostics.period_s': 0.2,
-                                'diagnostics.lidar_timeout_s': 60.0})
-    with serving_node(params, tmp, ('front',), odometry=True) as running:
-        yield running
-
-
-def ros_odometry(stamp, pose=None, position=None, xyzw=None):
-    from nav_msgs.msg import Odometry
-    msg = Odometry()
-    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(stamp), 10**9)
-    msg.header.frame_id, msg.child_frame_id = 'map', 'base_link'
-    if pose is not None:
-        yaw = math.atan2(pose[1, 0], pose[0, 0])
-        position = pose[:3, 3]
-        xyzw = (0.0, 0.0, math.sin(yaw / 2), math.cos(yaw / 2))
-    p, o = msg.pose.pose.position, msg.pose.pose.orientation
-    p.x, p.y, p.z = (float(v) for v in position)
-    o.x, o.y, o.z, o.w = (float(v) for v in xyzw)
-    return msg
-
-
-def wait_status(probe, predicate, what):
-    start = len(probe.diagnostics)
-    probe.wait_for(lambda: len(probe.diagnostics) > start + 1
-                   and predicate(status_values(probe.diagnostics[-1].status[0])),
-                   timeout=20.0, what=what)
-    return probe.diagnostics[-1].status[0]
-
-
-def test_node_accumulates_on_odometry_and_counts_bad_messages(node, pipe):
-    proc, probe = node
-    cfg = pipe.cfg
-    clouds, poses = drive(cfg, frames=2, seed=3)
-    base = T0 + 10**9 * 100
-    probe.publish_odometry([ros_odometry(base + k * DT, pose) for k, pose in enumerate(poses)])
-    # Bad ones: NaN pose, quaternion of norm 0, a stamp going backwards (resets the buffer,
-    # so it comes before the good samples are sent again).
-    bad = [ros_odometry(base + DT + 1, position=(float('nan'), 0, 0), xyzw=(0, 0, 0, 1)),
-           ros_odometry(base + DT + 2, position=(0, 0, 0), xyzw=(0, 0, 0, 0)),
-           ros_odometry(base - DT, position=(0, 0, 0), xyzw=(0, 0, 0, 1))]
-    probe.publish_odometry(bad)
-    values = status_values(wait_status(probe, lambda v: v['rejected_odometry'] == '3',
-                                       'bad odometry counted'))
-    assert values['odometry_received'] == str(len(poses))
-    probe.publish_odometry([ros_odometry(base + k * DT, pose) for k, pose in enumerate(poses)])
-    outputs = send_clouds(probe, clouds, base)
-    pipe.reset_sweeps()
-    for k, points in enumerate(clouds):
-        expected = pipe.process(points, stamp_ns=base + k * DT, pose=poses[k]).features
-        np.testing.assert_array_equal(outputs[k], expected)
-    check_lidar_block(outputs[1], expected_drive(cfg, clouds, poses, 1))
-    status = wait_status(probe, lambda v: int(v['processed']) >= 2, 'frames counted')
-    values = status_values(status)
-    assert values['frames_without_odometry'] == '0' and values['rejected'] == '0'
-    assert values['compiles_after_warmup'] == '0'
-
-    # A cloud with no odometry near its stamp: served on its own sweep, counted and WARNed.
-    lone = base + 50 * DT
-    start = len(probe.diagnostics)
-    probe.cloud_pub.publish(make_cloud(clouds[0], lone))
-    probe.wait_for(lambda: any(stamp_of(m) == lone for m in probe.features), what='lone frame')
-
-    def warned():
-        return [m.status[0] for m in probe.diagnostics[start:]
-                if 'without odometry' in m.status[0].message]
-    # The WARN names what happened since the previous report: it is in one message.
-    probe.wait_for(lambda: bool(warned()), timeout=20.0, what='WARN: frame without odometry')
-    status = warned()[0]
-    assert status.level == status.WARN
-    assert status_values(status)['frames_without_odometry'] == '1'
-    assert proc.alive() and 'odometry rejected' in proc.log()
-
-
-def test_node_applies_the_accumulation_limits_live(node, pipe):
-    from rcl_interfaces.srv import SetParameters
-    proc, probe = node
-    setter = probe.node.create_client(SetParameters, '/jax_perception/set_parameters')
-    assert setter.wait_for_service(timeout_sec=10)
-    results = set_parameters(probe, setter, accumulation__max_sweep_age_s=0.05,
-                             accumulation__max_odometry_gap_s=0.15)
-    assert all(r.successful for r in results), [r.reason for r in results]
-    results = set_parameters(probe, setter, accumulation__num_sweeps=5)
-    assert not results[0].successful and 'static' in results[0].reason
-    clouds, poses = drive(pipe.cfg, frames=2, seed=4)
-    base = T0 + 10**9 * 300
-    probe.publish_odometry([ros_odometry(base + k * DT, pose) for k, pose in enumerate(poses)])
-    outputs = send_clouds(probe, clouds, base)
-    # 0.1 s is older than the live 0.05 s: the second frame is its own sweep only.
-    check_lidar_block(outputs[1], expected_channels(pipe.cfg, clouds[1], None, None, None, 0))
-    assert outputs[1][..., 6].max() == 0.0
-    assert proc.alive()

@@ -20,7 +20,7 @@ from configs import REPO, small_params
 from lifecycle_harness import LifecycleClient
 import numpy as np
 import pytest
-from ros_harness import make_cloud, Probe, stamp_of, write_params
+from ros_harness import make_cloud, make_features, Probe, stamp_of, write_params
 
 SHARED = Path(__file__).resolve().parents[3] / 'shared'
 VENDOR = SHARED / 'vendor' / 'ros2-launch-jazzy'
@@ -141,43 +141,42 @@ class Launch:
         return self.proc.returncode
 
 
-def run_launch(launch_site, tmp_path, managed: bool):
+# Launch argument -> the topic it names, and the node's own input it replaces.
+REMAPPED = {
+    'pointcloud_topic': (CLOUD_TOPIC, '/jax_perception/input/pointcloud'),
+    'odometry_topic': ('/localization/kinematic_state', '/jax_perception/input/odometry'),
+    'front_features_topic': ('/perception/front/features',
+                             '/jax_perception/input/camera/front/features'),
+    'front_camera_info_topic': ('/sensing/camera/front/camera_info',
+                                '/jax_perception/input/camera/front/camera_info'),
+}
+
+
+def wait_serving(launch, probe, cloud_pub) -> None:
+    """Until the launched node subscribes to the cloud topic (it does once active)."""
+    probe.wait_for(lambda: cloud_pub.get_subscription_count() > 0 or launch.proc.poll()
+                   is not None, timeout=120.0, what='the node subscribing')
+    assert launch.proc.poll() is None, launch.log()
+
+
+def assert_output(launch, probe, cloud_pub) -> None:
+    """Check that a cloud on the remapped topic comes out as bev_features with its stamp."""
+    stamp = 1_700_000_000 * 10**9
+    for _ in range(20):      # best effort: a cloud sent while discovery settles may be lost
+        cloud_pub.publish(make_cloud(np.ones((4, 4), np.float32), stamp))
+        deadline = time.monotonic() + 1.5
+        while not probe.features and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if probe.features:
+            break
+    assert probe.features, 'no output from the launched node:\n' + launch.log()
+    assert stamp_of(probe.features[0]) == stamp
+
+
+def cloud_publisher(probe):
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import PointCloud2
-    params = write_params(small_params(0), tmp_path / 'params.yaml')
-    launch = Launch(launch_site, tmp_path, pointcloud_topic=CLOUD_TOPIC, params_file=params,
-                    use_sim_time='true' if managed else 'false',
-                    managed='true' if managed else 'false')
-    probe = Probe()
-    try:
-        cloud_pub = probe.node.create_publisher(PointCloud2, CLOUD_TOPIC,
-                                                qos_profile_sensor_data)
-        if managed:
-            from lifecycle_msgs.msg import Transition
-            client = LifecycleClient(probe)
-            client.wait_for_services(timeout=120.0)
-            assert client.state() == 'unconfigured'
-            assert client.transition(Transition.TRANSITION_CONFIGURE)
-            assert client.transition(Transition.TRANSITION_ACTIVATE)
-        probe.wait_for(lambda: cloud_pub.get_subscription_count() > 0 or launch.proc.poll()
-                       is not None, timeout=120.0, what='the node subscribing')
-        assert launch.proc.poll() is None, launch.log()
-        # Remapped: nobody listens on the default input any more.
-        assert probe.cloud_pub.get_subscription_count() == 0
-        stamp = 1_700_000_000 * 10**9
-        for _ in range(20):      # best effort: a cloud sent while discovery settles may be lost
-            cloud_pub.publish(make_cloud(np.ones((4, 4), np.float32), stamp))
-            deadline = time.monotonic() + 1.5
-            while not probe.features and time.monotonic() < deadline:
-                time.sleep(0.01)
-            if probe.features:
-                break
-        assert probe.features, 'no output from the launched node:\n' + launch.log()
-        assert stamp_of(probe.features[0]) == stamp
-        return launch, probe, get_use_sim_time(probe)
-    finally:
-        probe.close()
-        assert launch.stop() == 0, launch.log()
+    return probe.node.create_publisher(PointCloud2, CLOUD_TOPIC, qos_profile_sensor_data)
 
 
 def get_use_sim_time(probe) -> bool:
@@ -190,17 +189,101 @@ def get_use_sim_time(probe) -> bool:
     return parameter_value_to_python(future.result().values[0])
 
 
-def test_launch_file_starts_the_node_on_the_remapped_topic(launch_site, tmp_path):
-    launch, _, use_sim_time = run_launch(launch_site, tmp_path, managed=False)
-    assert use_sim_time is False
+def assert_clean_exit(launch) -> str:
+    assert launch.stop() == 0, launch.log()
     log = launch.log()
+    assert 'process has finished cleanly' in log and 'SIGTERM' not in log
+    return log
+
+
+def send_inputs(probe) -> None:
+    """Send a feature map, a CameraInfo and an odometry message on their remapped topics."""
+    from nav_msgs.msg import Odometry
+    from rclpy.qos import qos_profile_sensor_data
+    from ros_harness import MAP_COUNTS, ODOMETRY_COUNTS
+    from sensor_msgs.msg import CameraInfo, Image
+    stamp = 1_700_000_000 * 10**9
+    # Another focal length than the params' (an unchanged one is not counted as applied).
+    info = CameraInfo(width=40, height=24, k=[20.0, 0.0, 19.5, 0.0, 20.0, 11.5, 0.0, 0.0, 1.0])
+    info.header.frame_id = 'front_optical'
+    odometry = Odometry()
+    odometry.header.frame_id, odometry.child_frame_id = 'map', 'base_link'
+    odometry.pose.pose.orientation.w = 1.0
+    sends = []
+    for arg, msg_type, msg in (
+            ('front_features_topic', Image,
+             make_features(np.ones((12, 20, 3), np.float32), stamp, 'front')),
+            ('front_camera_info_topic', CameraInfo, info), ('odometry_topic', Odometry, odometry)):
+        pub = probe.node.create_publisher(msg_type, REMAPPED[arg][0], qos_profile_sensor_data)
+        probe.wait_for(lambda: pub.get_subscription_count() > 0, what=f'a reader on {arg}')
+        sends.append((pub, msg))
+    time.sleep(0.1)     # both ends of a match learn of it at about the same moment
+    # Taken: accepted or refused, each message reached the node on the remapped topic.
+    probe.publish_taken(sends, MAP_COUNTS + ODOMETRY_COUNTS
+                        + ('camera_info_applied', 'rejected_camera_info'), 'remapped inputs')
+
+
+def test_launch_arguments_remap_every_input(launch_site, tmp_path):
+    params = write_params(small_params(1, **{'accumulation.num_sweeps': 2}),
+                          tmp_path / 'params.yaml')
+    launch = Launch(launch_site, tmp_path, params_file=params, back_features_topic='/typo',
+                    **{arg: topic for arg, (topic, _) in REMAPPED.items()})
+    probe = Probe()
+    try:
+        cloud_pub = cloud_publisher(probe)
+        wait_serving(launch, probe, cloud_pub)
+        for arg, (topic, own) in REMAPPED.items():
+            probe.wait_for(lambda: probe.node.count_subscribers(topic) > 0,
+                           what=f'a reader on {topic} ({arg})')
+            assert probe.node.count_subscribers(own) == 0, f'{arg}: still reads {own}'
+        assert_output(launch, probe, cloud_pub)
+        send_inputs(probe)
+        assert get_use_sim_time(probe) is False
+    finally:
+        probe.close()
+    log = assert_clean_exit(launch)
     assert 'jax_perception_node' in log and 'ready:' in log
-    assert 'process has finished cleanly' in log and 'SIGTERM' not in log
+    assert 'back_features_topic:=/typo names no camera' in log
 
 
-def test_launch_file_managed_starts_the_lifecycle_node(launch_site, tmp_path):
-    launch, _, use_sim_time = run_launch(launch_site, tmp_path, managed=True)
-    assert use_sim_time is True
-    log = launch.log()
-    assert 'jax_perception_lifecycle_node' in log
-    assert 'process has finished cleanly' in log and 'SIGTERM' not in log
+def test_launch_managed_autostart_configures_and_activates(launch_site, tmp_path):
+    from lifecycle_msgs.msg import Transition
+    params = write_params(small_params(0), tmp_path / 'params.yaml')
+    launch = Launch(launch_site, tmp_path, pointcloud_topic=CLOUD_TOPIC, params_file=params,
+                    use_sim_time='true', managed='true')
+    probe = Probe()
+    try:
+        cloud_pub = cloud_publisher(probe)
+        wait_serving(launch, probe, cloud_pub)       # no transition requested by anyone here
+        client = LifecycleClient(probe)
+        client.wait_for_services(timeout=30.0)
+        assert client.state() == 'active'
+        assert_output(launch, probe, cloud_pub)
+        assert get_use_sim_time(probe) is True
+        # Autostart activates after configure only: a deactivated node stays inactive.
+        assert client.transition(Transition.TRANSITION_DEACTIVATE)
+        assert client.state() == 'inactive'
+    finally:
+        probe.close()
+    assert 'jax_perception_lifecycle_node' in assert_clean_exit(launch)
+
+
+def test_launch_managed_without_autostart_waits_unconfigured(launch_site, tmp_path):
+    from lifecycle_msgs.msg import Transition
+    params = write_params(small_params(0), tmp_path / 'params.yaml')
+    launch = Launch(launch_site, tmp_path, pointcloud_topic=CLOUD_TOPIC, params_file=params,
+                    managed='true', autostart='false')
+    probe = Probe()
+    try:
+        cloud_pub = cloud_publisher(probe)
+        client = LifecycleClient(probe)
+        client.wait_for_services(timeout=120.0)
+        assert client.state() == 'unconfigured'
+        # These fail when anything else configured the node (configure is only valid once).
+        assert client.transition(Transition.TRANSITION_CONFIGURE)
+        assert client.transition(Transition.TRANSITION_ACTIVATE)
+        wait_serving(launch, probe, cloud_pub)
+        assert_output(launch, probe, cloud_pub)
+    finally:
+        probe.close()
+    assert 'jax_perception_lifecycle_node' in assert_clean_exit(launch)

@@ -1,7 +1,9 @@
 """Live parameters: which keys are static (the schema), the update check, the node's callback."""
 
+from types import SimpleNamespace
 
 from configs import camera_params, small_config, small_params
+from jax_perception_node.channels import LIDAR_CHANNELS
 from jax_perception_node.live_params import check_update, static_reason
 from jax_perception_node.parameters import ConfigError
 from jax_perception_node.pipeline import BevPipeline
@@ -209,7 +211,9 @@ def test_an_unexpected_error_in_a_parameter_set_is_a_refusal_not_an_exception():
 
     core = PerceptionCore(Node(), None, None)
     core.values, core.cfg = small_params(1), small_config(1)
-    core.pipe, core.path = object(), BrokenPath()
+    # What the GridMap layers read of a pipeline (checked before the frame path is updated).
+    core.pipe = SimpleNamespace(lidar_channels=LIDAR_CHANNELS, projected=False)
+    core.path = BrokenPath()
     result = core._on_set_parameters([Parameter('cameras.front.fx', value=6.0)])
     assert not result.successful
     assert result.reason == "unexpected error: RuntimeError('a bug')"

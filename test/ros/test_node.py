@@ -255,3 +255,54 @@ def test_bev_image_is_published_to_subscribers(running):
     # forward up, so picture row 31 - 18 = 13; y = 0.3 - 0.5 -> column 23, mirrored to 24.
     lit = {tuple(p) for p in np.argwhere(rgb.sum(axis=2) > 48 * 3)}
     assert lit == {(13, 24)}
+
+
+def test_grid_map_and_autoware_timing_arrive(running):
+    from autoware_internal_debug_msgs.msg import Float64Stamped
+    from grid_map_msgs.msg import GridMap
+    from rclpy.qos import QoSProfile
+    node, probe = running
+    grid_maps, timing = [], {name: [] for name in (
+        'processing_time_ms', 'cyclic_time_ms', 'pipeline_latency_ms')}
+    probe.node.create_subscription(GridMap, '/jax_perception/output/bev_grid_map',
+                                   lambda m: probe._keep(grid_maps, m), QoSProfile(depth=5))
+    for name, store in timing.items():
+        probe.node.create_subscription(Float64Stamped, f'/jax_perception/debug/{name}',
+                                       lambda m, store=store: probe._keep(store, m),
+                                       QoSProfile(depth=50))
+    points = np.array([[1.2, 0.3, 0.5, 1.0]], np.float32)    # the picture test's point
+    # Built only once the node sees a subscriber: send frames until one arrives.
+    deadline = time.monotonic() + 60.0
+    for k in range(10**6):
+        stamp = T0 + 190 * 10**9 + k * 10**8
+        probe.cloud_pub.publish(make_cloud(points, stamp))
+        probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.latency),
+                       what=f'frame {k}')
+        try:
+            probe.wait_for(lambda: any(stamp_of(m) == stamp for m in grid_maps),
+                           timeout=0.5, what='bev_grid_map')
+            break
+        except AssertionError:
+            assert time.monotonic() < deadline, 'no GridMap within 60 s of subscribing'
+    msg = next(m for m in grid_maps if stamp_of(m) == stamp)
+    cfg = small_config()
+    camera_layers = [f'camera_{k}' for k in range(cfg.camera_channels)]
+    assert list(msg.layers) == ['occupancy', 'density', 'z_max', 'z_mean', 'z_min',
+                                'intensity_mean', *camera_layers, 'coverage']
+    grid, (h, w) = cfg.grid, (32, 48)
+    assert msg.header.frame_id == grid.frame_id
+    assert (msg.info.resolution, msg.info.length_x, msg.info.length_y) == pytest.approx(
+        (grid.resolution, h * grid.resolution, w * grid.resolution))
+    assert (msg.info.pose.position.x, msg.info.pose.position.y) == pytest.approx(
+        (grid.x_min + h * grid.resolution / 2, grid.y_min + w * grid.resolution / 2))
+    occupancy = msg.data[0]
+    dims = [(d.label, d.size) for d in occupancy.layout.dim]
+    assert dims == [('column_index', w), ('row_index', h)]
+    # Column-major storage: element (r, c) at c * h + r. grid_map's index (r, c) is the
+    # bev_image pixel (r, c): the picture test's point lights (13, 24) and nothing else.
+    lit = np.argwhere(np.asarray(occupancy.data, np.float32).reshape(w, h).T > 0)
+    assert [tuple(p) for p in lit] == [(13, 24)]
+    probe.wait_for(lambda: all(timing.values()), what='the three timing topics')
+    with probe.lock:
+        values = {name: [m.data for m in store] for name, store in timing.items()}
+    assert all(v > 0 and np.isfinite(v) for vs in values.values() for v in vs)

@@ -59,6 +59,23 @@ def test_peers_match_the_pipeline(impl):
     assert expected[..., 0].sum() > 0 and expected[..., -1].sum() > 0
 
 
+@pytest.mark.parametrize('model, coefficients', [('plumb_bob', [-0.1, 0.01, 0.0, 0.0, 0.0]),
+                                                 ('equidistant', [0.05, 0.0, 0.0, 0.0])])
+def test_peers_refuse_a_lens_naming_the_camera(model, coefficients):
+    """The peers lift through a pinhole: a lens model is refused, not silently ignored."""
+    params = common.bench_params(common.TINY, 6, buckets=(1024,))
+    params.update({'cameras.rear_left.distortion_model': model,
+                   'cameras.rear_left.distortion': coefficients})
+    cfg = config_from_parameters(params)
+    named = f'cameras.rear_left.distortion_model is {model}'
+    builders = [peers.NumpyBev, peers.sample_pixels]
+    if peers.torch_available():
+        builders.append(lambda c: peers.TorchBev(c, threads=1))
+    for build in builders:
+        with pytest.raises(ValueError, match=named):
+            build(cfg)
+
+
 def test_check_equal_names_the_cell():
     expected = np.zeros((4, 5, 3), np.float32)
     actual = expected.copy()

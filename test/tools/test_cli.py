@@ -179,6 +179,12 @@ def test_replay_reads_sqlite3_bags_with_renamed_topics(sample, tmp_path):
     (['sample-bag', '{tmp}/s', '--cameras', '9'], '--cameras 9'),
     (['play', '/nonexistent/bag'], 'no such bag'),
     (['play', '{sample}', '--rate', '0'], '--rate must be > 0'),
+    (['play', '{sample}', '--remap', '/a=/b'], '--remap expects FROM:=TO'),
+    (['play', '{sample}', '--remap', '/nope:=/x'], 'no topic /nope to remap'),
+    (['play', '{sample}', '--clock', '0'], '--clock must be > 0 Hz'),
+    (['record', '{tmp}/o', '--topic', '/nobody/here', '--wait', '0.5'],
+     'no publisher found for /nobody/here within 0.5 s'),
+    (['record', '{tmp}/o', '--wait', '-1'], '--wait must be >= 0 s'),
     (['replay'], 'the following arguments are required'),
     (['frobnicate'], 'invalid choice'),
 ])
@@ -190,48 +196,26 @@ def test_user_errors_print_one_line_and_return_1(argv, message, sample, tmp_path
     assert_one_line_error(capsys, message)
 
 
-def wait_for_publishers(topics, proc, timeout=120.0):
-    """Until every topic has a publisher in the graph (bounded; fails if ``proc`` exits)."""
-    import time
-    import rclpy
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    node = rclpy.create_node('cli_test_discovery', context=context)
-    try:
-        deadline = time.monotonic() + timeout
-        while not all(node.get_publishers_info_by_topic(t) for t in topics):
-            assert proc.poll() is None, f'the player exited with {proc.returncode}'
-            assert time.monotonic() < deadline, f'no publishers on {topics} in {timeout} s'
-            time.sleep(0.05)
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown(context=context)
-
-
 def test_play_and_record_round_trip(sample, tmp_path):
-    """`play` publishes the bag live; `record` (another process) writes what it hears."""
+    """`record` (started first, so it waits for the topics) writes what `play` publishes."""
     import subprocess
     import sys
     exe = str(Path(sys.executable).with_name('jax-perception'))
     topics = [bagio.POINTCLOUD_TOPIC, bagio.camera_topic('front')]
     out = tmp_path / 'recorded'
     topic_args = [arg for t in topics for arg in ('--topic', t)]
+    recorder = subprocess.Popen([exe, 'record', str(out), '--seconds', '4', *topic_args],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     player = subprocess.Popen([exe, 'play', str(sample), '--loop'],
                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        # The recorder looks for publishers for 2 s only: start it once they exist, and again
-        # (a bounded number of times) when its own discovery was slower than that.
-        wait_for_publishers(topics, player)
-        for attempt in range(5):
-            recorder = subprocess.run(
-                [exe, 'record', str(out), '--seconds', '4', *topic_args],
-                capture_output=True, text=True, timeout=120)
-            if 'no publisher found' not in recorder.stderr:
-                break
+        output = recorder.communicate(timeout=240)[0]
     finally:
         player.terminate()
         player.wait(timeout=30)
-    assert recorder.returncode == 0, recorder.stderr
+        if recorder.poll() is None:
+            recorder.kill()
+    assert recorder.returncode == 0, output
     clouds = read_all(out, [bagio.POINTCLOUD_TOPIC])
     maps = read_all(out, [bagio.camera_topic('front')])
     # Not a rate check: 4 s of a looping 10 Hz / 12 Hz bag give about 40 of each; a handful
@@ -243,9 +227,21 @@ def test_play_and_record_round_trip(sample, tmp_path):
         np.testing.assert_array_equal(np.asarray(msg.data), np.asarray(original.data))
 
 
-def test_record_without_publishers_is_a_user_error(tmp_path, capsys):
-    assert main(['record', str(tmp_path / 'o'), '--topic', '/nobody/here']) == 1
-    assert 'no publisher found for /nobody/here' in capsys.readouterr().err
+def test_play_options_become_one_bag_topics_remaps_and_a_clock(sample, monkeypatch):
+    given = []
+
+    def play(src, cfg, topics, **kwargs):
+        given.append((topics, kwargs['remap'], kwargs['clock_hz']))
+        return 0
+    monkeypatch.setattr('jax_perception_node.tools.live.play_bag', play)
+    assert main(['play', str(sample), '--pointcloud-topic', '/p', '--camera-topic', 'front=/f',
+                 '--camera-info-topic', 'rear=/ri', '--odometry-topic', '/o',
+                 '--remap', '/p:=/lidar', '--remap', '/tf:=/tf_old', '--clock']) == 0
+    assert main(['play', str(sample), '--clock', '100']) == 0
+    assert given == [
+        (bagio.BagTopics('/p', {'front': '/f'}, {'rear': '/ri'}, '/o'),
+         {'/p': '/lidar', '/tf': '/tf_old'}, 40.0),
+        (bagio.BagTopics(), {}, 100.0)]
 
 
 def error_classes() -> list[tuple[str, str]]:
@@ -267,7 +263,8 @@ OWN_ENTRY_POINT = {('jax_perception_node.schema_export', 'ExportError')}
 def test_every_layers_error_is_found():
     names = {name for _, name in error_classes()}
     assert {'ConfigError', 'CloudFormatError', 'FeatureMapError', 'CameraInfoError',
-            'OdometryError', 'BagError', 'FleetError', 'BenchError', 'UsageError'} <= names
+            'OdometryError', 'BagError', 'FleetError', 'BenchError', 'UsageError',
+            'TransformError'} <= names
 
 
 @pytest.mark.parametrize('module, name', [

@@ -3,10 +3,12 @@
 import math
 
 from configs import PARAMS_FILE, small_config
+from jax_perception_node.camera import scale_camera_info
 from jax_perception_node.config import config_from_parameters, load_config, read_param_file
 from jax_perception_node.tools.synthetic_drive import (
     camera_stamp_offset, EPOCH_NS, LidarModel, POINT_DTYPE, SyntheticDrive, write_sample_bag)
-from jax_perception_node.topics import camera_topic, ODOMETRY_TOPIC, POINTCLOUD_TOPIC
+from jax_perception_node.topics import (camera_info_topic, camera_topic, ODOMETRY_TOPIC,
+                                        POINTCLOUD_TOPIC)
 import numpy as np
 import pytest
 from rosbags.rosbag2 import Reader
@@ -37,6 +39,8 @@ def bag(cfg, tmp_path_factory):
 
 
 def stamp_ns(msg) -> int:
+    if hasattr(msg, 'transforms'):      # a TFMessage: each transform has its own stamp
+        (msg,) = {stamp_ns(t): t for t in msg.transforms}.values()
     return msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
 
 
@@ -53,13 +57,18 @@ def test_topics_types_and_counts(bag, cfg):
     names = [c.name for c in cfg.cameras]
     assert topics == {POINTCLOUD_TOPIC: 'sensor_msgs/msg/PointCloud2',
                       ODOMETRY_TOPIC: 'nav_msgs/msg/Odometry',
-                      **{camera_topic(n): 'sensor_msgs/msg/Image' for n in names}}
+                      '/tf': 'tf2_msgs/msg/TFMessage', '/tf_static': 'tf2_msgs/msg/TFMessage',
+                      **{camera_topic(n): 'sensor_msgs/msg/Image' for n in names},
+                      **{camera_info_topic(n): 'sensor_msgs/msg/CameraInfo' for n in names}}
     assert camera_topic('front') == '/jax_perception/input/camera/front/features'
     assert len(clouds(messages)) == summary['frames'] == round(SECONDS * 10)
     for name in names:
         count = sum(topic == camera_topic(name) for topic, _, _ in messages)
         assert count == summary['camera_messages'][name]
         assert abs(count - SECONDS * 12) <= 1
+        assert count == sum(topic == camera_info_topic(name) for topic, _, _ in messages)
+    assert sum(topic == '/tf' for topic, _, _ in messages) == summary['odometry_messages']
+    assert [topic for topic, _, _ in messages].count('/tf_static') == 1
     assert calls[-1] == (len(messages), len(messages))
     assert [done for done, _ in calls] == list(range(1, len(messages) + 1))
 
@@ -145,10 +154,11 @@ def test_odometry_is_the_ego_motion(bag):
 def test_feature_maps(bag, cfg):
     shapes = {c.name: (c.height, c.width, c.channels) for c in cfg.cameras}
     seen = set()
+    maps = {camera_topic(name): name for name in shapes}
     for topic, _, msg in bag[2]:
-        if topic in (POINTCLOUD_TOPIC, ODOMETRY_TOPIC):
+        if topic not in maps:
             continue
-        name = topic.split('/')[-2]
+        name = maps[topic]
         seen.add(name)
         h, w, c = shapes[name]
         assert msg.header.frame_id == f'{name}_optical'
@@ -227,13 +237,18 @@ def test_one_second_bag_holds_the_drive_message_for_message(cfg, tmp_path):
     with Reader(tmp_path / 'bag') as reader:
         messages = [(conn.topic, stamp, TS.deserialize_cdr(raw, conn.msgtype))
                     for conn, stamp, raw in reader.messages()]
-    # At a shared stamp (t = 0 here) odometry is written before the sweep.
-    assert [topic for topic, _, _ in messages[:2]] == [ODOMETRY_TOPIC, POINTCLOUD_TOPIC]
+    # /tf_static first; at a shared stamp (t = 0 here) odometry and /tf precede the sweep.
+    assert [topic for topic, _, _ in messages[:4]] == ['/tf_static', ODOMETRY_TOPIC, '/tf',
+                                                       POINTCLOUD_TOPIC]
     topics = {camera_topic(c.name): c.name for c in cfg.cameras}
-    seen = {POINTCLOUD_TOPIC: 0, ODOMETRY_TOPIC: 0, **dict.fromkeys(topics, 0)}
+    infos = {camera_info_topic(c.name): c for c in cfg.cameras}
+    seen = {POINTCLOUD_TOPIC: 0, ODOMETRY_TOPIC: 0, '/tf': 0, '/tf_static': 0,
+            **dict.fromkeys(topics, 0), **dict.fromkeys(infos, 0)}
     for topic, stamp, msg in messages:
         t = (stamp - EPOCH_NS) * 1e-9     # bag time = EPOCH_NS + t, as the writer has it
         seen[topic] += 1
+        if topic in ('/tf', '/tf_static', *infos):
+            continue                      # test_tf_and_camera_info_describe_the_drive
         if topic == POINTCLOUD_TOPIC:
             assert np.array_equal(points_of(msg), drive.lidar_frame(t))
         elif topic == ODOMETRY_TOPIC:
@@ -244,14 +259,49 @@ def test_one_second_bag_holds_the_drive_message_for_message(cfg, tmp_path):
             feats = np.frombuffer(msg.data, '<f4').reshape(cam.height, cam.width, cam.channels)
             assert np.array_equal(feats, drive.camera_features(cam.name, t))
     # 10 sweeps; 50 Hz odometry and 12 Hz maps up to 0.95 s (cameras from a +4..31 ms offset).
-    assert seen == {POINTCLOUD_TOPIC: 10, ODOMETRY_TOPIC: 48, **dict.fromkeys(topics, 12)}
+    assert seen == {POINTCLOUD_TOPIC: 10, ODOMETRY_TOPIC: 48, '/tf': 48, '/tf_static': 1,
+                    **dict.fromkeys(topics, 12), **dict.fromkeys(infos, 12)}
+
+
+def test_tf_and_camera_info_describe_the_drive(bag, cfg):
+    """/tf_static is the parameters' mounting, /tf the ego pose, CameraInfo the intrinsics."""
+    _, _, messages, _ = bag
+    (static,) = [m for topic, _, m in messages if topic == '/tf_static']
+    mounts = {(t.header.frame_id, t.child_frame_id): t.transform for t in static.transforms}
+    expected = {('base_link', 'lidar'): cfg.lidar} | {
+        ('base_link', f'{c.name}_optical'): c.pose for c in cfg.cameras}
+    assert set(mounts) == set(expected)
+    for key, pose in expected.items():
+        v, q = mounts[key].translation, mounts[key].rotation
+        assert (v.x, v.y, v.z) == pose.translation
+        assert (q.x, q.y, q.z, q.w) == pose.rotation_xyzw
+    odometry = {t: m.pose.pose for topic, t, m in messages if topic == ODOMETRY_TOPIC}
+    tf = [(t, m) for topic, t, m in messages if topic == '/tf']
+    assert [t for t, _ in tf] == list(odometry)
+    for stamp, msg in tf:
+        (pose,) = msg.transforms
+        assert (pose.header.frame_id, pose.child_frame_id) == ('map', 'base_link')
+        assert stamp_ns(pose) == stamp
+        v, p = pose.transform.translation, odometry[stamp].position
+        assert (v.x, v.y, v.z) == (p.x, p.y, p.z)
+    for cam in cfg.cameras:
+        infos = [m for topic, _, m in messages if topic == camera_info_topic(cam.name)]
+        info = infos[0]
+        assert (info.width, info.height) == (8 * cam.width, 8 * cam.height)
+        assert info.header.frame_id == f'{cam.name}_optical'
+        # The README formula by hand: fx_f = fx / 8, cx_f = (cx + 0.5) / 8 - 0.5.
+        fx, cx, fy, cy = info.k[0], info.k[2], info.k[4], info.k[5]
+        assert (fx / 8, fy / 8, (cx + 0.5) / 8 - 0.5, (cy + 0.5) / 8 - 0.5) == (
+            cam.fx, cam.fy, cam.cx, cam.cy)
+        assert tuple(scale_camera_info(info, cam.height, cam.width))[:4] == (
+            cam.fx, cam.fy, cam.cx, cam.cy)
 
 
 def test_lidar_only_and_camera_count_errors(cfg, tmp_path):
     summary = write_sample_bag(tmp_path / 'lidar', cfg, seconds=0.2, num_cameras=0)
     with Reader(tmp_path / 'lidar') as reader:
-        assert set(reader.topics) == {POINTCLOUD_TOPIC, ODOMETRY_TOPIC}
-        assert reader.message_count == 2 + summary['odometry_messages']
+        assert set(reader.topics) == {POINTCLOUD_TOPIC, ODOMETRY_TOPIC, '/tf', '/tf_static'}
+        assert reader.message_count == 2 + 2 * summary['odometry_messages'] + 1
     assert summary['camera_messages'] == {}
     two = write_sample_bag(tmp_path / 'two', cfg, seconds=0.2, num_cameras=2)
     assert list(two['camera_messages']) == ['front', 'left']

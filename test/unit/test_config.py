@@ -4,7 +4,8 @@ import ast
 
 from configs import FRONT, PARAMS_FILE, REPO, small_config, small_params
 from jax_perception_node.config import (AccumulationConfig, CameraConfig, config_from_parameters,
-                                        load_config, Pose, read_param_file, write_param_file)
+                                        default_params_file, load_config, Pose, read_param_file,
+                                        write_param_file)
 from jax_perception_node.live_params import check_update
 from jax_perception_node.parameters import BY_KEY, ConfigError, SCHEMA
 import numpy as np
@@ -288,3 +289,68 @@ def test_frames_and_distortion_are_live():
     merged, cfg = check_update(values, changes)
     assert cfg.lidar_frame_id == 'velodyne' and cfg.cameras[0].frame_id == 'cam0'
     assert cfg.cameras[0].distortion == (0.1, 0.0, 0.0, 0.0)
+
+
+# -- TF sources and camera channel names (issue 17) -----------------------------------------------
+
+def test_tf_sources_and_channel_names_default_and_override():
+    cfg = small_config()
+    assert (cfg.extrinsics_source, cfg.accumulation.pose_source,
+            cfg.accumulation.fixed_frame) == ('parameters', 'odometry', 'map')
+    assert cfg.channel_names == () and cfg.camera_channel_names == ('camera_0', 'camera_1',
+                                                                    'camera_2')
+    assert small_config(cameras=0).camera_channel_names == ()
+    cfg = small_config(**{'extrinsics.source': 'tf', 'accumulation.pose_source': 'tf',
+                          'accumulation.fixed_frame': 'odom',
+                          'cameras.channel_names': ['road', 'car', 'sky']})
+    assert (cfg.extrinsics_source, cfg.accumulation.pose_source,
+            cfg.accumulation.fixed_frame) == ('tf', 'tf', 'odom')
+    assert cfg.camera_channel_names == ('road', 'car', 'sky')
+
+
+@pytest.mark.parametrize('changes, message', [
+    ({'extrinsics.source': 'urdf'}, 'extrinsics.source: expected one of parameters | tf'),
+    ({'accumulation.pose_source': 'gps'},
+     'accumulation.pose_source: expected one of odometry | tf'),
+    ({'accumulation.fixed_frame': ''}, 'accumulation.fixed_frame: must not be empty'),
+    ({'cameras.channel_names': ['a', 'b']},
+     'cameras.channel_names: 2 names for 3 camera feature channels'),
+    ({'cameras.channel_names': ['a', 'b', 'a']}, 'cameras.channel_names: duplicate names'),
+    ({'cameras.channel_names': ['a', 'b', 'c-d']},
+     'cameras.channel_names: "c-d" must be letters'),
+    ({'cameras.channel_names': ['a', '', 'c']}, 'cameras.channel_names: an empty name'),
+    ({'cameras.channel_names': 'abc'}, 'cameras.channel_names: expected a list'),
+    ({'cameras.names': ['front', 'channel_names']},
+     'cameras.names: "channel_names" is taken by the key cameras.channel_names'),
+])
+def test_tf_and_channel_keys_are_checked(changes, message):
+    with pytest.raises(ConfigError) as err:
+        small_config(**changes)
+    assert str(err.value).startswith(message)
+
+
+def test_channel_names_without_cameras_must_be_empty():
+    with pytest.raises(ConfigError, match='1 names for 0 camera feature channels'):
+        small_config(cameras=0, **{'cameras.channel_names': ['x']})
+
+
+def test_tf_sources_and_channel_names_are_live():
+    changes = {'extrinsics.source': 'tf', 'accumulation.pose_source': 'tf',
+               'accumulation.fixed_frame': 'odom', 'cameras.channel_names': ['a', 'b', 'c']}
+    _, cfg = check_update(small_params(), changes)
+    assert cfg.extrinsics_source == 'tf' and cfg.camera_channel_names == ('a', 'b', 'c')
+    assert all(BY_KEY[key].static is None for key in changes)
+
+
+def test_default_params_come_from_the_ament_index_of_a_colcon_install(tmp_path, monkeypatch):
+    # The layout `colcon build` installs: an ament index marker and the share folder.
+    index = tmp_path / 'share' / 'ament_index' / 'resource_index' / 'packages'
+    index.mkdir(parents=True)
+    (index / 'jax_perception_node').write_text('')
+    shipped = tmp_path / 'share' / 'jax_perception_node' / 'config' / 'jax_perception.param.yaml'
+    shipped.parent.mkdir(parents=True)
+    shipped.write_text('/**:\n  ros__parameters: {}\n')
+    monkeypatch.setenv('AMENT_PREFIX_PATH', str(tmp_path))
+    assert default_params_file() == shipped
+    monkeypatch.delenv('AMENT_PREFIX_PATH')
+    assert default_params_file() == PARAMS_FILE      # the source tree's, outside a ROS install

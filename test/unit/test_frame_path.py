@@ -1,16 +1,20 @@
-"""FramePath: frame checks, CameraInfo, live updates (newest word wins) and its own locking."""
+"""FramePath: frame checks, CameraInfo, live updates (newest word wins), locking, TF poses."""
 
 import threading
 
 import bag_messages
-from configs import camera_params, FRONT, small_config
+from configs import camera_params, FRONT, REAR, small_config
 from jax_perception_node.camera import CameraInfoError, FeatureMapError
 from jax_perception_node.cloud import CloudFormatError
 from jax_perception_node.frame_path import FramePath
+from jax_perception_node.health import assess, CloudTimes, COUNTS, PERIOD_COUNTS, WARN
 from jax_perception_node.parameters import ConfigError
-from jax_perception_node.pipeline import BevPipeline, compile_count
+from jax_perception_node.pipeline import compile_count
+from jax_perception_node.transforms import TransformError
 import numpy as np
 import pytest
+from reference import lift_ref, voxelize_ref
+from tf_messages import tf_message, transform
 
 T0 = 1_700_000_000 * 10**9
 # A CameraInfo at 4x the 12 x 20 front map; scaled by hand (s = 1/4): fx 24 / 4 = 6,
@@ -20,17 +24,6 @@ SCALED = {'fx': 6.0, 'fy': 7.0, 'cx': 8.5, 'cy': 4.5}
 RNG = np.random.default_rng(21)
 POINTS = np.abs(RNG.normal(scale=4.0, size=(200, 4))).astype(np.float32) + [1, -4, -1, 0]
 MAPS = {name: RNG.uniform(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
-
-
-def warmed(cfg) -> BevPipeline:
-    pipe = BevPipeline(cfg)
-    pipe.warmup()
-    return pipe
-
-
-@pytest.fixture(scope='module')
-def pipe():
-    return warmed(small_config())
 
 
 @pytest.fixture
@@ -91,7 +84,7 @@ def test_a_camera_frame_from_the_parameters(pipe):
     path.add_features('front', features('front', frame_id='cam0'))
 
 
-def test_camera_info_is_applied_once_and_a_bad_one_changes_nothing(path):
+def test_camera_info_is_applied_once_and_a_bad_one_changes_nothing(path, warmed):
     reference = warmed(small_config(**camera_params('front', **SCALED)))
     before = run_frame(path, T0)
     applied = path.apply_camera_info('front', bag_messages.camera_info(**IMAGE))
@@ -106,7 +99,7 @@ def test_camera_info_is_applied_once_and_a_bad_one_changes_nothing(path):
     assert (path.cameras[0].fx, path.cameras[0].cy) == (6.0, 4.5)
 
 
-def test_update_keeps_camera_info_until_the_parameters_set_those_intrinsics(path):
+def test_update_keeps_camera_info_until_the_parameters_set_those_intrinsics(path, warmed):
     path.apply_camera_info('front', bag_messages.camera_info(**IMAGE))
     # Another key changes: the front camera keeps the newer CameraInfo intrinsics.
     moved = small_config(**{'lidar.translation': [0.5, 0.25, 1.0]})
@@ -172,3 +165,181 @@ def test_a_new_path_starts_from_the_parameters_calibration(pipe):
     assert not np.array_equal(run_frame(first, T0 + 10**9), params_output)
     second = FramePath(small_config(), pipe)
     np.testing.assert_array_equal(run_frame(second), params_output)
+
+
+# -- extrinsics.source tf and accumulation.pose_source tf (issue 17) ------------------------------
+
+TF_LIDAR = ((0.25, -0.5, 0.5), (0.0, 0.0, 0.2588190451, 0.9659258263))     # yaw 30 degrees
+TF_CAMERAS = {'front': ((1.0, 0.0, 1.5), FRONT), 'rear': ((-1.0, 0.0, 1.5), REAR)}
+# Deliberately wrong parameter poses: TF must win over every one of them.
+WRONG = {'lidar.translation': [3.0, 2.0, -1.0], 'lidar.rotation_xyzw': [0.0, 0.0, 0.0, 1.0],
+         'cameras.front.translation': [0.5, 1.0, 1.0],
+         'cameras.rear.translation': [-2.0, -1.0, 1.0], 'fusion.max_samples_per_cell': 6}
+
+
+def tf_config(**overrides):
+    return small_config(**{'extrinsics.source': 'tf', **WRONG, **overrides})
+
+
+def truth_config():
+    """Return the configuration whose parameter poses are the TF poses (for the reference)."""
+    (t, q) = TF_LIDAR
+    params = {'lidar.translation': list(t), 'lidar.rotation_xyzw': list(q)}
+    for name, (t, q) in TF_CAMERAS.items():
+        params.update({f'cameras.{name}.translation': list(t),
+                       f'cameras.{name}.rotation_xyzw': list(q)})
+    return small_config(**params)
+
+
+def static_tf():
+    return tf_message(transform('base_link', 'velodyne', 0, *TF_LIDAR),
+                      *(transform('base_link', f'cam_{name}', 0, *pose)
+                        for name, pose in TF_CAMERAS.items()))
+
+
+@pytest.fixture(scope='module')
+def tf_pipe(warmed):
+    return warmed(tf_config())
+
+
+def tf_frame(path, stamp=T0, lidar_frame='velodyne', camera_frame='cam_{}'):
+    for name in MAPS:
+        path.add_features(name, features(name, stamp, frame_id=camera_frame.format(name)))
+    return path.process(cloud(stamp, frame_id=lidar_frame))
+
+
+def test_tf_poses_replace_wrong_parameter_poses_without_a_compile(tf_pipe):
+    path = FramePath(tf_config(), tf_pipe)
+    path.add_transforms(static_tf(), static=True)
+    count = compile_count()
+    frames = [tf_frame(path, T0 + k * 10**8) for k in range(3)]
+    assert compile_count() == count
+    truth = truth_config()
+    out = frames[-1].result.features
+    np.testing.assert_allclose(out[..., :6], voxelize_ref(POINTS, truth), rtol=1e-5, atol=1e-5)
+    camera, coverage = lift_ref(truth, MAPS)
+    assert 0 < coverage.sum() < coverage.size
+    np.testing.assert_allclose(out[..., 6:9], camera, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(out[..., 9], coverage)
+    # Static TF: the poses were applied once, not per frame.
+    assert path.tf_calibrations == 1
+    # The parameters' (wrong) poses give another picture: the check above could not pass.
+    assert not np.allclose(voxelize_ref(POINTS, tf_config()), voxelize_ref(POINTS, truth))
+
+
+def test_with_tf_a_cloud_in_an_unknown_frame_is_not_processed(tf_pipe):
+    path = FramePath(tf_config(), tf_pipe)
+    path.add_transforms(static_tf(), static=True)
+    with pytest.raises(TransformError, match='"radar" into "base_link": frame "radar" is '
+                                             'unknown'):
+        tf_frame(path, lidar_frame='radar')
+    # The configured LiDAR frame means nothing with TF extrinsics: 'lidar' is unknown too.
+    with pytest.raises(TransformError, match='frame "lidar" is unknown'):
+        path.process(cloud())
+    assert path.tf_calibrations == 0
+    assert tf_frame(path).result.num_points == len(POINTS)
+
+
+def test_with_tf_a_camera_tf_cannot_place_is_masked_and_named(tf_pipe):
+    path = FramePath(tf_config(), tf_pipe)
+    path.add_transforms(static_tf(), static=True)
+    path.add_features('front', features('front', frame_id='cam_front'))
+    path.add_features('rear', features('rear', frame_id='rear_unknown'))
+    frame = path.process(cloud(frame_id='velodyne'))
+    assert frame.cameras_without_tf == ('rear',) and frame.result.cameras_used == 1
+    camera, _ = lift_ref(truth_config(), MAPS, used={'front'})
+    np.testing.assert_allclose(frame.result.features[..., 6:9], camera, rtol=1e-4, atol=1e-5)
+
+
+def test_dynamic_tf_is_interpolated_at_the_cloud_stamp(tf_pipe):
+    path = FramePath(tf_config(cameras=2), tf_pipe)
+    path.add_transforms(static_tf(), static=True)
+    (t, q) = TF_LIDAR
+    # The LiDAR on a moving mount: x 0.25 at T0, 1.25 at T0 + 1 s; the cloud at T0 + 0.25 s.
+    path.add_transforms(tf_message(transform('base_link', 'velodyne', T0, t, q)), static=False)
+    path.add_transforms(tf_message(transform('base_link', 'velodyne', T0 + 10**9,
+                                             (t[0] + 1.0, t[1], t[2]), q)), static=False)
+    out = tf_frame(path, T0 + 10**9 // 4).result.features
+    moved = small_config(**{'lidar.translation': [t[0] + 0.25, t[1], t[2]],
+                            'lidar.rotation_xyzw': list(q)})
+    np.testing.assert_allclose(out[..., :6], voxelize_ref(POINTS, moved), rtol=1e-5, atol=1e-5)
+    # Each new LiDAR pose is applied (cheap: no camera geometry), the cameras' only once.
+    tf_frame(path, T0 + 10**9 // 2)
+    assert path.tf_calibrations == 2
+    assert [c.pose.translation for c in path.cameras] == [TF_CAMERAS['front'][0],
+                                                          TF_CAMERAS['rear'][0]]
+
+
+def test_back_to_parameter_poses_and_live_updates_keep_tf_poses(tf_pipe):
+    path = FramePath(tf_config(), tf_pipe)
+    path.add_transforms(static_tf(), static=True)
+    tf_out = tf_frame(path).result.features
+    # A live change of another key keeps the TF poses in force.
+    path.update(tf_config(**{'sync.max_camera_lidar_delay_s': 0.05}))
+    np.testing.assert_array_equal(tf_frame(path, T0 + 10**8).result.features, tf_out)
+    # Back to the parameters: their (wrong) poses and frame checks apply again.
+    path.update(tf_config(**{'extrinsics.source': 'parameters'}))
+    with pytest.raises(CloudFormatError, match='not the LiDAR frame "lidar"'):
+        path.process(cloud(T0 + 2 * 10**8, frame_id='velodyne'))
+    out = run_frame(path, T0 + 3 * 10**8)
+    np.testing.assert_allclose(out[..., :6], voxelize_ref(POINTS, tf_config()), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_pose_source_tf_gives_the_sweeps_the_odometry_would(warmed):
+    cfg = small_config(cameras=0, **{'accumulation.num_sweeps': 2})
+    pipe = warmed(cfg)
+    poses = [(T0, (0.0, 0.0, 0.0)), (T0 + 10**8, (1.0, 0.5, 0.0))]
+    by_odometry = FramePath(cfg, pipe)
+    for stamp, position in poses:
+        by_odometry.add_odometry(bag_messages.odometry(stamp, position))
+    expected = [by_odometry.process(cloud(stamp)) for stamp, _ in poses]
+    pipe.reset_sweeps()
+    tf_cfg = small_config(cameras=0, **{'accumulation.num_sweeps': 2,
+                                        'accumulation.pose_source': 'tf',
+                                        'accumulation.fixed_frame': 'odom'})
+    by_tf = FramePath(tf_cfg, pipe)
+    for stamp, position in poses:
+        by_tf.add_transforms(tf_message(transform('odom', 'base_link', stamp, position)),
+                             static=False)
+    got = [by_tf.process(cloud(stamp)) for stamp, _ in poses]
+    assert [f.without_odometry for f in got] == [False, False]
+    np.testing.assert_array_equal(got[1].result.features, expected[1].result.features)
+    # No TF at a stamp: the frame uses its own sweep, as without odometry.
+    assert by_tf.process(cloud(T0 + 5 * 10**8)).without_odometry
+
+
+def test_frames_and_cameras_without_tf_warn_in_diagnostics():
+    counts = dict.fromkeys(COUNTS, 0)
+    period = dict.fromkeys(PERIOD_COUNTS, 0)
+    period.update(processed=3, frames_without_tf=2, cameras_without_tf=1)
+    stats = {'p50': 1.0, 'p95': 1.0, 'p99': 1.0, 'max': 1.0}
+    health = assess(counts, period, CloudTimes(1.0, 2.0, 2.0), 2.5,
+                    {'total_ms': stats, 'age_ms': stats}, (), 0, 1024, 1.0, 100.0)
+    assert health.level == WARN
+    assert health.message == ('2 clouds skipped: no TF pose of their frame; 1 camera maps '
+                              'masked: no TF pose of their frame')
+
+
+def unnamed_frame(path, stamp):
+    """Run a frame whose feature maps name no frame (header.frame_id '')."""
+    for name in MAPS:
+        msg = features(name, stamp)
+        msg.header.frame_id = ''
+        path.add_features(name, msg)
+    return path.process(cloud(stamp, frame_id='velodyne'))
+
+
+def test_with_tf_a_map_naming_no_frame_takes_its_camera_infos_frame(tf_pipe):
+    path = FramePath(tf_config(), tf_pipe)
+    path.add_transforms(static_tf(), static=True)
+    # No frame on the maps and no CameraInfo yet: TF cannot place the cameras.
+    assert set(unnamed_frame(path, T0).cameras_without_tf) == set(MAPS)
+    for name in MAPS:
+        info = bag_messages.camera_info(**IMAGE)
+        info.header.frame_id = f'cam_{name}'
+        path.apply_camera_info(name, info)
+    # Now the CameraInfo's frame stands in for the map's: both cameras are placed and used.
+    frame = unnamed_frame(path, T0 + 10**8)
+    assert frame.cameras_without_tf == ()
+    assert frame.result.cameras_used == len(MAPS)

@@ -2,7 +2,7 @@
 
 from configs import camera_params, FRONT, small_config
 from jax_perception_node.parameters import ConfigError
-from jax_perception_node.pipeline import BevPipeline, compile_count
+from jax_perception_node.pipeline import compile_count
 import numpy as np
 import pytest
 from reference import distort_ref, lift_ref, quat_matrix, sample_counts_ref, voxelize_ref
@@ -36,11 +36,10 @@ def lidar_part(features):
 
 
 @pytest.fixture(scope='module')
-def lidar_pipe():
-    cfg = small_config(cameras=0, **{'lidar.rotation_xyzw': [0.0, 0.0, 0.38268343, 0.92387953]})
-    pipe = BevPipeline(cfg)
-    pipe.warmup()
-    return pipe
+def lidar_pipe(warmed):
+    """No cameras, the LiDAR yawed 45 degrees: cells get points from rotated coordinates."""
+    return warmed(small_config(
+        cameras=0, **{'lidar.rotation_xyzw': [0.0, 0.0, 0.38268343, 0.92387953]}))
 
 
 def test_voxelize_random_clouds_match_reference(lidar_pipe):
@@ -69,11 +68,10 @@ def test_voxelize_dense_cells_match_reference(lidar_pipe):
     np.testing.assert_allclose(lidar_part(out), ref, rtol=1e-5, atol=1e-5)
 
 
-def test_voxelize_edges_range_and_nonfinite():
+def test_voxelize_edges_range_and_nonfinite(warmed):
     # Identity extrinsic and a power-of-two resolution: every edge is exact in float32 too.
     cfg = small_config(cameras=0, **{'lidar.translation': [0.0, 0.0, 0.0]})
-    pipe = BevPipeline(cfg)
-    pipe.warmup()
+    pipe = warmed(cfg)
     g = cfg.grid
     edge = [
         [g.x_min, g.y_min, 0.0, 1.0],               # lower corner: cell (0, 0)
@@ -107,13 +105,12 @@ def test_voxelize_empty_and_all_outside(lidar_pipe):
         assert not lidar_pipe.process(cloud).features.any()
 
 
-def test_same_output_whichever_bucket():
+def test_same_output_whichever_bucket(warmed):
     points = random_cloud(60, small_config())
     maps = {'front': RNG.uniform(size=(12, 20, 3)).astype(np.float32)}
     outputs = []
     for buckets in ([64], [256], [1024]):
-        pipe = BevPipeline(small_config(buckets=buckets))
-        pipe.warmup()
+        pipe = warmed(small_config(buckets=buckets))
         # Stale rows of a full earlier frame stay in the padding: they must not leak.
         full = pipe.process(np.tile(np.float32([1.0, 1.0, 0.0, 3.0]), (buckets[0], 1)), maps)
         assert full.bucket == buckets[0] and full.features[..., 0].any()
@@ -124,37 +121,30 @@ def test_same_output_whichever_bucket():
         np.testing.assert_array_equal(outputs[0], other)
 
 
-@pytest.fixture(scope='module')
-def camera_pipe():
-    pipe = BevPipeline(small_config())
-    pipe.warmup()
-    return pipe
-
-
-def test_lift_matches_reference_with_random_maps(camera_pipe):
-    cfg = camera_pipe.cfg
+def test_lift_matches_reference_with_random_maps(pipe):
+    cfg = pipe.cfg
     maps = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
     for used in (('front', 'rear'), ('front',), ('rear',), ()):
         given = {name: maps[name] for name in used}
-        out = camera_pipe.process(np.zeros((0, 4), np.float32), given).features
+        out = pipe.process(np.zeros((0, 4), np.float32), given).features
         camera, coverage = lift_ref(cfg, given)
         np.testing.assert_allclose(out[..., 6:9], camera, rtol=1e-4, atol=1e-5)
         np.testing.assert_array_equal(out[..., 9], coverage)
         assert out.shape[-1] == 10
 
 
-def test_lift_constant_map_reads_constant_where_covered(camera_pipe):
+def test_lift_constant_map_reads_constant_where_covered(pipe):
     maps = {name: np.full((12, 20, 3), 2.5, np.float32) for name in ('front', 'rear')}
-    out = camera_pipe.process(np.zeros((0, 4), np.float32), maps).features
+    out = pipe.process(np.zeros((0, 4), np.float32), maps).features
     covered = out[..., 9] == 1
     assert 0.1 < covered.mean() < 0.9     # both cameras see part of the grid, not all of it
     np.testing.assert_allclose(out[covered][:, 6:9], 2.5, rtol=1e-6)
     assert not out[~covered][:, 6:9].any()
-    _, coverage = lift_ref(camera_pipe.cfg, maps)
+    _, coverage = lift_ref(pipe.cfg, maps)
     np.testing.assert_array_equal(out[..., 9], coverage)
 
 
-def test_single_bright_pixel_lands_in_the_hand_computed_cell():
+def test_single_bright_pixel_lands_in_the_hand_computed_cell(warmed):
     # Camera 2 m above the ground at the origin looking along +x; one height level at z = 0.
     # Pixel (row 9, col 3) with cx = 8, cy = 4, fx = fy = 10 is 5 px below and 5 px left of
     # the centre: its ray meets the ground at x = 2 m * 10 / 5 = 4 m, y = +5 * 4 / 10 = 2 m.
@@ -168,8 +158,7 @@ def test_single_bright_pixel_lands_in_the_hand_computed_cell():
                         cy=4.0, translation=(0.0, 0.0, 2.0)),
     }
     from jax_perception_node.config import config_from_parameters
-    pipe = BevPipeline(config_from_parameters(params))
-    pipe.warmup()
+    pipe = warmed(config_from_parameters(params))
     fmap = np.zeros((12, 17, 1), np.float32)
     fmap[9, 3, 0] = 1.0
     camera = pipe.process(np.zeros((0, 4), np.float32), {'front': fmap}).features[..., 6]
@@ -177,33 +166,33 @@ def test_single_bright_pixel_lands_in_the_hand_computed_cell():
     assert camera[4, 10] == pytest.approx(1.0, abs=1e-5)
 
 
-def test_calibration_change_does_not_recompile(camera_pipe):
-    cfg = camera_pipe.cfg
+def test_calibration_change_does_not_recompile(pipe):
+    cfg = pipe.cfg
     maps = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
     points = random_cloud(300, cfg)
-    before = camera_pipe.process(points, maps).features
+    before = pipe.process(points, maps).features
     # Fewer samples per cell than at warm-up (a narrower front camera, a higher LiDAR).
     moved = small_config(**camera_params('front', translation=(1.0, 0.0, 3.0), fx=5.0),
                          **{'lidar.translation': [0.0, 0.0, 1.0]})
     count = compile_count()
-    camera_pipe.set_calibration(moved.lidar, moved.cameras)
-    after = camera_pipe.process(points, maps).features
+    pipe.set_calibration(moved.lidar, moved.cameras)
+    after = pipe.process(points, maps).features
     assert compile_count() == count
     assert not np.array_equal(before[..., 9], after[..., 9])
     camera, coverage = lift_ref(moved, maps)
     np.testing.assert_allclose(after[..., 6:9], camera, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(after[..., 9], coverage)
     np.testing.assert_allclose(after[..., :6], voxelize_ref(points, moved), rtol=1e-5, atol=1e-5)
-    camera_pipe.set_calibration(cfg.lidar, cfg.cameras)
-    np.testing.assert_array_equal(camera_pipe.process(points, maps).features, before)
+    pipe.set_calibration(cfg.lidar, cfg.cameras)
+    np.testing.assert_array_equal(pipe.process(points, maps).features, before)
 
 
-def test_lift_slots_are_the_most_samples_any_cell_has(camera_pipe):
-    counts = sample_counts_ref(camera_pipe.cfg)
+def test_lift_slots_are_the_most_samples_any_cell_has(pipe):
+    counts = sample_counts_ref(pipe.cfg)
     # Two cameras back to back with three levels: no cell is seen by both, so the compacted
     # lift does half the dense work (cameras x levels = 6 samples per cell).
-    assert camera_pipe.lift_slots == counts.max() == 3
-    assert camera_pipe.lift_slots < 2 * camera_pipe.cfg.fusion.num_heights
+    assert pipe.lift_slots == counts.max() == 3
+    assert pipe.lift_slots < 2 * pipe.cfg.fusion.num_heights
 
 
 def _facing_front(**overrides):
@@ -212,24 +201,23 @@ def _facing_front(**overrides):
                         **overrides)
 
 
-def test_calibration_needing_more_slots_is_refused_and_changes_nothing(camera_pipe):
+def test_calibration_needing_more_slots_is_refused_and_changes_nothing(pipe):
     maps = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
     empty = np.zeros((0, 4), np.float32)
-    before = camera_pipe.process(empty, maps).features
+    before = pipe.process(empty, maps).features
     both = _facing_front()
-    assert sample_counts_ref(both).max() > camera_pipe.lift_slots
+    assert sample_counts_ref(both).max() > pipe.lift_slots
     count = compile_count()
     # Samples fill the slots in camera order, so the rear camera's are the ones that do not fit.
     with pytest.raises(ConfigError, match=r'cameras\.rear: .*3 slots per cell.*'
                                           r'fusion\.max_samples_per_cell'):
-        camera_pipe.set_calibration(both.lidar, both.cameras)
+        pipe.set_calibration(both.lidar, both.cameras)
     assert compile_count() == count
-    np.testing.assert_array_equal(camera_pipe.process(empty, maps).features, before)
+    np.testing.assert_array_equal(pipe.process(empty, maps).features, before)
 
 
-def test_max_samples_per_cell_makes_room_for_later_calibrations():
-    pipe = BevPipeline(small_config(**{'fusion.max_samples_per_cell': 6}))
-    pipe.warmup()
+def test_max_samples_per_cell_makes_room_for_later_calibrations(warmed):
+    pipe = warmed(small_config(**{'fusion.max_samples_per_cell': 6}))
     assert pipe.lift_slots == 6
     both = _facing_front()
     maps = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
@@ -244,31 +232,28 @@ def test_max_samples_per_cell_makes_room_for_later_calibrations():
         small_config(**{'fusion.max_samples_per_cell': 7})
 
 
-def test_camera_batch_crosses_only_when_a_map_changed(camera_pipe):
-    cfg = camera_pipe.cfg
+def test_camera_batch_crosses_only_when_a_map_changed(pipe):
+    cfg = pipe.cfg
     a = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
     b = dict(a, front=RNG.normal(size=(12, 20, 3)).astype(np.float32))
     empty = np.zeros((0, 4), np.float32)
     steps = [(a, True), ({k: v.copy() for k, v in a.items()}, False), (b, True),
              ({'rear': b['rear']}, False), (b, False), ({}, False), (a, True)]
     for maps, sent in steps:
-        result = camera_pipe.process(empty, maps)
+        result = pipe.process(empty, maps)
         assert result.cameras_sent is sent
         camera, coverage = lift_ref(cfg, maps)
         np.testing.assert_allclose(result.features[..., 6:9], camera, rtol=1e-4, atol=1e-5)
         np.testing.assert_array_equal(result.features[..., 9], coverage)
 
 
-def test_fusion_projection_and_relu(tmp_path):
+def test_fusion_projection_and_relu(tmp_path, pipe, warmed):
     rng = np.random.default_rng(3)
     weights, bias = rng.normal(size=(10, 5)), rng.normal(size=5)
     path = tmp_path / 'w.npz'
     np.savez(path, W=weights, b=bias)
     cfg = small_config(**{'fusion.weights_file': str(path), 'fusion.activation': 'relu'})
-    plain = BevPipeline(small_config())
-    projected = BevPipeline(cfg)
-    plain.warmup()
-    projected.warmup()
+    plain, projected = pipe, warmed(cfg)
     points = random_cloud(200, cfg)
     maps = {'front': rng.uniform(size=(12, 20, 3)).astype(np.float32)}
     fused = plain.process(points, maps).features.astype(np.float64)
@@ -293,10 +278,9 @@ PLUMB_BOB = ('plumb_bob', (-0.1, 0.01, 0.004, -0.003, 0.001))
 EQUIDISTANT = ('equidistant', (0.08, -0.02, 0.004, -0.0005))
 
 
-def test_lift_with_lens_models_matches_reference():
+def test_lift_with_lens_models_matches_reference(warmed):
     cfg = lens(PLUMB_BOB, EQUIDISTANT)
-    pipe = BevPipeline(cfg)
-    pipe.warmup()
+    pipe = warmed(cfg)
     maps = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
     out = pipe.process(np.zeros((0, 4), np.float32), maps).features
     camera, coverage = lift_ref(cfg, maps)
@@ -308,37 +292,37 @@ def test_lift_with_lens_models_matches_reference():
     assert np.abs(camera - pinhole).max() > 0.1
 
 
-def test_changing_the_distortion_compiles_nothing(camera_pipe):
-    cfg = camera_pipe.cfg
+def test_changing_the_distortion_compiles_nothing(pipe):
+    cfg = pipe.cfg
     maps = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
     empty = np.zeros((0, 4), np.float32)
-    before = camera_pipe.process(empty, maps).features
+    before = pipe.process(empty, maps).features
     count = compile_count()
     for front, rear in ((PLUMB_BOB, EQUIDISTANT), (EQUIDISTANT, PLUMB_BOB),
                         (('plumb_bob', (-0.2, 0.03, 0.0, 0.0, 0.0)), ('none', ()))):
         changed = lens(front, rear)
-        camera_pipe.set_calibration(cameras=changed.cameras)
-        out = camera_pipe.process(empty, maps).features
+        pipe.set_calibration(cameras=changed.cameras)
+        out = pipe.process(empty, maps).features
         camera, coverage = lift_ref(changed, maps)
         np.testing.assert_allclose(out[..., 6:9], camera, rtol=1e-4, atol=1e-5)
         np.testing.assert_array_equal(out[..., 9], coverage)
     assert compile_count() == count
-    camera_pipe.set_calibration(cameras=cfg.cameras)
-    np.testing.assert_array_equal(camera_pipe.process(empty, maps).features, before)
+    pipe.set_calibration(cameras=cfg.cameras)
+    np.testing.assert_array_equal(pipe.process(empty, maps).features, before)
 
 
-def test_all_zero_plumb_bob_is_the_pinhole_bit_for_bit(camera_pipe):
+def test_all_zero_plumb_bob_is_the_pinhole_bit_for_bit(pipe):
     maps = {name: RNG.normal(size=(12, 20, 3)).astype(np.float32) for name in ('front', 'rear')}
-    points = random_cloud(300, camera_pipe.cfg)
-    pinhole = camera_pipe.process(points, maps).features
+    points = random_cloud(300, pipe.cfg)
+    pinhole = pipe.process(points, maps).features
     zeros = lens(('plumb_bob', (0.0,) * 5), ('plumb_bob', (0.0,) * 5))
     assert zeros.cameras[0].distortion_model == 'plumb_bob'
-    camera_pipe.set_calibration(cameras=zeros.cameras)
-    np.testing.assert_array_equal(camera_pipe.process(points, maps).features, pinhole)
-    camera_pipe.set_calibration(cameras=camera_pipe.cfg.cameras)
+    pipe.set_calibration(cameras=zeros.cameras)
+    np.testing.assert_array_equal(pipe.process(points, maps).features, pinhole)
+    pipe.set_calibration(cameras=pipe.cfg.cameras)
 
 
-def test_samples_beyond_the_fold_of_the_lens_model_are_invalid():
+def test_samples_beyond_the_fold_of_the_lens_model_are_invalid(warmed):
     # One camera 2 m up looking along +x, one height level at z = 0, plumb_bob k1 = -0.5:
     # r (1 - 0.5 r^2) peaks at r^2 = 2/3 (r'' = 0.544) and folds back; until r'' reaches
     # -0.85 (r ~ 1.75) the folded points land inside the map (|x''| < 8.5 / 10), ghosts of
@@ -355,8 +339,7 @@ def test_samples_beyond_the_fold_of_the_lens_model_are_invalid():
     }
     from jax_perception_node.config import config_from_parameters
     cfg = config_from_parameters(params)
-    pipe = BevPipeline(cfg)
-    pipe.warmup()
+    pipe = warmed(cfg)
     coverage = pipe.process(np.zeros((0, 4), np.float32),
                             {'front': np.ones((12, 17, 1), np.float32)}).features[..., 7]
     np.testing.assert_array_equal(coverage, lift_ref(cfg, {'front': np.ones((12, 17, 1))})[1])

@@ -15,13 +15,6 @@ import pytest
 from reference import lift_ref, quat_matrix, voxelize_ref
 
 
-@pytest.fixture(scope='module')
-def pipe():
-    pipe = BevPipeline(small_config())
-    pipe.warmup()
-    return pipe
-
-
 def test_warmup_compiles_every_bucket(pipe):
     assert set(pipe.compile_seconds) == {'calibration', '64', '256', '1024'}
 
@@ -93,9 +86,8 @@ def test_overflow_subsample_is_an_even_stride(pipe):
                                rtol=1e-5, atol=1e-5)
 
 
-def test_overflow_truncate_keeps_first_rows():
-    pipe = BevPipeline(small_config(cameras=0, overflow_policy='truncate'))
-    pipe.warmup()
+def test_overflow_truncate_keeps_first_rows(warmed):
+    pipe = warmed(small_config(cameras=0, overflow_policy='truncate'))
     points = np.random.default_rng(2).normal(scale=5.0, size=(3000, 4)).astype(np.float32)
     result = pipe.process(points)
     np.testing.assert_allclose(result.features[..., :6], voxelize_ref(points[:1024], pipe.cfg),

@@ -93,6 +93,17 @@ def markdown(results: dict, nested: bool = False) -> str:
     return '\n'.join(lines) + '\n'
 
 
+def _ran(results: dict, part: str, key: str = 'rows') -> dict | None:
+    """Return the results of ``part`` if it ran (``key`` present and not empty), else None."""
+    found = results.get(part)
+    return found if found and found.get(key) else None
+
+
+def _table_part(title: str, intro: str | None, columns: str, align: str) -> list[str]:
+    """Open a report part: its heading, the intro paragraph if any, the table's header rows."""
+    return ['', f'## {title}', ''] + ([intro, ''] if intro else []) + [columns, align]
+
+
 def _header(results: dict) -> list[str]:
     """Title, machine and versions, the targets table, the missed targets and any errors."""
     m = results['machine']
@@ -117,17 +128,18 @@ def _header(results: dict) -> list[str]:
 
 def _recompile_part(results: dict) -> list[str]:
     """Part 1: bucketed AOT against a naive jax.jit on frames of varying size."""
-    rec = results.get('recompile')
-    if not (rec and rec.get('frames')):
+    rec = _ran(results, 'recompile', 'frames')
+    if rec is None:
         return []
-    lines = ['', '## 1. Recompile cost', '',
-             f'{rec["frames"]} synthetic LiDAR frames, {rec["points_min"]}..'
-             f'{rec["points_max"]} points ({rec["distinct_point_counts"]} distinct counts), '
-             f'{rec["cameras"]} cameras, {rec["grid"][0]} x {rec["grid"][1]} grid, buckets '
-             f'{rec["buckets"]}; persistent cache off. Naive = jax.jit of the same frame '
-             'function on unpadded input: its per-frame time includes trace + compile.', '',
-             '| path | mean ms | p50 ms | p99 ms | max ms | compiles |',
-             '|---|---:|---:|---:|---:|---:|']
+    lines = _table_part(
+        '1. Recompile cost',
+        f'{rec["frames"]} synthetic LiDAR frames, {rec["points_min"]}..'
+        f'{rec["points_max"]} points ({rec["distinct_point_counts"]} distinct counts), '
+        f'{rec["cameras"]} cameras, {rec["grid"][0]} x {rec["grid"][1]} grid, buckets '
+        f'{rec["buckets"]}; persistent cache off. Naive = jax.jit of the same frame '
+        'function on unpadded input: its per-frame time includes trace + compile.',
+        '| path | mean ms | p50 ms | p99 ms | max ms | compiles |',
+        '|---|---:|---:|---:|---:|---:|')
     for name, key, compiles in (('bucketed AOT', 'bucketed_ms',
                                  rec['bucketed_compiles_after_warmup']),
                                 ('naive jit', 'naive_ms', rec['naive_compiles'])):
@@ -141,12 +153,13 @@ def _recompile_part(results: dict) -> list[str]:
 
 def _pipeline_part(results: dict) -> list[str]:
     """Part 2: the pipeline against its peers per size and rig, the headline and the notes."""
-    pipe = results.get('pipeline')
-    if not (pipe and pipe.get('rows')):
+    pipe = _ran(results, 'pipeline')
+    if pipe is None:
         return []
-    lines = ['', '## 2. Pipeline against peers (p50 ms per frame; ratio = peer / JAX)', '',
-             '| points | bucket | cameras | JAX | NumPy | x | JAX no-jit | x | PyTorch | x |',
-             '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+    lines = _table_part(
+        '2. Pipeline against peers (p50 ms per frame; ratio = peer / JAX)', None,
+        '| points | bucket | cameras | JAX | NumPy | x | JAX no-jit | x | PyTorch | x |',
+        '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
     for r in pipe['rows']:
         lines.append(
             f'| {r["points"]} | {r["bucket"]} | {r["cameras"]} | {_fmt(r["jax_ms"])} | '
@@ -189,19 +202,18 @@ def _pipeline_notes(pipe: dict) -> list[str]:
 
 def _ros_part(results: dict) -> list[str]:
     """Part 3: publisher -> node -> subscriber per rate, against the echo floor."""
-    ros = results.get('ros')
-    if not (ros and ros.get('rows')):
+    ros = _ran(results, 'ros')
+    if ros is None:
         return []
-    lines = ['', '## 3. End to end through ROS', '',
-             f'Publisher -> node -> subscriber, separate processes, DDS on loopback with '
-             f'shared memory; a {ros["points"]}-point cloud ({ros["cloud_bytes"]} bytes) and '
-             f'{ros["cameras"]} camera maps per frame, output {ros["output_bytes"]} bytes. '
-             'Floor = echo node (same subscriptions, republishes a same-size Image, no '
-             'work).',
-             '', '| rate Hz | received / published | missed % | age p50 | p99 | max | '
-             'jitter mean / max / std | node pipeline p50 | node total p50 | floor age p50 '
-             '/ p99 | overhead |',
-             '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+    lines = _table_part(
+        '3. End to end through ROS',
+        f'Publisher -> node -> subscriber, separate processes, DDS on loopback with '
+        f'shared memory; a {ros["points"]}-point cloud ({ros["cloud_bytes"]} bytes) and '
+        f'{ros["cameras"]} camera maps per frame, output {ros["output_bytes"]} bytes. '
+        'Floor = echo node (same subscriptions, republishes a same-size Image, no work).',
+        '| rate Hz | received / published | missed % | age p50 | p99 | max | '
+        'jitter mean / max / std | node pipeline p50 | node total p50 | floor age p50 '
+        '/ p99 | overhead |', '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
     for r in ros['rows']:
         node = r.get('node_p50') or {}
         floor = r.get('floor') or {}
@@ -229,8 +241,8 @@ def _startup_part(results: dict) -> list[str]:
     start = results.get('startup')
     if not (start and start.get('cold_s') is not None):
         return []
-    lines = ['', '## 4. Start-up', '', '| cache | spawn to ready s | node warm-up |',
-             '|---|---:|---|']
+    lines = _table_part('4. Start-up', None, '| cache | spawn to ready s | node warm-up |',
+                        '|---|---:|---|')
     for name, key, warm_key in (('empty', 'cold_s', 'cold_warmup'),
                                 ('warm', 'warm_s', 'warm_warmup')):
         w = start.get(warm_key)
@@ -254,7 +266,7 @@ def _memory_part(results: dict) -> list[str]:
     mem = results.get('memory')
     if not mem:
         return []
-    lines = ['', '## 5. Memory', '', '| after | RSS MiB | peak RSS MiB |', '|---|---:|---:|']
+    lines = _table_part('5. Memory', None, '| after | RSS MiB | peak RSS MiB |', '|---|---:|---:|')
     for r in mem['rows']:
         what = 'ready (warm-up done)' if r['bucket'] is None else \
             f'{r["points"]} points (bucket {r["bucket"]})'
@@ -267,12 +279,13 @@ def _fleet_part(results: dict) -> list[str]:
     fleet = results.get('fleet')
     if not fleet:
         return []
-    lines = ['', '## 7. Fleet replay on Ray', '',
-             f'{fleet["bags"]} synthetic bags of {fleet["frames_per_bag"]} frames '
-             f'({fleet["lidar_beams"]}-beam LiDAR, front camera); outputs of '
-             f'{fleet["outputs_compared"]} fleet bags compared equal to in-process replay.',
-             '', '| run | frames/s (whole run) | frames/s (replay) | worker start s '
-             '(warm store) | compiles at start |', '|---|---:|---:|---:|---:|']
+    lines = _table_part(
+        '7. Fleet replay on Ray',
+        f'{fleet["bags"]} synthetic bags of {fleet["frames_per_bag"]} frames '
+        f'({fleet["lidar_beams"]}-beam LiDAR, front camera); outputs of '
+        f'{fleet["outputs_compared"]} fleet bags compared equal to in-process replay.',
+        '| run | frames/s (whole run) | frames/s (replay) | worker start s '
+        '(warm store) | compiles at start |', '|---|---:|---:|---:|---:|')
     for key, name in (('workers_1', '1 worker'), ('workers_2', '2 workers')):
         row = fleet[key]
         starts = row['worker_startup']
@@ -286,17 +299,18 @@ def _fleet_part(results: dict) -> list[str]:
 
 def _accumulation_part(results: dict) -> list[str]:
     """Part 8: the frame cost by sweeps per frame."""
-    acc = results.get('accumulation')
-    if not (acc and acc.get('rows')):
+    acc = _ran(results, 'accumulation')
+    if acc is None:
         return []
-    lines = ['', '## 8. Multi-sweep accumulation (frame cost by sweeps per frame)', '',
-             f'Consecutive sweeps of the synthetic drive from t = {acc["sweep_t0_s"]} s with '
-             f'their odometry, {acc["cameras"]} cameras, {acc["grid"][0]} x '
-             f'{acc["grid"][1]} grid, buckets {acc["buckets"]}; the three pipelines take '
-             'turns on every sweep. ms = process() (pad, transfer, device, fetch).', '',
-             '| sweeps | points per frame | ring capacity (points) | p50 ms | p99 ms | '
-             'device p50 ms | x 1 sweep | occupied cells |',
-             '|---:|---:|---:|---:|---:|---:|---:|---:|']
+    lines = _table_part(
+        '8. Multi-sweep accumulation (frame cost by sweeps per frame)',
+        f'Consecutive sweeps of the synthetic drive from t = {acc["sweep_t0_s"]} s with '
+        f'their odometry, {acc["cameras"]} cameras, {acc["grid"][0]} x '
+        f'{acc["grid"][1]} grid, buckets {acc["buckets"]}; the three pipelines take '
+        'turns on every sweep. ms = process() (pad, transfer, device, fetch).',
+        '| sweeps | points per frame | ring capacity (points) | p50 ms | p99 ms | '
+        'device p50 ms | x 1 sweep | occupied cells |',
+        '|---:|---:|---:|---:|---:|---:|---:|---:|')
     for r in acc['rows']:
         lines.append(
             f'| {r["sweeps"]} | {r["points_per_frame"]} | {r["ring_points"]} | '
@@ -308,18 +322,19 @@ def _accumulation_part(results: dict) -> list[str]:
 
 def _device_part(results: dict) -> list[str]:
     """Part 6 (``--device``): the core on the accelerator against PyTorch on the same device."""
-    device = results.get('device')
-    if not (device and device.get('rows')):
+    device = _ran(results, 'device')
+    if device is None:
         return []
     d = device['device']
-    lines = ['', f'## 6. On the device: {d["platform"]} ({d["kind"]})', '',
-             f'jax {d["jax"]}, PyTorch {d["torch"] or "not installed"} on '
-             f'{d["torch_device"] or "n/a"}; p50 ms over {device["reps"]} frames, camera '
-             'maps changing every frame. e2e = process() from NumPy in to NumPy out; '
-             'device = the compiled call on inputs already on the device.', '',
-             '| points | cameras | JAX e2e | JAX device | pad / transfer / device / fetch '
-             '| PyTorch e2e | PyTorch device | x e2e | cells differing |',
-             '|---:|---:|---:|---:|---|---:|---:|---:|---:|']
+    lines = _table_part(
+        f'6. On the device: {d["platform"]} ({d["kind"]})',
+        f'jax {d["jax"]}, PyTorch {d["torch"] or "not installed"} on '
+        f'{d["torch_device"] or "n/a"}; p50 ms over {device["reps"]} frames, camera '
+        'maps changing every frame. e2e = process() from NumPy in to NumPy out; '
+        'device = the compiled call on inputs already on the device.',
+        '| points | cameras | JAX e2e | JAX device | pad / transfer / device / fetch '
+        '| PyTorch e2e | PyTorch device | x e2e | cells differing |',
+        '|---:|---:|---:|---:|---|---:|---:|---:|---:|')
     for r in device['rows']:
         s = r['jax_stages_p50_ms']
         lines.append(
@@ -335,9 +350,7 @@ def _device_part(results: dict) -> list[str]:
 def plot(results: dict, path: Path) -> Path | None:
     """bench.png: p50 per implementation per size (log axis) per camera count, and ROS age."""
     from jax_perception_node.tools.report import pyplot
-    pipe, ros = results.get('pipeline'), results.get('ros')
-    pipe = pipe if pipe and pipe.get('rows') else None
-    ros = ros if ros and ros.get('rows') else None
+    pipe, ros = _ran(results, 'pipeline'), _ran(results, 'ros')
     panels = (sorted({r['cameras'] for r in pipe['rows']}) if pipe else []) + (
         ['ros'] if ros else [])
     if not panels:

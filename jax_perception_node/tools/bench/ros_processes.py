@@ -43,20 +43,11 @@ def cloud_message(raw: np.ndarray, num_points: int, stamp_ns: int = 0, frame_id:
     raw: uint8 bytes in ``synthetic_drive.POINT_DTYPE`` layout (x, y, z, intensity float32,
     ring uint16, time float32; 24 bytes a point, little-endian), as a LiDAR driver sends them.
     """
-    from sensor_msgs.msg import PointCloud2, PointField
-    from jax_perception_node.camera import byte_array
+    from jax_perception_node.tools.cloud_messages import point_cloud, rclpy_types
     from jax_perception_node.tools.synthetic_drive import POINT_FIELDS, POINT_STEP
-    msg = PointCloud2()
-    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
-    msg.header.frame_id = frame_id
-    msg.height, msg.width = 1, int(num_points)
-    msg.fields = [PointField(name=name, offset=offset, datatype=datatype, count=1)
-                  for name, offset, datatype in POINT_FIELDS]
-    msg.is_bigendian = False
-    msg.point_step, msg.row_step = POINT_STEP, POINT_STEP * int(num_points)
-    msg.is_dense = False
-    msg.data = byte_array(np.ascontiguousarray(raw, np.uint8)[:POINT_STEP * int(num_points)])
-    return msg
+    n = int(num_points)
+    return point_cloud(rclpy_types(), np.ascontiguousarray(raw, np.uint8)[:POINT_STEP * n],
+                       POINT_FIELDS, n, POINT_STEP, stamp_ns, frame_id)
 
 
 def features_message(fmap: np.ndarray, stamp_ns: int = 0, frame_id: str = 'camera'):

@@ -19,19 +19,22 @@ whatever order frames are asked for in.
 
 Sensors, all taken from the :class:`~jax_perception_node.config.PipelineConfig`:
 
-- LiDAR (frame ``lidar``, mounted by ``cfg.lidar``): a spinning multi-beam scanner
+- LiDAR (frame ``lidar.frame_id``, mounted by ``cfg.lidar``): a spinning multi-beam scanner
   (:class:`LidarModel`), ray-cast analytically against the ground plane, boxes and vertical
   cylinders. Each column fires at its own time within the sweep from where the sensor is then
   and hits the scene as it is then, and points are reported in the LiDAR frame at their firing
   time, as raw drivers do (not deskewed). Stamp = sweep start; per-point ``time`` = seconds
   after the stamp.
-- Cameras (frame ``<name>_optical``, mounted by ``cfg.cameras``): the scene rendered at
+- Cameras (frame ``cameras.<name>.frame_id``, mounted by ``cfg.cameras``): the scene rendered at
   feature-map resolution with the configured intrinsics, one ray per pixel centre at integer
   pixel coordinates, as a ``float32[H_f, W_f, C]`` feature map (channels in
   :data:`CAMERA_CHANNELS`).
 
 Odometry (nav_msgs/Odometry, 50 Hz): the pose of ``grid.frame_id`` (base_link) in the fixed
-frame ``map`` = world, for multi-sweep accumulation.
+frame ``map`` = world, for multi-sweep accumulation; the same pose as map -> base_link on /tf.
+/tf_static: base_link -> the LiDAR frame and -> each camera frame at the parameters' poses.
+Each feature map comes with a sensor_msgs/CameraInfo of an image 8 times its size, whose K
+scales to the configured intrinsics exactly.
 
 Only NumPy and ``rosbags`` are used: no ROS installation, no JAX.
 """

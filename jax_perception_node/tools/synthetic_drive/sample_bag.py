@@ -7,17 +7,20 @@ from pathlib import Path
 import shutil
 from typing import Callable, Mapping
 
+from jax_perception_node.bagio import offered_qos, TF_TYPE
 from jax_perception_node.config import PipelineConfig
-from jax_perception_node.topics import camera_topic, ODOMETRY_TOPIC, POINTCLOUD_TOPIC
+from jax_perception_node.topics import (camera_info_topic, camera_topic, ODOMETRY_TOPIC,
+                                        POINTCLOUD_TOPIC)
+from jax_perception_node.transforms import TF_STATIC_TOPIC, TF_TOPIC
 import numpy as np
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import get_typestore, Stores
 
 from .drive import LidarModel, SyntheticDrive
-from .scene import (EGO_SPEED, EPOCH_NS, LIDAR_FRAME_ID, ODOMETRY_FRAME_ID, POINT_FIELDS,
-                    POINT_STEP)
+from .scene import EGO_SPEED, EPOCH_NS, ODOMETRY_FRAME_ID, POINT_FIELDS, POINT_STEP
 
 ODOMETRY = ':odometry'      # event name: no camera name can have a colon
+IMAGE_SCALE = 8             # CameraInfo describes an image this many times the feature map
 
 
 # -------------------------------------------------------------------- bag writing
@@ -36,22 +39,27 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     """
     Write the synthetic drive as a rosbag2 (version 9, MCAP) directory at ``path``.
 
-    LiDAR sweeps go to :data:`POINTCLOUD_TOPIC` (sensor_msgs/PointCloud2, frame ``lidar``,
-    fields :data:`POINT_FIELDS`, point_step 24, little-endian, is_dense) at ``lidar_hz``, which
-    is also the rotation rate; frames = round(seconds * lidar_hz) with stamps k / lidar_hz.
-    Camera ``name`` goes to ``camera_topic(name)`` (sensor_msgs/Image, ``32FC<C>``, frame
-    ``<name>_optical``) at ``camera_hz`` (Hz, one rate or a mapping name -> rate), with stamps
-    offset by :func:`camera_stamp_offset` and never later than half a LiDAR period after the
-    last sweep. nav_msgs/Odometry of the grid frame (``cfg.grid.frame_id``, the ego's
-    base_link) in the fixed frame ``map`` goes to :data:`ODOMETRY_TOPIC` at ``odometry_hz`` (0:
-    none), stamps n / odometry_hz up to half a LiDAR period after the last sweep, each written
-    before a sweep of the same stamp. Bag time = header stamp = ``EPOCH_NS`` + t. The bytes
+    LiDAR sweeps go to :data:`POINTCLOUD_TOPIC` (sensor_msgs/PointCloud2, frame
+    ``cfg.lidar_frame_id``, fields :data:`POINT_FIELDS`, point_step 24, little-endian,
+    is_dense) at ``lidar_hz``, which is also the rotation rate; frames = round(seconds *
+    lidar_hz) with stamps k / lidar_hz. Camera ``name`` goes to ``camera_topic(name)``
+    (sensor_msgs/Image, ``32FC<C>``, frame ``cameras.<name>.frame_id``) at ``camera_hz`` (Hz,
+    one rate or a mapping name -> rate), with stamps offset by :func:`camera_stamp_offset` and
+    never later than half a LiDAR period after the last sweep; each map is followed by its
+    sensor_msgs/CameraInfo on ``camera_info_topic(name)`` (same stamp and frame) for an image
+    ``IMAGE_SCALE`` times the map, whose K scales to the configured intrinsics exactly.
+    nav_msgs/Odometry of the grid frame (``cfg.grid.frame_id``, the ego's base_link) in the
+    fixed frame ``map`` goes to :data:`ODOMETRY_TOPIC` at ``odometry_hz`` (0: none), stamps
+    n / odometry_hz up to half a LiDAR period after the last sweep, each written before a
+    sweep of the same stamp, and the same pose as map -> base_link to /tf. /tf_static holds
+    one message first: base_link -> the LiDAR frame and -> each camera's frame, at the
+    parameters' poses. Bag time = header stamp = ``EPOCH_NS`` + t. The bytes
     depend only on the arguments (of the path, its last component, which names the .mcap file)
     and the rosbags version. ``progress(done, total)`` is called after every message.
     Raises FileExistsError if ``path`` exists, ValueError on bad arguments; a failed write
     leaves nothing behind. Returns a summary: path, seconds, seed, frames, camera_messages
-    (name -> count), odometry_messages, min_points, max_points, mean_points (per LiDAR
-    frame).
+    (name -> count; as many CameraInfo), odometry_messages (as many /tf), min_points,
+    max_points, mean_points (per LiDAR frame).
     """
     path = Path(path)
     if path.exists():
@@ -141,6 +149,45 @@ class _Messages:
                                                             datatype=datatype, count=1)
                         for name, offset, datatype in POINT_FIELDS]
 
+    def camera_info(self, name: str, stamp_ns: int):
+        """Build camera ``name``'s CameraInfo: K of an image ``IMAGE_SCALE`` times its map."""
+        cam = next(c for c in self.drive.cameras if c.name == name)
+        k = IMAGE_SCALE      # inverse of the node's scaling: fx_f = fx / k, cx_f = (cx+.5)/k-.5
+        fx, fy, cx, cy = cam.fx * k, cam.fy * k, (cam.cx + 0.5) * k - 0.5, (cam.cy + 0.5) * k - 0.5
+        model = cam.distortion_model if cam.distortion_model != 'none' else 'plumb_bob'
+        return self.ts.types['sensor_msgs/msg/CameraInfo'](
+            header=self.header(stamp_ns, cam.frame_id), height=cam.height * k,
+            width=cam.width * k, distortion_model=model,
+            d=np.array(cam.distortion or (0.0,) * 5, np.float64),
+            k=np.array([fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0]), r=np.eye(3).reshape(-1),
+            p=np.array([fx, 0.0, cx, 0.0, 0.0, fy, cy, 0.0, 0.0, 0.0, 1.0, 0.0]),
+            binning_x=0, binning_y=0,
+            roi=self.ts.types['sensor_msgs/msg/RegionOfInterest'](0, 0, 0, 0, False))
+
+    def transform(self, stamp_ns: int, parent: str, child: str, translation, xyzw):
+        """Build a geometry_msgs/TransformStamped: the pose of ``child`` in ``parent``."""
+        types = self.ts.types
+        return types['geometry_msgs/msg/TransformStamped'](
+            header=self.header(stamp_ns, parent), child_frame_id=child,
+            transform=types['geometry_msgs/msg/Transform'](
+                translation=types['geometry_msgs/msg/Vector3'](*map(float, translation)),
+                rotation=types['geometry_msgs/msg/Quaternion'](*map(float, xyzw))))
+
+    def tf_static(self, stamp_ns: int):
+        """Build /tf_static: the LiDAR's and each camera's pose in the grid frame."""
+        cfg, grid = self.drive.cfg, self.drive.cfg.grid.frame_id
+        transforms = [self.transform(stamp_ns, grid, cfg.lidar_frame_id, cfg.lidar.translation,
+                                     cfg.lidar.rotation_xyzw)]
+        transforms += [self.transform(stamp_ns, grid, c.frame_id, c.pose.translation,
+                                      c.pose.rotation_xyzw) for c in self.drive.cameras]
+        return self.ts.types[TF_TYPE](transforms=transforms)
+
+    def tf(self, stamp_ns: int, t: float):
+        """Build /tf at t (s): the ego pose, base_link in ``map`` (heading 0, see odometry)."""
+        pose = self.transform(stamp_ns, ODOMETRY_FRAME_ID, self.drive.cfg.grid.frame_id,
+                              self.drive.ego_position(t), (0.0, 0.0, 0.0, 1.0))
+        return self.ts.types[TF_TYPE](transforms=[pose])
+
     def header(self, stamp_ns: int, frame_id: str):
         types = self.ts.types
         return types['std_msgs/msg/Header'](
@@ -149,20 +196,22 @@ class _Messages:
             frame_id=frame_id)
 
     def cloud(self, stamp_ns: int, t: float):
-        """Build the LiDAR sweep starting at t (s) as a PointCloud2 in the ``lidar`` frame."""
+        """Build the LiDAR sweep starting at t (s) as a PointCloud2 in the LiDAR frame."""
         points = self.drive.lidar_frame(t)
         return self.ts.types['sensor_msgs/msg/PointCloud2'](
-            header=self.header(stamp_ns, LIDAR_FRAME_ID), height=1, width=len(points),
+            header=self.header(stamp_ns, self.drive.cfg.lidar_frame_id), height=1,
+            width=len(points),
             fields=self._fields, is_bigendian=False, point_step=POINT_STEP,
             row_step=POINT_STEP * len(points), data=points.view(np.uint8).reshape(-1),
             is_dense=True)
 
     def image(self, name: str, stamp_ns: int, t: float):
-        """Build camera ``name``'s map at t (s) as a ``32FC<C>`` Image in ``<name>_optical``."""
+        """Build camera ``name``'s map at t (s) as a ``32FC<C>`` Image in its frame."""
         feats = self.drive.camera_features(name, t).astype('<f4', copy=False)
         height, width, channels = feats.shape
+        frame_id = next(c.frame_id for c in self.drive.cameras if c.name == name)
         return self.ts.types['sensor_msgs/msg/Image'](
-            header=self.header(stamp_ns, f'{name}_optical'), height=height, width=width,
+            header=self.header(stamp_ns, frame_id), height=height, width=width,
             encoding=f'32FC{channels}', is_bigendian=0, step=width * channels * 4,
             data=feats.reshape(-1).view(np.uint8))
 
@@ -188,32 +237,55 @@ class _Messages:
 def _write_events(writer: Writer, messages: _Messages, events, odometry: bool,
                   progress: Callable[[int, int], None] | None) -> tuple[dict, list]:
     """
-    Write every event's message; return (messages per camera name and ODOMETRY, sweep sizes).
+    Write every event's messages; return (messages per camera name and ODOMETRY, sweep sizes).
 
-    Connections are added in the order LiDAR, cameras, odometry (only with ``odometry``).
+    /tf_static comes first. Connections are added in the order LiDAR, cameras, /tf_static,
+    camera infos, odometry and /tf (these two only with ``odometry``).
     """
     ts, cameras = messages.ts, messages.drive.cameras
-    lidar_conn = writer.add_connection(POINTCLOUD_TOPIC, messages.cloud_type, typestore=ts)
-    connections = {cam.name: writer.add_connection(camera_topic(cam.name), messages.image_type,
-                                                   typestore=ts) for cam in cameras}
+    types = {'': messages.cloud_type, ODOMETRY: messages.odometry_type}
+    topics = {'': POINTCLOUD_TOPIC} | {c.name: camera_topic(c.name) for c in cameras}
+    infos = {c.name: camera_info_topic(c.name) for c in cameras}
+    info_type = ts.types['sensor_msgs/msg/CameraInfo'].__msgtype__
+    # The QoS a driver offers: sensor data best effort; TF as tf2_ros' broadcasters.
+    sensor, reliable = [offered_qos(False, 5)], [offered_qos()]
+
+    def add(topic, msgtype, qos):
+        return writer.add_connection(topic, msgtype, typestore=ts, offered_qos_profiles=qos)
+
+    conn = {topic: add(topic, types.get(name, messages.image_type), sensor)
+            for name, topic in topics.items()}
+    conn[TF_STATIC_TOPIC] = add(TF_STATIC_TOPIC, TF_TYPE,
+                                [offered_qos(depth=1, transient_local=True)])
+    conn |= {topic: add(topic, info_type, sensor) for topic in infos.values()}
     if odometry:
-        connections[ODOMETRY] = writer.add_connection(ODOMETRY_TOPIC, messages.odometry_type,
-                                                      typestore=ts)
+        conn[ODOMETRY_TOPIC] = add(ODOMETRY_TOPIC, messages.odometry_type, reliable)
+        conn[TF_TOPIC] = add(TF_TOPIC, TF_TYPE, [offered_qos(depth=100)])
+    # /tf_static, then one message per sweep and two per map (+ CameraInfo) or pose (+ /tf).
+    total, done = 1 + sum(2 if name else 1 for _, _, name in events), 1
+    first = EPOCH_NS + (events[0][0] if events else 0)
+    writer.write(conn[TF_STATIC_TOPIC], first,
+                 ts.serialize_cdr(messages.tf_static(first), TF_TYPE))
+    if progress is not None:
+        progress(1, total)
     counts = {cam.name: 0 for cam in cameras} | {ODOMETRY: 0}
     points_per_frame = []
-    for done, (rel_ns, _, name) in enumerate(events, start=1):
+    for rel_ns, _, name in events:
         stamp, t = EPOCH_NS + rel_ns, rel_ns * 1e-9
         if name == ODOMETRY:
-            msg, msgtype = messages.odometry(stamp, t), messages.odometry_type
+            out = [(ODOMETRY_TOPIC, messages.odometry(stamp, t), messages.odometry_type),
+                   (TF_TOPIC, messages.tf(stamp, t), TF_TYPE)]
         elif not name:
-            msg, msgtype = messages.cloud(stamp, t), messages.cloud_type
-            points_per_frame.append(msg.width)
+            out = [(POINTCLOUD_TOPIC, messages.cloud(stamp, t), messages.cloud_type)]
+            points_per_frame.append(out[0][1].width)
         else:
-            msg, msgtype = messages.image(name, stamp, t), messages.image_type
+            out = [(topics[name], messages.image(name, stamp, t), messages.image_type),
+                   (infos[name], messages.camera_info(name, stamp), info_type)]
         if name:
             counts[name] += 1
-        writer.write(lidar_conn if not name else connections[name], stamp,
-                     ts.serialize_cdr(msg, msgtype))
-        if progress is not None:
-            progress(done, len(events))
+        for topic, msg, msgtype in out:
+            writer.write(conn[topic], stamp, ts.serialize_cdr(msg, msgtype))
+            done += 1
+            if progress is not None:
+                progress(done, total)
     return counts, points_per_frame

@@ -1,0 +1,245 @@
+"""
+A small ROS-free transform buffer: the TF tree of /tf_static and /tf, looked up in float64.
+
+tf2_ros is not on PyPI, and the node needs little of it: this buffer keeps, for every child
+frame, its one parent and either a static transform (valid at all times) or a bounded history
+of stamped dynamic ones (the last ``cache_s`` seconds, 10 s like tf2). Messages are read by
+attribute (geometry_msgs/TransformStamped: ``header.frame_id`` the parent, ``child_frame_id``,
+``header.stamp``, ``transform.translation`` / ``rotation``), so rclpy and rosbags messages both
+work; nothing here imports ROS.
+
+``lookup(target, source, stamp_ns)`` returns the 4 x 4 float64 transform that maps points in
+``source`` into ``target`` (tf2's lookupTransform): the chains of both frames up to their
+common ancestor, each dynamic edge interpolated between its two samples bracketing the stamp
+(translation linear, rotation slerp), composed in float64. A stamp past an edge's newest or
+before its oldest sample by at most ``tolerance_s`` takes that sample; further is an
+extrapolation, refused. A dynamic stamp going backwards on an edge (a bag loop, a restarted
+simulator) clears every dynamic history first, so two timelines never mix.
+
+Every problem is a :class:`TransformError` naming the frames or the field and why.
+Thread safety: every method may be called from any thread (one lock, held briefly).
+"""
+
+import bisect
+import math
+import threading
+
+import numpy as np
+
+from .rotations import quaternion_matrix, slerp
+from .stamps import NS_PER_S
+
+TF_TOPIC, TF_STATIC_TOPIC = '/tf', '/tf_static'     # tf2_msgs/TFMessage (bagio.TF_TYPE)
+CACHE_S = 10.0                 # s of dynamic history kept per edge, as tf2's default
+TOLERANCE_S = 0.01             # s a lookup may lie beyond an edge's samples
+QUATERNION_TOLERANCE = 1e-3    # |norm - 1| accepted (and normalised), as the parameters allow
+MAX_TRANSLATION_M = 1e8        # |x|, |y|, |z|: no place on Earth or near it is further
+
+
+class TransformError(ValueError):
+    """A transform that cannot be stored or looked up; the message names the frames and why."""
+
+
+def transform_matrix(translation: np.ndarray, quaternion: np.ndarray) -> np.ndarray:
+    """Return the float64[4, 4] homogeneous transform of a translation and unit quaternion."""
+    m = np.eye(4)
+    m[:3, :3] = quaternion_matrix(quaternion)
+    m[:3, 3] = translation
+    return m
+
+
+def invert(m: np.ndarray) -> np.ndarray:
+    """Invert a rigid 4 x 4 transform exactly (transpose the rotation)."""
+    inverse = np.eye(4)
+    inverse[:3, :3] = m[:3, :3].T
+    inverse[:3, 3] = -m[:3, :3].T @ m[:3, 3]
+    return inverse
+
+
+def read_transform(msg) -> tuple[str, str, int, np.ndarray, np.ndarray]:
+    """
+    Check a geometry_msgs/TransformStamped; return (parent, child, stamp ns, t, unit q).
+
+    Refused with TransformError naming the field: empty frame names (a leading '/' is dropped,
+    as tf2 does), a frame its own parent, a stamp with negative seconds or nanoseconds outside
+    [0, 1e9), a translation not finite or beyond ``MAX_TRANSLATION_M``, a rotation not finite
+    or whose norm is off 1 by more than ``QUATERNION_TOLERANCE`` (others are normalised).
+    """
+    parent = str(msg.header.frame_id).lstrip('/')
+    child = str(msg.child_frame_id).lstrip('/')
+    if not parent:
+        raise TransformError(f'header.frame_id is empty (child_frame_id "{child}")')
+    if not child:
+        raise TransformError(f'child_frame_id is empty (header.frame_id "{parent}")')
+    if parent == child:
+        raise TransformError(f'child_frame_id "{child}" is its own parent (header.frame_id)')
+    where = f'transform "{parent}" -> "{child}"'
+    sec, nanosec = int(msg.header.stamp.sec), int(msg.header.stamp.nanosec)
+    if sec < 0 or not 0 <= nanosec < NS_PER_S:
+        raise TransformError(f'{where}: header.stamp is sec {sec}, nanosec {nanosec}: seconds '
+                             f'must be >= 0 and nanoseconds in [0, {NS_PER_S})')
+    t, r = msg.transform.translation, msg.transform.rotation
+    translation = np.array([t.x, t.y, t.z], np.float64)
+    quaternion = np.array([r.x, r.y, r.z, r.w], np.float64)
+    if not np.isfinite(translation).all() or np.abs(translation).max() > MAX_TRANSLATION_M:
+        raise TransformError(f'{where}: transform.translation {translation.tolist()} is not '
+                             f'finite or beyond {MAX_TRANSLATION_M:.0e} m')
+    norm = float(np.linalg.norm(quaternion)) if np.isfinite(quaternion).all() else math.nan
+    if not abs(norm - 1.0) <= QUATERNION_TOLERANCE:
+        raise TransformError(f'{where}: transform.rotation {quaternion.tolist()} is not a unit '
+                             f'quaternion (norm {norm:.4g})')
+    return parent, child, sec * NS_PER_S + nanosec, translation, quaternion / norm
+
+
+class _Edge:
+    """A child's transform from its parent: one static sample, or stamped dynamic samples."""
+
+    __slots__ = ('parent', 'static', 'stamps', 'samples')
+
+    def __init__(self, parent: str, static: bool):
+        self.parent, self.static = parent, static
+        self.stamps: list[int] = []
+        self.samples: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def matrix_at(self, stamp: int, tolerance_ns: int) -> np.ndarray | str:
+        """Return the parent-from-child transform at ``stamp``, or why there is none."""
+        stamps = self.stamps
+        if self.static or stamp == stamps[-1]:
+            return transform_matrix(*self.samples[-1])
+        if stamp > stamps[-1]:
+            if stamp - stamps[-1] > tolerance_ns:
+                return (f'extrapolation into the future: the newest transform is '
+                        f'{(stamp - stamps[-1]) / 1e9:.3f} s older than the stamp')
+            return transform_matrix(*self.samples[-1])
+        if stamp < stamps[0]:
+            if stamps[0] - stamp > tolerance_ns:
+                return (f'extrapolation into the past: the oldest transform kept is '
+                        f'{(stamps[0] - stamp) / 1e9:.3f} s newer than the stamp')
+            return transform_matrix(*self.samples[0])
+        after = bisect.bisect_right(stamps, stamp)
+        if stamps[after - 1] == stamp:
+            return transform_matrix(*self.samples[after - 1])
+        (t0, q0), (t1, q1) = self.samples[after - 1], self.samples[after]
+        fraction = (stamp - stamps[after - 1]) / (stamps[after] - stamps[after - 1])
+        return transform_matrix(t0 + fraction * (t1 - t0), slerp(q0, q1, fraction))
+
+
+class TransformBuffer:
+    """
+    The TF tree: static and dynamic edges, each child with one parent; see the module doc.
+
+    ``add(msg, static)`` stores one TransformStamped, ``add_message(msg, static)`` every
+    transform of a tf2_msgs/TFMessage; ``lookup`` composes; ``clear`` forgets everything.
+    """
+
+    def __init__(self, cache_s: float = CACHE_S, tolerance_s: float = TOLERANCE_S):
+        self.cache_ns = int(round(cache_s * NS_PER_S))
+        self.tolerance_ns = int(round(tolerance_s * NS_PER_S))
+        self.resets = 0                       # dynamic histories cleared for a backwards stamp
+        self._edges: dict[str, _Edge] = {}    # child -> edge from its parent
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        """Forget every transform, static ones included."""
+        with self._lock:
+            self._edges.clear()
+
+    def add_message(self, msg, static: bool) -> int:
+        """
+        Store every transform of a TFMessage; return how many were stored.
+
+        The good ones are stored even when some are refused; then TransformError names each
+        refused transform and why.
+        """
+        problems, stored = [], 0
+        for transform in msg.transforms:
+            try:
+                self.add(transform, static)
+                stored += 1
+            except TransformError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise TransformError('; '.join(problems))
+        return stored
+
+    def add(self, msg, static: bool) -> None:
+        """Check and store one TransformStamped (see ``read_transform``); raises TransformError."""
+        parent, child, stamp, translation, quaternion = read_transform(msg)
+        with self._lock:
+            ancestor = parent
+            while ancestor in self._edges:
+                ancestor = self._edges[ancestor].parent
+                if ancestor == child:
+                    raise TransformError(f'transform "{parent}" -> "{child}": "{child}" is '
+                                         f'already an ancestor of "{parent}" (a loop)')
+            edge = self._edges.get(child)
+            if edge is None or edge.parent != parent or edge.static != static:
+                edge = self._edges[child] = _Edge(parent, static)   # a new parent replaces
+            if static:
+                edge.stamps, edge.samples = [stamp], [(translation, quaternion)]
+                return
+            if edge.stamps and stamp < edge.stamps[-1]:
+                self._reset_dynamic()
+            if edge.stamps and stamp == edge.stamps[-1]:
+                edge.samples[-1] = (translation, quaternion)
+                return
+            edge.stamps.append(stamp)
+            edge.samples.append((translation, quaternion))
+            keep = bisect.bisect_left(edge.stamps, stamp - self.cache_ns)
+            if keep:
+                del edge.stamps[:keep], edge.samples[:keep]
+
+    def _reset_dynamic(self) -> None:
+        for edge in self._edges.values():
+            if not edge.static:
+                edge.stamps.clear()
+                edge.samples.clear()
+        self.resets += 1
+
+    def lookup(self, target: str, source: str, stamp_ns: int) -> np.ndarray:
+        """
+        Return the float64[4, 4] transform of points in ``source`` into ``target`` at a stamp.
+
+        Raises TransformError naming both frames: an unknown frame, no path between them (two
+        trees), or an edge without a transform near ``stamp_ns`` (extrapolation).
+        """
+        if target == source:
+            return np.eye(4)
+        with self._lock:
+            up_source, up_target = self._chain(source), self._chain(target)
+            known = self._known()
+            for frame in (source, target):
+                if frame not in known:
+                    raise TransformError(f'cannot transform "{source}" into "{target}": frame '
+                                         f'"{frame}" is unknown (not in /tf or /tf_static)')
+            common = next((f for f in up_source if f in up_target), None)
+            if common is None:
+                raise TransformError(f'cannot transform "{source}" into "{target}": no path, '
+                                     f'their trees have the roots "{up_source[-1]}" and '
+                                     f'"{up_target[-1]}"')
+            from_source = self._compose(up_source, common, stamp_ns, source, target)
+            from_target = self._compose(up_target, common, stamp_ns, source, target)
+        return invert(from_target) @ from_source
+
+    def _known(self) -> set[str]:
+        return set(self._edges) | {edge.parent for edge in self._edges.values()}
+
+    def _chain(self, frame: str) -> list[str]:
+        """Return ``frame`` and its ancestors up to the root (the tree has no loops)."""
+        chain = [frame]
+        while chain[-1] in self._edges:
+            chain.append(self._edges[chain[-1]].parent)
+        return chain
+
+    def _compose(self, chain, common, stamp, source, target) -> np.ndarray:
+        """Return the transform from ``chain[0]`` into its ancestor ``common`` at ``stamp``."""
+        m = np.eye(4)
+        for child in chain[:chain.index(common)]:
+            edge = self._edges[child]
+            step = edge.matrix_at(stamp, self.tolerance_ns) if edge.stamps else \
+                'no transform since the last reset'
+            if isinstance(step, str):
+                raise TransformError(f'cannot transform "{source}" into "{target}" at '
+                                     f'{stamp} ns: edge "{edge.parent}" -> "{child}": {step}')
+            m = step @ m
+        return m

@@ -1,0 +1,279 @@
+"""
+Live play and record on real rclpy: --remap, --clock, record's wait and the bag's offered QoS.
+
+A small bag written here (LiDAR clouds at known bag times and one topic that is no input of the
+node) is played in this process on a context of its own; recording runs as the console script,
+as a user runs it.
+"""
+
+from pathlib import Path
+import subprocess
+import sys
+import threading
+import time
+
+from configs import small_config
+from jax_perception_node import bagio
+from jax_perception_node.tools import live
+import numpy as np
+import pytest
+from rosbags.interfaces import QosDurability, QosHistory, QosReliability, QosTime
+
+START_NS = 1_700_000_000 * 10**9
+PERIOD_NS = 100_000_000                 # 10 Hz
+CLOUDS = 11                             # 1 s of bag time
+EXTRA_TOPIC = '/vehicle/status'         # not an input of the node
+
+
+def write_bag(path: Path) -> Path:
+    """Write CLOUDS empty clouds 0.1 s apart and a DiagnosticArray per cloud on EXTRA_TOPIC."""
+    types = bagio.TYPESTORE.types
+    with bagio.BagWriter(path) as writer:
+        for k in range(CLOUDS):
+            stamp = START_NS + k * PERIOD_NS
+            writer.write(bagio.POINTCLOUD_TOPIC, types[bagio.POINTCLOUD_TYPE](
+                header=bagio.header(stamp, 'lidar'), height=1, width=0, fields=[],
+                is_bigendian=False, point_step=16, row_step=0, data=np.zeros(0, np.uint8),
+                is_dense=True), stamp)
+            writer.write(EXTRA_TOPIC, bagio.diagnostic_array(stamp, 'base_link', 'status',
+                                                             {'k': str(k)}), stamp)
+    return path
+
+
+class Listener:
+    """Subscriptions on a context of their own, keeping every message per topic."""
+
+    def __init__(self, topics: dict):
+        """``topics``: topic -> (rclpy message class, QoS)."""
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node('live_test_listener', context=self.context)
+        self.lock = threading.Lock()
+        self.got = {topic: [] for topic in topics}
+        for topic, (msg_type, qos) in topics.items():
+            self.node.create_subscription(msg_type, topic,
+                                          lambda msg, t=topic: self._keep(t, msg), qos)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+
+    def _keep(self, topic, msg):
+        with self.lock:
+            self.got[topic].append(msg)
+
+    def close(self):
+        import rclpy
+        self.executor.shutdown()
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)
+
+
+def play(bag: Path, **kwargs) -> None:
+    """Run play_bag on a context of its own (made here, in the main thread) until it ends."""
+    import rclpy
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    try:
+        assert live.play_bag(bag, small_config(0), wait_s=30.0, context=context, **kwargs) == 0
+    finally:
+        rclpy.try_shutdown(context=context)
+
+
+def stamp(msg) -> int:
+    return msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
+
+
+def test_play_remap_publishes_inputs_and_other_bag_topics_on_the_new_names(tmp_path):
+    from diagnostic_msgs.msg import DiagnosticArray
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import PointCloud2
+    bag = write_bag(tmp_path / 'bag')
+    listener = Listener({'/remapped/cloud': (PointCloud2, qos_profile_sensor_data),
+                         '/remapped/status': (DiagnosticArray, qos_profile_sensor_data),
+                         bagio.POINTCLOUD_TOPIC: (PointCloud2, qos_profile_sensor_data)})
+    try:
+        play(bag, rate=4.0, remap={bagio.POINTCLOUD_TOPIC: '/remapped/cloud',
+                                   EXTRA_TOPIC: '/remapped/status'})
+        time.sleep(0.5)     # the last messages in flight
+    finally:
+        listener.close()
+    sent = {START_NS + k * PERIOD_NS for k in range(CLOUDS)}
+    clouds, statuses = listener.got['/remapped/cloud'], listener.got['/remapped/status']
+    # Best effort on loopback: a handful shows the route; each one is a message of the bag.
+    assert len(clouds) >= 3 and len(statuses) >= 3, (len(clouds), len(statuses))
+    assert {stamp(m) for m in clouds} <= sent and {stamp(m) for m in statuses} <= sent
+    assert listener.got[bagio.POINTCLOUD_TOPIC] == []      # remapped away from the input
+
+
+def test_play_routes_follow_the_bag_topics_and_remaps():
+    types = {'/p': bagio.POINTCLOUD_TYPE, '/f': bagio.IMAGE_TYPE, EXTRA_TOPIC: 'x/msg/Y',
+             bagio.ODOMETRY_TOPIC: bagio.ODOMETRY_TYPE, '/tf_static': bagio.TF_TYPE,
+             '/tf': bagio.TF_TYPE}
+    cfg = small_config(1)
+    topics = bagio.BagTopics('/p', {'front': '/f'})
+    inputs = {'/p': bagio.POINTCLOUD_TOPIC, '/f': bagio.camera_topic('front'),
+              bagio.ODOMETRY_TOPIC: bagio.ODOMETRY_TOPIC, '/tf_static': '/tf_static',
+              '/tf': '/tf'}
+    assert live.play_routes(types, cfg, topics) == inputs
+    assert live.play_routes(types, cfg, topics, {'/f': '/cam', EXTRA_TOPIC: '/x'}) == dict(
+        inputs, **{'/f': '/cam', EXTRA_TOPIC: '/x'})
+    with pytest.raises(bagio.BagError, match='no topic /nope to remap'):
+        live.play_routes(types, cfg, topics, {'/nope': '/x'})
+
+
+def test_playback_qos_keeps_what_was_offered_and_tf2s_qos_without_it():
+    from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, ReliabilityPolicy
+    from rosbags.interfaces import Qos, QosLiveliness
+    never = QosTime(0, 0)
+
+    def offered(reliability, durability):
+        return Qos(QosHistory.KEEP_LAST, 1, reliability, durability, never, never,
+                   QosLiveliness.AUTOMATIC, never, False)
+    static = live.playback_qos('/tf_static', [])
+    assert (static.reliability, static.durability) == (ReliabilityPolicy.RELIABLE,
+                                                       DurabilityPolicy.TRANSIENT_LOCAL)
+    assert live.playback_qos('/tf', []).reliability == ReliabilityPolicy.RELIABLE
+    assert live.playback_qos(bagio.POINTCLOUD_TOPIC, []) == qos_profile_sensor_data
+    latched = live.playback_qos('/map', [offered(QosReliability.RELIABLE,
+                                                 QosDurability.TRANSIENT_LOCAL)])
+    assert (latched.reliability, latched.durability) == (ReliabilityPolicy.RELIABLE,
+                                                         DurabilityPolicy.TRANSIENT_LOCAL)
+    mixed = [offered(QosReliability.RELIABLE, QosDurability.VOLATILE),
+             offered(QosReliability.BEST_EFFORT, QosDurability.VOLATILE)]
+    assert live.playback_qos('/x', mixed) == qos_profile_sensor_data
+
+
+def test_restamp_shifts_each_transform_of_a_tf_message_and_a_header():
+    types = bagio.TYPESTORE.types
+    stamps = [(5, 900_000_000), (7, 0)]
+    transforms = [types['geometry_msgs/msg/TransformStamped'](
+        header=types['std_msgs/msg/Header'](
+            stamp=types['builtin_interfaces/msg/Time'](sec=sec, nanosec=ns), frame_id='map'),
+        child_frame_id=f'child_{k}', transform=types['geometry_msgs/msg/Transform'](
+            translation=types['geometry_msgs/msg/Vector3'](x=1.0, y=2.0, z=3.0),
+            rotation=types['geometry_msgs/msg/Quaternion'](x=0.0, y=0.0, z=0.0, w=1.0)))
+        for k, (sec, ns) in enumerate(stamps)]
+    raw = bagio.TYPESTORE.serialize_cdr(types[bagio.TF_TYPE](transforms=transforms),
+                                        bagio.TF_TYPE)
+    shifted = bagio.deserialize(live.restamped(raw, bagio.TF_TYPE, 250_000_000), bagio.TF_TYPE)
+    assert [(t.header.stamp.sec, t.header.stamp.nanosec) for t in shifted.transforms] == [
+        (6, 150_000_000), (7, 250_000_000)]
+    assert [t.child_frame_id for t in shifted.transforms] == ['child_0', 'child_1']
+    assert shifted.transforms[1].transform.translation.z == 3.0
+    status = bagio.diagnostic_array(5 * 10**9, 'base_link', 'status', {})
+    raw = bagio.TYPESTORE.serialize_cdr(status, bagio.DIAGNOSTICS_TYPE)
+    moved = bagio.deserialize(live.restamped(raw, bagio.DIAGNOSTICS_TYPE, -10**9),
+                              bagio.DIAGNOSTICS_TYPE)
+    assert (moved.header.stamp.sec, moved.header.frame_id) == (4, 'base_link')
+
+
+def test_play_clock_publishes_the_bag_time(tmp_path):
+    from rclpy.qos import QoSProfile, qos_profile_sensor_data, ReliabilityPolicy
+    from rosgraph_msgs.msg import Clock
+    from sensor_msgs.msg import PointCloud2
+    bag = write_bag(tmp_path / 'bag')
+    listener = Listener({
+        '/clock': (Clock, QoSProfile(depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT)),
+        bagio.POINTCLOUD_TOPIC: (PointCloud2, qos_profile_sensor_data)})
+    try:
+        play(bag, rate=2.0, clock_hz=100.0)
+        time.sleep(0.3)
+    finally:
+        listener.close()
+    times = [m.clock.sec * 10**9 + m.clock.nanosec for m in listener.got['/clock']]
+    # The bag's time, never ahead of the message still to come: within the bag's span.
+    assert len(times) >= 2, times
+    assert times == sorted(times)
+    assert START_NS <= times[0] and times[-1] <= START_NS + (CLOUDS - 1) * PERIOD_NS
+    assert times[-1] > times[0]
+
+
+def test_playback_clock_holds_at_the_next_message():
+    import rclpy
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node('clock_test', context=context)
+    try:
+        clock = live.PlaybackClock(node, hz=1.0, rate=1.0)
+        assert clock.now_ns() is None
+        # Started 10 s ago at bag time 5 s: running, it would read 15 s; held at 7 s.
+        clock.start(5 * 10**9, time.monotonic() - 10.0, offset_ns=0)
+        clock.hold_at(7 * 10**9)
+        assert clock.now_ns() == 7 * 10**9
+        clock.hold_at(100 * 10**9)
+        assert 15 * 10**9 <= clock.now_ns() < 100 * 10**9
+        clock.start(5 * 10**9, time.monotonic() + 1000.0, offset_ns=3)   # restamped
+        assert clock.now_ns() < 5 * 10**9 + 3
+        clock.stop()
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+
+
+def test_bag_qos_is_the_profile_as_rosbag2_writes_it():
+    from rclpy.duration import Duration
+    from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data,
+                           QoSProfile, ReliabilityPolicy)
+    sensor = live.bag_qos(qos_profile_sensor_data)
+    assert (sensor.history, sensor.depth, sensor.reliability, sensor.durability) == (
+        QosHistory.KEEP_LAST, 5, QosReliability.BEST_EFFORT, QosDurability.VOLATILE)
+    latched = live.bag_qos(QoSProfile(
+        history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL, deadline=Duration(seconds=2.5)))
+    assert (latched.reliability, latched.durability) == (QosReliability.RELIABLE,
+                                                         QosDurability.TRANSIENT_LOCAL)
+    assert latched.deadline == QosTime(2, 500_000_000)
+    assert latched.avoid_ros_namespace_conventions is False
+
+
+def test_record_waits_for_its_topics_and_keeps_their_offered_qos(tmp_path):
+    """No --wait: record waits until the topics appear (started after it), then records."""
+    from diagnostic_msgs.msg import DiagnosticArray
+    import rclpy
+    from rclpy.qos import (DurabilityPolicy, qos_profile_sensor_data, QoSProfile,
+                           ReliabilityPolicy)
+    out = tmp_path / 'recorded'
+    latched_topic, sensor_topic = '/live_test/latched', '/live_test/sensor'
+    exe = str(Path(sys.executable).with_name('jax-perception'))
+    recorder = subprocess.Popen(
+        [exe, 'record', str(out), '--seconds', '2', '--topic', latched_topic, '--topic',
+         sensor_topic], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node('live_test_publisher', context=context)
+    try:
+        first = ''
+        while 'waiting for a publisher on' not in first:
+            line = recorder.stdout.readline()
+            assert line, f'record ended before it waited: {first}'
+            first += line
+        latched = node.create_publisher(DiagnosticArray, latched_topic, QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        sensor = node.create_publisher(DiagnosticArray, sensor_topic, qos_profile_sensor_data)
+        latched.publish(DiagnosticArray())     # kept for the recorder (transient local)
+        deadline = time.monotonic() + 120.0
+        while recorder.poll() is None and time.monotonic() < deadline:
+            sensor.publish(DiagnosticArray())
+            time.sleep(0.05)
+        output = first + recorder.communicate(timeout=30)[0]
+    finally:
+        if recorder.poll() is None:
+            recorder.kill()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+    assert recorder.returncode == 0, output
+    reader = bagio.open_reader(out)
+    connections = {c.topic: c for c in reader.connections}
+    reader.close()
+    assert connections[latched_topic].msgcount == 1, output
+    assert connections[sensor_topic].msgcount >= 3, output
+    [offered] = connections[latched_topic].ext.offered_qos_profiles
+    assert (offered.reliability, offered.durability) == (QosReliability.RELIABLE,
+                                                         QosDurability.TRANSIENT_LOCAL)
+    [offered] = connections[sensor_topic].ext.offered_qos_profiles
+    assert (offered.reliability, offered.durability) == (QosReliability.BEST_EFFORT,
+                                                         QosDurability.VOLATILE)
