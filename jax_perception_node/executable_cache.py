@@ -1,32 +1,15 @@
 """
 The persistent compilation cache: signed, serialized AOT executables in a private directory.
 
-JAX's own persistent cache (``jax_compilation_cache_dir``) saves the XLA compile but still
-traces and lowers every function to compute its key, about 0.1-0.2 s per bucket here, more than
-the cached compile itself; and with jax 0.10.2 an executable it returns serializes without its
-object code. This store keys the finished executable by everything that determines it instead,
-so any change is a miss, never a wrong hit:
-
-- jax/jaxlib versions, the device (platform, kind, driver/runtime version);
-- the machine code's target: ``XLA_FLAGS`` and the host CPU (model and feature flags from
-  ``/proc/cpuinfo``), so a store copied or shared between hosts misses instead of running code
-  built for instructions this CPU may lack;
-- the JAX settings that change the traced program or its compile (``LOWERING_CONFIG``);
-- the source of every module of the package (the kernels and everything they call);
-- the static values and every argument's shape and dtype.
-
-A warm start loads each executable without tracing, lowering or compiling. An entry is a pickle
-that XLA loads and runs, so nothing is unpickled that this user did not write. The store root
-and ``aot/`` must be directories owned by this user, not writable by group or others (``aot/``
-not a link), and the secret ``store.key`` (32 random bytes, created 0600) a private regular file
-of this user; otherwise nothing is loaded or stored. An entry, opened once with ``O_NOFOLLOW``
-and checked and read through that descriptor, must be a regular file of this user not writable
-by group or others, carry an HMAC-SHA256 under the secret over its full key and contents (a
-renamed or foreign entry fails), and once loaded take the caller's argument shapes and return
-the outputs recorded in it. A refused entry is counted in ``damaged``, recompiled and replaced
-(written 0600 under a temporary name, then renamed: concurrent writers each see no entry or a
-complete one). Each refusal is kept once in ``refused``, naming the path, for the caller to
-report (the node logs each as a WARN, the CLI prints it).
+JAX's own persistent cache still traces and lowers every function to compute its key (about
+0.1-0.2 s per bucket here, more than the cached compile), so this store keys the finished
+executable by everything that determines it (versions, device, XLA_FLAGS, host CPU flags,
+lowering settings, the package source, static values, argument shapes): any change is a miss,
+never a wrong hit, and a warm start neither traces nor compiles. An entry is a pickle that XLA
+runs, so nothing is unpickled that this user did not write: owner and mode of every folder and
+entry, and an HMAC under a per-store secret, are checked first; the layout and each check are
+in docs/design.md ("Never recompile"). A refused entry is counted in ``damaged``, recompiled and
+replaced; each refusal is kept once in ``refused`` for the caller to report.
 """
 
 import errno

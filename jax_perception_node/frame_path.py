@@ -1,24 +1,10 @@
 """
 The one frame path: cloud and camera buffer -> pairing, pipeline, picture, latency record.
 
-The node and offline replay both drive a ``FramePath``, so replay is the node by construction;
-each only moves messages in (subscriptions or a bag) and out (publishers or a bag) and counts.
+The node and offline replay both drive a ``FramePath``, so replay is the node by construction.
 No ROS import: messages are read by attribute, outputs are NumPy arrays and a plain dict.
-
-A FramePath also holds the calibration in force: the parameters' (``update``, live) and the
-intrinsics from CameraInfo (``apply_camera_info``); for a camera, the newest word wins. With
-``extrinsics.source: tf`` the sensor poses come from its transform buffer instead (fed by
-``add_transforms`` from /tf_static and /tf): the LiDAR pose is the cloud's header.frame_id in
-grid.frame_id at the cloud stamp, a camera's its feature map's frame; each is applied (no
-compile) only when it moved. A cloud whose pose TF cannot give raises TransformError (the
-frame is skipped); a camera whose pose it cannot give is masked for that frame. With
-``accumulation.pose_source: tf`` the ego pose at a cloud stamp is grid.frame_id in
-``accumulation.fixed_frame`` from the same buffer instead of the odometry buffer.
-
-Thread safety: every method may be called from any thread. Two locks of its own: one for the
-camera and odometry buffers (held only to store or pick), one for the pipeline (held around a
-frame's compute and around a calibration change, so a frame never sees half a calibration).
-Decoding a message takes neither, so a cloud or feature map is never held up by a frame.
+The calibration it holds (parameters, CameraInfo, TF), its two locks and what each method
+raises are described in docs/design.md ("FramePath API").
 """
 
 from dataclasses import dataclass, replace
@@ -99,10 +85,19 @@ class FramePath:
         Apply a new live configuration (the static keys must be unchanged: see live_params).
 
         Calibration (only when it changed; never a compile), sync tolerance, odometry gap and
-        frame, sweep age. ``intrinsics_from_params``: cameras whose fx, fy, cx or cy this
-        change set; they take the parameters' intrinsics, the other cameras keep those of
-        their last CameraInfo (the newest word wins). Raises ConfigError (a calibration with
-        more lift samples than slots) with nothing changed.
+        frame, sweep age, pose sources.
+
+        Args
+        ----
+        cfg: the new configuration.
+        intrinsics_from_params: cameras whose intrinsics or lens this change set; they take
+            the parameters', the other cameras keep those of their last CameraInfo (the
+            newest word wins).
+
+        Raises
+        ------
+        ConfigError: a calibration with more lift samples than slots; nothing changed.
+
         """
         with self._pipe_lock:     # a CameraInfo applied meanwhile must not be lost
             from_info = {name: intrinsics for name, intrinsics in self._from_info.items()
@@ -131,11 +126,22 @@ class FramePath:
 
     def apply_camera_info(self, name: str, msg):
         """
-        Set camera ``name``'s intrinsics from a CameraInfo, scaled to its feature map.
+        Set camera ``name``'s intrinsics and lens from a CameraInfo, scaled to its feature map.
 
-        Returns the intrinsics applied (``camera.Intrinsics``), or None when they equal those in
-        force (nothing to do). Raises CameraInfoError (a bad CameraInfo) or ConfigError (more
-        lift samples than the slots fixed at warm-up) with the calibration in force kept.
+        Args
+        ----
+        name: the camera (one of ``cameras.names``).
+        msg: a sensor_msgs/CameraInfo (rclpy or rosbags), K at image resolution.
+
+        Returns
+        -------
+        The ``camera.Intrinsics`` applied, or None when they equal those in force.
+
+        Raises
+        ------
+        CameraInfoError: a bad CameraInfo; ConfigError: more lift samples than the slots fixed
+        at warm-up. Either way the calibration in force is kept.
+
         """
         height, width, _ = self._shapes[name]
         intrinsics = scale_camera_info(msg, height, width)
@@ -184,10 +190,23 @@ class FramePath:
         """
         Decode a PointCloud2, pair the cameras, run the pipeline; the record lacks output times.
 
-        Raises CloudFormatError for a cloud in another frame than ``lidar.frame_id`` (TF
-        extrinsics: TransformError for a frame TF cannot place in grid.frame_id) or one that
-        cannot be decoded. ``picture``: build the rgb8 picture (not with a projection, whose
-        channels are no longer the raw LiDAR ones).
+        Args
+        ----
+        msg: a sensor_msgs/PointCloud2 (rclpy or rosbags).
+        picture: build the uint8[H, W, 3] rgb8 picture (never with a projection, whose
+            channels are no longer the raw LiDAR ones).
+
+        Returns
+        -------
+        Frame: the pipeline's result (features float32[H, W, C_out]), the picture, the latency
+        record without its output times (``finish`` adds them), the masked cameras.
+
+        Raises
+        ------
+        CloudFormatError: a cloud in another frame than ``lidar.frame_id`` (with parameter
+        extrinsics) or one that cannot be decoded. TransformError: with TF extrinsics, a frame
+        TF cannot place in grid.frame_id at the cloud stamp.
+
         """
         cfg = self.cfg
         stamp = stamp_ns(msg.header.stamp)

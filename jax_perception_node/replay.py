@@ -94,15 +94,31 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
     Run every LiDAR frame of ``src`` through the pipeline and write the outputs to ``dst``.
 
     ``dst`` appears only when the replay completes (``bagio.writing_bag``): after an error or
-    an interrupt neither it nor its temporary folder is left. Raises BagError when the input
-    cannot be read (on), lacks the LiDAR topic, or ``dst`` exists or cannot be written. A
-    message that does not deserialize is rejected and counted like a malformed one.
-    ``topics`` names the inputs in the bag. ``snapshot_frames`` are frame indices whose
-    features are kept in the result (-1 = last). A given ``pipeline`` must be warmed; each
-    replay starts it from the parameters' calibration, so one bag's CameraInfo never carries
-    over to the next (nor one bag's sweeps). Odometry is read only with accumulation
-    (``accumulation.num_sweeps`` > 1); a bag without it replays every frame on its own sweep,
-    counted in ``frames_without_odometry``.
+    an interrupt neither it nor its temporary folder is left. A message that does not
+    deserialize is rejected and counted like a malformed one. Each replay starts a given
+    pipeline from the parameters' calibration, so one bag's CameraInfo or sweeps never carry
+    over to the next. Odometry is read only with accumulation, TF only when a pose source is
+    ``tf``.
+
+    Args
+    ----
+    src: an MCAP or sqlite3 rosbag2 folder or file.
+    dst: the output bag folder (must not exist).
+    cfg: the parameters.
+    topics: where the bag keeps the node's inputs.
+    snapshot_frames: frame indices whose features are kept in the result (-1 = the last).
+    progress: called with (clouds done, clouds in the bag) after every cloud.
+    pipeline: a warmed pipeline of ``cfg``'s shapes to reuse; None builds and warms one.
+
+    Returns
+    -------
+    ReplayResult: counts, per-frame latency records, snapshots, warm-up time.
+
+    Raises
+    ------
+    BagError: the input cannot be read or lacks the LiDAR topic, grid_map_msgs is not
+        installed, or ``dst`` exists or cannot be written.
+
     """
     reader = bagio.open_reader(src)
     try:

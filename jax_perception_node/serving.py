@@ -6,21 +6,8 @@ that map onto the ROS 2 lifecycle: ``declare`` (parameters and the parameter cal
 ``configure`` (validate, build and warm the pipeline, create publishers), ``activate``
 (subscriptions, diagnostics timer, worker), ``deactivate`` (stop serving, counters kept) and
 ``cleanup`` (release publishers and pipeline). The plain node runs the first three at start-up.
-
-Subscription callbacks only store the newest cloud (latest wins: a cloud that arrives while
-another waits replaces it and counts as dropped); a worker thread decodes, computes and
-publishes, so a slow frame never queues up latency. The frame path (frame_path.py) holds the
-calibration and its own locks: calibration changes (live parameters, CameraInfo) and frames
-take turns on the pipeline, so a frame never sees half a calibration. A parameter set is
-applied whole or refused with a reason, never with an exception. The /diagnostics level and
-message follow the rules of health.py.
-With accumulation (``accumulation.num_sweeps`` > 1) the node also subscribes to
-``~/input/odometry``; bad odometry is refused and counted, a frame without a pose uses its own
-sweep only, and both show in /diagnostics as a WARN.
-With ``extrinsics.source: tf`` or ``accumulation.pose_source: tf`` the node also subscribes to
-/tf_static (reliable, transient local, depth 100, as tf2_ros' static listener) and /tf
-(reliable, depth 100) and feeds the frame path's transform buffer; a cloud TF cannot place is
-skipped, a camera it cannot place masked, both counted and a WARN (health.py).
+Latest wins, the worker thread, live parameters and the health rules: docs/design.md ("One
+frame, end to end") and the README ("The node").
 """
 
 import threading
