@@ -42,6 +42,11 @@ def test_soak_section_is_the_committed_soak_run():
 
 def test_soak_section_adds_the_load_soak_and_slope_when_the_run_has_them():
     results = json.loads((REPO / 'docs' / 'soak.json').read_text())
+    # An older run's file: the closed-loop soak alone, without slope or leak measure.
+    results.pop('load_soak', None)
+    for key in ('rss_slope_mib_per_min', 'private_mib_per_10k_frames'):
+        results['soak'].pop(key, None)
+    growth = f'({results["soak"]["rss_growth_pct"]:+.1f} %)'
     before = soak_markdown(results)
     results['soak']['rss_slope_mib_per_min'] = 0.92
     results['load_soak'] = {
@@ -50,12 +55,12 @@ def test_soak_section_adds_the_load_soak_and_slope_when_the_run_has_them():
         'dropped': 34000, 'not_taken': 1000, 'processed_hz': 40.0, 'frames_all_cameras': 23990,
         'compiles_after_warmup': 0, 'warmup_s': 60.0, 'rss_mib': [520.0, 523.5],
         'rss_growth_pct': 0.67, 'rss_slope_mib_per_min': 0.35,
-        'rss_mib_windows': [519.5, 520.0, 523.5],
+        'rss_mib_windows': [519.5, 520.0, 523.5], 'private_mib_per_10k_frames': 0.12,
         'total_ms': {'p50': 20.5, 'p95': 30.0, 'p99': 41.25, 'max': 60.0},
         'age_ms': {'p50': 30.0, 'p95': 45.0, 'p99': 55.5, 'max': 90.0}}
     after = soak_markdown(results)
     # The closed-loop part is the same but for the slope in its RSS cell.
-    head = before.replace('(+1.6 %)', '(+1.6 %, +0.92 MiB/min)')
+    head = before.replace(growth, growth[:-1] + ', +0.92 MiB/min)')
     assert head != before and after.startswith(head)
     load = after[len(head):]
     assert load.startswith('\nLoad soak of 600 s, same machine and config: ')
@@ -63,3 +68,4 @@ def test_soak_section_adds_the_load_soak_and_slope_when_the_run_has_them():
     assert ('| 59000 | 58000 | 24000 (40 Hz) | 34000 | 1000 | 23990 | 0 | 520 -> 523.5 MiB '
             '(+0.7 %) | +0.35 MiB/min | 20.5 / 41.25 ms | 30 / 55.5 ms |') in load
     assert 'RSS at the end of each minute (MiB): 519.5, 520, 523.5.' in load
+    assert 'over the second half of the run: +0.12 MiB per 10k frames' in load
