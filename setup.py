@@ -18,7 +18,7 @@ setup(
     ],
     install_requires=['setuptools', 'numpy', 'jax', 'rosbags', 'pyyaml'],
     # The node needs none of these: reports and pictures, peers, fleet replay.
-    extras_require={'tools': ['matplotlib', 'psutil'], 'bench': ['torch', 'scipy'],
+    extras_require={'tools': ['matplotlib', 'psutil'], 'bench': ['torch', 'scipy', 'numba'],
                     'fleet': ['ray']},
     zip_safe=True,
     maintainer='jax_perception_node maintainers',

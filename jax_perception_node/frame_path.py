@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from .camera import FeatureMapError, read_features, scale_camera_info, with_intrinsics
-from .cloud import CloudFormatError, read_points
+from .cloud import CloudFormatError
 from .config import PipelineConfig, Pose
 from .odometry import OdometryBuffer, TransformPoses
 from .parameters import ConfigError
@@ -219,20 +219,22 @@ class FramePath:
                 f'"{cfg.lidar_frame_id}" (parameter lidar.frame_id): clouds must be in the '
                 'configured frame')
         started = time.perf_counter()
-        points, num_points = read_points(msg, self.pipe.padder.capacity, cfg.overflow_policy)
-        decoded = time.perf_counter()
-        with self._buffer_lock:
-            pairing, jumped = self.sync.pair(stamp)
-            map_frames = dict(self._map_frames)
-            poses = self.odometry if cfg.accumulation.pose_source == 'odometry' else \
-                TransformPoses(self.transforms, cfg.accumulation.fixed_frame, cfg.grid.frame_id)
-            pose = poses.pose_at(stamp) if self.accumulating else None
-        maps, without_tf = pairing.maps, ()
+        # The cloud is decoded straight into the pipeline's bucket buffer: under the pipe lock,
+        # which the buffer lock may nest in (never the other way round).
         with self._pipe_lock:
+            padded = self.pipe.decode(msg)
+            decoded = time.perf_counter()
+            with self._buffer_lock:
+                pairing, jumped = self.sync.pair(stamp)
+                map_frames = dict(self._map_frames)
+                poses = self.odometry if cfg.accumulation.pose_source == 'odometry' else \
+                    TransformPoses(self.transforms, cfg.accumulation.fixed_frame,
+                                   cfg.grid.frame_id)
+                pose = poses.pose_at(stamp) if self.accumulating else None
+            maps, without_tf = pairing.maps, ()
             if use_tf:
                 maps, without_tf = self._apply_tf_poses(lidar, maps, map_frames, stamp)
-            result = self.pipe.process(points, maps, num_points=num_points,
-                                       stamp_ns=stamp, pose=pose)
+            result = self.pipe.process(padded, maps, stamp_ns=stamp, pose=pose)
         rgb = None
         if picture and not self.pipe.projected:
             rgb = bev_to_rgb(result.features, cfg.grid.z_min, cfg.grid.z_max)

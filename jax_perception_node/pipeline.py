@@ -7,7 +7,6 @@ compile, the lift's slots per cell and the accumulation ring are described in do
 executable store when a previous start left them there (executable_cache.py).
 """
 
-from dataclasses import dataclass
 import functools
 import threading
 import time
@@ -18,13 +17,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import kernels, lift
-from .buckets import BucketPadder
+from .buckets import BucketPadder, PaddedCloud
 from .channels import lidar_channels
 from .config import CameraConfig, load_fusion_weights, PipelineConfig, Pose
 from .executable_cache import ExecutableCache, private_cache_dir
+from .frame_result import FrameResult, PendingFrame
 from .kernel_inputs import calibration_arrays, calibration_vector, SweepHistory
 from .odometry import pose_matrix
 from .parameters import ConfigError
+from .staging import CameraStaging, DoubleBuffer
 
 COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
 _compile_lock = threading.Lock()
@@ -53,26 +54,6 @@ def install_compile_counter() -> None:
         if not _listener_installed:
             jax.monitoring.register_event_duration_secs_listener(_on_duration)
             _listener_installed = True
-
-
-@dataclass(frozen=True)
-class FrameResult:
-    """One frame through the pipeline."""
-
-    features: np.ndarray       # float32[H, W, C_out], row = x index, column = y index
-    num_points: int            # points in the input cloud
-    bucket: int                # capacity of the executable that ran
-    overflow_points: int       # points dropped by the overflow policy
-    cameras_used: int          # cameras that contributed (not masked)
-    nonfinite_features: int    # non-finite feature values replaced by 0 this frame
-    pad_ms: float              # host: padding, staging the camera maps (and their transfer)
-    compute_ms: float          # transfer_ms + device_ms + fetch_ms
-    compiles_after_warmup: int
-    transfer_ms: float = 0.0   # putting the inputs on the device (dispatch; may overlap compute)
-    device_ms: float = 0.0     # executable call until its result is ready
-    fetch_ms: float = 0.0      # result to a NumPy array
-    cameras_sent: bool = False  # the camera batch crossed to the device this frame
-    sweeps_used: int = 1       # sweeps voxelized, the current one included
 
 
 class BevPipeline:
@@ -114,11 +95,11 @@ class BevPipeline:
                     raise ConfigError(f'cameras.{cam.name}: every camera needs the same feature-'
                                       f'map shape, got {(cam.height, cam.width, cam.channels)} '
                                       f'and {self._map_shape}')
-            self._features = np.zeros((n,) + self._map_shape, np.float32)
+            self._staging = CameraStaging(self.camera_names, self._map_shape)
         else:
-            self._map_shape, self._features = None, None
+            self._map_shape, self._staging = None, None
         # count of real rows, then one flag per camera: the per-frame scalars in one transfer
-        self._scalars = np.zeros(1 + n, np.int32)
+        self._scalars = DoubleBuffer((1 + n,), np.int32)
         self._camera_valid = np.zeros(n, bool)
         self._features_device = None
         past = self.num_sweeps - 1
@@ -129,6 +110,9 @@ class BevPipeline:
         # Accumulation state: the device ring, and what each slot holds on the host.
         self._ring = None
         self._sweeps = SweepHistory(past, kernels.MOTION_SIZE)
+        self._sweep_staging = kernels.SweepArgs(
+            DoubleBuffer(self._sweeps.scalars.shape, np.int32),
+            DoubleBuffer(self._sweeps.motion.shape)) if past else None
         self._executables: dict[int, jax.stages.Compiled] = {}
         self.store = ExecutableCache(self.cache_dir)
         self.lift_slots = 0          # static, set by warmup() (0 without cameras)
@@ -205,12 +189,12 @@ class BevPipeline:
                 jax.tree.structure((0, 0) if accumulating else 0))
             times[str(size)] = time.perf_counter() - start
         # One real call per executable pays first-run costs now, not on the first frame.
-        self._features_device = None if self._features is None else jax.device_put(
-            self._features)
+        self._features_device = None if self._staging is None else jax.device_put(
+            self._staging.batches.current)
         if accumulating:
             self._ring = jax.device_put(np.zeros(self._ring_shape, np.float32))
         for size in self.padder.sizes:
-            self._run(size, np.zeros((size, 4), np.float32))
+            self._launch(self.padder.pad(np.zeros((size, 4), np.float32)))[0].block_until_ready()
         self.reset_sweeps()
         self.compile_seconds = times
         self._baseline = compile_count()
@@ -224,9 +208,11 @@ class BevPipeline:
         spec = jax.ShapeDtypeStruct
         shape_of = functools.partial(jax.tree.map, lambda a: spec(a.shape, a.dtype))
         return kernels.FrameArgs(
-            points=spec((bucket, 4), jnp.float32), scalars=spec(self._scalars.shape, jnp.int32),
+            points=spec((bucket, 4), jnp.float32),
+            scalars=spec(self._scalars.current.shape, jnp.int32),
             calibration=spec((kernels.CALIBRATION_SIZE,), jnp.float32),
-            features=None if self._features is None else spec(self._features.shape, jnp.float32),
+            features=None if self._staging is None else spec(
+                self._staging.batches.current.shape, jnp.float32),
             lift=None if self._tables is None else shape_of(self._tables),
             projection=None if self._projection is None else shape_of(self._projection),
             sweeps=None if self.num_sweeps == 1 else shape_of(
@@ -245,14 +231,21 @@ class BevPipeline:
 
         Returns
         -------
-        kernels.FrameArgs (per-frame parts on the host, the rest on the device).
+        kernels.FrameArgs (per-frame parts on the host, the rest on the device). The host
+        parts are the next of two aligned arrays each, kept as they are while a frame that
+        reads them is in flight (``_launch`` names that frame).
 
         """
-        self._scalars[0] = count
-        self._scalars[1:] = self._camera_valid
-        sweeps = None if self.num_sweeps == 1 else kernels.SweepArgs(self._sweeps.scalars,
-                                                                     self._sweeps.motion)
-        return kernels.FrameArgs(points, self._scalars, self._calibration_device,
+        scalars = self._scalars.swap()
+        scalars[0] = count
+        scalars[1:] = self._camera_valid
+        sweeps = None
+        if self._sweep_staging is not None:
+            sweeps = kernels.SweepArgs(self._sweep_staging.scalars.swap(),
+                                       self._sweep_staging.motion.swap())
+            np.copyto(sweeps.scalars, self._sweeps.scalars)
+            np.copyto(sweeps.motion, self._sweeps.motion)
+        return kernels.FrameArgs(points, scalars, self._calibration_device,
                                  self._features_device, self._tables, self._projection, sweeps)
 
     def set_calibration(self, lidar: Pose | None = None,
@@ -323,16 +316,27 @@ class BevPipeline:
             return 0
         return compile_count() - self._baseline
 
-    def process(self, points: np.ndarray, cameras: Mapping[str, np.ndarray | None] | None = None,
+    def decode(self, msg) -> PaddedCloud:
+        """
+        Decode a PointCloud2 straight into its bucket's next host buffer, for ``process``.
+
+        Pass it to ``process`` or ``dispatch`` before the next decode: a bucket has two
+        buffers, and the one after next is this one again. Raises CloudFormatError
+        (``cloud.read_points``) before any buffer is touched.
+        """
+        return self.padder.decode(msg)
+
+    def process(self, points: np.ndarray | PaddedCloud,
+                cameras: Mapping[str, np.ndarray | None] | None = None,
                 num_points: int | None = None, stamp_ns: int | None = None,
                 pose: np.ndarray | None = None) -> FrameResult:
         """
-        Run one frame: pad, transfer, compute, fetch.
+        Run one frame: pad, transfer, compute, fetch (``dispatch(...).result()``).
 
         Args
         ----
         points: float32[N, 4] x, y, z, intensity in the LiDAR frame (any N; above the largest
-            bucket the overflow policy applies).
+            bucket the overflow policy applies), or what ``decode`` returned.
         cameras: name -> float32[H_f, W_f, C] or None; a camera left out or None is masked.
         num_points: the size of the original cloud when the caller already cut it to
             capacity (``cloud.read_points(max_points=)``), so the dropped points are reported.
@@ -345,15 +349,29 @@ class BevPipeline:
         FrameResult with the features float32[H, W, C_out] and the frame's statistics.
 
         """
+        return self.dispatch(points, cameras, num_points, stamp_ns, pose).result()
+
+    def dispatch(self, points: np.ndarray | PaddedCloud,
+                 cameras: Mapping[str, np.ndarray | None] | None = None,
+                 num_points: int | None = None, stamp_ns: int | None = None,
+                 pose: np.ndarray | None = None) -> PendingFrame:
+        """
+        Stage one frame and start it on the device without waiting; arguments as ``process``.
+
+        The frame's host buffers are not rewritten until it has finished, however many frames
+        follow before its ``result()`` is fetched.
+        """
         if not self._executables:
             raise RuntimeError('BevPipeline.process() needs warmup() first')
         start = time.perf_counter()
-        points = np.asarray(points, np.float32)
-        if points.ndim != 2 or points.shape[1] != 4:
-            raise ValueError(f'points must be (N, 4), got {points.shape}')
-        padded = self.padder.pad(points)
-        total = points.shape[0] if num_points is None else max(num_points, points.shape[0])
-        overflow = padded.overflow + (total - points.shape[0])
+        if isinstance(points, PaddedCloud):
+            padded = points
+        else:
+            points = np.asarray(points, np.float32)
+            if points.ndim != 2 or points.shape[1] != 4:
+                raise ValueError(f'points must be (N, 4), got {points.shape}')
+            padded = self.padder.pad(points)
+        total = padded.num_points if num_points is None else max(num_points, padded.num_points)
         nonfinite, changed = self.stage_cameras(cameras or {})
         used = 1
         if self.num_sweeps > 1:
@@ -361,42 +379,46 @@ class BevPipeline:
             used = self._sweeps.stage(stamp_ns, pose, self.max_sweep_age_s,
                                       pose_matrix(lidar.rotation_matrix(), lidar.translation))
         staged = time.perf_counter()
-        features, stages = self._run(padded.bucket, padded.buffer, padded.count)
+        out, put = self._launch(padded)
         if self.num_sweeps > 1:
             self._sweeps.record(stamp_ns, pose, padded.count)
-        return FrameResult(
-            features=features, num_points=total, bucket=padded.bucket, overflow_points=overflow,
-            cameras_used=int(self._camera_valid.sum()), nonfinite_features=nonfinite,
-            pad_ms=(staged - start) * 1e3, compute_ms=sum(stages) * 1e3,
-            compiles_after_warmup=self.compiles_after_warmup, transfer_ms=stages[0] * 1e3,
-            device_ms=stages[1] * 1e3, fetch_ms=stages[2] * 1e3, cameras_sent=changed,
-            sweeps_used=used)
+        return PendingFrame(out, (start, staged, put), {
+            'num_points': total, 'bucket': padded.bucket,
+            'overflow_points': total - padded.count,
+            'cameras_used': int(self._camera_valid.sum()), 'nonfinite_features': nonfinite,
+            'compiles_after_warmup': self.compiles_after_warmup, 'cameras_sent': changed,
+            'sweeps_used': used})
 
-    def _run(self, bucket: int, buffer: np.ndarray, count: int = 0):
-        """Call the bucket's executable; returns the features and (put, device, fetch) s."""
-        start = time.perf_counter()
-        args = self.frame_args(buffer, count)
+    def _launch(self, padded: PaddedCloud):
+        """Put a frame's inputs on the device and call its executable; (output, put time)."""
+        args = self.frame_args(padded.buffer, padded.count)
         if args.sweeps is None:
             points, scalars = jax.device_put((args.points, args.scalars))
             put = time.perf_counter()
-            out = self._executables[bucket](args._replace(points=points, scalars=scalars))
+            out = self._executables[padded.bucket](args._replace(points=points, scalars=scalars))
         else:
             points, scalars, sweeps = jax.device_put((args.points, args.scalars, args.sweeps))
             put = time.perf_counter()
-            out, self._ring = self._executables[bucket](
+            out, self._ring = self._executables[padded.bucket](
                 args._replace(points=points, scalars=scalars, sweeps=sweeps), self._ring)
-        out.block_until_ready()
-        ready = time.perf_counter()
-        features = np.asarray(out)
-        return features, (put - start, ready - put, time.perf_counter() - ready)
+        # Until ``out`` is ready its host inputs (aliased on the CPU backend) must stay put.
+        self.padder.read_by(padded, out)
+        self._scalars.read_by(out, args.scalars)
+        if args.sweeps is not None:
+            self._sweep_staging.scalars.read_by(out, args.sweeps.scalars)
+            self._sweep_staging.motion.read_by(out, args.sweeps.motion)
+        if self._staging is not None:
+            self._staging.batches.read_by(out)
+        return out, put
 
     def stage_cameras(self, cameras: Mapping[str, np.ndarray | None]) -> tuple[int, bool]:
         """
-        Stage the camera maps of the next frame.
+        Stage the camera maps of the next frame (``staging.CameraStaging``).
 
         ``process`` calls it; ``frame_args`` reads what it staged. A map equal to what its slot
-        holds is not copied again, and the batch crosses to the device only when a map changed.
-        A masked camera keeps its slot: its flag masks it.
+        holds is not copied again, and the batch crosses to the device only when a map changed
+        (on the CPU backend without a copy: the aligned batch is aliased). A masked camera
+        keeps its slot: its flag masks it.
 
         Args
         ----
@@ -411,25 +433,12 @@ class BevPipeline:
         if unknown:
             raise ValueError(f'unknown camera {sorted(unknown)[0]!r}; '
                              f'configured: {list(self.camera_names)}')
-        nonfinite, changed = 0, False
         for i, name in enumerate(self.camera_names):
-            fmap = cameras.get(name)
-            self._camera_valid[i] = fmap is not None
-            if fmap is None:
-                continue
-            if fmap.shape != self._map_shape:
-                raise ValueError(f'camera {name!r}: feature map {fmap.shape}, '
-                                 f'expected {self._map_shape}')
-            slot = self._features[i]
-            if np.array_equal(slot, fmap):
-                continue
-            np.copyto(slot, fmap)
-            changed = True
-            bad = ~np.isfinite(slot)
-            if bad.any():
-                # NaN * 0 is NaN: a non-finite value would poison every cell sampling near it.
-                nonfinite += int(bad.sum())
-                slot[bad] = 0.0
-        if changed:
-            self._features_device = jax.device_put(self._features)
-        return nonfinite, changed
+            self._camera_valid[i] = cameras.get(name) is not None
+        if self._staging is None:
+            return 0, False
+        batch, nonfinite = self._staging.stage(cameras)
+        if batch is None:
+            return 0, False
+        self._features_device = jax.device_put(batch)
+        return nonfinite, True

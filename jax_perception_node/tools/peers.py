@@ -1,6 +1,9 @@
 """
 Peer implementations of the kernel contract (docs/design.md) for the benchmarks: NumPy, PyTorch.
 
+The third peer, hand-written Numba loops on one core, is ``numba_peer.NumbaBev``; it shares
+:func:`lift_matrix` and :func:`refuse_lenses` with these.
+
 Both compute the same fused BEV features as :class:`~jax_perception_node.pipeline.BevPipeline`
 (``[6 LiDAR] + [C camera] + [1 coverage]``, then the optional 1x1 projection) from the same
 :class:`~jax_perception_node.config.PipelineConfig`, independently of the JAX kernels, in
@@ -85,8 +88,9 @@ def refuse_lenses(cfg: PipelineConfig) -> None:
     for cam in cfg.cameras:
         if cam.distortion_model != 'none':
             raise ValueError(
-                f'cameras.{cam.name}.distortion_model is {cam.distortion_model}: the NumPy and '
-                "PyTorch peers lift through a pinhole only; use 'none' to compare with them")
+                f'cameras.{cam.name}.distortion_model is {cam.distortion_model}: the NumPy, '
+                "PyTorch and Numba peers lift through a pinhole only; use 'none' to compare "
+                'with them')
 
 
 def sample_pixels(cfg: PipelineConfig) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -95,8 +99,10 @@ def sample_pixels(cfg: PipelineConfig) -> list[tuple[np.ndarray, np.ndarray, np.
 
     Follows the contract: cell centres ``(x_min + (i + .5) res, y_min + (j + .5) res)``, levels
     ``z_min + (k + .5)(z_max - z_min) / K``; ``p_cam = R^T (p - t)``; valid when depth > 0.1 m
-    and ``-0.5 <= u < W_f - 0.5``, ``-0.5 <= v < H_f - 0.5``. Arithmetic is float32 to match
-    the JAX side bit for bit where it matters (validity at the map border).
+    and ``-0.5 <= u < W_f - 0.5``, ``-0.5 <= v < H_f - 0.5``. Arithmetic is float32 in the
+    JAX side's order, to match it bit for bit where it matters (validity at the map border):
+    XLA's CPU backend fuses ``a * b + c`` into one rounding (an FMA) for the cell centres and
+    ``fx * (x / z) + cx``, so those are computed as :func:`fma32` does.
 
     Raises ValueError, naming the camera, for a lens model other than 'none': the peers lift
     through a pinhole only, and would compute something else than the pipeline.
@@ -105,9 +111,9 @@ def sample_pixels(cfg: PipelineConfig) -> list[tuple[np.ndarray, np.ndarray, np.
     h, w, k = cfg.grid.height, cfg.grid.width, cfg.fusion.num_heights
     x_min, y_min, z_min, z_max, res = cfg.grid.vector()
     f32 = np.float32
-    xs = x_min + (np.arange(h, dtype=f32) + f32(0.5)) * res
-    ys = y_min + (np.arange(w, dtype=f32) + f32(0.5)) * res
-    zs = z_min + (np.arange(k, dtype=f32) + f32(0.5)) * ((z_max - z_min) / f32(k))
+    xs = fma32(np.arange(h, dtype=f32) + f32(0.5), res, x_min)
+    ys = fma32(np.arange(w, dtype=f32) + f32(0.5), res, y_min)
+    zs = (np.arange(k, dtype=f32) + f32(0.5)) * (z_max - z_min) / f32(k) + z_min
     gx, gy, gz = np.meshgrid(xs, ys, zs, indexing='ij')     # [H, W, K]
     pts = np.stack([gx, gy, gz], axis=-1).reshape(h * w, k, 3)
     out = []
@@ -120,12 +126,23 @@ def sample_pixels(cfg: PipelineConfig) -> list[tuple[np.ndarray, np.ndarray, np.
              for i in range(3)]
         depth = c[2]
         safe = np.where(depth > MIN_DEPTH_M, depth, f32(1.0))
-        u = f32(cam.fx) * c[0] / safe + f32(cam.cx)
-        v = f32(cam.fy) * c[1] / safe + f32(cam.cy)
+        # fx * (x / z) + cx, divided first as the pipeline does (for its lens models), one
+        # rounding: (fx * x) / z + cx put 10 samples of the six-camera ring on the other side
+        # of a map border, more than the benchmark's check allows as rounding.
+        u = fma32(c[0] / safe, cam.fx, cam.cx)
+        v = fma32(c[1] / safe, cam.fy, cam.cy)
         valid = ((depth > MIN_DEPTH_M) & (u >= -0.5) & (u < cam.width - 0.5)
                  & (v >= -0.5) & (v < cam.height - 0.5))
         out.append((u, v, valid))
     return out
+
+
+def fma32(a, b, c) -> np.ndarray:
+    """Return ``a * b + c`` rounded once to float32, as a fused multiply-add (float32 inputs)."""
+    # The float64 product of two float32 values is exact; the sum rounds to float64 and then to
+    # float32, which differs from one rounding only in halfway cases far rarer than borders.
+    product = np.asarray(a, np.float32).astype(np.float64) * np.float64(np.float32(b))
+    return (product + np.float64(np.float32(c))).astype(np.float32)
 
 
 def lift_tables(cfg: PipelineConfig) -> PeerTables | None:
@@ -274,6 +291,11 @@ class NumpyBev:
 def torch_available() -> bool:
     """Whether PyTorch (the optional ``bench`` extra) can be imported."""
     return importlib.util.find_spec('torch') is not None
+
+
+def numba_available() -> bool:
+    """Whether Numba (requirements-dev.txt) can be imported, for ``numba_peer.NumbaBev``."""
+    return importlib.util.find_spec('numba') is not None
 
 
 class TorchBev:

@@ -13,7 +13,8 @@ import math
 from jax_perception_node import BevPipeline
 from jax_perception_node.config import config_from_parameters, Pose
 from jax_perception_node.tools import peers
-from jax_perception_node.tools.bench import checks, common, render, report, ros, run_benchmarks
+from jax_perception_node.tools.bench import (checks, common, pipeline_rows, render, report, ros,
+                                             run_benchmarks)
 from jax_perception_node.tools.bench.device import bench_device
 import numpy as np
 import pytest
@@ -36,10 +37,20 @@ def test_optical_quaternion_matches_the_shipped_cameras():
     np.testing.assert_allclose(common.optical_quaternion(180.0), [-0.5, -0.5, 0.5, 0.5])
 
 
-@pytest.mark.parametrize('impl', ['numpy', 'torch'])
+def build_peer(impl: str, cfg):
+    """Return the peer ``impl`` of ``cfg`` (its optional library imported only when asked)."""
+    if impl == 'numba':
+        from jax_perception_node.tools.numba_peer import NumbaBev
+        return NumbaBev(cfg)
+    return peers.NumpyBev(cfg) if impl == 'numpy' else peers.TorchBev(cfg, threads=1)
+
+
+@pytest.mark.parametrize('impl', ['numpy', 'torch', 'numba'])
 def test_peers_match_the_pipeline(impl):
     if impl == 'torch' and not peers.torch_available():
         pytest.skip('PyTorch (extra bench, in requirements-dev.txt) not installed')
+    if impl == 'numba' and not peers.numba_available():
+        pytest.skip('Numba (requirements-dev.txt) not installed')
     cfg = config_from_parameters(common.bench_params(common.TINY, 6, buckets=(1024,)))
     inputs = common.Inputs(cfg)
     points = inputs.points(1000)
@@ -49,7 +60,7 @@ def test_peers_match_the_pipeline(impl):
     pipe = BevPipeline(cfg)
     pipe.warmup()
     expected = pipe.process(points, maps).features
-    peer = peers.NumpyBev(cfg) if impl == 'numpy' else peers.TorchBev(cfg, threads=1)
+    peer = build_peer(impl, cfg)
     border = checks.border_cells(cfg, pipe.lift_samples)
     exempt = checks.edge_cells(cfg, points) | border
     actual = peer.process(points, maps)
@@ -71,9 +82,25 @@ def test_peers_refuse_a_lens_naming_the_camera(model, coefficients):
     builders = [peers.NumpyBev, peers.sample_pixels]
     if peers.torch_available():
         builders.append(lambda c: peers.TorchBev(c, threads=1))
+    if peers.numba_available():
+        builders.append(lambda c: build_peer('numba', c))
     for build in builders:
         with pytest.raises(ValueError, match=named):
             build(cfg)
+
+
+def test_fma32_rounds_once():
+    a = np.float32(1 + 2.0 ** -12)
+    assert a * a + np.float32(-1.0) == np.float32(2.0 ** -11)          # two roundings
+    assert peers.fma32(a, a, -1.0) == np.float32(2.0 ** -11 + 2.0 ** -24)   # one, exact
+
+
+def test_peer_geometry_is_the_pipelines_on_the_quick_ring():
+    """The quick and full runs' six-camera ring: every cell has the pipeline's valid samples."""
+    cfg = config_from_parameters(common.bench_params(common.QUICK, 6, buckets=(1024,)))
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    assert not checks.border_cells(cfg, pipe.lift_samples).any()
 
 
 def test_check_equal_names_the_cell():
@@ -130,6 +157,15 @@ def test_stream_stats_and_peak_rate():
     assert ros.peak_rate(list(rows.values())) == 10.0
 
 
+def test_overhead_is_the_median_of_the_measured_runs():
+    rows = [{'overhead_ms': 1.5}, {'overhead_ms': 0.25}]
+    assert ros.overhead_runs(3.0, rows) == {'overhead_ms_runs': [3.0, 1.5, 0.25],
+                                            'overhead_ms': 1.5, 'overhead_ms_range': [0.25, 3.0]}
+    # A run that received nothing has no overhead: the median is of the others.
+    assert ros.overhead_runs(None, rows)['overhead_ms'] == pytest.approx(0.875)
+    assert ros.overhead_runs(None, [{'overhead_ms': None}])['overhead_ms'] is None
+
+
 def test_parse_warmup_log():
     line = ('[INFO] [1.2] [jax_perception]: warm-up: calibration 54 ms, 16384 220 ms, '
             '131072 171 ms; total 0.88 s, cache /tmp/x\n')
@@ -167,15 +203,31 @@ def test_bench_tiny_run(tmp_path, capsys):
     tiny = common.TINY
     assert sizes == {(n, c) for n in tiny.sizes + tiny.fill_sizes for c in tiny.camera_counts}
     for row in pipe['rows']:
-        for key in ('jax_ms', 'numpy_ms', 'jax_nojit_ms', 'torch_ms', 'speedup_vs_numpy'):
+        for key in ('jax_ms', 'numpy_ms', 'jax_nojit_ms', 'torch_ms', 'numba_ms',
+                    'speedup_vs_numpy', 'speedup_vs_numba'):
             assert _number(row[key]) and row[key] > 0, (key, row)
-        assert set(row['checked']) == {'numpy', 'jax_nojit', 'torch'}
+        assert set(row['checked']) == {'numpy', 'jax_nojit', 'torch', 'numba'}
         assert max(row['max_abs_diff'].values()) <= 1e-4
         assert row['border_cells'] <= checks.MAX_BORDER_CELLS
         assert row['bucket'] == min(b for b in tiny.sizes if b >= row['points'])
     fill = [r for r in pipe['rows'] if r['points'] in tiny.fill_sizes]
     assert fill and all(r['bucket'] > r['points'] for r in fill)
     assert _number(pipe['speedup_vs_torch_min']) and _number(pipe['cameras_over_lidar'])
+    # Numba: the slowest target row on two cores, and the same rows in a one-CPU child.
+    cases = {(1024, 0), (1024, 6)}
+    assert pipeline_rows.numba_cases(tiny) == cases
+    assert pipe['speedup_vs_numba'] == min(r['speedup_vs_numba'] for r in pipe['rows']
+                                           if (r['points'], r['cameras']) in cases)
+    pinned = pipe['pinned']
+    assert pinned['affinity_seen'] == [pinned['cpu']]
+    assert {(r['points'], r['cameras']) for r in pinned['rows']} == cases
+    for row in pinned['rows']:
+        assert row['checked'] == ['numba'] and row['max_abs_diff']['numba'] <= 1e-4
+        assert _number(row['jax_ms']) and _number(row['numba_ms'])
+        assert row['speedup_vs_numba'] == pytest.approx(row['numba_ms'] / row['jax_ms'],
+                                                        abs=0.01, rel=0.01)
+    assert pinned['speedup_vs_numba'] == min(r['speedup_vs_numba'] for r in pinned['rows'])
+    assert '| Numba | x |' in printed and 'One pinned core' in printed
 
     ros_part = results['ros']
     for key in ('age_p50_ms', 'age_p99_ms', 'floor_p50_ms', 'overhead_ms'):
@@ -184,6 +236,12 @@ def test_bench_tiny_run(tmp_path, capsys):
         assert 0 < row['published'] and 0 <= row['received'] <= row['published']
         assert row['missed'] == row['published'] - row['received']
     assert ros_part['peak_rate_hz'] == ros.peak_rate(ros_part['rows'])
+    runs = ros_part['overhead_ms_runs']
+    assert len(runs) == ros.OVERHEAD_RUNS and all(_number(v) for v in runs), runs
+    assert runs[0] == next(r['overhead_ms'] for r in ros_part['rows'] if r['rate_hz'] == 10.0)
+    assert ros_part['overhead_ms'] == pytest.approx(float(np.median(runs)), abs=1e-3)
+    assert ros_part['overhead_ms_range'] == [min(runs), max(runs)]
+    assert f'median of {ros.OVERHEAD_RUNS} runs' in printed
 
     start = results['startup']
     assert _number(start['cold_s']) and _number(start['warm_s'])
@@ -205,7 +263,8 @@ def test_bench_tiny_run(tmp_path, capsys):
     assert '## 8. Multi-sweep accumulation' in printed
     names = {t['name'].split(' ')[0] for t in results['targets']}
     assert names >= {'recompile.speedup', 'pipeline.speedup_vs_numpy', 'ros.overhead_ms',
-                     'pipeline.cameras_over_lidar'}
+                     'pipeline.cameras_over_lidar', 'pipeline.speedup_vs_numba',
+                     'pipeline.pinned.speedup_vs_numba'}
 
     # The committed form: the JSON renders to the same tables, and --check reads its targets.
     capsys.readouterr()
@@ -229,6 +288,29 @@ def test_check_names_the_missed_target(tmp_path, capsys):
     assert render(path, check=True) == 1
     assert 'missed recompile.bucketed_compiles_after_warmup' in capsys.readouterr().err
     assert render(path, check=False) == 0
+
+
+def test_numba_targets_are_checked_only_when_measured(tmp_path, capsys):
+    machine = {'nproc': 2, 'cpu': 'x', 'ram_gib': 1, 'loadavg_at_start': [0], 'python': '3',
+               'jax': '0', 'jaxlib': '0', 'numpy': '0', 'torch': None, 'jax_backend': 'cpu'}
+    results = {'plan': 'tiny', 'machine': machine, 'errors': [], 'pipeline': {}}
+    names = [t['name'] for t in report.targets(results)]
+    assert not any('numba' in name for name in names)     # older results: no such rows
+    results['pipeline'] = {'speedup_vs_numba': 1.2, 'pinned': {'speedup_vs_numba': 0.8}}
+    path = tmp_path / 'r.json'
+    path.write_text(json.dumps(results))
+    assert render(path, check=True) == 1
+    err = capsys.readouterr().err
+    assert 'missed pipeline.pinned.speedup_vs_numba (one pinned core' in err
+    assert 'pipeline.speedup_vs_numba (2 cores' not in err
+    results['pipeline']['pinned']['speedup_vs_numba'] = 1.0
+    path.write_text(json.dumps(results))
+    assert render(path, check=True) == 0
+
+
+def test_numba_cases_of_the_full_plan():
+    assert pipeline_rows.numba_cases(common.FULL) == {(32768, 0), (32768, 6), (131072, 0),
+                                                      (131072, 6)}
 
 
 def test_device_rows_on_the_cpu(capsys):

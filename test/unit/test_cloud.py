@@ -40,6 +40,12 @@ def test_every_datatype_round_trips(datatype, is_bigendian, flavour):
     assert n == height * width
     assert points.dtype == np.float32 and points.shape == (n, 4)
     np.testing.assert_array_equal(points, expected)
+    # Straight into a bucket-like buffer (issue 19): the same rows, the rest left alone.
+    out = np.full((n + 3, 4), -7.0, np.float32)
+    written, _ = read_points(as_flavour(cloud, flavour), out=out)
+    assert written.base is out
+    np.testing.assert_array_equal(out[:n], expected)
+    np.testing.assert_array_equal(out[n:], -7.0)
 
 
 @pytest.mark.parametrize('flavour', FLAVOURS)
@@ -273,6 +279,10 @@ def test_overflow_keeps_the_selected_rows(layout, policy):
         expected = full if capacity is None else full[reference_rows(n, capacity, policy)]
         assert points.shape == expected.shape
         np.testing.assert_array_equal(points, expected)
+        out = np.full((len(expected) + 2, 4), -7.0, np.float32)
+        read_points(as_flavour(cloud, 'numpy'), capacity, policy, out=out)
+        np.testing.assert_array_equal(out[:len(expected)], expected)
+        np.testing.assert_array_equal(out[len(expected):], -7.0)
 
 
 def test_keep_rows_matches_the_documented_formula():

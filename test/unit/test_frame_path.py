@@ -142,8 +142,8 @@ def test_an_update_the_lift_cannot_hold_changes_nothing(path):
     np.testing.assert_array_equal(run_frame(path, T0 + 10**9), before)
 
 
-def test_inputs_are_taken_while_the_pipeline_is_busy(path):
-    """Decoding and buffering never wait for the pipeline (a frame or a calibration change)."""
+def test_feature_maps_are_taken_while_the_pipeline_is_busy(path):
+    """Feature maps are decoded and buffered without waiting for the pipeline lock."""
     done = threading.Event()
 
     def feed():

@@ -319,7 +319,7 @@ def test_live_tf_static_reaches_a_late_subscriber_and_float64_stamped_arrives():
 ROSDEP_KEYS = {'numpy': 'python3-numpy', 'yaml': 'python3-yaml'}
 PIP_ONLY = {'jax', 'jaxlib', 'rosbags'}
 # The tools' extras (requirements-dev.txt), never imported by the node.
-TOOLS_ONLY = {'matplotlib', 'psutil', 'scipy', 'torch', 'ray', 'mcap', 'mcap_ros2'}
+TOOLS_ONLY = {'matplotlib', 'psutil', 'scipy', 'torch', 'ray', 'mcap', 'mcap_ros2', 'numba'}
 
 
 def imported_packages(paths) -> set[str]:

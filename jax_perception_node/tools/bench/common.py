@@ -55,6 +55,7 @@ QUICK = replace(FULL, name='quick', recompile_frames=40, reps=5, ros_seconds=3.0
                 peak_seconds=2.0, ros_gap_s=0.5)
 TINY = Plan('tiny', 6, (256, 1024), (700,), (0, 6), 2, (10.0,), 1.0, (10.0, 20.0), 1.0, 1000,
             ros_gap_s=0.3, ros_warmup_s=0.5, tiny=True)
+PLANS = {plan.name: plan for plan in (FULL, QUICK, TINY)}
 
 # The test's small world: a 32 x 48 grid and 12 x 20 x 3 feature maps (compiles in ~1 s).
 TINY_GRID = {'grid.x_min': -8.0, 'grid.x_max': 8.0, 'grid.y_min': -12.0, 'grid.y_max': 12.0,

@@ -2,15 +2,20 @@
 Part 2: the pipeline against its peers, per cloud size and camera rig, on the same inputs.
 
 Implementations: the JAX pipeline (``BevPipeline.process``), the same frame function without
-jit (op by op), and the NumPy and PyTorch peers (``tools/peers.py``: the same sparse lift, a CSR
-matrix per calibration). Every output is checked against the pipeline's before anything is
-timed; implementations run interleaved so that machine noise hits all alike.
+jit (op by op), and the NumPy, PyTorch and Numba peers (``tools/peers.py``,
+``tools/numba_peer.py``: the same sparse lift, a CSR matrix per calibration). Every output is
+checked against the pipeline's before anything is timed; implementations run interleaved so
+that machine noise hits all alike. The JAX / Numba rows are repeated in a child process pinned
+to one CPU, so that thread counts cannot decide them.
 """
 
 import functools
 import gc
+import json
 import math
 import os
+import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -20,69 +25,67 @@ from jax_perception_node.tools import peers
 import numpy as np
 
 from .checks import border_cells, check_equal, edge_cells
-from .common import bench_params, HEADLINE_POINTS, Inputs, Plan, rounded, RTOL
+from .common import (bench_params, BenchError, HEADLINE_POINTS, Inputs, Plan, PLANS, rounded,
+                     RTOL)
+
+NUMBA_POINTS = (32768, 131072)   # the sizes of the speedup_vs_numba target (with 0 and 6 cameras)
+PINNED_TIMEOUT_S = 900           # the one-core child: compiles two rigs, then times them
 
 
-def bench_pipeline(plan: Plan, use_torch: bool, log: Callable[[str], None]) -> dict:
+def bench_pipeline(plan: Plan, use_torch: bool, log: Callable[[str], None],
+                   use_numba: bool | None = None) -> dict:
     """
-    JAX pipeline vs NumPy, JAX without jit and PyTorch eager, per cloud size and camera count.
+    JAX pipeline vs NumPy, JAX without jit, PyTorch eager and Numba, per size and camera count.
 
     Every implementation gets the same unpadded float32 cloud and camera maps. The exact-fit
     rows use buckets equal to the sizes; the fill rows (``plan.fill_sizes``) use the same
     buckets with clouds that fill theirs only partly, as a real sensor's do. Reports p50 per
     frame (ms), ratios other / JAX, and per row what was checked and how far outputs differed.
+    With Numba (``use_numba`` None: when installed) the JAX / Numba comparison is repeated in a
+    child process pinned to one CPU (``pinned``).
     """
+    if use_numba is None:
+        use_numba = peers.numba_available()
     notes = [
         'Same inputs for all: float32 (N, 4) clouds (even-stride subsamples of consecutive '
         'synthetic sweeps) and rendered camera maps; outputs checked equal '
         f'(rtol = atol = {RTOL:g}) before timing.',
         'Camera lift: every implementation keeps only the valid samples, computed once per '
         'calibration and not timed: the pipeline its compacted slots per cell, the peers a CSR '
-        'matrix (scipy.sparse, torch.sparse_csr_tensor).',
+        'matrix (scipy.sparse, torch.sparse_csr_tensor, a Numba CSR loop).',
         'JAX = BevPipeline.process (pad into the bucket, transfer, AOT executable, fetch); '
         'jax_nojit = the same frame function under jax.disable_jit() (op by op, after a '
         'warm-up call); peers take the cloud unpadded.',
     ]
-    torch_version = None
+    torch_version = numba_version = None
     if use_torch:
         import torch
         torch_version = torch.__version__
         notes.append(f'PyTorch {torch_version} eager on the CPU, '
                      f'{os.cpu_count()} threads (torch.set_num_threads).')
+    if use_numba:
+        import numba
+        numba_version = numba.__version__
+        notes.append(f'Numba {numba_version}: hand-written loops, @njit without parallel (one '
+                     'thread), compiled before timing (tools/numba_peer.py).')
     base = Inputs(config_from_parameters(bench_params(plan, 0)))
     sizes = sorted(set(plan.sizes) | set(plan.fill_sizes))
     clouds = {n: base.points(n) for n in sizes}
+    names = ('numpy', 'jax_nojit') + (('torch',) if use_torch else ()) + (
+        ('numba',) if use_numba else ())
     rows, profile = [], {}
     for num_cameras in plan.camera_counts:
         cfg = config_from_parameters(bench_params(plan, num_cameras, buckets=plan.sizes))
-        maps = base.camera_maps(cfg)
-        pipe = BevPipeline(cfg)
-        pipe.warmup()
-        numpy_peer = peers.NumpyBev(cfg)
-        torch_peer = peers.TorchBev(cfg) if use_torch else None
-        border = border_cells(cfg, pipe.lift_samples)
-        impls = [('jax', lambda p, c, pipe=pipe: pipe.process(p, c).features),
-                 ('numpy', numpy_peer.process), ('jax_nojit', _nojit(pipe))]
-        if torch_peer is not None:
-            impls.append(('torch', torch_peer.process))
-        for n in sizes:
-            points = clouds[n]
-            row = _row(impls, pipe, points, maps, border, plan.reps, num_cameras)
-            rows.append(row)
-            log(f'pipeline: {n} points (bucket {row["bucket"]}), {num_cameras} cameras: '
-                + ', '.join(f'{k} {row[f"{k}_ms"]:.2f} ms' for k, _ in impls))
-            if n == headline_size(plan) and num_cameras in (0, max(plan.camera_counts)):
-                profile[f'{n}_points_{num_cameras}_cameras'] = _stage_profile(
-                    pipe, numpy_peer, torch_peer, points, maps, plan.reps)
-        del pipe
-        gc.collect()
+        profiled = {headline_size(plan)} if num_cameras in (0, max(plan.camera_counts)) else ()
+        rows += _rig_rows(cfg, base.camera_maps(cfg), clouds, names, plan.reps, log,
+                          profile, profiled)
     size = headline_size(plan)
     headline = next(r for r in rows if r['points'] == size and r['cameras'] == 0)
     ring = max(plan.camera_counts)
     ring_row = next(r for r in rows if r['points'] == size and r['cameras'] == ring)
     best_peer = min(ring_row['numpy_ms'], ring_row['torch_ms'] or math.inf)
     torch_ratios = [r['speedup_vs_torch'] for r in rows if r['speedup_vs_torch'] is not None]
-    return {
+    result = {
         'rows': rows,
         'speedup_vs_numpy': headline['speedup_vs_numpy'],
         'speedup_vs_torch_min': min(torch_ratios) if torch_ratios else None,
@@ -96,6 +99,109 @@ def bench_pipeline(plan: Plan, use_torch: bool, log: Callable[[str], None]) -> d
         'profile': profile,
         'notes': notes,
     }
+    if use_numba:
+        cases = numba_cases(plan)
+        result['numba_version'] = numba_version
+        result['speedup_vs_numba'] = min(r['speedup_vs_numba'] for r in rows
+                                         if (r['points'], r['cameras']) in cases)
+        result['pinned'] = bench_pinned(plan, log)
+    return result
+
+
+def _rig_rows(cfg, maps, clouds, names, reps: int, log, profile: dict,
+              profiled=()) -> list[dict]:
+    """
+    Rows of one camera rig: the pipeline against the peers ``names`` at every cloud size.
+
+    Adds the stage profile of the sizes in ``profiled`` to ``profile``.
+    """
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    built = {'numpy': peers.NumpyBev(cfg) if 'numpy' in names else None,
+             'torch': peers.TorchBev(cfg) if 'torch' in names else None,
+             'numba': None}
+    if 'numba' in names:
+        from jax_perception_node.tools.numba_peer import NumbaBev
+        built['numba'] = NumbaBev(cfg)    # compiles here, not in a timed call
+    impls = [('jax', lambda p, c, pipe=pipe: pipe.process(p, c).features)]
+    for name in names:
+        impls.append((name, _nojit(pipe) if name == 'jax_nojit' else built[name].process))
+    border = border_cells(cfg, pipe.lift_samples)
+    num_cameras = len(cfg.cameras)
+    rows = []
+    for n, points in sorted(clouds.items()):
+        row = _row(impls, pipe, points, maps, border, reps, num_cameras)
+        rows.append(row)
+        log(f'pipeline: {n} points (bucket {row["bucket"]}), {num_cameras} cameras: '
+            + ', '.join(f'{k} {row[f"{k}_ms"]:.2f} ms' for k, _ in impls))
+        if n in profiled:
+            profile[f'{n}_points_{num_cameras}_cameras'] = _stage_profile(
+                pipe, built, points, maps, reps)
+    del pipe
+    gc.collect()
+    return rows
+
+
+def numba_cases(plan: Plan) -> set[tuple[int, int]]:
+    """(points, cameras) of the speedup_vs_numba target: 32k and 131k points, 0 and 6 cameras."""
+    sizes = {min(plan.sizes, key=lambda n, want=want: abs(math.log(n / want)))
+             for want in NUMBA_POINTS}
+    cameras = {0, max(plan.camera_counts)} & set(plan.camera_counts)
+    return {(n, c) for n in sizes for c in cameras}
+
+
+def bench_pinned(plan: Plan, log: Callable[[str], None]) -> dict:
+    """
+    JAX against Numba in a child process pinned to one CPU (its affinity set before JAX loads).
+
+    Thread counts cannot decide this comparison: XLA sizes its thread pools by the affinity it
+    finds, and the Numba peer is single-threaded anyway. Rows as :func:`bench_pipeline`'s, for
+    :func:`numba_cases`; raises BenchError when the child fails (a disagreement included).
+    """
+    cpu = min(os.sched_getaffinity(0))
+    code = (f'import os; os.sched_setaffinity(0, {{{cpu}}}); '
+            'from jax_perception_node.tools.bench.pipeline_rows import pinned_child; '
+            'pinned_child()')
+    log(f'pipeline: JAX against Numba in a child process pinned to CPU {cpu}')
+    try:
+        proc = subprocess.run([sys.executable, '-c', code], input=json.dumps({'plan': plan.name}),
+                              capture_output=True, text=True, timeout=PINNED_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f'pinned comparison (CPU {cpu}): no result in {PINNED_TIMEOUT_S} s') \
+            from None
+    for line in proc.stderr.splitlines():
+        if line.startswith('pipeline:'):
+            log(f'[pinned] {line}')
+    if proc.returncode != 0:
+        tail = ' | '.join(proc.stderr.strip().splitlines()[-3:])
+        raise BenchError(f'pinned comparison (CPU {cpu}) exited {proc.returncode}: {tail}')
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    rows = result['rows']
+    return {'cpu': cpu, 'affinity_seen': result['affinity'], 'rows': rows,
+            'speedup_vs_numba': min(r['speedup_vs_numba'] for r in rows)}
+
+
+def pinned_child() -> None:
+    """Entry of :func:`bench_pinned`'s child: plan name on stdin, rows as JSON on stdout."""
+    plan = PLANS[json.loads(sys.stdin.read())['plan']]
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    cases = numba_cases(plan)
+    sizes = sorted({n for n, _ in cases})
+    base = Inputs(config_from_parameters(bench_params(plan, 0)))
+    clouds = {n: base.points(n) for n in sizes}
+    rows = []
+    try:
+        for num_cameras in sorted({c for _, c in cases}):
+            cfg = config_from_parameters(bench_params(plan, num_cameras, buckets=sizes))
+            rows += _rig_rows(cfg, base.camera_maps(cfg), clouds, ('numba',), plan.reps, log,
+                              {})
+    except BenchError as exc:
+        log(f'bench: {exc}')
+        sys.exit(1)
+    print(json.dumps({'affinity': sorted(os.sched_getaffinity(0)), 'rows': rows}))
 
 
 def _nojit(pipe: BevPipeline):
@@ -138,6 +244,8 @@ def _row(impls, pipe, points, maps, border, reps: int, num_cameras: int) -> dict
     for name in ('numpy', 'jax_nojit', 'torch'):
         row[f'speedup_vs_{name}'] = (rounded(p50[name] / p50['jax'], 2) if name in p50
                                      else None)
+    if 'numba' in p50:      # only when compared: older results have no Numba keys
+        row['speedup_vs_numba'] = rounded(p50['numba'] / p50['jax'], 2)
     row['checked'] = [name for name, _ in impls[1:]]
     row['max_abs_diff'] = max_diff
     row['exempt_cells'] = {k: v for k, v in exempt.items() if v}
@@ -189,13 +297,13 @@ def _interleaved(impls, points, maps, reps: int) -> dict[str, list[float]]:
     return times
 
 
-def _stage_profile(pipe, numpy_peer, torch_peer, points, maps, reps: int) -> dict:
+def _stage_profile(pipe, built: dict, points, maps, reps: int) -> dict:
     """p50 per stage (ms): the pipeline's pad / transfer / device / fetch, the peers' parts."""
     out = {}
     results = [pipe.process(points, maps) for _ in range(max(reps, 3))]
     for stage in ('pad', 'transfer', 'device', 'fetch'):
         out[f'jax_{stage}_ms'] = rounded(np.median([getattr(r, f'{stage}_ms') for r in results]))
-    for name, peer in (('numpy', numpy_peer), ('torch', torch_peer)):
+    for name, peer in built.items():
         if peer is None:
             continue
         stages = [('voxelize', lambda: peer.voxelize(points))]

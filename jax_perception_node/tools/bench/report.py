@@ -1,13 +1,9 @@
 """
-The benchmark report: targets, the markdown tables and the plot, all from the results JSON.
+The benchmark report: targets and markdown tables from the results JSON (``plot.py``: the plot).
 
 ``markdown(results)`` is what the README's performance section holds (``docs/bench.json`` is
 the run behind it; a test checks that they agree).
 """
-
-from pathlib import Path
-
-import numpy as np
 
 from .common import DROP_LIMIT_PCT, rounded
 
@@ -41,6 +37,14 @@ def targets(results: dict) -> list[dict]:
              '<= 3', pipe.get('cameras_over_lidar'), lambda v: v <= 3),
         item('pipeline.speedup_vs_best_peer_cameras (131k points, 6 cameras)', '>= 2',
              pipe.get('speedup_vs_best_peer_cameras'), lambda v: v >= 2),
+    ]
+    # Only where the Numba rows ran: results from before them render as they were.
+    for name, part in (('speedup_vs_numba (2 cores', pipe),
+                       ('pinned.speedup_vs_numba (one pinned core', pipe.get('pinned'))):
+        if part and 'speedup_vs_numba' in part:
+            items.append(item(f'pipeline.{name}; slowest of 32k and 131k points, 0 and 6 '
+                              'cameras)', '>= 1.0', part['speedup_vs_numba'], lambda v: v >= 1))
+    items += [
         item('ros.overhead_ms', '< 2', ros.get('overhead_ms'), lambda v: v < 2),
         item('startup.warm_s / startup.cold_s', '<= 0.25',
              rounded(warm / cold) if cold and warm else None, lambda v: v <= 0.25),
@@ -93,8 +97,8 @@ def markdown(results: dict, nested: bool = False) -> str:
     return '\n'.join(lines) + '\n'
 
 
-def _ran(results: dict, part: str, key: str = 'rows') -> dict | None:
-    """Return the results of ``part`` if it ran (``key`` present and not empty), else None."""
+def ran(results: dict, part: str, key: str = 'rows') -> dict | None:
+    """Return the results of ``part`` when it has run (``key`` present, not empty), else None."""
     found = results.get(part)
     return found if found and found.get(key) else None
 
@@ -128,7 +132,7 @@ def _header(results: dict) -> list[str]:
 
 def _recompile_part(results: dict) -> list[str]:
     """Part 1: bucketed AOT against a naive jax.jit on frames of varying size."""
-    rec = _ran(results, 'recompile', 'frames')
+    rec = ran(results, 'recompile', 'frames')
     if rec is None:
         return []
     lines = _table_part(
@@ -153,31 +157,56 @@ def _recompile_part(results: dict) -> list[str]:
 
 def _pipeline_part(results: dict) -> list[str]:
     """Part 2: the pipeline against its peers per size and rig, the headline and the notes."""
-    pipe = _ran(results, 'pipeline')
+    pipe = ran(results, 'pipeline')
     if pipe is None:
         return []
+    numba = any('numba_ms' in r for r in pipe['rows'])
     lines = _table_part(
         '2. Pipeline against peers (p50 ms per frame; ratio = peer / JAX)', None,
-        '| points | bucket | cameras | JAX | NumPy | x | JAX no-jit | x | PyTorch | x |',
-        '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
+        '| points | bucket | cameras | JAX | NumPy | x | JAX no-jit | x | PyTorch | x |'
+        + (' Numba | x |' if numba else ''),
+        '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|' + ('---:|---:|' if numba else ''))
     for r in pipe['rows']:
         lines.append(
             f'| {r["points"]} | {r["bucket"]} | {r["cameras"]} | {_fmt(r["jax_ms"])} | '
             f'{_fmt(r["numpy_ms"])} | {_fmt(r["speedup_vs_numpy"])} | '
             f'{_fmt(r["jax_nojit_ms"], 1)} | {_fmt(r["speedup_vs_jax_nojit"], 1)} | '
-            f'{_fmt(r["torch_ms"])} | {_fmt(r["speedup_vs_torch"])} |')
+            f'{_fmt(r["torch_ms"])} | {_fmt(r["speedup_vs_torch"])} |'
+            + (f' {_fmt(r.get("numba_ms"))} | {_fmt(r.get("speedup_vs_numba"))} |'
+               if numba else ''))
     lines += ['', f'Headline: {pipe["speedup_vs_numpy"]}x NumPy at '
               f'{pipe["headline"]["points"]} points without cameras; slowest ratio to PyTorch '
               f'{_fmt(pipe["speedup_vs_torch_min"])}x. With '
               f'{pipe["headline"]["ring_cameras"]} cameras a frame costs '
               f'{_fmt(pipe["cameras_over_lidar"])}x a LiDAR-only frame and runs '
               f'{_fmt(pipe["speedup_vs_best_peer_cameras"])}x faster than the best sparse '
-              f'peer. {pipe["reps"]} interleaved runs per implementation and row.', '']
+              f'peer. {pipe["reps"]} interleaved runs per implementation and row.'
+              + (f' Slowest ratio to Numba (one thread) at 32k and 131k points, 0 and '
+                 f'{pipe["headline"]["ring_cameras"]} cameras: '
+                 f'{_fmt(pipe["speedup_vs_numba"])}x.' if 'speedup_vs_numba' in pipe else ''),
+              '']
     lines += [f'- {n}' for n in _pipeline_notes(pipe)]
     for key, prof in pipe.get('profile', {}).items():
         lines.append(f'- Stage p50 at {key.replace("_", " ")}: ' + ', '.join(
             f'{k} {v}' for k, v in prof.items()))
-    return lines
+    return lines + _pinned_part(pipe)
+
+
+def _pinned_part(pipe: dict) -> list[str]:
+    """Render the JAX / Numba rows of the child process pinned to one CPU (when they ran)."""
+    pinned = pipe.get('pinned')
+    if not pinned:
+        return []
+    lines = ['', f'One pinned core (a child process with affinity {pinned["affinity_seen"]}, '
+             'set before JAX loads, so XLA sizes its thread pools to one CPU; p50 ms, '
+             'ratio = Numba / JAX):', '',
+             '| points | bucket | cameras | JAX | Numba | x | outputs max abs diff |',
+             '|---:|---:|---:|---:|---:|---:|---:|']
+    for r in pinned['rows']:
+        lines.append(f'| {r["points"]} | {r["bucket"]} | {r["cameras"]} | '
+                     f'{_fmt(r["jax_ms"])} | {_fmt(r["numba_ms"])} | '
+                     f'{_fmt(r["speedup_vs_numba"])} | {r["max_abs_diff"]["numba"]:.1g} |')
+    return lines + ['', f'Slowest ratio on one core: **{_fmt(pinned["speedup_vs_numba"])}x**.']
 
 
 def _pipeline_notes(pipe: dict) -> list[str]:
@@ -202,7 +231,7 @@ def _pipeline_notes(pipe: dict) -> list[str]:
 
 def _ros_part(results: dict) -> list[str]:
     """Part 3: publisher -> node -> subscriber per rate, against the echo floor."""
-    ros = _ran(results, 'ros')
+    ros = ran(results, 'ros')
     if ros is None:
         return []
     lines = _table_part(
@@ -229,11 +258,21 @@ def _ros_part(results: dict) -> list[str]:
               f'{_fmt(ros["age_p99_ms"])} ms; floor p50 {_fmt(ros["floor_p50_ms"])} ms; '
               f'node pipeline p50 {_fmt(ros["pipeline_p50_ms"])} ms; publisher p50 '
               f'{_fmt(ros["publisher_p50_ms"])} ms; node overhead '
-              f'**{_fmt(ros["overhead_ms"])} ms** (paired per frame: '
-              f'{_fmt(ros["overhead_paired_ms"])} ms). Peak rate under '
+              f'**{_fmt(ros["overhead_ms"])} ms** ' + _overhead_runs(ros) + '. Peak rate under '
               f'{DROP_LIMIT_PCT:g} % missed: **{_fmt(ros["peak_rate_hz"], 0)} Hz** '
               f'({ros["peak_rate_note"]}).', '']
     return lines + [f'- {k}: {v}' for k, v in ros['definitions'].items()]
+
+
+def _overhead_runs(ros: dict) -> str:
+    """Say how the overhead was found: one run (older results), or the median of several."""
+    paired = f'paired per frame: {_fmt(ros["overhead_paired_ms"])} ms'
+    runs = ros.get('overhead_ms_runs')
+    if not runs:
+        return f'({paired})'
+    low, high = ros['overhead_ms_range'] or (None, None)
+    return (f'(median of {len(runs)} runs of node and floor at this rate, range {_fmt(low)} '
+            f'to {_fmt(high)} ms: {", ".join(_fmt(v) for v in runs)}; first run {paired})')
 
 
 def _startup_part(results: dict) -> list[str]:
@@ -299,7 +338,7 @@ def _fleet_part(results: dict) -> list[str]:
 
 def _accumulation_part(results: dict) -> list[str]:
     """Part 8: the frame cost by sweeps per frame."""
-    acc = _ran(results, 'accumulation')
+    acc = ran(results, 'accumulation')
     if acc is None:
         return []
     lines = _table_part(
@@ -322,7 +361,7 @@ def _accumulation_part(results: dict) -> list[str]:
 
 def _device_part(results: dict) -> list[str]:
     """Part 6 (``--device``): the core on the accelerator against PyTorch on the same device."""
-    device = _ran(results, 'device')
+    device = ran(results, 'device')
     if device is None:
         return []
     d = device['device']
@@ -345,59 +384,6 @@ def _device_part(results: dict) -> list[str]:
             f'{_fmt((r["torch_device_ms"] or {}).get("p50"))} | '
             f'{_fmt(r.get("speedup_e2e_vs_torch"))} | {r["cells_differing"]} |')
     return lines
-
-
-def plot(results: dict, path: Path) -> Path | None:
-    """bench.png: p50 per implementation per size (log axis) per camera count, and ROS age."""
-    from jax_perception_node.tools.report import pyplot
-    pipe, ros = _ran(results, 'pipeline'), _ran(results, 'ros')
-    panels = (sorted({r['cameras'] for r in pipe['rows']}) if pipe else []) + (
-        ['ros'] if ros else [])
-    if not panels:
-        return None
-    plt = pyplot()
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), dpi=110,
-                             squeeze=False)
-    impls = (('jax', 'JAX (AOT)'), ('numpy', 'NumPy'), ('torch', 'PyTorch'),
-             ('jax_nojit', 'JAX no-jit'))
-    for ax, panel in zip(axes[0], panels):
-        if panel == 'ros':
-            rows = ros['rows']
-            rates = [r['rate_hz'] for r in rows]
-            ax.plot(rates, [r['age_p50_ms'] for r in rows], 'o-', label='node age p50')
-            ax.plot(rates, [r['age_p99_ms'] for r in rows], 's--', label='node age p99')
-            floor = [(r['rate_hz'], r['floor']['age_p50_ms']) for r in rows if r.get('floor')]
-            if floor:
-                ax.plot(*zip(*floor), '^-', label='floor (echo) age p50')
-            ax.set_xlabel('publish rate (Hz)')
-            ax.set_ylabel('age (ms)')
-            ax.set_ylim(bottom=0)
-            ax.set_title('end to end through ROS')
-            missed = ax.twinx()
-            missed.bar(rates, [r['missed_pct'] or 0 for r in rows], width=3.0, alpha=0.25,
-                       color='tab:red', label='missed %')
-            missed.axhline(DROP_LIMIT_PCT, color='tab:red', linewidth=0.8, linestyle=':')
-            missed.set_ylabel('missed % (bars; dotted: 5 %)')
-            missed.set_ylim(0, 100)
-        else:
-            rows = [r for r in pipe['rows'] if r['cameras'] == panel]
-            x = np.arange(len(rows))
-            shown = [(k, label) for k, label in impls if any(r[f'{k}_ms'] for r in rows)]
-            width = 0.8 / max(1, len(shown))
-            for i, (key, label) in enumerate(shown):
-                ax.bar(x + (i - (len(shown) - 1) / 2) * width,
-                       [r[f'{key}_ms'] or 0 for r in rows], width, label=label)
-            ax.set_xticks(x, [str(r['points']) for r in rows], fontsize=8)
-            ax.set_yscale('log')
-            ax.set_xlabel('points')
-            ax.set_ylabel('p50 per frame (ms, log)')
-            ax.set_title(f'{panel} camera{"s" if panel != 1 else ""}')
-        ax.grid(alpha=0.3, which='both')
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
 
 
 def _get(tree: dict, dotted: str):

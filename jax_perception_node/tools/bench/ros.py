@@ -20,6 +20,9 @@ import numpy as np
 
 from .common import (bench_params, BenchError, DROP_LIMIT_PCT, Inputs, MAIN_ROS_RATE_HZ, Plan,
                      ROS_SWEEP_T, rounded)
+from .ros_stats import parse_warmup_log, peak_rate, stream_stats
+
+OVERHEAD_RUNS = 3    # node and floor streams at the main rate: overhead_ms is their median
 
 
 class RosBench:
@@ -199,6 +202,27 @@ class RosBench:
             raise BenchError(f'ROS {kind} run failed; see {self.logs}/{kind}_*.log')
         return stream_stats(json.loads(pub_out.read_text()), json.loads(sub_out.read_text()))
 
+    def start_echo(self, log_name: str) -> subprocess.Popen:
+        """Spawn the echo node (the transport floor) and wait until it subscribes."""
+        self.wait_gone()
+        echo = self.spawn(self.echo_argv(), log_name)
+        try:
+            self.probe.wait_ready(echo, timeout_s=60.0, what='echo node')
+        except RuntimeError as exc:
+            raise BenchError(f'{exc}; see {self.logs / log_name}') from None
+        return echo
+
+    def overhead_run(self, run: int, schedule, inputs_file: Path) -> list[dict]:
+        """One more node stream and floor stream (``schedule``: the main rate): their rows."""
+        self.log(f'ROS: overhead run {run + 1} of {OVERHEAD_RUNS} (node, then floor)')
+        node, _, _ = self.start_node(f'node_run{run + 1}.log')
+        node_rows = self.stream(f'node_run{run + 1}', schedule, inputs_file)
+        self.stop(node)
+        echo = self.start_echo(f'echo_run{run + 1}.log')
+        floor_rows = self.stream(f'floor_run{run + 1}', schedule, inputs_file)
+        self.stop(echo)
+        return _with_overhead(schedule, node_rows, floor_rows)
+
     def echo_argv(self) -> list[str]:
         """Return the echo helper's command line, sized like the node's output."""
         from .ros_processes import helper_command
@@ -235,91 +259,6 @@ def _rss(proc) -> dict:
     return {'rss_mib': rounded(rss, 1), 'hwm_mib': rounded(hwm if hwm is not None else rss, 1)}
 
 
-def parse_warmup_log(text: str) -> dict | None:
-    """Parse the node's 'warm-up: calibration 12 ms, 16384 300 ms, ...; total 1.2 s' line."""
-    match = re.search(r'warm-up: (.*?); total ([0-9.]+) s', text)
-    if not match:
-        return None
-    parts = {}
-    for item in match.group(1).split(', '):
-        name, _, value = item.rpartition(' ')[0].rpartition(' ')
-        try:
-            parts[name or item.split(' ')[0]] = float(value)
-        except ValueError:
-            continue
-    return {'ms': parts, 'total_s': float(match.group(2))}
-
-
-def stream_stats(published: dict, received: dict) -> dict:
-    """
-    Per segment: age p50 / p99 / max (ms), jitter, missed frames, received rate, node stages.
-
-    Age = receive wall time minus the header stamp (the publisher's wall clock at publish).
-    Missed = published minus received (ros2_benchmark's "# of Missed Frames"); jitter =
-    |difference of consecutive inter-arrival intervals| (ms), mean / max / std, as
-    ros2_benchmark's frame-to-frame jitter. Node stages are p50 of its ~/debug/latency values.
-    """
-    arrivals = {}
-    for stamp, when in received['features']:
-        arrivals.setdefault(stamp, when)
-    latency = dict(received['latency'])   # [stamp, values] pairs
-    out = {}
-    for label, segment in published.items():
-        stamps = segment['stamps_ns']
-        got = sorted((arrivals[s], s) for s in stamps if s in arrivals)
-        ages = np.array([(when - s) / 1e6 for when, s in got])
-        missed = len(stamps) - len(got)
-        row = {'rate_hz': segment['rate_hz'], 'published': len(stamps), 'received': len(got),
-               'missed': missed, 'missed_pct': rounded(100.0 * missed / max(1, len(stamps)), 2)}
-        if len(ages):
-            row.update({'age_p50_ms': rounded(np.percentile(ages, 50)),
-                        'age_p99_ms': rounded(np.percentile(ages, 99)),
-                        'age_max_ms': rounded(ages.max())})
-        else:
-            row.update({'age_p50_ms': None, 'age_p99_ms': None, 'age_max_ms': None})
-        when = np.array([w for w, _ in got], np.float64) / 1e6
-        if len(when) > 2:
-            jitter = np.abs(np.diff(np.diff(when)))
-            span_s = (when[-1] - when[0]) / 1e3
-            row.update({'jitter_mean_ms': rounded(jitter.mean()),
-                        'jitter_max_ms': rounded(jitter.max()),
-                        'jitter_std_ms': rounded(jitter.std()),
-                        'received_rate_hz': rounded((len(when) - 1) / span_s, 2)})
-        else:
-            row.update({'jitter_mean_ms': None, 'jitter_max_ms': None, 'jitter_std_ms': None,
-                        'received_rate_hz': None})
-        row['publisher_ms_p50'] = rounded(np.median(segment['publish_ms'])) if stamps else None
-        if len(stamps) > 1:
-            span_s = (stamps[-1] - stamps[0]) / 1e9
-            row['published_rate_hz'] = rounded((len(stamps) - 1) / span_s, 2)
-        records = [latency[s] for s in stamps if s in latency]
-        node = {}
-        for key in ('decode_ms', 'pad_ms', 'compute_ms', 'publish_ms', 'total_ms', 'age_ms'):
-            values = [r[key] for r in records if key in r]
-            node[key] = rounded(np.median(values)) if values else None
-        pipeline = [r['pad_ms'] + r['compute_ms'] for r in records
-                    if 'pad_ms' in r and 'compute_ms' in r]
-        node['pipeline_ms'] = rounded(np.median(pipeline)) if pipeline else None
-        # Per frame: its age minus its own pipeline time (pairs each frame with itself).
-        paired = [(when - s) / 1e6 - latency[s]['pad_ms'] - latency[s]['compute_ms']
-                  for when, s in got if 'compute_ms' in latency.get(s, {})
-                  and 'pad_ms' in latency[s]]
-        node['age_minus_pipeline_ms'] = rounded(np.median(paired)) if paired else None
-        row['node_p50'] = node if records else None
-        out[label] = row
-    return out
-
-
-def peak_rate(rows: list[dict]) -> float | None:
-    """Return the highest rate before the first one with >= 5 % missed (None: the first)."""
-    best = None
-    for row in sorted(rows, key=lambda r: r['rate_hz']):
-        if row['missed_pct'] is None or row['missed_pct'] >= DROP_LIMIT_PCT:
-            break
-        best = row['rate_hz']
-    return best
-
-
 def bench_ros(plan: Plan, work: Path, logs: Path, log: Callable[[str], None]) -> dict:
     """
     Parts 3-5 with one node process per start: start-up, memory, streams through node and echo.
@@ -345,20 +284,32 @@ def bench_ros(plan: Plan, work: Path, logs: Path, log: Callable[[str], None]) ->
             f'{len(maps)} cameras')
         node_rows = rb.stream('node', schedule, inputs_file)
         rb.stop(node)
-        rb.wait_gone()
-        echo = rb.spawn(rb.echo_argv(), 'echo.log')
-        try:
-            rb.probe.wait_ready(echo, timeout_s=60.0, what='echo node')
-        except RuntimeError as exc:
-            raise BenchError(f'{exc}; see {logs / "echo.log"}') from None
+        echo = rb.start_echo('echo.log')
         log(f'ROS: transport floor (echo) at {", ".join(f"{r:g}" for r in plan.ros_rates)} Hz')
         floor_rows = rb.stream('floor', floor_schedule, inputs_file)
         rb.stop(echo)
+        main = [s for s in floor_schedule if s[1] == _main_rate(plan)]
+        repeats = [rb.overhead_run(run, main, inputs_file)[0] for run in range(1, OVERHEAD_RUNS)]
         startup['profile'] = rb.startup_profile()
 
     rows = _with_overhead(schedule, node_rows, floor_rows)
     ros = _ros_summary(plan, rows, records, len(maps), rb.cfg)
+    ros.update(overhead_runs(ros['overhead_ms'], repeats))
     return {'startup': startup, 'memory': memory, 'ros': ros}
+
+
+def overhead_runs(first: float | None, repeats: list[dict]) -> dict:
+    """
+    ``overhead_ms`` as the median of the runs at the main rate, and every run's figure.
+
+    first: the full run's overhead; repeats: the main-rate rows of the extra runs. A run whose
+    overhead could not be measured (nothing received) is left out of the median (None if all).
+    """
+    runs = [first] + [row['overhead_ms'] for row in repeats]
+    measured = [v for v in runs if v is not None]
+    return {'overhead_ms_runs': runs,
+            'overhead_ms': rounded(np.median(measured)) if measured else None,
+            'overhead_ms_range': [min(measured), max(measured)] if measured else None}
 
 
 def _with_overhead(schedule, node_rows: dict, floor_rows: dict) -> list[dict]:

@@ -18,7 +18,8 @@ import time
 from jax_perception_node.tools import peers
 
 from .common import BenchError, FULL, machine_info, QUICK, rounded, TINY
-from .report import markdown, missed, plot, targets
+from .plot import plot
+from .report import markdown, missed, targets
 
 PARTS = ('fleet', 'recompile', 'pipeline', 'accumulation', 'ros', 'device')
 
@@ -30,7 +31,7 @@ def run_benchmarks(quick: bool = False, json_path: str | None = None,
     """
     Run the benchmarks and write ``bench.md``, ``bench.png`` and the JSON.
 
-    quick: shorter runs (under 3 minutes on a 2-core CPU). tiny: the test's sizes (small grid,
+    quick: shorter runs (about 4 minutes on a 2-core CPU). tiny: the test's sizes (small grid,
     few frames). use_torch: None = when installed. parts: a subset of ``PARTS``; by default
     every part but 'device' (``bench --device`` runs that one alone), and in the tiny run also
     not 'fleet' (its test has its own). check: also return 1
