@@ -231,24 +231,32 @@ def test_use_sim_time_ages_follow_the_sim_clock(tmp_path):
         node.stop()
 
 
-def test_bev_image_is_published_to_subscribers(running):
-    node, probe = running
-    probe.subscribe_images()
+def send_until_published(probe, store: list, first_stamp: int, what: str):
+    """
+    Send one-point frames until one of them arrives in ``store``; return that message.
+
+    The picture and the GridMap are built only once the node sees a subscriber, which takes
+    discovery time: frames go out one at a time until one comes back (60 s at most).
+    """
     points = np.array([[1.2, 0.3, 0.5, 1.0]], np.float32)    # one point ahead of the LiDAR
-    # The node draws the picture only once it sees a subscriber: send frames until it does.
     deadline = time.monotonic() + 60.0
     for k in range(10**6):
-        stamp = T0 + 90 * 10**9 + k * 10**8
+        stamp = first_stamp + k * 10**8
         probe.cloud_pub.publish(make_cloud(points, stamp))
         probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.latency),
                        what=f'frame {k}')
         try:
-            probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.images),
-                           timeout=0.5, what='bev_image')
-            break
+            probe.wait_for(lambda: any(stamp_of(m) == stamp for m in store), timeout=0.5,
+                           what=what)
+            return next(m for m in store if stamp_of(m) == stamp)
         except AssertionError:
-            assert time.monotonic() < deadline, 'no bev_image within 60 s of subscribing'
-    image = next(m for m in probe.images if stamp_of(m) == stamp)
+            assert time.monotonic() < deadline, f'no {what} within 60 s of subscribing'
+
+
+def test_bev_image_is_published_to_subscribers(running):
+    node, probe = running
+    probe.subscribe_images()
+    image = send_until_published(probe, probe.images, T0 + 90 * 10**9, 'bev_image')
     assert (image.encoding, image.height, image.width) == ('rgb8', 32, 48)
     rgb = np.frombuffer(bytes(image.data), np.uint8).reshape(32, 48, 3)
     # Grid row i = (x - x_min) / res with x = 1.2 + 0.25 (LiDAR offset): row 18 of 32; drawn
@@ -270,21 +278,7 @@ def test_grid_map_and_autoware_timing_arrive(running):
         probe.node.create_subscription(Float64Stamped, f'/jax_perception/debug/{name}',
                                        lambda m, store=store: probe._keep(store, m),
                                        QoSProfile(depth=50))
-    points = np.array([[1.2, 0.3, 0.5, 1.0]], np.float32)    # the picture test's point
-    # Built only once the node sees a subscriber: send frames until one arrives.
-    deadline = time.monotonic() + 60.0
-    for k in range(10**6):
-        stamp = T0 + 190 * 10**9 + k * 10**8
-        probe.cloud_pub.publish(make_cloud(points, stamp))
-        probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.latency),
-                       what=f'frame {k}')
-        try:
-            probe.wait_for(lambda: any(stamp_of(m) == stamp for m in grid_maps),
-                           timeout=0.5, what='bev_grid_map')
-            break
-        except AssertionError:
-            assert time.monotonic() < deadline, 'no GridMap within 60 s of subscribing'
-    msg = next(m for m in grid_maps if stamp_of(m) == stamp)
+    msg = send_until_published(probe, grid_maps, T0 + 190 * 10**9, 'bev_grid_map')
     cfg = small_config()
     camera_layers = [f'camera_{k}' for k in range(cfg.camera_channels)]
     assert list(msg.layers) == ['occupancy', 'density', 'z_max', 'z_mean', 'z_min',
@@ -299,7 +293,7 @@ def test_grid_map_and_autoware_timing_arrive(running):
     dims = [(d.label, d.size) for d in occupancy.layout.dim]
     assert dims == [('column_index', w), ('row_index', h)]
     # Column-major storage: element (r, c) at c * h + r. grid_map's index (r, c) is the
-    # bev_image pixel (r, c): the picture test's point lights (13, 24) and nothing else.
+    # bev_image pixel (r, c): the same point as in the picture test lights (13, 24) only.
     lit = np.argwhere(np.asarray(occupancy.data, np.float32).reshape(w, h).T > 0)
     assert [tuple(p) for p in lit] == [(13, 24)]
     probe.wait_for(lambda: all(timing.values()), what='the three timing topics')
