@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from .rotations import quaternion_matrix, slerp
+from .rotations import interpolate_pose, transform_matrix
 from .stamps import NS_PER_S
 from .transforms import TransformError
 
@@ -78,14 +78,6 @@ def read_odometry(msg, child_frame_id: str | None = None) -> Sample:
     if not MIN_QUATERNION_NORM <= norm < math.inf:
         raise OdometryError(f'pose.orientation has norm {norm:.3g}: not a rotation')
     return Sample(sec * NS_PER_S + nanosec, position, quaternion / norm)
-
-
-def pose_matrix(rotation: np.ndarray, translation) -> np.ndarray:
-    """4 x 4 float64 homogeneous transform from a rotation matrix and a translation."""
-    m = np.eye(4)
-    m[:3, :3] = rotation
-    m[:3, 3] = translation
-    return m
 
 
 def sweep_transform(current: np.ndarray, past: np.ndarray, lidar: np.ndarray) -> np.ndarray:
@@ -150,15 +142,13 @@ class OdometryBuffer:
             if before.stamp_ns <= stamp:
                 break
         if before.stamp_ns == stamp:
-            return pose_matrix(quaternion_matrix(before.quaternion), before.position)
+            return transform_matrix(before.position, before.quaternion)
         after = samples[index + 1]
         gap = after.stamp_ns - before.stamp_ns
         if gap > self.max_gap_ns:
             return None
-        fraction = (stamp - before.stamp_ns) / gap
-        position = before.position + fraction * (after.position - before.position)
-        quaternion = slerp(before.quaternion, after.quaternion, fraction)
-        return pose_matrix(quaternion_matrix(quaternion), position)
+        return interpolate_pose(before.position, before.quaternion, after.position,
+                                after.quaternion, (stamp - before.stamp_ns) / gap)
 
 
 class TransformPoses:

@@ -23,8 +23,8 @@ from .config import CameraConfig, load_fusion_weights, PipelineConfig, Pose
 from .executable_cache import ExecutableCache, private_cache_dir
 from .frame_result import FrameResult, PendingFrame
 from .kernel_inputs import calibration_arrays, calibration_vector, SweepHistory
-from .odometry import pose_matrix
 from .parameters import ConfigError
+from .rotations import pose_matrix
 from .staging import CameraStaging, DoubleBuffer
 
 COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'

@@ -1,4 +1,4 @@
-"""Rotations from unit quaternions, float64: the one set of formulas every module uses."""
+"""Rotations and rigid poses from unit quaternions, float64: the one set of formulas used."""
 
 import math
 
@@ -56,3 +56,22 @@ def slerp(q0: np.ndarray, q1: np.ndarray, fraction: float) -> np.ndarray:
     theta = math.acos(min(dot, 1.0))
     s = math.sin(theta)
     return (math.sin((1.0 - fraction) * theta) / s) * q0 + (math.sin(fraction * theta) / s) * q1
+
+
+def pose_matrix(rotation: np.ndarray, translation) -> np.ndarray:
+    """Return the float64[4, 4] homogeneous transform of a rotation matrix and a translation."""
+    m = np.eye(4)
+    m[:3, :3] = rotation
+    m[:3, 3] = translation
+    return m
+
+
+def transform_matrix(translation, quaternion) -> np.ndarray:
+    """Return the float64[4, 4] homogeneous transform of a translation and unit quaternion."""
+    return pose_matrix(quaternion_matrix(quaternion), translation)
+
+
+def interpolate_pose(t0: np.ndarray, q0: np.ndarray, t1: np.ndarray, q1: np.ndarray,
+                     fraction: float) -> np.ndarray:
+    """Return the float64[4, 4] pose ``fraction`` of the way: translation linear, slerp."""
+    return transform_matrix(t0 + fraction * (t1 - t0), slerp(q0, q1, fraction))

@@ -26,7 +26,7 @@ import threading
 
 import numpy as np
 
-from .rotations import quaternion_matrix, slerp
+from .rotations import interpolate_pose, transform_matrix
 from .stamps import NS_PER_S
 
 TF_TOPIC, TF_STATIC_TOPIC = '/tf', '/tf_static'     # tf2_msgs/TFMessage (bagio.TF_TYPE)
@@ -38,14 +38,6 @@ MAX_TRANSLATION_M = 1e8        # |x|, |y|, |z|: no place on Earth or near it is 
 
 class TransformError(ValueError):
     """A transform that cannot be stored or looked up; the message names the frames and why."""
-
-
-def transform_matrix(translation: np.ndarray, quaternion: np.ndarray) -> np.ndarray:
-    """Return the float64[4, 4] homogeneous transform of a translation and unit quaternion."""
-    m = np.eye(4)
-    m[:3, :3] = quaternion_matrix(quaternion)
-    m[:3, 3] = translation
-    return m
 
 
 def invert(m: np.ndarray) -> np.ndarray:
@@ -121,7 +113,7 @@ class _Edge:
             return transform_matrix(*self.samples[after - 1])
         (t0, q0), (t1, q1) = self.samples[after - 1], self.samples[after]
         fraction = (stamp - stamps[after - 1]) / (stamps[after] - stamps[after - 1])
-        return transform_matrix(t0 + fraction * (t1 - t0), slerp(q0, q1, fraction))
+        return interpolate_pose(t0, q0, t1, q1, fraction)
 
 
 class TransformBuffer:

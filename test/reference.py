@@ -118,32 +118,36 @@ def voxelize_ref(points, cfg) -> np.ndarray:
     return out
 
 
-def lift_ref(cfg, maps: dict, used=None) -> tuple[np.ndarray, np.ndarray]:
-    """Camera BEV and coverage by the contract, sampling each camera pixel by pixel."""
+def valid_samples(cfg, cam):
+    """Yield (i, j, u, v) for each cell and height level whose sample is valid in ``cam``."""
     x_min, y_min, z_min, z_max, res, h, w = grid_of(cfg)
     k = cfg.fusion.num_heights
-    channels = cfg.camera_channels
-    total = np.zeros((h, w, channels))
+    rot, t = quat_matrix(cam.pose.rotation_xyzw), np.asarray(cam.pose.translation)
+    for ii in range(h):
+        for jj in range(w):
+            for kk in range(k):
+                p = np.array([x_min + (ii + .5) * res, y_min + (jj + .5) * res,
+                              z_min + (kk + .5) * (z_max - z_min) / k])
+                pixel = project_ref(cam, rot.T @ (p - t))
+                if pixel is not None and (-0.5 <= pixel[0] < cam.width - 0.5
+                                          and -0.5 <= pixel[1] < cam.height - 0.5):
+                    yield ii, jj, pixel[0], pixel[1]
+
+
+def lift_ref(cfg, maps: dict, used=None) -> tuple[np.ndarray, np.ndarray]:
+    """Camera BEV and coverage by the contract, sampling each camera pixel by pixel."""
+    h, w = grid_of(cfg)[5:]
+    total = np.zeros((h, w, cfg.camera_channels))
     count = np.zeros((h, w))
     for cam in cfg.cameras:
         fmap = maps.get(cam.name)
         if fmap is None or (used is not None and cam.name not in used):
             continue
-        rot, t = quat_matrix(cam.pose.rotation_xyzw), np.asarray(cam.pose.translation)
-        hf, wf = fmap.shape[:2]
-        for ii in range(h):
-            for jj in range(w):
-                for kk in range(k):
-                    p = np.array([x_min + (ii + .5) * res, y_min + (jj + .5) * res,
-                                  z_min + (kk + .5) * (z_max - z_min) / k])
-                    pixel = project_ref(cam, rot.T @ (p - t))
-                    if pixel is None:
-                        continue
-                    u, v = pixel
-                    if not (-0.5 <= u < wf - 0.5 and -0.5 <= v < hf - 0.5):
-                        continue
-                    total[ii, jj] += bilinear(fmap, u, v)
-                    count[ii, jj] += 1
+        if fmap.shape[:2] != (cam.height, cam.width):   # validity is judged on the map's size
+            raise ValueError(f'{cam.name}: map {fmap.shape}, camera {cam.height} x {cam.width}')
+        for ii, jj, u, v in valid_samples(cfg, cam):
+            total[ii, jj] += bilinear(fmap, u, v)
+            count[ii, jj] += 1
     camera = np.where(count[..., None] > 0, total / np.maximum(count, 1)[..., None], 0.0)
     return camera, (count > 0).astype(np.float64)
 
@@ -164,18 +168,8 @@ def bilinear(fmap, u, v) -> np.ndarray:
 
 def sample_counts_ref(cfg) -> np.ndarray:
     """Count the valid camera samples per cell (H, W), over every camera and height level."""
-    x_min, y_min, z_min, z_max, res, h, w = grid_of(cfg)
-    k = cfg.fusion.num_heights
-    count = np.zeros((h, w), int)
+    count = np.zeros(grid_of(cfg)[5:], int)
     for cam in cfg.cameras:
-        rot, t = quat_matrix(cam.pose.rotation_xyzw), np.asarray(cam.pose.translation)
-        for ii in range(h):
-            for jj in range(w):
-                for kk in range(k):
-                    p = np.array([x_min + (ii + .5) * res, y_min + (jj + .5) * res,
-                                  z_min + (kk + .5) * (z_max - z_min) / k])
-                    pixel = project_ref(cam, rot.T @ (p - t))
-                    if pixel is not None and (-0.5 <= pixel[0] < cam.width - 0.5
-                                              and -0.5 <= pixel[1] < cam.height - 0.5):
-                        count[ii, jj] += 1
+        for ii, jj, _, _ in valid_samples(cfg, cam):
+            count[ii, jj] += 1
     return count

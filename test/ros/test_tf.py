@@ -60,6 +60,17 @@ def check_output(features, points):
     np.testing.assert_array_equal(features[..., 9], coverage)
 
 
+def send_velodyne_frame_and_check(probe):
+    """Send a map in cam_front and a cloud in velodyne; the output is the one at the TF poses."""
+    probe.publish_maps({'front': make_features(MAP, T0, 'front', 'cam_front')})
+    probe.cloud_pub.publish(make_cloud(POINTS[0], T0, 'velodyne'))
+    probe.wait_for(lambda: any(stamp_of(m) == T0 for m in probe.features),
+                   what='the output of the velodyne cloud')
+    msg = next(m for m in probe.features if stamp_of(m) == T0)
+    check_output(np.frombuffer(bytes(msg.data), np.float32).reshape(
+        msg.height, msg.width, -1), POINTS[0])
+
+
 def test_replay_takes_the_poses_from_tf_static(tmp_path):
     cfg = tf_config()
     pipe = BevPipeline(cfg)
@@ -128,13 +139,7 @@ def test_node_places_a_cloud_by_tf_static_and_skips_an_unknown_frame(latched, tm
         probe.wait_for(lambda: probe.diagnostics and status_values(
             probe.diagnostics[-1].status[0])['transforms_received'] == '1',
             what='the latched /tf_static')
-        probe.publish_maps({'front': make_features(MAP, T0, 'front', 'cam_front')})
-        probe.cloud_pub.publish(make_cloud(POINTS[0], T0, 'velodyne'))
-        probe.wait_for(lambda: any(stamp_of(m) == T0 for m in probe.features),
-                       what='the output of the velodyne cloud')
-        msg = next(m for m in probe.features if stamp_of(m) == T0)
-        check_output(np.frombuffer(bytes(msg.data), np.float32).reshape(
-            msg.height, msg.width, -1), POINTS[0])
+        send_velodyne_frame_and_check(probe)
         probe.cloud_pub.publish(make_cloud(POINTS[1], T0 + DT, 'radar'))
         probe.wait_for(lambda: status_values(probe.diagnostics[-1].status[0])[
             'frames_without_tf'] == '1', what='the radar cloud counted')
@@ -164,13 +169,7 @@ def test_a_live_switch_to_tf_subscribes_and_back_checks_frames_again(latched, tm
         assert result.successful, result.reason
         probe.wait_for(lambda: status_values(probe.diagnostics[-1].status[0])[
             'transforms_received'] == '1', what='the latched /tf_static after the switch')
-        probe.publish_maps({'front': make_features(MAP, T0, 'front', 'cam_front')})
-        probe.cloud_pub.publish(make_cloud(POINTS[0], T0, 'velodyne'))
-        probe.wait_for(lambda: any(stamp_of(m) == T0 for m in probe.features),
-                       what='the output of the velodyne cloud')
-        msg = next(m for m in probe.features if stamp_of(m) == T0)
-        check_output(np.frombuffer(bytes(msg.data), np.float32).reshape(
-            msg.height, msg.width, -1), POINTS[0])
+        send_velodyne_frame_and_check(probe)
         (result,) = set_parameters(probe, setter, extrinsics__source='parameters')
         assert result.successful, result.reason
         probe.cloud_pub.publish(make_cloud(POINTS[1], T0 + DT, 'velodyne'))

@@ -133,12 +133,17 @@ def test_launch_file_names_installed_executable_and_params():
 
 # -- issue 16: huge finite values, bounds from the schema ----------------------------------------
 
-@pytest.mark.parametrize('key, value, message', [
+# The live values that used to crash the node (an OverflowError out of the parameter callback).
+HUGE_VALUES = [
     ('sync.max_camera_lidar_delay_s', 1e300,
      'sync.max_camera_lidar_delay_s: must be <= 86400, got 1e+300'),
     ('accumulation.max_odometry_gap_s', 1e300,
      'accumulation.max_odometry_gap_s: must be <= 86400, got 1e+300'),
     ('diagnostics.period_s', 1e10, 'diagnostics.period_s: must be <= 3600, got 1e+10'),
+]
+
+
+@pytest.mark.parametrize('key, value, message', HUGE_VALUES + [
     ('diagnostics.period_s', 1e-4, 'diagnostics.period_s: must be >= 0.001, got 0.0001'),
     ('cameras.front.fx', 1e-300, 'cameras.front.fx: must be >= 0.001, got 1e-300'),
     ('cameras.front.fx', 1e300, 'cameras.front.fx: must be <= 1e+06, got 1e+300'),
@@ -178,12 +183,7 @@ def test_no_numeric_key_lets_an_extreme_value_through_or_raises_another_error(ke
         config_from_parameters({**small_params(), key: value})
 
 
-@pytest.mark.parametrize('key, value, message', [
-    ('sync.max_camera_lidar_delay_s', 1e300,
-     'sync.max_camera_lidar_delay_s: must be <= 86400, got 1e+300'),
-    ('accumulation.max_odometry_gap_s', 1e300,
-     'accumulation.max_odometry_gap_s: must be <= 86400, got 1e+300'),
-    ('diagnostics.period_s', 1e10, 'diagnostics.period_s: must be <= 3600, got 1e+10'),
+@pytest.mark.parametrize('key, value, message', HUGE_VALUES + [
     ('cameras.front.fx', 1e-300, 'cameras.front.fx: must be >= 0.001, got 1e-300'),
 ])
 def test_a_live_update_out_of_bounds_is_refused_naming_the_key_and_bound(key, value, message):

@@ -4,8 +4,8 @@ import math
 
 from bag_messages import odometry, yaw_quaternion
 from jax_perception_node.odometry import (MAX_POSITION_M, OdometryBuffer, OdometryError,
-                                          read_odometry, slerp)
-from jax_perception_node.rotations import quaternion_matrix
+                                          read_odometry)
+from jax_perception_node.rotations import quaternion_matrix, slerp
 import numpy as np
 import pytest
 from reference import quat_matrix

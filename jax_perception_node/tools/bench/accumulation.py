@@ -5,8 +5,8 @@ from typing import Callable
 
 from jax_perception_node import BevPipeline
 from jax_perception_node.config import config_from_parameters
-from jax_perception_node.odometry import pose_matrix
 from jax_perception_node.pipeline import compile_count
+from jax_perception_node.rotations import pose_matrix
 import numpy as np
 
 from .common import bench_params, Inputs, Plan, rounded, summary_ms, SWEEP_T0, xyzi
