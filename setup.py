@@ -8,6 +8,8 @@ setup(
     name=package_name,
     version='0.1.0',
     packages=find_packages(exclude=['test']),
+    # The reference head's shipped weights (jax-perception train writes them).
+    package_data={'jax_perception_node.heads': ['*.npz']},
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),
@@ -16,10 +18,10 @@ setup(
         ('share/' + package_name + '/schema', glob('schema/*.json')),
         ('share/' + package_name + '/foxglove', glob('foxglove/*.json')),
     ],
-    install_requires=['setuptools', 'numpy', 'jax', 'rosbags', 'pyyaml'],
+    install_requires=['setuptools', 'numpy', 'jax', 'equinox', 'rosbags', 'pyyaml'],
     # The node needs none of these: reports and pictures, peers, fleet replay.
     extras_require={'tools': ['matplotlib', 'psutil'], 'bench': ['torch', 'scipy', 'numba'],
-                    'fleet': ['ray']},
+                    'fleet': ['ray'], 'train': ['optax', 'matplotlib']},
     zip_safe=True,
     maintainer='jax_perception_node maintainers',
     maintainer_email='maintainers@jax-perception.invalid',

@@ -28,10 +28,11 @@ from rosbags.serde import SerdeError
 from rosbags.typesys import get_typestore, Stores
 
 from .message_types import register_interface_types, share_folders
+from .objects import DETECTION_ARRAY_TYPE as DETECTIONS_TYPE  # noqa: F401
 from .stamps import NS_PER_S, split_ns
 from .topics import (camera_info_topic, camera_topic, DIAGNOSTICS_TOPIC,  # noqa: F401
-                     FEATURES_TOPIC, GRID_MAP_TOPIC, IMAGE_TOPIC, LATENCY_TOPIC,
-                     ODOMETRY_TOPIC, POINTCLOUD_TOPIC)
+                     FEATURES_TOPIC, GRID_MAP_TOPIC, IMAGE_TOPIC, LATENCY_TOPIC, NAMESPACE,
+                     OBJECTS_MARKERS_TOPIC, OBJECTS_TOPIC, ODOMETRY_TOPIC, POINTCLOUD_TOPIC)
 
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 # grid_map_msgs, vision_msgs and autoware_internal_debug_msgs from their installed .msg text;
@@ -44,7 +45,7 @@ ODOMETRY_TYPE = 'nav_msgs/msg/Odometry'
 DIAGNOSTICS_TYPE = 'diagnostic_msgs/msg/DiagnosticArray'
 TF_TYPE = 'tf2_msgs/msg/TFMessage'
 GRID_MAP_TYPE = 'grid_map_msgs/msg/GridMap'
-DETECTIONS_TYPE = 'vision_msgs/msg/Detection3DArray'
+MARKER_ARRAY_TYPE = 'visualization_msgs/msg/MarkerArray'
 FLOAT64_STAMPED_TYPE = 'autoware_internal_debug_msgs/msg/Float64Stamped'
 
 

@@ -111,6 +111,16 @@ class FusionConfig:
 
 
 @dataclass(frozen=True)
+class HeadConfig:
+    """The learned head (head.py); ``module`` and ``max_objects`` are static, the rest live."""
+
+    module: str = ''                # 'package.module:factory', '' for none
+    weights: str = ''               # checkpoint, '' for the head's shipped weights
+    max_objects: int = 64           # K boxes decoded per frame
+    score_threshold: float = 0.3    # boxes below are not published
+
+
+@dataclass(frozen=True)
 class DiagnosticsConfig:
     """Rolled-up /diagnostics status."""
 
@@ -148,6 +158,8 @@ class PipelineConfig:
     lidar_frame_id: str = 'lidar'   # the frame the ``lidar`` pose describes
     extrinsics_source: str = 'parameters'   # sensor poses: parameters, or tf (/tf_static, /tf)
     channel_names: tuple[str, ...] = ()     # camera feature channel names; () for the default
+    head: HeadConfig = HeadConfig()
+    output_bev_features: bool = True        # publish ~/output/bev_features
 
     @property
     def camera_channels(self) -> int:
@@ -308,7 +320,10 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
             'num_sweeps', 'max_sweep_age_s', 'max_odometry_gap_s', 'pose_source',
             'fixed_frame')}),
         lidar_frame_id=v['lidar.frame_id'], extrinsics_source=v['extrinsics.source'],
-        channel_names=_channel_names(v['cameras.channel_names'], cameras))
+        channel_names=_channel_names(v['cameras.channel_names'], cameras),
+        head=HeadConfig(**{f: v[f'head.{f}'] for f in (
+            'module', 'weights', 'max_objects', 'score_threshold')}),
+        output_bev_features=v['output.bev_features'])
     if fusion.weights_file:
         load_fusion_weights(cfg)   # validate now, not on the first frame
     return cfg

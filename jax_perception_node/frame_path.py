@@ -85,7 +85,8 @@ class FramePath:
         Apply a new live configuration (the static keys must be unchanged: see live_params).
 
         Calibration (only when it changed; never a compile), sync tolerance, odometry gap and
-        frame, sweep age, pose sources.
+        frame, sweep age, pose sources, the head's weights (only when the file named changed;
+        never a compile) and score threshold.
 
         Args
         ----
@@ -96,7 +97,8 @@ class FramePath:
 
         Raises
         ------
-        ConfigError: a calibration with more lift samples than slots; nothing changed.
+        ConfigError: a calibration with more lift samples than slots, or head weights that
+            cannot be loaded; nothing changed.
 
         """
         with self._pipe_lock:     # a CameraInfo applied meanwhile must not be lost
@@ -114,9 +116,19 @@ class FramePath:
                 cameras = tuple(replace(c, pose=old.pose)
                                 for c, old in zip(cameras, self.cameras))
             changed = cameras if cameras != self.cameras else None
-            if lidar is not None or changed is not None:
-                self.pipe.set_calibration(lidar, changed)
+            weights = self.pipe.head is not None and cfg.head.weights != self.cfg.head.weights
+            if weights:     # checked before anything changes
+                restore = self.pipe.head_weights or ''
+                self.pipe.set_head_weights(cfg.head.weights)
+            try:
+                if lidar is not None or changed is not None:
+                    self.pipe.set_calibration(lidar, changed)
+            except ConfigError:
+                if weights:
+                    self.pipe.set_head_weights(str(restore))
+                raise
             self.pipe.max_sweep_age_s = cfg.accumulation.max_sweep_age_s
+            self.pipe.score_threshold = cfg.head.score_threshold
             self.cameras, self._from_info = cameras, from_info
         with self._buffer_lock:
             self.sync.tolerance_ns = int(round(cfg.max_camera_lidar_delay_s * 1e9))
@@ -186,7 +198,7 @@ class FramePath:
         with self._buffer_lock:
             self.odometry.add(msg)
 
-    def process(self, msg, picture: bool = True) -> Frame:
+    def process(self, msg, picture: bool = True, features: bool = True) -> Frame:
         """
         Decode a PointCloud2, pair the cameras, run the pipeline; the record lacks output times.
 
@@ -195,6 +207,8 @@ class FramePath:
         msg: a sensor_msgs/PointCloud2 (rclpy or rosbags).
         picture: build the uint8[H, W, 3] rgb8 picture (never with a projection, whose
             channels are no longer the raw LiDAR ones).
+        features: fetch the BEV to the host (``FrameResult.features``; None when neither it
+            nor the picture is wanted: a head's objects are fetched on their own).
 
         Returns
         -------
@@ -234,7 +248,8 @@ class FramePath:
             maps, without_tf = pairing.maps, ()
             if use_tf:
                 maps, without_tf = self._apply_tf_poses(lidar, maps, map_frames, stamp)
-            result = self.pipe.process(padded, maps, stamp_ns=stamp, pose=pose)
+            pending = self.pipe.dispatch(padded, maps, stamp_ns=stamp, pose=pose)
+            result = pending.result(features=features or picture)
         rgb = None
         if picture and not self.pipe.projected:
             rgb = bev_to_rgb(result.features, cfg.grid.z_min, cfg.grid.z_max)
@@ -242,7 +257,8 @@ class FramePath:
             'num_points': result.num_points, 'bucket': result.bucket,
             'overflow_points': result.overflow_points, 'decode_ms': (decoded - started) * 1e3,
             'pad_ms': result.pad_ms, 'compute_ms': result.compute_ms,
-            'cameras_used': result.cameras_used,
+            'head_ms': result.head_ms, 'cameras_used': result.cameras_used,
+            'objects': 0 if result.objects is None else len(result.objects),
             'compiles_after_warmup': result.compiles_after_warmup,
         }
         return Frame(stamp, result, rgb, record, pairing.stale, jumped, started,

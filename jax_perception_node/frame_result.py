@@ -1,9 +1,8 @@
 """What one frame returns: its FrameResult, and the PendingFrame of a frame still running."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import time
 
-import jax
 import numpy as np
 
 
@@ -25,26 +24,54 @@ class FrameResult:
     fetch_ms: float = 0.0      # result to a NumPy array
     cameras_sent: bool = False  # the camera batch crossed to the device this frame
     sweeps_used: int = 1       # sweeps voxelized, the current one included
+    # float32[n, 9] boxes (``head.BOX_COLUMNS``) scoring at least the threshold, best first;
+    # None without a head
+    objects: np.ndarray | None = None
+    head_ms: float = 0.0       # fetching the head's K box rows and keeping those above threshold
 
 
 class PendingFrame:
-    """A frame started on the device; ``result()`` waits for it and fetches the features."""
+    """
+    A frame started on the device; ``result()`` waits for it and fetches its outputs.
 
-    def __init__(self, output: jax.Array, times: tuple[float, float, float], stats: dict):
+    ``output`` is the features, or (features, boxes float32[K, 9]) with a head; boxes scoring
+    below ``score_threshold`` are dropped on the host.
+    """
+
+    def __init__(self, output, times: tuple[float, float, float], score_threshold: float,
+                 stats: dict):
         self._output, self._times, self._stats = output, times, stats
+        self._threshold = score_threshold
         self._result: FrameResult | None = None
 
-    def result(self) -> FrameResult:
-        """Wait for the frame and return its FrameResult (the same one on every call)."""
+    def result(self, features: bool = True) -> FrameResult:
+        """
+        Wait for the frame and return its FrameResult (the same one on every call).
+
+        ``features=False`` leaves the BEV where the executable wrote it (``features`` None),
+        for a caller that only wants the objects; a later call with True still fetches it.
+        """
         if self._result is None:
             start, staged, put = self._times
-            self._output.block_until_ready()
+            bev, boxes = self._output if isinstance(self._output, tuple) else (self._output, None)
+            bev.block_until_ready()
             ready = time.perf_counter()
-            features = np.asarray(self._output)
-            fetched = time.perf_counter()
+            objects = None
+            if boxes is not None:
+                rows = np.asarray(boxes)
+                score = rows[:, 7]
+                objects = rows[(score >= self._threshold) & (score > 0)]
+            head = time.perf_counter()
+            fetched = np.asarray(bev) if features else None
+            done = time.perf_counter()
             self._result = FrameResult(
-                features=features, pad_ms=(staged - start) * 1e3,
-                compute_ms=(fetched - staged) * 1e3, transfer_ms=(put - staged) * 1e3,
-                device_ms=(ready - put) * 1e3, fetch_ms=(fetched - ready) * 1e3, **self._stats)
+                features=fetched, pad_ms=(staged - start) * 1e3,
+                compute_ms=(done - staged) * 1e3 - (head - ready) * 1e3,
+                transfer_ms=(put - staged) * 1e3, device_ms=(ready - put) * 1e3,
+                fetch_ms=(done - head) * 1e3, objects=objects, head_ms=(head - ready) * 1e3,
+                **self._stats)
+            self._output = None if features else bev
+        elif features and self._result.features is None:
+            self._result = replace(self._result, features=np.asarray(self._output))
             self._output = None
         return self._result

@@ -35,6 +35,18 @@ def _to_grid(px, py, pz, r, t):
     return x, y, z
 
 
+def _ordered_key(z):
+    """int32 keys whose signed order is the order of the finite float32 values ``z``."""
+    bits = jax.lax.bitcast_convert_type(z, jnp.int32)
+    return jnp.where(bits < 0, bits ^ jnp.int32(0x7FFFFFFF), bits)
+
+
+def _from_key(key):
+    """Inverse of ``_ordered_key``."""
+    bits = jnp.where(key < 0, key ^ jnp.int32(0x7FFFFFFF), key)
+    return jax.lax.bitcast_convert_type(bits, jnp.float32)
+
+
 def _rasterize(x, y, z, intensity, real, grid, lag=None, *, height: int,
                width: int) -> jax.Array:
     """Filter points by the grid contract and compute the channels; ``lag`` adds the 7th."""
@@ -48,23 +60,31 @@ def _rasterize(x, y, z, intensity, real, grid, lag=None, *, height: int,
     # size without a dump cell to slice off afterwards.
     cells = height * width
     cell = jnp.where(keep, row * width + col, cells).astype(jnp.int32)
+    # Measured on the CPU (README, "cheaper scatters"): the scatter-add is faster into one row
+    # per statistic, [3, cells], than into 12-byte rows [cells, 3], while 16-byte rows
+    # [cells, 4] are as fast as [4, cells]; an int32 max beats a float max. The keys order like
+    # the floats they encode, so the max of (key, ~key) gives z_max and z_min.
     summed = [jnp.ones_like(z), z, intensity] + ([] if lag is None else [lag])
-    sums = jnp.zeros((cells, len(summed)), jnp.float32).at[cell].add(
-        jnp.stack(summed, axis=1), mode='drop')
-    # max of (z, -z) gives z_max and -z_min in one scatter.
-    extremes = jnp.full((cells, 2), -jnp.inf, jnp.float32).at[cell].max(
-        jnp.stack([z, -z], axis=1), mode='drop')
-    count = sums[:, 0]
+    if lag is None:
+        sums = jnp.zeros((3, cells), jnp.float32).at[:, cell].add(
+            jnp.stack(summed), mode='drop')
+    else:
+        sums = jnp.zeros((cells, 4), jnp.float32).at[cell].add(
+            jnp.stack(summed, axis=1), mode='drop').T
+    key = _ordered_key(z)
+    extremes = jnp.full((2, cells), jnp.iinfo(jnp.int32).min, jnp.int32).at[:, cell].max(
+        jnp.stack([key, ~key]), mode='drop')
+    count = sums[0]
     occupied = count > 0
     inv = 1.0 / jnp.maximum(count, 1.0)
     channels = [
         occupied.astype(jnp.float32),
         jnp.minimum(1.0, jnp.log1p(count) / _LOG_64),
-        jnp.where(occupied, extremes[:, 0], 0.0),
-        sums[:, 1] * inv,
-        jnp.where(occupied, -extremes[:, 1], 0.0),
-        sums[:, 2] * inv,
-    ] + ([] if lag is None else [sums[:, 3] * inv])
+        jnp.where(occupied, _from_key(extremes[0]), 0.0),
+        sums[1] * inv,
+        jnp.where(occupied, _from_key(~extremes[1]), 0.0),
+        sums[2] * inv,
+    ] + ([] if lag is None else [sums[3] * inv])
     return jnp.stack(channels, axis=1).reshape(height, width, len(channels))
 
 

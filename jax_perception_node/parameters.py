@@ -234,6 +234,20 @@ SCHEMA: tuple[ParamSpec, ...] = (
        0.0, DAY_S),
     _p('compilation_cache_dir', 'string', '~/.cache/jax_perception_node/xla',
        "persistent XLA cache, created 0700; '' disables it", static=BUILT),
+    _p('head.module', 'string', '',
+       "learned head on the fused BEV, 'package.module:factory' (a CenterPoint-style head, "
+       "docs/design.md); '' for none", static=COMPILED),
+    _p('head.weights', 'string', '',
+       "the head's checkpoint (.npz, loaded with allow_pickle=False); '' for the weights the "
+       'head ships; a new file of the same shapes applies without a compile'),
+    _p('head.max_objects', 'integer', 64,
+       'K, the highest heatmap peaks decoded into boxes on the device per frame',
+       unit='boxes', minimum=1, maximum=1024, static=SHAPES),
+    _p('head.score_threshold', 'double', 0.3,
+       'boxes scoring below it are not published', minimum=0.0, maximum=1.0),
+    _p('output.bev_features', 'bool', True,
+       'publish ~/output/bev_features (3.9 MB a frame at the default grid); false for '
+       'deployments that only want objects (bev_image and bev_grid_map stay on demand)'),
     _s('diagnostics.period_s', 1.0, 'time between /diagnostics messages', 1e-3, HOUR_S),
     _p('diagnostics.window', 'integer', 300, 'length of the rolling latency window',
        unit='frames', minimum=1, maximum=100000),
@@ -244,6 +258,11 @@ SCHEMA: tuple[ParamSpec, ...] = (
 )
 
 BY_KEY: dict[str, ParamSpec] = {spec.key: spec for spec in SCHEMA}
+# Where the shipped parameter file differs from the schema's default, on purpose: it turns on
+# the reference head, whose weights fit the shipped grid and cameras (a config built in code,
+# with other shapes, has no head unless it names one).
+REFERENCE_HEAD = 'jax_perception_node.heads.centerpoint:vehicle_head'
+SHIPPED_VALUES = {'head.module': REFERENCE_HEAD}
 NODE_KEYS = tuple(s.key for s in SCHEMA if not s.key.startswith(CAMERA_PREFIX))
 CAMERA_KEYS = tuple(s.key[len(CAMERA_PREFIX):] for s in SCHEMA
                     if s.key.startswith(CAMERA_PREFIX))

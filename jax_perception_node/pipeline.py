@@ -8,7 +8,6 @@ executable store when a previous start left them there (executable_cache.py).
 """
 
 import functools
-import threading
 import time
 from typing import Mapping
 
@@ -17,43 +16,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import kernels, lift
+from .box_decode import head_function
 from .buckets import BucketPadder, PaddedCloud
 from .channels import lidar_channels
+from .compile_counter import compile_count, install_compile_counter
 from .config import CameraConfig, load_fusion_weights, PipelineConfig, Pose
 from .executable_cache import ExecutableCache, private_cache_dir
 from .frame_result import FrameResult, PendingFrame
+from .head import HeadInput, load_head
 from .kernel_inputs import calibration_arrays, calibration_vector, SweepHistory
 from .parameters import ConfigError
 from .rotations import pose_matrix
 from .staging import CameraStaging, DoubleBuffer
-
-COMPILE_EVENT = '/jax/core/compile/backend_compile_duration'
-_compile_lock = threading.Lock()
-_compile_count = 0
-_listener_installed = False
-
-
-def _on_duration(event: str, duration_secs: float, **_) -> None:
-    global _compile_count
-    if event == COMPILE_EVENT:
-        with _compile_lock:
-            _compile_count += 1
-
-
-def compile_count() -> int:
-    """Return the XLA compiles in this process since the counter was installed."""
-    install_compile_counter()
-    with _compile_lock:
-        return _compile_count
-
-
-def install_compile_counter() -> None:
-    """Register the jax.monitoring listener once per process."""
-    global _listener_installed
-    with _compile_lock:
-        if not _listener_installed:
-            jax.monitoring.register_event_duration_secs_listener(_on_duration)
-            _listener_installed = True
 
 
 class BevPipeline:
@@ -102,11 +76,18 @@ class BevPipeline:
         self._scalars = DoubleBuffer((1 + n,), np.int32)
         self._camera_valid = np.zeros(n, bool)
         self._features_device = None
+        self.head = load_head(cfg.head.module, cfg.head.weights, HeadInput(
+            self.height, self.width, self.output_channels, grid.resolution))
+        self.score_threshold = cfg.head.score_threshold      # live: set it any time
+        self.head_classes, self._head_params, self.head_weights = ((), None, None) if (
+            self.head is None) else (self.head.spec.classes, jax.device_put(self.head.params),
+                                     self.head.weights_path)
         past = self.num_sweeps - 1
         self._frame_jit = jax.jit(functools.partial(
             kernels.bev_frame, height=self.height, width=self.width,
             activation=cfg.fusion.activation), donate_argnums=(1,) if past else (),
             out_shardings=self._out_shardings(past))
+        self._head_executable = None
         # Accumulation state: the device ring, and what each slot holds on the host.
         self._ring = None
         self._sweeps = SweepHistory(past, kernels.MOTION_SIZE)
@@ -126,14 +107,15 @@ class BevPipeline:
         """
         Where the executable writes its results: the features into pinned host memory.
 
-        On a GPU the result then needs no device-to-host transfer of its own when fetched: on an
-        H200, fetching the 3.9 MB result took 3.2-3.5 ms from device memory. The accumulation
-        ring stays in device memory.
+        On a GPU the result then needs no device-to-host transfer of its own when fetched (an
+        H200 fetched the 3.9 MB result in 3.2-3.5 ms from device memory). With a head, the BEV
+        stays on the device for the head's executable, whose boxes go to pinned host memory.
         """
         device = jax.devices()[0]
         kinds = {m.kind for m in device.addressable_memories()}
         self.output_memory = 'pinned_host' if 'pinned_host' in kinds else None
-        if self.output_memory is None:
+        self.features_memory = None if self.head is not None else self.output_memory
+        if self.features_memory is None:
             return None
         host = jax.sharding.SingleDeviceSharding(device, memory_kind='pinned_host')
         return (host, jax.sharding.SingleDeviceSharding(device)) if past else host
@@ -141,7 +123,11 @@ class BevPipeline:
     def _static(self) -> str:
         return repr((self.height, self.width, self.cfg.fusion.activation,
                      self.cfg.fusion.num_heights, self._map_shape, self.lift_slots,
-                     self.num_sweeps, self.output_memory))
+                     self.num_sweeps, self.features_memory))
+
+    def head_key(self) -> str:
+        """Return what the head's stored executable is keyed on, beside its arguments' shapes."""
+        return repr((self.head.identity, self.cfg.head.max_objects, self.output_memory))
 
     def _geometry_jit(self, function, **static):
         map_h, map_w = self._map_shape[:2]
@@ -181,6 +167,12 @@ class BevPipeline:
         self.set_calibration(*self._calibration)
         accumulating = self.num_sweeps > 1
         ring = jax.ShapeDtypeStruct(self._ring_shape, jnp.float32)
+        if self.head is not None:
+            start = time.perf_counter()
+            self._head_executable = self.store.get('head', self.head_key(), *head_function(
+                self.head.spec, self.cfg.head.max_objects, self._head_params,
+                (self.height, self.width, self.output_channels), self.output_memory))
+            times['head'] = time.perf_counter() - start
         for size in self.padder.sizes:
             start = time.perf_counter()
             specs = (self._frame_specs(size),) + ((ring,) if accumulating else ())
@@ -194,7 +186,8 @@ class BevPipeline:
         if accumulating:
             self._ring = jax.device_put(np.zeros(self._ring_shape, np.float32))
         for size in self.padder.sizes:
-            self._launch(self.padder.pad(np.zeros((size, 4), np.float32)))[0].block_until_ready()
+            jax.block_until_ready(self._launch(self.padder.pad(np.zeros((size, 4),
+                                                                        np.float32)))[0])
         self.reset_sweeps()
         self.compile_seconds = times
         self._baseline = compile_count()
@@ -222,19 +215,11 @@ class BevPipeline:
         """
         Return the frame function's arguments for a padded cloud and the staged cameras.
 
-        For running ``kernels.bev_frame`` some other way (the benchmarks' naive jit and no-jit
-        rows) on exactly this pipeline's state.
-
-        Args
-        ----
-        points: float32[B, 4], a bucket-sized buffer; count: its real rows.
-
-        Returns
-        -------
-        kernels.FrameArgs (per-frame parts on the host, the rest on the device). The host
-        parts are the next of two aligned arrays each, kept as they are while a frame that
-        reads them is in flight (``_launch`` names that frame).
-
+        Also for running ``kernels.bev_frame`` some other way (the benchmarks' naive jit and
+        no-jit rows) on exactly this pipeline's state. ``points``: float32[B, 4], a bucket-sized
+        buffer; ``count``: its real rows. Per-frame parts are on the host (the next of two
+        aligned arrays each, kept while a frame that reads them is in flight), the rest on the
+        device.
         """
         scalars = self._scalars.swap()
         scalars[0] = count
@@ -247,6 +232,18 @@ class BevPipeline:
             np.copyto(sweeps.motion, self._sweeps.motion)
         return kernels.FrameArgs(points, scalars, self._calibration_device,
                                  self._features_device, self._tables, self._projection, sweeps)
+
+    def set_head_weights(self, path: str) -> None:
+        """
+        Load a checkpoint (same shapes) into the head for the next frame, without a compile.
+
+        '' takes the shipped weights (none shipped: the factory's). Raises ConfigError
+        (``head.weights``) for a file that cannot be read or does not fit; nothing changes then.
+        """
+        if self.head is None:
+            raise ConfigError('head.weights: no head is configured (head.module is empty)')
+        target, params = self.head.checkpoint(path)
+        self._head_params, self.head_weights = jax.device_put(params), target
 
     def set_calibration(self, lidar: Pose | None = None,
                         cameras: tuple[CameraConfig, ...] | None = None) -> None:
@@ -382,7 +379,7 @@ class BevPipeline:
         out, put = self._launch(padded)
         if self.num_sweeps > 1:
             self._sweeps.record(stamp_ns, pose, padded.count)
-        return PendingFrame(out, (start, staged, put), {
+        return PendingFrame(out, (start, staged, put), self.score_threshold, {
             'num_points': total, 'bucket': padded.bucket,
             'overflow_points': total - padded.count,
             'cameras_used': int(self._camera_valid.sum()), 'nonfinite_features': nonfinite,
@@ -409,6 +406,8 @@ class BevPipeline:
             self._sweep_staging.motion.read_by(out, args.sweeps.motion)
         if self._staging is not None:
             self._staging.batches.read_by(out)
+        if self._head_executable is not None:
+            out = (out, self._head_executable(self._head_params, out, args.calibration))
         return out, put
 
     def stage_cameras(self, cameras: Mapping[str, np.ndarray | None]) -> tuple[int, bool]:

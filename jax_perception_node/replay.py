@@ -26,18 +26,25 @@ from . import bagio
 from .camera import CameraInfoError, FeatureMapError, features_image_fields
 from .cloud import CloudFormatError
 from .config import PipelineConfig
+from .detection_eval import evaluate
 from .frame_path import Frame, FramePath, rgb_image_fields, uses_tf
 from .grid_map import grid_map_message, GridMapLayers
 from .latency import format_value, FRAME_KEYS, percentiles, STAGES
+from .object_markers import markers_message
+from .objects import boxes_from_detections, detections_message, GROUND_TRUTH_TOPIC
 from .odometry import OdometryError
 from .parameters import ConfigError
 from .pipeline import BevPipeline
+from .stamps import stamp_ns
 from .transforms import TF_STATIC_TOPIC, TF_TOPIC, TransformError
 
 # The output topics, their types and the publisher depth the node offers them with.
 OUTPUTS = ((bagio.FEATURES_TOPIC, bagio.IMAGE_TYPE, 5), (bagio.IMAGE_TOPIC, bagio.IMAGE_TYPE, 5),
            (bagio.GRID_MAP_TOPIC, bagio.GRID_MAP_TYPE, 5),
            (bagio.LATENCY_TOPIC, bagio.DIAGNOSTICS_TYPE, 50))
+HEAD_OUTPUTS = ((bagio.OBJECTS_TOPIC, bagio.DETECTIONS_TYPE, 5),
+                (bagio.OBJECTS_MARKERS_TOPIC, bagio.MARKER_ARRAY_TYPE, 5))
+EVALUATED_CLASS = 'vehicle'      # detection_eval's class: vehicle AP
 
 
 @dataclass
@@ -63,9 +70,13 @@ class ReplayResult:
     errors: list[str] = field(default_factory=list)
     store_refused: list[str] = field(default_factory=list)   # executable store entries refused
     snapshots: dict[int, object] = field(default_factory=dict)
+    # detection_eval.evaluate over the bag plus 'frames' (those paired with ground truth); None
+    # without a head or without ground truth in the bag
+    detection: dict | None = None
 
     def summary(self) -> dict:
         """Return a JSON-ready dict: the keys of the replay contract (docs/design.md) first."""
+        detection = {} if self.detection is None else {'detection': self.detection}
         return {
             'frames': self.frames, 'rejected': self.rejected,
             'compiles_after_warmup': self.compiles_after_warmup,
@@ -82,6 +93,7 @@ class ReplayResult:
             'cameras_without_tf': self.cameras_without_tf,
             'overflowed_frames': self.overflowed, 'warmup_s': round(self.warmup_s, 3),
             'cameras_used': percentiles(r['cameras_used'] for r in self.records),
+            **detection,
         }
 
 
@@ -138,26 +150,57 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
             result.warmup_s = time.perf_counter() - start
             result.store_refused = list(pipe.store.refused)
             pipe.reset_sweeps()   # FramePath resets the calibration: nothing carries over
+            truth = read_ground_truth(reader, types, pipe.head_classes, result.errors)
             with bagio.BagWriter(path, compress=True) as writer:
-                _Replay(FramePath(cfg, pipe), writer, result, snapshot_frames, total).run(
-                    reader, types, topics, progress)
+                replay = _Replay(FramePath(cfg, pipe), writer, result, snapshot_frames, total,
+                                 truth)
+                replay.run(reader, types, topics, progress)
+        if truth is not None:
+            result.detection = dict(evaluate(
+                replay.paired, class_index=pipe.head_classes.index(EVALUATED_CLASS)),
+                frames=len(replay.paired))
         result.compiles_after_warmup = pipe.compiles_after_warmup
         return result
     finally:
         reader.close()
 
 
-class _Replay:
-    """One replay's loop: each message of the bag to its handler, in bag-time order."""
+def read_ground_truth(reader, types: dict[str, str], classes: tuple[str, ...],
+                      errors: list[str]) -> dict[int, object] | None:
+    """
+    Return LiDAR stamp (ns) -> ground-truth rows (float32[n, 9]) of the bag, or None.
 
-    def __init__(self, path: FramePath, writer: bagio.BagWriter, result: ReplayResult,
-                 snapshot_frames, total: int):
-        self.path, self.writer, self.result = path, writer, result
-        self.snapshot_frames, self.total = snapshot_frames, total
-        self.grid_map_layers = GridMapLayers.for_pipeline(path.cfg, path.pipe)
-        # The QoS the node's publishers offer, as a recording of the live node would keep it.
-        for topic, msgtype, depth in OUTPUTS:
-            writer.add_topic(topic, msgtype, [bagio.offered_qos(depth=depth)])
+    None when there is nothing to evaluate: no head, a head without the evaluated class, or no
+    ``GROUND_TRUTH_TOPIC`` of the Detection3DArray type. A message that does not deserialize or
+    names a class the head does not know is left out, with a line in ``errors``.
+    """
+    if EVALUATED_CLASS not in classes or types.get(GROUND_TRUTH_TOPIC) != bagio.DETECTIONS_TYPE:
+        return None
+    truth = {}
+    for _, timestamp, raw, msgtype in bagio.iter_messages(reader, [GROUND_TRUTH_TOPIC]):
+        try:
+            msg = bagio.deserialize(raw, msgtype)
+            truth[stamp_ns(msg.header.stamp)] = boxes_from_detections(msg, classes)
+        except (bagio.BagError, ValueError) as exc:
+            errors.append(f'{GROUND_TRUTH_TOPIC} at {timestamp}: {exc}')
+    return truth
+
+
+class BagFrames:
+    """
+    Replay's loop: each input message of a bag to its handler, in bag-time order.
+
+    Clouds go through the frame path; each processed frame goes to ``write``, which a subclass
+    defines (``_Replay`` writes the output bag; the trainer keeps the BEVs). Rejected messages
+    are counted in ``result`` like a replay's.
+    """
+
+    def __init__(self, path: FramePath, result: ReplayResult, total: int):
+        self.path, self.result, self.total = path, result, total
+
+    def write(self, frame: Frame, timestamp: int) -> None:
+        """Take one processed frame (bag time ``timestamp``)."""
+        raise NotImplementedError
 
     def run(self, reader, types: dict[str, str], topics: bagio.BagTopics, progress) -> None:
         """Feed every input message of the bag to the frame path; outputs go to the writer."""
@@ -237,14 +280,34 @@ class _Replay:
             return
         self.write(frame, timestamp)
 
+
+class _Replay(BagFrames):
+    """A replay: every frame's outputs into the output bag."""
+
+    def __init__(self, path: FramePath, writer: bagio.BagWriter, result: ReplayResult,
+                 snapshot_frames, total: int, truth: dict | None = None):
+        super().__init__(path, result, total)
+        self.writer, self.snapshot_frames = writer, snapshot_frames
+        self.grid_map_layers = GridMapLayers.for_pipeline(path.cfg, path.pipe)
+        self.truth = truth          # LiDAR stamp -> ground-truth rows (read_ground_truth)
+        self.paired: list[tuple] = []      # (objects, ground truth) of each frame with both
+        self.head = path.pipe.head is not None
+        # The QoS the node's publishers offer, as a recording of the live node would keep it.
+        for topic, msgtype, depth in OUTPUTS + (HEAD_OUTPUTS if self.head else ()):
+            if topic != bagio.FEATURES_TOPIC or path.cfg.output_bev_features:
+                writer.add_topic(topic, msgtype, [bagio.offered_qos(depth=depth)])
+
     def write(self, frame: Frame, timestamp: int) -> None:
-        """Write a frame's features, picture and latency record; count it."""
+        """Write a frame's features, objects, picture and latency record; count it."""
         result, writer = self.result, self.writer
         write_start = time.perf_counter()
         frame_id = self.path.cfg.grid.frame_id
         out = frame.result
-        writer.write(bagio.FEATURES_TOPIC, bagio.image_msg(
-            features_image_fields(out.features), frame.stamp_ns, frame_id), timestamp)
+        if self.path.cfg.output_bev_features:
+            writer.write(bagio.FEATURES_TOPIC, bagio.image_msg(
+                features_image_fields(out.features), frame.stamp_ns, frame_id), timestamp)
+        if self.head:
+            self.write_objects(out.objects, frame.stamp_ns, timestamp)
         if frame.rgb is not None:
             writer.write(bagio.IMAGE_TOPIC, bagio.image_msg(
                 rgb_image_fields(frame.rgb), frame.stamp_ns, frame_id), timestamp)
@@ -265,6 +328,18 @@ class _Replay:
         result.overflowed += out.overflow_points > 0
         result.buckets[out.bucket] = result.buckets.get(out.bucket, 0) + 1
         result.records.append(record)
+
+    def write_objects(self, objects, stamp: int, timestamp: int) -> None:
+        """Write a frame's objects and markers; pair them with the ground truth of its stamp."""
+        classes, frame_id = self.path.pipe.head_classes, self.path.cfg.grid.frame_id
+        types = bagio.TYPESTORE.types
+        self.writer.write(bagio.OBJECTS_TOPIC, detections_message(
+            types, objects, classes, stamp, frame_id), timestamp)
+        self.writer.write(bagio.OBJECTS_MARKERS_TOPIC, markers_message(
+            types, objects, classes, stamp, frame_id), timestamp)
+        truth = None if self.truth is None else self.truth.get(stamp)
+        if truth is not None:
+            self.paired.append((objects, truth))
 
 
 def progress_bar(stream=sys.stderr) -> Callable[[int, int], None]:

@@ -92,7 +92,8 @@ class PerceptionCore:
         self.values, self.cfg, self.pipe = values, cfg, pipe
         self.path = FramePath(cfg, pipe)
         self.window = LatencyWindow(cfg.diagnostics.window)
-        self.outputs = FrameOutputs(self._create_publisher, layers)
+        self.outputs = FrameOutputs(self._create_publisher, layers, pipe.head_classes,
+                                    cfg.output_bev_features)
         self._diagnostics_pub = self._create_publisher(DiagnosticArray, '/diagnostics',
                                                        QoSProfile(depth=5))
 
@@ -214,7 +215,8 @@ class PerceptionCore:
         if cfg.diagnostics.window != self.cfg.diagnostics.window:
             with self._lock:
                 self.window = LatencyWindow(cfg.diagnostics.window)
-        self.cfg, self.outputs.layers = cfg, layers
+        self.cfg = cfg
+        self.outputs.update(layers, cfg.output_bev_features)
         if self._subscriptions:     # active: a switch to TF subscribes at once
             self._subscribe_tf()
 
@@ -301,7 +303,8 @@ class PerceptionCore:
 
     def _process(self, msg: PointCloud2, arrived: float) -> None:
         try:
-            frame = self.path.process(msg, picture=self.outputs.wants_picture())
+            frame = self.path.process(msg, picture=self.outputs.wants_picture(),
+                                      features=self.outputs.wants_features())
         except CloudFormatError as exc:
             self._count('rejected')
             self.log.warning(f'point cloud rejected: {exc}', throttle_duration_sec=2.0)

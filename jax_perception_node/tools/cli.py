@@ -1,5 +1,5 @@
 """
-``jax-perception``: sample-bag, replay, play, bench and demo.
+``jax-perception``: sample-bag, replay, play, record, bench, demo and train.
 
 Each command is a function ``args -> int``; ``main`` turns user errors (bad params, missing or
 unsuitable bags, outputs that cannot be written: every layer's error type, ``USER_ERRORS``) into
@@ -206,7 +206,7 @@ def _replay_fleet(args, cfg, topics: BagTopics) -> int:
 
 def _replay_one(args, cfg, topics: BagTopics) -> int:
     from jax_perception_node.replay import progress_bar, replay_bag
-    from .report import latency_table
+    from .report import detection_line, latency_table
     result = replay_bag(args.input[0], args.out, cfg, topics, snapshot_frames=(0, -1),
                         progress=progress_bar())
     summary = result.summary()
@@ -225,6 +225,8 @@ def _replay_one(args, cfg, topics: BagTopics) -> int:
               f'rejected, {result.frames_without_tf} clouds without TF, '
               f'{result.cameras_without_tf} camera maps without TF')
     print('buckets: ' + ', '.join(f'{k}: {v}' for k, v in summary['buckets'].items()))
+    if result.detection is not None:
+        print(detection_line(result.detection))
     print(latency_table(result.records))
     for line in result.errors[:5]:
         print(f'  rejected: {line}')
@@ -303,8 +305,14 @@ def _with_topics(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the jax-perception argument parser."""
+def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
+    """
+    Build the jax-perception argument parser.
+
+    ``with_train`` False leaves out the train command's arguments, whose module imports the
+    training stack (equinox, optax: a second at start-up); ``main`` asks for them only when
+    the command is ``train``.
+    """
     parser = _Parser(prog='jax-perception', description=__doc__.strip().splitlines()[0])
     sub = parser.add_subparsers(dest='command', required=True, parser_class=_Parser)
 
@@ -360,7 +368,23 @@ def build_parser() -> argparse.ArgumentParser:
                         'wait until every topic has one)')
     p.set_defaults(func=cmd_record)
 
-    p = sub.add_parser('bench', help='side-by-side benchmarks')
+    _add_bench(sub.add_parser('bench', help='side-by-side benchmarks'))
+
+    p = with_params(sub.add_parser('demo', help='the main job on the embedded sample drive'))
+    p.add_argument('--out', default='demo_out')
+    p.add_argument('--seconds', type=float, default=8.0)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser('train', help='train the reference head on sample drives (seeds >= 100)')
+    if with_train:
+        from . import train
+        train.add_arguments(p)
+        p.set_defaults(func=train.cmd_train)
+    return parser
+
+
+def _add_bench(p: argparse.ArgumentParser) -> None:
+    """Add the bench command's arguments."""
     p.add_argument('--quick', action='store_true', help='shorter runs (a few minutes)')
     p.add_argument('--json', help='results file (default: OUT/bench.json)')
     p.add_argument('--out', default='bench_out', help='folder for the table and plot')
@@ -374,16 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
                         'check its targets)')
     p.set_defaults(func=cmd_bench)
 
-    p = with_params(sub.add_parser('demo', help='the main job on the embedded sample drive'))
-    p.add_argument('--out', default='demo_out')
-    p.add_argument('--seconds', type=float, default=8.0)
-    p.set_defaults(func=cmd_demo)
-    return parser
-
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``jax-perception`` console script."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(with_train=argv[:1] == ['train'])
     try:
         args = parser.parse_args(argv)
         if getattr(args, 'rate', 1.0) <= 0:

@@ -3,6 +3,11 @@ The one-command demo: sample drive -> player -> node (own process) -> recorder -
 
 Everything talks over real DDS on loopback (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``) in a
 domain of its own, so two demos on one machine do not see each other.
+
+With a head (the shipped parameters have one), the player also publishes the drive's ground
+truth (``/ground_truth/objects``, restamped like the LiDAR), the recorder keeps it beside the
+node's ``~/output/objects``, and the report scores them (``detection_eval``, paired by stamp)
+and draws both on the BEV picture.
 """
 
 from pathlib import Path
@@ -15,6 +20,7 @@ import time
 from jax_perception_node import bagio
 from jax_perception_node.config import default_params_file, load_config
 from jax_perception_node.latency import percentiles, STAGES
+from jax_perception_node.objects import GROUND_TRUTH_TOPIC
 from jax_perception_node.stamps import stamp_ns
 
 from .processes import console_script, local_ros_env, stop_process
@@ -22,6 +28,14 @@ from .processes import console_script, local_ros_env, stop_process
 RECORDED_TOPICS = {bagio.FEATURES_TOPIC: bagio.IMAGE_TYPE,
                    bagio.LATENCY_TOPIC: bagio.DIAGNOSTICS_TYPE,
                    bagio.DIAGNOSTICS_TOPIC: bagio.DIAGNOSTICS_TYPE}
+# Recorded too when a head is configured: its objects, and the ground truth played beside them.
+HEAD_TOPICS = {bagio.OBJECTS_TOPIC: bagio.DETECTIONS_TYPE,
+               GROUND_TRUTH_TOPIC: bagio.DETECTIONS_TYPE}
+
+
+def recorded_topics(cfg) -> dict[str, str]:
+    """Return topic -> msgtype of what the demo records for ``cfg``."""
+    return {**RECORDED_TOPICS, **(HEAD_TOPICS if cfg.head.module else {})}
 
 
 def sample_bag(out: Path, params: Path, seconds: float) -> Path:
@@ -52,7 +66,7 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0) -> int:
 
     context = rclpy.Context()
     rclpy.init(context=context)
-    recorder = Recorder(recording, RECORDED_TOPICS, context)
+    recorder = Recorder(recording, recorded_topics(cfg), context)
     probe = rclpy.create_node('jax_perception_demo', context=context)
     node_log = open(out / 'node.log', 'w')
     started = time.perf_counter()
@@ -72,10 +86,13 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0) -> int:
         print(f'node ready after {startup_s:.2f} s; playing {bag.name} in real time ...',
               flush=True)
         time.sleep(0.5)     # let the player's publishers and the recorder match first
+        # The ground truth on its own topic, restamped with the LiDAR (see the module doc).
+        truth = ['--remap', f'{GROUND_TRUTH_TOPIC}:={GROUND_TRUTH_TOPIC}'] \
+            if cfg.head.module and _has_topic(bag, GROUND_TRUTH_TOPIC) else []
         player = subprocess.run(
             [console_script('jax-perception'), 'play', str(bag), '--restamp', '--params',
-             str(params_file)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True)
+             str(params_file), *truth], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True)
         if player.returncode != 0:
             print(player.stdout)
             return 1
@@ -92,6 +109,14 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0) -> int:
         probe.destroy_node()
         rclpy.try_shutdown(context=context)
     return write_report(out, bag, recording, cfg, startup_s)
+
+
+def _has_topic(bag: Path, topic: str) -> bool:
+    reader = bagio.open_reader(bag)
+    try:
+        return topic in bagio.topic_types(reader)
+    finally:
+        reader.close()
 
 
 def _pipeline_statuses(statuses, lidar_timeout_s: float):
@@ -113,16 +138,20 @@ def _level(status) -> str:
 def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -> int:
     """Read the recording back and write report.md, bev.png and latency.png."""
     from jax_perception_node.camera import read_features
-    from .report import latency_table, save_bev_png, save_latency_png
+    from jax_perception_node.objects import boxes_from_detections
+    from .report import detection_line, latency_table, save_bev_png, save_latency_png
     reader = bagio.open_reader(bag)
     frames_in = next(c.msgcount for c in reader.connections
                      if c.topic == bagio.POINTCLOUD_TOPIC)
     reader.close()
     records, statuses, best = [], [], None
+    boxes = {bagio.OBJECTS_TOPIC: {}, GROUND_TRUTH_TOPIC: {}}    # topic -> stamp -> rows
     reader = bagio.open_reader(recording)
-    for topic, _, raw, msgtype in bagio.iter_messages(reader, list(RECORDED_TOPICS)):
+    for topic, _, raw, msgtype in bagio.iter_messages(reader, list(recorded_topics(cfg))):
         msg = bagio.TYPESTORE.deserialize_cdr(raw, msgtype)
-        if topic == bagio.LATENCY_TOPIC:
+        if topic in boxes:
+            boxes[topic][stamp_ns(msg.header.stamp)] = boxes_from_detections(msg, ('vehicle',))
+        elif topic == bagio.LATENCY_TOPIC:
             values = {kv.key: float(kv.value) for kv in msg.status[0].values}
             records.append(values)
         elif topic == bagio.DIAGNOSTICS_TOPIC:
@@ -161,10 +190,19 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
         lines.append(f'Points per frame: p50 {points["p50"]:.0f}, max {points["max"]:.0f}; '
                      f'cameras used p50 '
                      f'{percentiles(r["cameras_used"] for r in records)["p50"]:.0f}.')
+    objects, truth = boxes[bagio.OBJECTS_TOPIC], boxes[GROUND_TRUTH_TOPIC]
+    detection = _detection(objects, truth)
+    if detection is not None:
+        lines += ['', f'Head: {detection_line(detection)} over {detection["frames"]} frames '
+                  "(the node's ~/output/objects against the drive's ground truth)."]
     report = '\n'.join(lines) + '\n'
     (out / 'report.md').write_text(report)
     if best is not None:
-        save_bev_png(best[1], cfg.grid, out / 'bev.png', 'demo frame with the most occupied cells')
+        stamp = best[2]
+        drawn = {} if not cfg.head.module else {'boxes': objects.get(stamp),
+                                                'truth': truth.get(stamp)}
+        save_bev_png(best[1], cfg.grid, out / 'bev.png', 'demo frame with the most occupied cells',
+                     **drawn)
     if records:
         save_latency_png(records, out / 'latency.png', 'demo: per-frame latency')
     print(report)
@@ -177,3 +215,12 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
         print(f'FAILED: {compiles} compiles after warm-up')
         return 1
     return 0
+
+
+def _detection(objects: dict, truth: dict) -> dict | None:
+    """detection_eval.evaluate of the frames with both objects and ground truth, or None."""
+    from jax_perception_node.detection_eval import evaluate
+    paired = [(objects[stamp], truth[stamp]) for stamp in sorted(objects) if stamp in truth]
+    if not paired:
+        return None
+    return dict(evaluate(paired), frames=len(paired))

@@ -1,15 +1,22 @@
 """
-Human-facing output: the summary table, the BEV picture and the latency plot.
+Human-facing output: the summary table, the BEV picture (with boxes) and the latency plot.
 
-matplotlib runs headless (Agg) and is imported only when a picture is drawn.
+matplotlib runs headless (Agg) and is imported only when a picture is drawn. Boxes are drawn
+on the ``render.forward_up`` picture (+x up, +y left): a point (x, y) of the grid frame is at
+row ``(x_max - x) / resolution``, column ``(y_max - y) / resolution`` of it (continuous pixel
+coordinates, pixel (r, c) spanning [r, r + 1) x [c, c + 1)).
 """
 
+import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from jax_perception_node.latency import percentiles, STAGES
+from jax_perception_node.object_markers import class_colour
 from jax_perception_node.render import bev_to_rgb, RAMP
 import numpy as np
+
+BOX_SCALE = 4       # picture pixels per BEV cell when boxes are drawn
 
 
 def latency_table(records: Sequence[Mapping[str, float]],
@@ -25,6 +32,15 @@ def latency_table(records: Sequence[Mapping[str, float]],
     return '\n'.join(lines)
 
 
+def detection_line(detection: Mapping) -> str:
+    """One line of a ``detection_eval.evaluate`` dict: AP, range, recall and the counts."""
+    def number(value) -> str:
+        return 'n/a' if value is None else f'{value:.2f}'
+    return (f'detection: AP@{detection["match_m"]:g}m {number(detection["ap_2m"])} within '
+            f'{detection["max_range_m"]:g} m, recall {number(detection["recall"])} '
+            f'({detection["ground_truth"]} vehicles, {detection["predictions"]} boxes)')
+
+
 def pyplot():
     """matplotlib.pyplot on the Agg backend (no display needed)."""
     import matplotlib
@@ -33,12 +49,61 @@ def pyplot():
     return plt
 
 
-def save_bev_png(features: np.ndarray, grid, path: Path, title: str = '') -> Path:
+def box_outline(box: Sequence[float], grid) -> np.ndarray:
+    """
+    Return the 4 BEV corners of a box row as (column, row) of the forward-up picture.
+
+    ``box``: a ``head.BOX_COLUMNS`` row (x, y, z, length, width, height, yaw, ...).
+    """
+    x, y, length, width, yaw = box[0], box[1], box[3], box[4], box[6]
+    along = np.array([1, 1, -1, -1]) * 0.5 * length
+    across = np.array([1, -1, -1, 1]) * 0.5 * width
+    xs = x + math.cos(yaw) * along - math.sin(yaw) * across
+    ys = y + math.sin(yaw) * along + math.cos(yaw) * across
+    return np.stack([(grid.y_max - ys) / grid.resolution,
+                     (grid.x_max - xs) / grid.resolution], axis=1)
+
+
+def draw_boxes(rgb: np.ndarray, grid, boxes=None, truth=None,
+               scale: int = BOX_SCALE) -> np.ndarray:
+    """
+    Draw boxes on a forward-up BEV picture; return it ``scale`` times larger (uint8 RGB).
+
+    ``boxes``: predicted rows, filled in their class's colour (``object_markers``) with a solid
+    edge; ``truth``: ground-truth rows, white outlines. Output pixel (R, C) covers picture
+    coordinates [R / scale, (R + 1) / scale) x [C / scale, (C + 1) / scale).
+    """
+    plt = pyplot()
+    from matplotlib.patches import Polygon
+    height, width = rgb.shape[:2]
+    fig = plt.figure(figsize=(width * scale / 100, height * scale / 100), dpi=100)
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_axis_off()
+    ax.imshow(rgb, extent=(0, width, height, 0), interpolation='nearest')
+    for box in np.asarray(truth if truth is not None else np.zeros((0, 9))):
+        ax.add_patch(Polygon(box_outline(box, grid), closed=True, fill=False,
+                             edgecolor='white', linewidth=1.0))
+    for box in np.asarray(boxes if boxes is not None else np.zeros((0, 9))):
+        colour = class_colour(int(box[8]))
+        ax.add_patch(Polygon(box_outline(box, grid), closed=True, facecolor=(*colour, 0.45),
+                             edgecolor=colour, linewidth=1.5))
+    ax.set_xlim(0, width)
+    ax.set_ylim(height, 0)
+    fig.canvas.draw()
+    picture = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+    plt.close(fig)
+    return picture
+
+
+def save_bev_png(features: np.ndarray, grid, path: Path, title: str = '', boxes=None,
+                 truth=None) -> Path:
     """
     Draw a fused BEV frame, forward up, metres on the axes.
 
-    Left: LiDAR heights (z_max) with camera coverage in grey. Right, when the frame has camera
-    channels: the lifted camera channel with the most variance, masked outside the coverage.
+    Left: LiDAR heights (z_max) with camera coverage in grey, and the ``boxes`` (predicted,
+    filled in their class's colour) and ``truth`` (ground truth, white outlines) when given.
+    Right, when the frame has camera channels: the lifted camera channel with the most
+    variance, masked outside the coverage.
     """
     plt = pyplot()
     camera_channels = features.shape[-1] - 7
@@ -47,13 +112,17 @@ def save_bev_png(features: np.ndarray, grid, path: Path, title: str = '') -> Pat
     # Rows flipped (+x up) and columns flipped (+y left): the extent starts at y_max.
     extent = (grid.y_max, grid.y_min, grid.x_min, grid.x_max)
     ax = axes[0, 0]
-    ax.imshow(bev_to_rgb(features, grid.z_min, grid.z_max), extent=extent,
-              interpolation='nearest')
+    picture = bev_to_rgb(features, grid.z_min, grid.z_max)
+    with_boxes = boxes is not None or truth is not None
+    if with_boxes:
+        picture = draw_boxes(picture, grid, boxes, truth)
+    ax.imshow(picture, extent=extent, interpolation='nearest')
     sm = plt.cm.ScalarMappable(
         cmap=plt.matplotlib.colors.LinearSegmentedColormap.from_list('bev', RAMP / 255),
         norm=plt.Normalize(grid.z_min, grid.z_max))
     fig.colorbar(sm, ax=ax, shrink=0.75, label='LiDAR z_max (m)')
-    ax.set_title('LiDAR heights, camera coverage (grey)')
+    ax.set_title('LiDAR heights, camera coverage (grey)'
+                 + ('\nobjects (filled), ground truth (white)' if with_boxes else ''))
     if camera_channels > 0:
         camera = features[..., 6:6 + camera_channels]
         covered = features[..., -1] > 0

@@ -12,6 +12,7 @@ from configs import PARAMS_FILE, small_params
 from jax_perception_node import bagio
 from jax_perception_node.config import load_config, read_param_file
 from jax_perception_node.stamps import stamp_ns
+from jax_perception_node.tools.bench.checks import edge_cells
 from jax_perception_node.tools.cli import main
 import numpy as np
 import pytest
@@ -101,7 +102,8 @@ def expected_replay(bag, cfg):
             points = points[(np.arange(capacity) * n) // capacity]
         camera, coverage = lift_ref(cfg, maps)
         expected[stamp] = (np.concatenate(
-            [voxelize_ref(points, cfg), camera, coverage[..., None]], axis=2), len(maps), n)
+            [voxelize_ref(points, cfg), camera, coverage[..., None]], axis=2), len(maps), n,
+            edge_cells(cfg, points))
     return expected
 
 
@@ -124,18 +126,24 @@ def test_replay_writes_one_output_per_frame_equal_to_an_independent_expectation(
     expected = expected_replay(sample, cfg)
     assert len(expected) == 15
     # The drive exercises the overflow path and frames that pair all four cameras.
-    assert any(n > 16384 for _, _, n in expected.values())
-    assert any(used == 4 for _, used, _ in expected.values())
+    assert any(n > 16384 for _, _, n, _ in expected.values())
+    assert any(used == 4 for _, used, _, _ in expected.values())
     outputs = read_all(out, [bagio.FEATURES_TOPIC])
     assert len(outputs) == 15
     for _, _, msg in outputs:
-        features, _, _ = expected[stamp_ns(msg.header.stamp)]
-        np.testing.assert_allclose(decode_image(msg), features, rtol=1e-4, atol=1e-4)
+        features, _, _, edges = expected[stamp_ns(msg.header.stamp)]
+        # A point within float32 rounding of a cell border may land in either neighbour
+        # (XLA's fused transform rounds once, the float64 reference not at all): such cells
+        # may differ in their LiDAR statistics, and only a few of them.
+        actual = decode_image(msg)
+        close = np.isclose(actual, features, rtol=1e-4, atol=1e-4).all(axis=-1)
+        assert close[~edges].all() and (~close).sum() <= 3
+        np.testing.assert_allclose(actual[..., 6:], features[..., 6:], rtol=1e-4, atol=1e-4)
     latency = read_all(out, [bagio.LATENCY_TOPIC])
     assert len(latency) == 15 and len(read_all(out, [bagio.IMAGE_TOPIC])) == 15
     for _, _, msg in latency:
         values = {kv.key: kv.value for kv in msg.status[0].values}
-        _, used, n = expected[stamp_ns(msg.header.stamp)]
+        _, used, n, _ = expected[stamp_ns(msg.header.stamp)]
         assert (int(values['cameras_used']), int(values['num_points'])) == (used, n)
         assert int(values['overflow_points']) == max(0, n - 16384)
 

@@ -42,7 +42,8 @@ def test_layout_is_a_foxglove_layout_of_its_panels():
 
 def test_layout_shows_the_node_outputs_and_only_topics_it_publishes():
     shown = shown_topics(json.loads(LAYOUT.read_text()))
-    assert shown['3D'] == {topics.POINTCLOUD_TOPIC, topics.GRID_MAP_TOPIC}
+    assert shown['3D'] == {topics.POINTCLOUD_TOPIC, topics.GRID_MAP_TOPIC,
+                           topics.OBJECTS_MARKERS_TOPIC}
     assert shown['Image'] == {topics.IMAGE_TOPIC}
     assert shown['Plot'] == {topics.PROCESSING_TIME_TOPIC, topics.CYCLIC_TIME_TOPIC,
                              topics.PIPELINE_LATENCY_TOPIC}

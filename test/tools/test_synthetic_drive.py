@@ -3,8 +3,10 @@
 import math
 
 from configs import PARAMS_FILE, small_config
+from jax_perception_node.bagio import TYPESTORE as TS
 from jax_perception_node.camera import scale_camera_info
 from jax_perception_node.config import config_from_parameters, load_config, read_param_file
+from jax_perception_node.objects import DETECTION_ARRAY_TYPE, GROUND_TRUTH_TOPIC
 from jax_perception_node.tools.synthetic_drive import (
     camera_stamp_offset, EPOCH_NS, LidarModel, POINT_DTYPE, SyntheticDrive, write_sample_bag)
 from jax_perception_node.topics import (camera_info_topic, camera_topic, ODOMETRY_TOPIC,
@@ -12,10 +14,8 @@ from jax_perception_node.topics import (camera_info_topic, camera_topic, ODOMETR
 import numpy as np
 import pytest
 from rosbags.rosbag2 import Reader
-from rosbags.typesys import get_typestore, Stores
 
 SECONDS = 2.0
-TS = get_typestore(Stores.ROS2_JAZZY)
 FLOAT32, UINT16 = 7, 4
 
 
@@ -58,10 +58,12 @@ def test_topics_types_and_counts(bag, cfg):
     assert topics == {POINTCLOUD_TOPIC: 'sensor_msgs/msg/PointCloud2',
                       ODOMETRY_TOPIC: 'nav_msgs/msg/Odometry',
                       '/tf': 'tf2_msgs/msg/TFMessage', '/tf_static': 'tf2_msgs/msg/TFMessage',
+                      GROUND_TRUTH_TOPIC: DETECTION_ARRAY_TYPE,
                       **{camera_topic(n): 'sensor_msgs/msg/Image' for n in names},
                       **{camera_info_topic(n): 'sensor_msgs/msg/CameraInfo' for n in names}}
     assert camera_topic('front') == '/jax_perception/input/camera/front/features'
     assert len(clouds(messages)) == summary['frames'] == round(SECONDS * 10)
+    assert sum(topic == GROUND_TRUTH_TOPIC for topic, _, _ in messages) == summary['frames']
     for name in names:
         count = sum(topic == camera_topic(name) for topic, _, _ in messages)
         assert count == summary['camera_messages'][name]
@@ -242,13 +244,14 @@ def test_one_second_bag_holds_the_drive_message_for_message(cfg, tmp_path):
                                                        POINTCLOUD_TOPIC]
     topics = {camera_topic(c.name): c.name for c in cfg.cameras}
     infos = {camera_info_topic(c.name): c for c in cfg.cameras}
-    seen = {POINTCLOUD_TOPIC: 0, ODOMETRY_TOPIC: 0, '/tf': 0, '/tf_static': 0,
+    seen = {POINTCLOUD_TOPIC: 0, GROUND_TRUTH_TOPIC: 0, ODOMETRY_TOPIC: 0, '/tf': 0,
+            '/tf_static': 0,
             **dict.fromkeys(topics, 0), **dict.fromkeys(infos, 0)}
     for topic, stamp, msg in messages:
         t = (stamp - EPOCH_NS) * 1e-9     # bag time = EPOCH_NS + t, as the writer has it
         seen[topic] += 1
-        if topic in ('/tf', '/tf_static', *infos):
-            continue                      # test_tf_and_camera_info_describe_the_drive
+        if topic in ('/tf', '/tf_static', *infos, GROUND_TRUTH_TOPIC):
+            continue                      # test_tf_and_camera_info_..., test_drive_ground_truth
         if topic == POINTCLOUD_TOPIC:
             assert np.array_equal(points_of(msg), drive.lidar_frame(t))
         elif topic == ODOMETRY_TOPIC:
@@ -259,7 +262,8 @@ def test_one_second_bag_holds_the_drive_message_for_message(cfg, tmp_path):
             feats = np.frombuffer(msg.data, '<f4').reshape(cam.height, cam.width, cam.channels)
             assert np.array_equal(feats, drive.camera_features(cam.name, t))
     # 10 sweeps; 50 Hz odometry and 12 Hz maps up to 0.95 s (cameras from a +4..31 ms offset).
-    assert seen == {POINTCLOUD_TOPIC: 10, ODOMETRY_TOPIC: 48, '/tf': 48, '/tf_static': 1,
+    assert seen == {POINTCLOUD_TOPIC: 10, GROUND_TRUTH_TOPIC: 10, ODOMETRY_TOPIC: 48, '/tf': 48,
+                    '/tf_static': 1,
                     **dict.fromkeys(topics, 12), **dict.fromkeys(infos, 12)}
 
 
@@ -300,8 +304,9 @@ def test_tf_and_camera_info_describe_the_drive(bag, cfg):
 def test_lidar_only_and_camera_count_errors(cfg, tmp_path):
     summary = write_sample_bag(tmp_path / 'lidar', cfg, seconds=0.2, num_cameras=0)
     with Reader(tmp_path / 'lidar') as reader:
-        assert set(reader.topics) == {POINTCLOUD_TOPIC, ODOMETRY_TOPIC, '/tf', '/tf_static'}
-        assert reader.message_count == 2 + 2 * summary['odometry_messages'] + 1
+        assert set(reader.topics) == {POINTCLOUD_TOPIC, GROUND_TRUTH_TOPIC, ODOMETRY_TOPIC, '/tf',
+                                      '/tf_static'}
+        assert reader.message_count == 2 * 2 + 2 * summary['odometry_messages'] + 1
     assert summary['camera_messages'] == {}
     two = write_sample_bag(tmp_path / 'two', cfg, seconds=0.2, num_cameras=2)
     assert list(two['camera_messages']) == ['front', 'left']

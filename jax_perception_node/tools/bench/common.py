@@ -107,17 +107,22 @@ def camera_block(name: str, yaw_deg: float, radius_m: float, shape: dict) -> dic
     return params
 
 
-def bench_params(plan: Plan, cameras: int | str, buckets=None, cache_dir: str = '') -> dict:
+def bench_params(plan: Plan, cameras: int | str, buckets=None, cache_dir: str = '',
+                 head: bool = False) -> dict:
     """
     Flat parameters for a benchmark: the shipped config with a chosen camera rig.
 
     cameras: 0, 1 (the front camera), 6 (the ring) or 'shipped' (the shipped four cameras).
     ``buckets`` replaces the shipped ones; ``cache_dir`` '' disables the persistent cache so
     compile costs are not blurred. The tiny plan shrinks the grid and the feature maps.
+    ``head``: keep the shipped head (its weights fit the shipped cameras and channels); by
+    default the parts time the BEV alone (head.module '').
     """
     shipped = read_param_file(default_params_file())
     params = {k: v for k, v in shipped.items() if not k.startswith('cameras.')}
     params['compilation_cache_dir'] = cache_dir
+    if not head:
+        params['head.module'] = ''
     if buckets is None and plan.tiny:
         buckets = (256, 1024)
     if buckets is not None:

@@ -44,6 +44,10 @@ def targets(results: dict) -> list[dict]:
         if part and 'speedup_vs_numba' in part:
             items.append(item(f'pipeline.{name}; slowest of 32k and 131k points, 0 and 6 '
                               'cameras)', '>= 1.0', part['speedup_vs_numba'], lambda v: v >= 1))
+    head = results.get('head') or {}
+    if 'compute_ratio' in head:     # results from before the head render as they were
+        items.append(item('head.compute_ratio (compute_ms with / without the head, 131k points, '
+                          '4 cameras)', '<= 1.30', head['compute_ratio'], lambda v: v <= 1.30))
     items += [
         item('ros.overhead_ms', '< 2', ros.get('overhead_ms'), lambda v: v < 2),
         item('startup.warm_s / startup.cold_s', '<= 0.25',
@@ -90,7 +94,7 @@ def markdown(results: dict, nested: bool = False) -> str:
     """
     lines = _header(results)
     for part in (_recompile_part, _pipeline_part, _ros_part, _startup_part, _memory_part,
-                 _fleet_part, _accumulation_part, _device_part):
+                 _fleet_part, _accumulation_part, _head_part, _device_part):
         lines += part(results)
     if nested:
         lines = ['#' + line if line.startswith('## ') else line for line in lines]
@@ -357,6 +361,29 @@ def _accumulation_part(results: dict) -> list[str]:
             f'{_fmt(r["device_ms"]["p50"])} | {_fmt(r["x_vs_1_sweep"])} | '
             f'{r["occupied_cells"]} |')
     return lines + ['', f'Compiles during the timed frames: {acc["compiles_during_frames"]}.']
+
+
+def _head_part(results: dict) -> list[str]:
+    """Part 9: what the learned head adds to a frame."""
+    head = ran(results, 'head')
+    if head is None:
+        return []
+    lines = _table_part(
+        '9. The learned head (same executable as the BEV)',
+        f'{head["points"]} points, {head["cameras"]} cameras, the shipped config with and '
+        f'without `{head["head"]}` (top {head["max_objects"]} peaks decoded on the device), '
+        f'on {head["device"]}; the two pipelines take turns on every frame. compute = '
+        'transfer, device, fetch of the BEV; head = fetching and thresholding the boxes.',
+        '| pipeline | compute p50 ms | compute p99 ms | head p50 ms | process() p50 ms |',
+        '|---|---:|---:|---:|---:|')
+    for r in head['rows']:
+        lines.append(f'| {r["pipeline"]} | {_fmt(r["compute_ms"]["p50"])} | '
+                     f'{_fmt(r["compute_ms"]["p99"])} | {_fmt(r["head_ms"]["p50"], 3)} | '
+                     f'{_fmt(r["process_ms"]["p50"])} |')
+    return lines + ['', f'With / without the head: {_fmt(head["compute_ratio"])}x compute '
+                    f'(target <= {_fmt(head["budget"])}); {_fmt(head["objects_per_frame"], 1)} '
+                    f'boxes per frame; compiles during the timed frames: '
+                    f'{head["compiles_during_frames"]}.']
 
 
 def _device_part(results: dict) -> list[str]:

@@ -36,7 +36,13 @@ frame ``map`` = world, for multi-sweep accumulation; the same pose as map -> bas
 Each feature map comes with a sensor_msgs/CameraInfo of an image 8 times its size, whose K
 scales to the configured intrinsics exactly.
 
-Only NumPy and ``rosbags`` are used: no ROS installation, no JAX.
+Ground truth (vision_msgs/Detection3DArray on ``/ground_truth/objects``, one per sweep, same
+stamp, frame ``grid.frame_id``): the vehicles, parked and moving, whose centre lies in the grid
+and that at least 5 of the sweep's returns hit (``SyntheticDrive.ground_truth``), as boxes with
+stable ids; see ``jax_perception_node.objects`` for the message layout.
+
+Only NumPy and ``rosbags`` are used (vision_msgs' definitions come from the installed
+interfaces): no ROS installation, no JAX.
 """
 
 from .drive import LidarModel, SyntheticDrive

@@ -10,7 +10,8 @@ from .camera_render import camera_rays, render
 from .scene import (BCLS, BHX, BHY, BHZ, box_hits, BRHO, BVX, BVY, BX, BY, BYAW, BZ,
                     CAMERA_VIEW_M, CCLS, CR, CRHO, CVX, CVY, CX, CY, cylinder_hits, CZ0, CZ1,
                     EGO_LANE_Y, EGO_SPEED, expand, GROUND, ground_reflectivity, make_tile,
-                    POINT_DTYPE, TILE, time_key, TRAFFIC, vehicle)
+                    POINT_DTYPE, sweep_points_in_boxes, TILE, time_key, TRAFFIC, VEHICLE,
+                    vehicle)
 
 
 @dataclass(frozen=True)
@@ -134,24 +135,33 @@ class SyntheticDrive:
         class; cylinders ``x, y, vx, vy, radius, z0, z1, reflectivity, class``. Every object
         reaching into the interval is included, and some beyond it.
         """
+        boxes, cylinders, _ = self._scene(x_lo, x_hi, t)
+        return boxes, cylinders
+
+    def _scene(self, x_lo: float, x_hi: float, t: float, ids: bool = False):
+        """Like ``scene``, plus the box rows' ids if ``ids`` (else None): see ground_truth."""
         tiles = range(math.floor(x_lo / TILE) - 1, math.floor(x_hi / TILE) + 1)
         parts = [self._tile(k) for k in tiles]
-        boxes = [p[0] for p in parts] + [self._traffic(x_lo - 20.0, x_hi + 20.0, t)]
-        boxes = np.concatenate(boxes)
+        traffic, keys = self._traffic(x_lo - 20.0, x_hi + 20.0, t)
+        boxes = np.concatenate([p[0] for p in parts] + [traffic])
         cylinders = np.concatenate([p[1] for p in parts])
         boxes[:, BX] += boxes[:, BVX] * t
         boxes[:, BY] += boxes[:, BVY] * t
         cylinders[:, CX] += cylinders[:, CVX] * t
         cylinders[:, CY] += cylinders[:, CVY] * t
-        return boxes, cylinders
+        names = None
+        if ids:
+            names = [f'tile{k}-{i}' for k, p in zip(tiles, parts) for i in range(len(p[0]))]
+            names += [f'lane{lane}-{n}' for lane, n in keys]
+        return boxes, cylinders, names
 
     def _tile(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         if k not in self._tiles:
             self._tiles[k] = make_tile(np.random.default_rng([self.seed, 1, k + 2**32]), k)
         return self._tiles[k]
 
-    def _traffic(self, x_lo: float, x_hi: float, t: float) -> np.ndarray:
-        rows = []
+    def _traffic(self, x_lo: float, x_hi: float, t: float) -> tuple[np.ndarray, list]:
+        rows, keys = [], []
         for lane, (y, speed, first, spacing, jitter, n_min) in enumerate(TRAFFIC):
             n_lo = math.floor((x_lo - speed * t - first - jitter) / spacing)
             n_hi = math.ceil((x_hi - speed * t - first + jitter) / spacing)
@@ -162,10 +172,49 @@ class SyntheticDrive:
                 if key not in self._vehicles:
                     rng = np.random.default_rng([self.seed, 3, lane, n + 2**32])
                     x0 = first + spacing * n + rng.uniform(-jitter, jitter)
+                    # Heading along the lane's direction, so the velocity is (speed, 0).
                     self._vehicles[key] = vehicle(rng, x0, y, 0.0 if speed > 0 else math.pi,
-                                                  speed)
+                                                  abs(speed))
                 rows.append(self._vehicles[key])
-        return np.array(rows).reshape(-1, 11)
+                keys.append(key)
+        return np.array(rows).reshape(-1, 11), keys
+
+    # ---------------------------------------------------------------- ground truth
+
+    def ground_truth(self, t: float, points: np.ndarray | None = None,
+                     min_points: int = 5) -> tuple[np.ndarray, list[str]]:
+        """
+        Return the visible vehicles at time t (s), the LiDAR stamp: (float64[n, 9] rows, ids).
+
+        Rows (``head.BOX_COLUMNS``): x, y, z (box centre, m, grid frame: base_link at t, whose
+        axes are the world's), length, width, height (m), yaw (rad, in (-pi, pi]), score 1,
+        class 0 (vehicle), for the parked cars and the traffic whose centre at t lies in the
+        grid's x and y range and that at least ``min_points`` returns of the sweep starting at
+        t hit: a point counts when it lies inside the box grown by 0.2 m, both where they are
+        when the point fires (tau s after t: the LiDAR frame at t + tau, the box at its centre
+        at t + v tau). nuScenes likewise drops the boxes no LiDAR point falls in. ``points``:
+        ``lidar_frame(t)``, when the caller has it (else it is cast here). Ids are stable per
+        vehicle: 'tile<k>-<i>' (the i-th box of the 40 m tile k) or 'lane<l>-<n>' (traffic).
+        """
+        grid = self.cfg.grid
+        ego = self.ego_position(t)
+        boxes, _, ids = self._scene(ego[0] + grid.x_min, ego[0] + grid.x_max, t, ids=True)
+        boxes[:, [BX, BY, BZ]] -= ego
+        keep = np.flatnonzero((boxes[:, BCLS] == VEHICLE)
+                              & (boxes[:, BX] >= grid.x_min) & (boxes[:, BX] < grid.x_max)
+                              & (boxes[:, BY] >= grid.y_min) & (boxes[:, BY] < grid.y_max))
+        if points is None:
+            points = self.lidar_frame(t)
+        counts = sweep_points_in_boxes(points, self._lidar_rot, self._lidar_trans,
+                                       self.ego_velocity, boxes[keep], 0.2)
+        seen = counts >= min_points
+        keep = keep[seen]
+        rows = np.zeros((len(keep), 9))
+        rows[:, :3] = boxes[keep][:, [BX, BY, BZ]]
+        rows[:, 3:6] = 2.0 * boxes[keep][:, [BHX, BHY, BHZ]]
+        rows[:, 6] = math.pi - np.mod(math.pi - boxes[keep, BYAW], 2.0 * math.pi)
+        rows[:, 7] = 1.0
+        return rows, [ids[k] for k in keep]
 
     # ---------------------------------------------------------------- LiDAR
 

@@ -7,20 +7,22 @@ from pathlib import Path
 import shutil
 from typing import Callable, Mapping
 
-from jax_perception_node.bagio import offered_qos, TF_TYPE
+from jax_perception_node.bagio import message_class, offered_qos, TF_TYPE, TYPESTORE
 from jax_perception_node.config import PipelineConfig
+from jax_perception_node.objects import (DETECTION_ARRAY_TYPE, detections_message,
+                                         GROUND_TRUTH_TOPIC)
 from jax_perception_node.topics import (camera_info_topic, camera_topic, ODOMETRY_TOPIC,
                                         POINTCLOUD_TOPIC)
 from jax_perception_node.transforms import TF_STATIC_TOPIC, TF_TOPIC
 import numpy as np
 from rosbags.rosbag2 import StoragePlugin, Writer
-from rosbags.typesys import get_typestore, Stores
 
 from .drive import LidarModel, SyntheticDrive
 from .scene import EGO_SPEED, EPOCH_NS, ODOMETRY_FRAME_ID, POINT_FIELDS, POINT_STEP
 
 ODOMETRY = ':odometry'      # event name: no camera name can have a colon
 IMAGE_SCALE = 8             # CameraInfo describes an image this many times the feature map
+GROUND_TRUTH_CLASSES = ('vehicle',)     # class names of the ground truth's class indices
 
 
 # -------------------------------------------------------------------- bag writing
@@ -48,6 +50,9 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     never later than half a LiDAR period after the last sweep; each map is followed by its
     sensor_msgs/CameraInfo on ``camera_info_topic(name)`` (same stamp and frame) for an image
     ``IMAGE_SCALE`` times the map, whose K scales to the configured intrinsics exactly.
+    Each sweep is followed by its ground truth on :data:`GROUND_TRUTH_TOPIC`
+    (vision_msgs/Detection3DArray, same stamp, frame ``cfg.grid.frame_id``): the visible
+    vehicles, ``SyntheticDrive.ground_truth``, as ``objects.detections_message`` lays them out.
     nav_msgs/Odometry of the grid frame (``cfg.grid.frame_id``, the ego's base_link) in the
     fixed frame ``map`` goes to :data:`ODOMETRY_TOPIC` at ``odometry_hz`` (0: none), stamps
     n / odometry_hz up to half a LiDAR period after the last sweep, each written before a
@@ -56,10 +61,11 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     parameters' poses. Bag time = header stamp = ``EPOCH_NS`` + t. The bytes
     depend only on the arguments (of the path, its last component, which names the .mcap file)
     and the rosbags version. ``progress(done, total)`` is called after every message.
-    Raises FileExistsError if ``path`` exists, ValueError on bad arguments; a failed write
-    leaves nothing behind. Returns a summary: path, seconds, seed, frames, camera_messages
-    (name -> count; as many CameraInfo), odometry_messages (as many /tf), min_points,
-    max_points, mean_points (per LiDAR frame).
+    Raises FileExistsError if ``path`` exists, ValueError on bad arguments, bagio.BagError when
+    vision_msgs is not installed; a failed write leaves nothing behind. Returns a summary:
+    path, seconds, seed, frames, camera_messages (name -> count; as many CameraInfo),
+    odometry_messages (as many /tf), ground_truth_messages (one per frame), ground_truth_boxes
+    (in all of them), min_points, max_points, mean_points (per LiDAR frame).
     """
     path = Path(path)
     if path.exists():
@@ -77,8 +83,8 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     events = event_schedule(frames, lidar_hz, rates, odometry_hz)
     try:
         with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
-            counts, points_per_frame = _write_events(writer, _Messages(drive), events,
-                                                     odometry_hz > 0, progress)
+            counts, sweeps = _write_events(writer, _Messages(drive), events, odometry_hz > 0,
+                                           progress)
     except BaseException:
         # The path did not exist before: whatever is there now is our partial bag.
         shutil.rmtree(path, ignore_errors=True)
@@ -91,9 +97,11 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
         'frames': frames,
         'camera_messages': counts,
         'odometry_messages': odometry_messages,
-        'min_points': min(points_per_frame),
-        'max_points': max(points_per_frame),
-        'mean_points': round(float(np.mean(points_per_frame)), 1),
+        'ground_truth_messages': len(sweeps),
+        'ground_truth_boxes': int(sum(boxes for _, boxes in sweeps)),
+        'min_points': min(points for points, _ in sweeps),
+        'max_points': max(points for points, _ in sweeps),
+        'mean_points': round(float(np.mean([points for points, _ in sweeps])), 1),
     }
 
 
@@ -136,11 +144,12 @@ def event_schedule(frames: int, lidar_hz: float, camera_rates: Mapping[str, floa
 
 
 class _Messages:
-    """The drive's messages as rosbags (ROS 2 Jazzy) objects, and their types' names."""
+    """The drive's messages as rosbags (ROS 2 Jazzy + interfaces) objects, and type names."""
 
     def __init__(self, drive: SyntheticDrive):
         self.drive = drive
-        self.ts = get_typestore(Stores.ROS2_JAZZY)
+        self.ts = TYPESTORE
+        message_class(DETECTION_ARRAY_TYPE)     # BagError now when vision_msgs is missing
         types = self.ts.types
         self.cloud_type = types['sensor_msgs/msg/PointCloud2'].__msgtype__
         self.image_type = types['sensor_msgs/msg/Image'].__msgtype__
@@ -195,9 +204,16 @@ class _Messages:
                                                        nanosec=stamp_ns % 10**9),
             frame_id=frame_id)
 
-    def cloud(self, stamp_ns: int, t: float):
-        """Build the LiDAR sweep starting at t (s) as a PointCloud2 in the LiDAR frame."""
+    def sweep(self, stamp_ns: int, t: float):
+        """Build the LiDAR sweep starting at t (s) and its ground truth: (cloud, objects)."""
         points = self.drive.lidar_frame(t)
+        boxes, ids = self.drive.ground_truth(t, points)
+        truth = detections_message(self.ts.types, boxes, GROUND_TRUTH_CLASSES, stamp_ns,
+                                   self.drive.cfg.grid.frame_id, ids)
+        return self.cloud(stamp_ns, points), truth
+
+    def cloud(self, stamp_ns: int, points: np.ndarray):
+        """Build a PointCloud2 in the LiDAR frame of a sweep's points (``POINT_DTYPE``)."""
         return self.ts.types['sensor_msgs/msg/PointCloud2'](
             header=self.header(stamp_ns, self.drive.cfg.lidar_frame_id), height=1,
             width=len(points),
@@ -237,10 +253,11 @@ class _Messages:
 def _write_events(writer: Writer, messages: _Messages, events, odometry: bool,
                   progress: Callable[[int, int], None] | None) -> tuple[dict, list]:
     """
-    Write every event's messages; return (messages per camera name and ODOMETRY, sweep sizes).
+    Write every event's messages; return (messages per camera name and ODOMETRY, sweeps).
 
-    /tf_static comes first. Connections are added in the order LiDAR, cameras, /tf_static,
-    camera infos, odometry and /tf (these two only with ``odometry``).
+    sweeps: (points, ground truth boxes) per sweep. /tf_static comes first. Connections are
+    added in the order LiDAR, cameras, /tf_static, camera infos, odometry and /tf (these two
+    only with ``odometry``), ground truth.
     """
     ts, cameras = messages.ts, messages.drive.cameras
     types = {'': messages.cloud_type, ODOMETRY: messages.odometry_type}
@@ -261,23 +278,27 @@ def _write_events(writer: Writer, messages: _Messages, events, odometry: bool,
     if odometry:
         conn[ODOMETRY_TOPIC] = add(ODOMETRY_TOPIC, messages.odometry_type, reliable)
         conn[TF_TOPIC] = add(TF_TOPIC, TF_TYPE, [offered_qos(depth=100)])
-    # /tf_static, then one message per sweep and two per map (+ CameraInfo) or pose (+ /tf).
-    total, done = 1 + sum(2 if name else 1 for _, _, name in events), 1
+    # Reliable, as a detector's output: each array is needed, for evaluation.
+    conn[GROUND_TRUTH_TOPIC] = add(GROUND_TRUTH_TOPIC, DETECTION_ARRAY_TYPE, reliable)
+    # /tf_static, then two messages per sweep (+ ground truth), map (+ CameraInfo), pose (+ /tf).
+    total, done = 1 + 2 * len(events), 1
     first = EPOCH_NS + (events[0][0] if events else 0)
     writer.write(conn[TF_STATIC_TOPIC], first,
                  ts.serialize_cdr(messages.tf_static(first), TF_TYPE))
     if progress is not None:
         progress(1, total)
     counts = {cam.name: 0 for cam in cameras} | {ODOMETRY: 0}
-    points_per_frame = []
+    sweeps = []
     for rel_ns, _, name in events:
         stamp, t = EPOCH_NS + rel_ns, rel_ns * 1e-9
         if name == ODOMETRY:
             out = [(ODOMETRY_TOPIC, messages.odometry(stamp, t), messages.odometry_type),
                    (TF_TOPIC, messages.tf(stamp, t), TF_TYPE)]
         elif not name:
-            out = [(POINTCLOUD_TOPIC, messages.cloud(stamp, t), messages.cloud_type)]
-            points_per_frame.append(out[0][1].width)
+            cloud, truth = messages.sweep(stamp, t)
+            out = [(POINTCLOUD_TOPIC, cloud, messages.cloud_type),
+                   (GROUND_TRUTH_TOPIC, truth, DETECTION_ARRAY_TYPE)]
+            sweeps.append((cloud.width, len(truth.detections)))
         else:
             out = [(topics[name], messages.image(name, stamp, t), messages.image_type),
                    (infos[name], messages.camera_info(name, stamp), info_type)]
@@ -288,4 +309,4 @@ def _write_events(writer: Writer, messages: _Messages, events, odometry: bool,
             done += 1
             if progress is not None:
                 progress(done, total)
-    return counts, points_per_frame
+    return counts, sweeps

@@ -132,6 +132,69 @@ def cylinder_hits(px, py, oz, dirs, radius, z0, z1):
     return dist, cos_inc, normal
 
 
+def points_in_boxes(points: np.ndarray, tau: np.ndarray, boxes: np.ndarray,
+                    grow: float = 0.0) -> np.ndarray:
+    """
+    Count the points inside each moving yawed box, shape (K,) int64.
+
+    points (N, 3): where each point was, relative to a reference position (m, world axes), at
+    its time tau (N,) (s after the reference time); boxes (K, 11): box rows at the reference
+    time, relative to the same position, moving with their velocity. A point is inside when it
+    lies within the box grown by ``grow`` (m) on every side at the point's time.
+    """
+    counts = np.zeros(len(boxes), dtype=np.int64)
+    if not len(points) or not len(boxes):
+        return counts
+    order = np.argsort(points[:, 0], kind='stable')
+    xs = points[order, 0]
+    late = float(np.max(np.abs(tau)))
+    for k, row in enumerate(boxes):
+        # A disc around the footprint, widened by the box's motion, bounds the x interval.
+        speed = math.hypot(row[BVX], row[BVY])
+        reach = math.hypot(row[BHX] + grow, row[BHY] + grow) + speed * late
+        lo, hi = np.searchsorted(xs, [row[BX] - reach, row[BX] + reach + 1e-9])
+        near = order[lo:hi]
+        t = tau[near]
+        dx = points[near, 0] - row[BX] - row[BVX] * t
+        dy = points[near, 1] - row[BY] - row[BVY] * t
+        dz = points[near, 2] - row[BZ]
+        c, s = math.cos(row[BYAW]), math.sin(row[BYAW])
+        inside = ((np.abs(c * dx + s * dy) <= row[BHX] + grow)
+                  & (np.abs(-s * dx + c * dy) <= row[BHY] + grow)
+                  & (np.abs(dz) <= row[BHZ] + grow))
+        counts[k] = np.count_nonzero(inside)
+    return counts
+
+
+def sweep_points_in_boxes(points: np.ndarray, rotation: np.ndarray, translation: np.ndarray,
+                          ego_velocity: np.ndarray, boxes: np.ndarray,
+                          grow: float) -> np.ndarray:
+    """
+    Count a sweep's points in each box, shape (K,) int64 (``points_in_boxes``).
+
+    points: the sweep (``POINT_DTYPE``, LiDAR frame at each point's time); rotation (3, 3),
+    translation (3,): the LiDAR's pose in base_link; ego_velocity (2,): base_link's (m/s,
+    heading 0, horizontal); boxes (K, 11): rows relative to base_link at the sweep's stamp.
+    """
+    if not len(boxes):
+        return np.zeros(0, np.int64)
+    xyz = [points[axis].astype(np.float64) for axis in 'xyz']
+    # Only points within the boxes' height band can count (most are ground): drop the rest
+    # before the full transform. The LiDAR moves horizontally, so z needs no motion.
+    z = rotation[2, 0] * xyz[0] + rotation[2, 1] * xyz[1] + rotation[2, 2] * xyz[2] \
+        + translation[2]
+    band = np.flatnonzero((z >= np.min(boxes[:, BZ] - boxes[:, BHZ]) - grow)
+                          & (z <= np.max(boxes[:, BZ] + boxes[:, BHZ]) + grow))
+    tau = points['time'][band].astype(np.float64)
+    rel = np.empty((len(band), 3))
+    for i in range(2):
+        # Where each point was relative to base_link at the stamp: it had moved on since.
+        rel[:, i] = (rotation[i, 0] * xyz[0][band] + rotation[i, 1] * xyz[1][band]
+                     + rotation[i, 2] * xyz[2][band] + translation[i] + ego_velocity[i] * tau)
+    rel[:, 2] = z[band]
+    return points_in_boxes(rel, tau, boxes, grow)
+
+
 # -------------------------------------------------------------------- scene content
 
 

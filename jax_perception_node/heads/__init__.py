@@ -1,0 +1,1 @@
+"""Heads shipped with the package: factories for ``head.module`` (see ``head.py``)."""

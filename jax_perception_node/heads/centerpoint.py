@@ -1,0 +1,147 @@
+"""
+The reference head: a small CenterPoint-style vehicle detector on the fused BEV, in Equinox.
+
+``vehicle_head`` is the factory named by ``head.module:
+'jax_perception_node.heads.centerpoint:vehicle_head'``. The network, channel-last throughout
+(XLA on the CPU is faster with NHWC, and the BEV is channel-last):
+
+- 4 x 4 pooling of the BEV float32[H, W, C] to stride 4: max and mean of every channel, 2C
+  channels;
+- a fixed per-channel input normalization ``(x - mean) / std``, the statistics of the training
+  BEVs (set by the trainer, never trained). It is applied after the pooling, which is the same
+  as before it (max and mean commute with a positive affine map per channel) at 1/16 the cost;
+- conv 3x3 2C -> 32 + ReLU, conv 3x3 dilation 2 32 -> 32 + ReLU;
+- conv 1x1 32 -> 9: heatmap logit (bias -2.19, a prior of 0.1 as in CenterPoint), centre
+  offset (2), centre z (1), log size (3), sin and cos of the yaw (2).
+
+The parameters are the arrays of the Equinox module (``eqx.partition(model, eqx.is_array)``);
+``apply`` combines them with the static rest and calls it, so they are traced arguments.
+"""
+
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..head import HeadInput, HeadSpec
+from ..parameters import ConfigError
+
+STRIDE = 4
+CLASSES = ('vehicle',)
+HIDDEN = 32
+# The head's outputs (the head contract's keys) and their channels, in the last conv's order.
+OUTPUTS = (('heatmap', len(CLASSES)), ('offset', 2), ('z', 1), ('size', 3), ('yaw', 2))
+HEATMAP_PRIOR = 0.1        # initial score everywhere: bias log(p / (1 - p)) = -2.19
+WEIGHTS = Path(__file__).with_name('centerpoint_vehicle.npz')
+
+
+class Conv(eqx.Module):
+    """A 2-D convolution, NHWC input, HWIO kernel, 'same' padding, optional dilation."""
+
+    weight: jax.Array              # float32[k, k, C_in, C_out]
+    bias: jax.Array                # float32[C_out]
+    dilation: int = eqx.field(static=True, default=1)
+
+    @classmethod
+    def create(cls, rng: np.random.Generator, k: int, c_in: int, c_out: int,
+               dilation: int = 1, gain: float = 2.0) -> 'Conv':
+        """Return a conv with He-normal weights (variance ``gain / fan_in``) and zero bias."""
+        std = np.sqrt(gain / (k * k * c_in))
+        weight = (rng.standard_normal((k, k, c_in, c_out)) * std).astype(np.float32)
+        return cls(weight, np.zeros(c_out, np.float32), dilation)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """Convolve float32[N, H, W, C_in] to float32[N, H, W, C_out]."""
+        pad = self.dilation * (self.weight.shape[0] // 2)
+        y = jax.lax.conv_general_dilated(
+            x, self.weight, window_strides=(1, 1), padding=((pad, pad), (pad, pad)),
+            rhs_dilation=(self.dilation, self.dilation),
+            dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+        return y + self.bias
+
+
+class CenterPointHead(eqx.Module):
+    """The network; see the module doc. ``mean`` and ``std`` are fixed, not trained."""
+
+    mean: jax.Array                # float32[C], per BEV channel
+    std: jax.Array                 # float32[C], per BEV channel, > 0
+    conv1: Conv
+    conv2: Conv
+    out: Conv
+    stride: int = eqx.field(static=True, default=STRIDE)
+
+    @classmethod
+    def create(cls, channels: int, seed: int = 0) -> 'CenterPointHead':
+        """Return an untrained head for a BEV of ``channels`` channels (identity statistics)."""
+        rng = np.random.default_rng(seed)
+        outputs = sum(n for _, n in OUTPUTS)
+        out = Conv.create(rng, 1, HIDDEN, outputs, gain=1.0)
+        bias = np.zeros(outputs, np.float32)
+        bias[:len(CLASSES)] = np.log(HEATMAP_PRIOR / (1.0 - HEATMAP_PRIOR))
+        return cls(np.zeros(channels, np.float32), np.ones(channels, np.float32),
+                   Conv.create(rng, 3, 2 * channels, HIDDEN),
+                   Conv.create(rng, 3, HIDDEN, HIDDEN, dilation=2),
+                   eqx.tree_at(lambda c: c.bias, out, bias))
+
+    def pool(self, bev: jax.Array) -> jax.Array:
+        """Pool float32[N, H, W, C] to float32[N, H/s, W/s, 2C]: max, then mean, per channel."""
+        n, h, w, c = bev.shape
+        s = self.stride
+        blocks = bev.reshape(n, h // s, s, w // s, s, c)
+        return jnp.concatenate([blocks.max(axis=(2, 4)), blocks.mean(axis=(2, 4))], axis=-1)
+
+    def from_pooled(self, pooled: jax.Array) -> dict[str, jax.Array]:
+        """Return the outputs, each float32[N, H/s, W/s, n], of pooled raw features."""
+        mean = jnp.concatenate([self.mean, self.mean])
+        scale = 1.0 / jnp.concatenate([self.std, self.std])
+        x = (pooled - mean) * scale
+        x = jax.nn.relu(self.conv1(x))
+        x = jax.nn.relu(self.conv2(x))
+        y = self.out(x)
+        outputs, start = {}, 0
+        for name, n in OUTPUTS:
+            outputs[name] = y[..., start:start + n]
+            start += n
+        return outputs
+
+    def __call__(self, bev: jax.Array) -> dict[str, jax.Array]:
+        """Return the head contract's dict for one BEV float32[H, W, C]."""
+        outputs = self.from_pooled(self.pool(bev[None]))
+        return {name: value[0] for name, value in outputs.items()}
+
+
+def check_input(head_input: HeadInput) -> None:
+    """Raise ConfigError unless the grid's rows and columns are multiples of the stride."""
+    if head_input.height % STRIDE or head_input.width % STRIDE:
+        raise ConfigError(
+            f'head.module: the CenterPoint head needs a grid of rows and columns divisible by '
+            f'{STRIDE}, got {head_input.height} x {head_input.width}')
+
+
+def vehicle_head(head_input: HeadInput) -> HeadSpec:
+    """
+    Return the reference vehicle head for a BEV of ``head_input``'s shape.
+
+    Args
+    ----
+    head_input: the BEV's rows, columns, channels and cell size.
+
+    Returns
+    -------
+    HeadSpec: ``apply(params, bev)`` -> the CenterPoint outputs at stride 4, the untrained
+    parameters (the checkpoint layout), class 'vehicle' and the shipped weights' path.
+
+    Raises
+    ------
+    ConfigError: rows or columns not divisible by 4.
+
+    """
+    check_input(head_input)
+    params, static = eqx.partition(CenterPointHead.create(head_input.channels), eqx.is_array)
+
+    def apply(params, bev):
+        return eqx.combine(params, static)(bev)
+
+    return HeadSpec(apply, params, STRIDE, CLASSES, WEIGHTS)

@@ -1,0 +1,440 @@
+"""
+``jax-perception train BAGS... --out WEIGHTS``: train the reference head on sample drives.
+
+Train only on drives written with ``jax-perception sample-bag --seed K`` for seeds K >= 100;
+tests, the demo and the benchmarks use seeds below 100, and evaluation never uses a training
+seed. The trainer cannot tell a bag's seed, so it refuses nothing about seeds: that rule is
+the caller's.
+
+Each bag is replayed through the node's own frame path (``replay``'s message handling, the
+pipeline without a head), so a training BEV is exactly what the node computes; each LiDAR
+frame pairs with the ``/ground_truth/objects`` message of its stamp. A bag without ground truth
+is refused. The BEVs are kept 4 x 4 pooled (the head's first, parameter-free step), the input
+normalization is their per-channel mean and standard deviation, never trained.
+
+Targets (CenterPoint): a Gaussian heatmap at stride 4 (radius from the box's size in output
+cells, CenterPoint's ``gaussian_radius`` at overlap 0.1, at least 2 cells), and at the centre
+cell only the offset, z, log size and sin/cos yaw. Loss: the focal loss of the heatmap plus
+0.25 x the L1 of the regression, both per object. Random flips of x and y augment; optax
+AdamW with a warm-up and cosine decay.
+"""
+
+import argparse
+from dataclasses import replace
+import math
+import os
+from pathlib import Path
+import sys
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from .. import bagio
+from ..config import default_params_file, HeadConfig, load_config
+from ..frame_path import FramePath
+from ..head import HeadInput, save_weights
+from ..heads.centerpoint import CenterPointHead, check_input, CLASSES, STRIDE
+from ..objects import GROUND_TRUTH_TOPIC
+from ..parameters import ConfigError
+from ..pipeline import BevPipeline
+from ..replay import BagFrames, read_ground_truth, ReplayResult
+
+DEFAULT_STEPS = 6000
+DEFAULT_BATCH = 8
+LEARNING_RATE = 3e-3
+WEIGHT_DECAY = 1e-4
+REG_WEIGHT = 0.25          # CenterPoint's weight of the box regression against the heatmap
+MIN_OVERLAP = 0.1          # CenterPoint's gaussian_radius overlap
+MIN_RADIUS = 2             # output cells
+REGRESSION = 8             # offset 2, z 1, log size 3, sin/cos yaw 2
+
+
+class Dataset:
+    """Pooled training BEVs, their ground-truth boxes and the BEVs' per-channel statistics."""
+
+    def __init__(self, channels: int):
+        self.pooled: list[np.ndarray] = []        # float32[h, w, 2C] each
+        self.boxes: list[np.ndarray] = []         # float32[n, 9] each
+        self.without_truth = 0                    # frames with no ground truth at their stamp
+        self._sum = np.zeros(channels)
+        self._squares = np.zeros(channels)
+        self._cells = 0
+
+    def add(self, features: np.ndarray, pooled: np.ndarray, boxes: np.ndarray) -> None:
+        """Keep one frame: its pooled BEV and boxes; its full BEV enters the statistics."""
+        flat = features.reshape(-1, features.shape[-1]).astype(np.float64)
+        self._sum += flat.sum(axis=0)
+        self._squares += np.einsum('nc,nc->c', flat, flat)
+        self._cells += flat.shape[0]
+        self.pooled.append(pooled)
+        self.boxes.append(boxes)
+
+    def statistics(self) -> tuple[np.ndarray, np.ndarray]:
+        """Return the per-channel mean and std (float32[C]; a constant channel gets std 1)."""
+        mean = self._sum / max(self._cells, 1)
+        var = np.maximum(self._squares / max(self._cells, 1) - mean ** 2, 0.0)
+        std = np.sqrt(var)
+        return mean.astype(np.float32), np.where(std > 1e-6, std, 1.0).astype(np.float32)
+
+
+class _Collect(BagFrames):
+    """Replay's message handling, but each processed frame goes to the dataset, not a bag."""
+
+    def __init__(self, path: FramePath, truth: dict, dataset: Dataset, pool, total: int):
+        super().__init__(path, ReplayResult(), total)
+        self.truth, self.dataset, self.pool = truth, dataset, pool
+
+    def write(self, frame, timestamp: int) -> None:
+        """Pair the frame with the ground truth of its stamp and keep it."""
+        self.result.frames += 1
+        boxes = self.truth.get(frame.stamp_ns)
+        if boxes is None:
+            self.dataset.without_truth += 1
+            return
+        features = frame.result.features
+        self.dataset.add(features, np.asarray(self.pool(features)), boxes)
+
+
+def read_truth(reader, src) -> dict[int, np.ndarray]:
+    """Return stamp (ns) -> float32[n, 9] boxes of the bag's ground truth; BagError if none."""
+    errors: list[str] = []
+    truth = read_ground_truth(reader, bagio.topic_types(reader), CLASSES, errors)
+    if truth is None:
+        raise bagio.BagError(
+            f'{src}: no ground truth ({bagio.DETECTIONS_TYPE} topic {GROUND_TRUTH_TOPIC}); '
+            'train on drives written by jax-perception sample-bag --seed K (K >= 100)')
+    if errors:
+        raise bagio.BagError(f'{src}: {errors[0]}')
+    return truth
+
+
+def collect(bags, cfg, pipe: BevPipeline, dataset: Dataset, stream=sys.stderr) -> None:
+    """Replay every bag through ``pipe`` (warmed, no head) into ``dataset``."""
+    head = CenterPointHead.create(pipe.output_channels)
+    pool = jax.jit(lambda bev: head.pool(bev[None])[0])
+    topics = bagio.BagTopics()
+    for n, src in enumerate(bags):
+        reader = bagio.open_reader(src)
+        try:
+            types = bagio.topic_types(reader)
+            if types.get(topics.pointcloud) != bagio.POINTCLOUD_TYPE:
+                raise bagio.BagError(f'{src}: no {bagio.POINTCLOUD_TYPE} topic '
+                                     f'{topics.pointcloud}')
+            truth = read_truth(reader, src)
+            total = next(c.msgcount for c in reader.connections
+                         if c.topic == topics.pointcloud)
+            pipe.reset_sweeps()
+            collector = _Collect(FramePath(cfg, pipe), truth, dataset, pool, total)
+            collector.run(reader, types, topics, None)
+        finally:
+            reader.close()
+        stream.write(f'bag {n + 1}/{len(bags)} {src}: {collector.result.frames} frames, '
+                     f'{len(dataset.pooled)} with ground truth in all\n')
+        stream.flush()
+
+
+# -- targets -------------------------------------------------------------------------------
+
+
+def gaussian_radius(length: float, width: float, min_overlap: float = MIN_OVERLAP) -> float:
+    """Return CenterPoint's radius (cells) keeping IoU >= min_overlap for a box's size."""
+    r = []
+    for a, b, c in ((1.0, length + width, length * width * (1 - min_overlap) / (1 + min_overlap)),
+                    (4.0, 2 * (length + width), (1 - min_overlap) * length * width),
+                    (4 * min_overlap, -2 * min_overlap * (length + width),
+                     (min_overlap - 1) * length * width)):
+        r.append((b + math.sqrt(b * b - 4 * a * c)) / 2)
+    return min(r)
+
+
+def draw_gaussian(heatmap: np.ndarray, i: int, j: int, radius: int) -> None:
+    """Max a Gaussian of sigma (2r + 1) / 6 centred on cell (i, j) into ``heatmap`` [h, w]."""
+    sigma = (2 * radius + 1) / 6.0
+    d = np.arange(-radius, radius + 1)
+    g = np.exp(-(d[:, None] ** 2 + d[None, :] ** 2) / (2 * sigma * sigma))
+    g[g < np.finfo(np.float32).eps * g.max()] = 0
+    h, w = heatmap.shape
+    top, bottom = min(i, radius), min(h - i, radius + 1)
+    left, right = min(j, radius), min(w - j, radius + 1)
+    window = heatmap[i - top:i + bottom, j - left:j + right]
+    np.maximum(window, g[radius - top:radius + bottom, radius - left:radius + right], out=window)
+
+
+def encode_targets(boxes: np.ndarray, grid, shape: tuple[int, int], classes: int = 1):
+    """
+    Return the CenterPoint targets of box rows on an output grid of ``shape`` (stride 4).
+
+    Returns
+    -------
+    heatmap float32[h, w, classes] (1 at each centre cell), regression float32[h, w, 8]
+    (offset along rows and columns, z, log length, width, height, sin yaw, cos yaw: at centre
+    cells only) and mask float32[h, w, 1] (1 at centre cells). Boxes whose centre lies outside
+    the grid are left out.
+
+    """
+    h, w = shape
+    cell = grid.resolution * STRIDE
+    heatmap = np.zeros((h, w, classes), np.float32)
+    regression = np.zeros((h, w, REGRESSION), np.float32)
+    mask = np.zeros((h, w, 1), np.float32)
+    for x, y, z, length, width, height, yaw, _, cls in np.asarray(boxes, np.float64):
+        u, v = (x - grid.x_min) / cell, (y - grid.y_min) / cell
+        i, j = math.floor(u), math.floor(v)
+        if not (0 <= i < h and 0 <= j < w):
+            continue
+        radius = max(MIN_RADIUS, int(gaussian_radius(length / cell, width / cell)))
+        draw_gaussian(heatmap[..., int(cls)], i, j, radius)
+        regression[i, j] = (u - i, v - j, z, math.log(length), math.log(width),
+                            math.log(height), math.sin(yaw), math.cos(yaw))
+        mask[i, j] = 1.0
+    return heatmap, regression, mask
+
+
+def flip_boxes(boxes: np.ndarray, grid, flip_x: bool, flip_y: bool) -> np.ndarray:
+    """Mirror box rows like a BEV whose rows (``flip_x``) or columns (``flip_y``) are reversed."""
+    out = np.array(boxes, np.float32, copy=True)
+    if flip_x:
+        out[:, 0] = grid.x_min + grid.x_max - out[:, 0]
+        out[:, 6] = np.pi - out[:, 6]
+    if flip_y:
+        out[:, 1] = grid.y_min + grid.y_max - out[:, 1]
+        out[:, 6] = -out[:, 6]
+    out[:, 6] = np.arctan2(np.sin(out[:, 6]), np.cos(out[:, 6]))
+    return out
+
+
+def batch(dataset: Dataset, indices, flips, grid):
+    """Return the pooled inputs and targets of frames ``indices`` with their (x, y) flips."""
+    inputs, heat, reg, mask = [], [], [], []
+    for k, (fx, fy) in zip(indices, flips):
+        pooled = dataset.pooled[k]
+        pooled = pooled[::-1] if fx else pooled
+        pooled = pooled[:, ::-1] if fy else pooled
+        inputs.append(pooled)
+        targets = encode_targets(flip_boxes(dataset.boxes[k], grid, fx, fy), grid,
+                                 pooled.shape[:2], len(CLASSES))
+        for out, t in zip((heat, reg, mask), targets):
+            out.append(t)
+    return tuple(np.stack(a) for a in (inputs, heat, reg, mask))
+
+
+# -- loss and training -----------------------------------------------------------------------
+
+
+def head_loss(model: CenterPointHead, pooled, heat, reg, mask):
+    """Return (focal + REG_WEIGHT x L1, (focal, L1)), both summed over objects and per object."""
+    out = model.from_pooled(pooled)
+    logits = out['heatmap']
+    positive = (heat >= 1.0).astype(jnp.float32)
+    p = jax.nn.sigmoid(logits)
+    count = jnp.maximum(positive.sum(), 1.0)
+    pos_loss = -((1 - p) ** 2) * jax.nn.log_sigmoid(logits) * positive
+    neg_loss = -(p ** 2) * ((1 - heat) ** 4) * jax.nn.log_sigmoid(-logits) * (1 - positive)
+    focal = (pos_loss.sum() + neg_loss.sum()) / count
+    pred = jnp.concatenate([out['offset'], out['z'], out['size'], out['yaw']], axis=-1)
+    l1 = (jnp.abs(pred - reg) * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+    return focal + REG_WEIGHT * l1, (focal, l1)
+
+
+def trainable_mask(model: CenterPointHead):
+    """Return the filter of the trained leaves: all but the input normalization."""
+    mask = jax.tree.map(lambda _: True, model)
+    return eqx.tree_at(lambda m: (m.mean, m.std), mask, replace=(False, False))
+
+
+def make_step(optimizer, frozen):
+    """Return the jitted ``step(trainable, opt_state, batch) -> (trainable, state, losses)``."""
+    @jax.jit
+    def step(trainable, opt_state, pooled, heat, reg, mask):
+        def loss(t):
+            return head_loss(eqx.combine(t, frozen), pooled, heat, reg, mask)
+        (total, (focal, l1)), grads = jax.value_and_grad(loss, has_aux=True)(trainable)
+        updates, opt_state = optimizer.update(grads, opt_state, trainable)
+        return optax.apply_updates(trainable, updates), opt_state, jnp.stack([total, focal, l1])
+    return step
+
+
+def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, seed: int,
+          progress=None) -> tuple[CenterPointHead, np.ndarray]:
+    """
+    Train a head on ``dataset``; return it and the per-step losses float32[steps, 3].
+
+    Args
+    ----
+    dataset: the pooled BEVs and boxes (at least one frame).
+    grid: the BEV's GridConfig.
+    channels: the BEV's channels C.
+    steps: optimizer steps.
+    batch_size: frames per step (drawn without replacement within each pass).
+    seed: of the initial weights, the frame order and the flips.
+    progress: called with (step, steps, loss) after every step.
+
+    Returns
+    -------
+    (the trained CenterPointHead, float32[steps, 3] losses: total, heatmap, regression).
+
+    """
+    mean, std = dataset.statistics()
+    model = eqx.tree_at(lambda m: (m.mean, m.std), CenterPointHead.create(channels, seed),
+                        replace=(mean, std))
+    trainable, frozen = eqx.partition(model, trainable_mask(model))
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, LEARNING_RATE, min(100, max(steps // 10, 1)), max(steps, 2), LEARNING_RATE * 0.02)
+    optimizer = optax.chain(optax.clip_by_global_norm(10.0),
+                            optax.adamw(schedule, weight_decay=WEIGHT_DECAY))
+    opt_state = optimizer.init(trainable)
+    step = make_step(optimizer, frozen)
+    rng = np.random.default_rng(seed)
+    order: list[int] = []
+    losses = np.zeros((steps, 3), np.float32)
+    for n in range(steps):
+        if len(order) < batch_size:
+            order += list(rng.permutation(len(dataset.pooled)))
+        indices, order = order[:batch_size], order[batch_size:]
+        flips = rng.random((batch_size, 2)) < 0.5
+        arrays = batch(dataset, indices, flips, grid)
+        trainable, opt_state, loss = step(trainable, opt_state, *arrays)
+        losses[n] = np.asarray(loss)
+        if progress:
+            progress(n + 1, steps, float(losses[n, 0]))
+    return eqx.combine(trainable, frozen), losses
+
+
+def progress_bar(stream=sys.stderr, width: int = 30):
+    """Return ``draw(step, steps, loss)``: a text bar with the loss and ETA on ``stream``."""
+    start = time.perf_counter()
+    tty = stream.isatty()
+
+    def draw(done: int, total: int, loss: float) -> None:
+        if not tty and done != total and done % max(total // 10, 1):
+            return
+        elapsed = time.perf_counter() - start
+        eta = elapsed / done * (total - done)
+        filled = int(width * done / max(total, 1))
+        line = (f'[{"#" * filled}{"." * (width - filled)}] step {done}/{total} loss '
+                f'{loss:.3f} {elapsed / done:.2f} s/step ETA {eta // 60:.0f}:{eta % 60:02.0f}')
+        stream.write(('\r' + line) if tty else line + '\n')
+        if tty and done >= total:
+            stream.write('\n')
+        stream.flush()
+    return draw
+
+
+def plot_losses(losses: np.ndarray, path: Path) -> None:
+    """Write the loss curves (total, heatmap focal, box L1; raw and smoothed) as a PNG."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    steps = np.arange(1, len(losses) + 1)
+    window = max(1, len(losses) // 50)
+    for column, label, color in ((0, 'total', 'black'), (1, 'heatmap (focal)', 'tab:red'),
+                                 (2, 'box regression (L1)', 'tab:blue')):
+        ax.plot(steps, losses[:, column], color=color, alpha=0.2, linewidth=0.8)
+        smooth = np.convolve(losses[:, column], np.ones(window) / window, mode='valid')
+        ax.plot(steps[window - 1:], smooth, color=color, label=label)
+    ax.set_yscale('log')
+    ax.set_xlabel('step')
+    ax.set_ylabel('loss')
+    ax.set_title('CenterPoint vehicle head: training loss')
+    ax.grid(True, which='both', alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'expected an integer, got {text!r}') from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'must be at least 1, got {value}')
+    return value
+
+
+def _writable_file(text: str) -> str:
+    """Accept a file path whose nearest existing folder this user may write in."""
+    target = Path(text).absolute()
+    if target.is_dir():
+        raise argparse.ArgumentTypeError(f'{text}: is a folder')
+    existing = target.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f'{text}: cannot write in {existing}')
+    return text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the train command's arguments to its (sub)parser."""
+    parser.description = ('Train the reference CenterPoint vehicle head on sample drives with '
+                          'ground truth. Train only on drives of seeds >= 100 (jax-perception '
+                          'sample-bag OUT --seed K); seeds below 100 are for tests, the demo, '
+                          'the benchmarks and evaluation.')
+    parser.add_argument('bags', nargs='+', metavar='BAGS',
+                        help='sample drives with /ground_truth/objects (seeds >= 100 only)')
+    parser.add_argument('--out', required=True, type=_writable_file, metavar='WEIGHTS',
+                        help='the weights (.npz) to write')
+    parser.add_argument('--params', metavar='FILE',
+                        help='parameter file (default: the shipped one); fixes the BEV')
+    parser.add_argument('--steps', type=_positive_int, default=DEFAULT_STEPS,
+                        help=f'optimizer steps (default {DEFAULT_STEPS})')
+    parser.add_argument('--batch', type=_positive_int, default=DEFAULT_BATCH,
+                        help=f'frames per step (default {DEFAULT_BATCH})')
+    parser.add_argument('--seed', type=int, default=0,
+                        help='seed of the initial weights, frame order and flips (default 0); '
+                             'not a drive seed')
+    parser.add_argument('--png', type=_writable_file, metavar='FILE',
+                        help='the loss curve picture (default: WEIGHTS with _loss.png)')
+
+
+def cmd_train(args, stream=sys.stderr) -> int:
+    """Collect the BEVs of ``args.bags``, train, write the weights and the loss picture."""
+    start = time.perf_counter()
+    cfg = load_config(args.params or default_params_file())
+    cfg = replace(cfg, head=HeadConfig(), output_bev_features=True)   # the BEV, no head
+    grid = cfg.grid
+    pipe = BevPipeline(cfg)
+    check_input(HeadInput(grid.height, grid.width, pipe.output_channels, grid.resolution))
+    for src in args.bags:      # refuse a bag without ground truth before the warm-up
+        reader = bagio.open_reader(src)
+        try:
+            read_truth(reader, src)
+        finally:
+            reader.close()
+    pipe.warmup()
+    dataset = Dataset(pipe.output_channels)
+    collect(args.bags, cfg, pipe, dataset, stream)
+    if not dataset.pooled:
+        raise bagio.BagError('no LiDAR frame with ground truth at its stamp in '
+                             f'{", ".join(map(str, args.bags))}')
+    collected = time.perf_counter()
+    stream.write(f'{len(dataset.pooled)} frames, {sum(len(b) for b in dataset.boxes)} boxes, '
+                 f'collected in {collected - start:.0f} s; training {args.steps} steps of '
+                 f'{args.batch}\n')
+    model, losses = train(dataset, grid, pipe.output_channels, args.steps, args.batch,
+                          args.seed, progress_bar(stream))
+    out = Path(args.out)
+    png = Path(args.png) if args.png else out.with_name(out.stem + '_loss.png')
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save_weights(out, eqx.partition(model, eqx.is_array)[0])
+        png.parent.mkdir(parents=True, exist_ok=True)
+        plot_losses(losses, png)
+    except OSError as exc:
+        raise ConfigError(f'head.weights: cannot write {out} or {png}: '
+                          f'{exc.strerror or exc}') from None
+    k = max(1, min(20, len(losses) // 10))
+    stream.write(f'loss {losses[:k, 0].mean():.3f} -> {losses[-k:, 0].mean():.3f} '
+                 f'(mean of the first and last {k} steps); {time.perf_counter() - start:.0f} s '
+                 f'in all; wrote {out} and {png}\n')
+    return 0

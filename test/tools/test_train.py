@@ -1,0 +1,145 @@
+"""jax-perception train: CenterPoint targets, a few steps that lower the loss, the weights."""
+
+import argparse
+import math
+
+from cli_errors import assert_one_line_error
+from configs import small_params
+import equinox as eqx
+from jax_perception_node import bagio
+from jax_perception_node.config import config_from_parameters, write_param_file
+from jax_perception_node.head import HeadInput, load_weights
+from jax_perception_node.heads.centerpoint import CenterPointHead, vehicle_head
+from jax_perception_node.pipeline import BevPipeline
+from jax_perception_node.tools import train
+from jax_perception_node.tools.cli import main
+from jax_perception_node.tools.synthetic_drive import write_sample_bag
+import numpy as np
+import pytest
+
+# A 51.2 m square grid without cameras: a few vehicles in view, compiles in seconds.
+PARAMS = small_params(cameras=0, **{
+    'grid.x_min': -25.6, 'grid.x_max': 25.6, 'grid.y_min': -25.6, 'grid.y_max': 25.6,
+    'grid.z_min': -2.0, 'grid.z_max': 4.0, 'grid.resolution': 0.4,
+    'lidar.translation': [0.0, 0.0, 1.8], 'buckets': [65536]})
+TRAIN_SEED = 101        # training drives use seeds >= 100 only
+
+
+@pytest.fixture(scope='module')
+def drive(tmp_path_factory):
+    """Return (params file, a 1.5 s training drive with ground truth, its config)."""
+    folder = tmp_path_factory.mktemp('train')
+    cfg = config_from_parameters(PARAMS)
+    bag = folder / 'drive'
+    summary = write_sample_bag(bag, cfg, seconds=1.5, seed=TRAIN_SEED)
+    assert summary['ground_truth_boxes'] > 0
+    return write_param_file(PARAMS, folder / 'params.yaml'), bag, cfg
+
+
+@pytest.fixture(scope='module')
+def dataset(drive):
+    """Return the drive's frames collected through a warmed pipeline without a head."""
+    _, bag, cfg = drive
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    data = train.Dataset(pipe.output_channels)
+    train.collect([bag], cfg, pipe, data)
+    return data
+
+
+def test_targets_of_one_box_match_an_independent_computation():
+    grid = config_from_parameters(PARAMS).grid
+    # A car at x = 3.3, y = -7.05: output cells are 4 * 0.4 = 1.6 m.
+    box = np.array([[3.3, -7.05, 0.9, 4.5, 1.8, 1.5, 2.5, 1.0, 0.0]], np.float32)
+    heat, reg, mask = train.encode_targets(box, grid, (32, 32))
+    u, v = (3.3 + 25.6) / 1.6, (-7.05 + 25.6) / 1.6      # 18.0625, 11.59375
+    i, j = int(u), int(v)
+    assert np.unravel_index(np.argmax(heat[..., 0]), (32, 32)) == (i, j) == (18, 11)
+    assert heat[i, j, 0] == 1.0 and mask.sum() == 1.0 and mask[i, j, 0] == 1.0
+    # CenterPoint: a 4.5 x 1.8 m car is 2.8 x 1.1 cells, radius below 2: the minimum 2,
+    # sigma (2 * 2 + 1) / 6.
+    sigma = 5 / 6
+    np.testing.assert_allclose(heat[i + 1, j, 0], math.exp(-1 / (2 * sigma ** 2)), rtol=1e-6)
+    np.testing.assert_allclose(heat[i + 2, j + 2, 0], math.exp(-8 / (2 * sigma ** 2)),
+                               rtol=1e-6)
+    assert heat[i + 3, j, 0] == 0.0
+    want = [u - i, v - j, 0.9, math.log(4.5), math.log(1.8), math.log(1.5),
+            math.sin(2.5), math.cos(2.5)]
+    np.testing.assert_allclose(reg[i, j], want, rtol=1e-5, atol=1e-6)
+    assert np.count_nonzero(reg.any(axis=-1)) == 1
+
+
+def test_flipped_boxes_give_the_flipped_targets():
+    grid = config_from_parameters(PARAMS).grid
+    rng = np.random.default_rng(0)
+    boxes = np.zeros((6, 9), np.float32)
+    boxes[:, 0:2] = rng.uniform(-24, 24, (6, 2))
+    boxes[:, 2:6] = (0.9, 4.5, 1.8, 1.5)
+    boxes[:, 6] = rng.uniform(-3, 3, 6)
+    heat, reg, mask = train.encode_targets(boxes, grid, (32, 32))
+    for flip_x, flip_y in ((True, False), (False, True), (True, True)):
+        flipped = train.encode_targets(train.flip_boxes(boxes, grid, flip_x, flip_y), grid,
+                                       (32, 32))
+        rows = slice(None, None, -1 if flip_x else 1)
+        cols = slice(None, None, -1 if flip_y else 1)
+        np.testing.assert_allclose(flipped[0], heat[rows, cols], atol=1e-6)
+        np.testing.assert_array_equal(flipped[2], mask[rows, cols])
+        # Mirroring x negates the heading's cos, mirroring y its sin.
+        sin, cos = reg[rows, cols, 6], reg[rows, cols, 7]
+        np.testing.assert_allclose(flipped[1][..., 6], -sin if flip_y else sin, atol=1e-6)
+        np.testing.assert_allclose(flipped[1][..., 7], -cos if flip_x else cos, atol=1e-6)
+
+
+def test_a_few_steps_lower_the_loss(dataset, drive):
+    grid = drive[2].grid
+    assert len(dataset.pooled) == 15 and sum(map(len, dataset.boxes)) > 0
+    indices = list(range(len(dataset.pooled)))
+    fixed = train.batch(dataset, indices, [(False, False)] * len(indices), grid)
+    mean, std = dataset.statistics()
+    untrained = eqx.tree_at(lambda m: (m.mean, m.std), CenterPointHead.create(
+        dataset.pooled[0].shape[-1] // 2, seed=5), replace=(mean, std))
+    model, losses = train.train(dataset, grid, dataset.pooled[0].shape[-1] // 2, steps=8,
+                                batch_size=4, seed=5)
+    assert losses.shape == (8, 3) and np.all(np.isfinite(losses))
+    assert losses[-2:, 0].mean() < losses[:2, 0].mean()
+    before = float(train.head_loss(untrained, *fixed)[0])
+    after = float(train.head_loss(model, *fixed)[0])
+    assert after < 0.8 * before, (before, after)
+    # The statistics are fixed, never trained.
+    np.testing.assert_array_equal(np.asarray(model.mean), mean)
+    np.testing.assert_array_equal(np.asarray(model.std), std)
+
+
+def test_train_command_writes_weights_the_head_loads(drive, tmp_path):
+    params_file, bag, cfg = drive
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    out = tmp_path / 'weights' / 'head.npz'
+    args = parser.parse_args([str(bag), '--out', str(out), '--params', str(params_file),
+                              '--steps', '3', '--batch', '2', '--seed', '100'])
+    assert train.cmd_train(args) == 0
+    spec = vehicle_head(HeadInput(cfg.grid.height, cfg.grid.width, cfg.fused_channels,
+                                  cfg.grid.resolution))
+    params = load_weights(out, spec.params)
+    assert not np.array_equal(params.conv1.weight, spec.params.conv1.weight)
+    assert np.all(np.asarray(params.std) > 0)
+    assert (tmp_path / 'weights' / 'head_loss.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+def test_a_bag_without_ground_truth_is_refused(drive, tmp_path, capsys):
+    params_file, bag, _ = drive
+    # The drive's first LiDAR sweep alone, in a bag of its own.
+    reader = bagio.open_reader(bag)
+    try:
+        topic, stamp, raw, msgtype = next(bagio.iter_messages(reader, [bagio.POINTCLOUD_TOPIC]))
+    finally:
+        reader.close()
+    lonely = tmp_path / 'lonely'
+    with bagio.BagWriter(lonely) as writer:
+        writer.add_topic(topic, msgtype)
+        writer.write_raw(topic, msgtype, raw, stamp)
+    argv = ['train', str(bag), str(lonely), '--out', str(tmp_path / 'w.npz'),
+            '--params', str(params_file)]
+    assert main(argv) == 1
+    assert_one_line_error(capsys, 'no ground truth')
+    assert not (tmp_path / 'w.npz').exists()

@@ -1,0 +1,60 @@
+"""Small head plug-ins for the tests: outputs simple enough to recompute in NumPy."""
+
+import jax.numpy as jnp
+from jax_perception_node.head import HeadSpec
+import numpy as np
+
+STRIDE = 2
+SIZE = (4.5, 1.8, 1.5)
+
+
+def toy_outputs(params: dict, bev):
+    """
+    Compute the toy head's outputs from float32[H, W, C] (NumPy or JAX, same arithmetic).
+
+    heatmap logit = scale * (occupied cells in the stride x stride block) + bias;
+    offset = the block's occupied-cell share on both axes; z = params z; fixed size, yaw 0.3.
+    """
+    xp = jnp if not isinstance(bev, np.ndarray) else np
+    rows, cols = bev.shape[0] // STRIDE, bev.shape[1] // STRIDE
+    block = bev[:, :, 0].reshape(rows, STRIDE, cols, STRIDE).sum(axis=(1, 3))
+    ones = xp.ones((rows, cols, 1), xp.float32)
+    share = block[..., None] / (STRIDE * STRIDE)
+    return {
+        'heatmap': (params['scale'] * block + params['bias'])[..., None].astype(xp.float32),
+        'offset': xp.concatenate([share, 1.0 - share], axis=-1).astype(xp.float32),
+        'z': (ones * params['z']).astype(xp.float32),
+        'size': (ones * xp.log(xp.asarray(SIZE, xp.float32))).astype(xp.float32),
+        'yaw': (ones * xp.asarray([np.sin(0.3), np.cos(0.3)], xp.float32)).astype(xp.float32),
+    }
+
+
+def occupancy_head(head_input):
+    """Build a one-class head over the occupancy channel; no shipped weights."""
+    params = {'scale': np.float32(2.0), 'bias': np.float32(-3.0), 'z': np.float32(0.75)}
+    return HeadSpec(toy_outputs, jax_params(params), STRIDE, ('vehicle',))
+
+
+def two_class_head(head_input):
+    """Build the occupancy head with a second class whose logit is the negated first."""
+    def apply(params, bev):
+        out = toy_outputs(params, bev)
+        out['heatmap'] = jnp.concatenate([out['heatmap'], -out['heatmap']], axis=-1)
+        return out
+    params = {'scale': np.float32(2.0), 'bias': np.float32(-3.0), 'z': np.float32(0.75)}
+    return HeadSpec(apply, jax_params(params), STRIDE, ('vehicle', 'pedestrian'))
+
+
+def wrong_keys_head(head_input):
+    """Build a head that returns the wrong outputs."""
+    return HeadSpec(lambda p, bev: {'heatmap': bev[::2, ::2, :1]}, {}, STRIDE, ('vehicle',))
+
+
+def jax_params(params: dict) -> dict:
+    """Return the parameters as float32 arrays of shape (): the checkpoint layout."""
+    return {k: np.asarray(v, np.float32) for k, v in params.items()}
+
+
+def not_a_spec_head(head_input):
+    """Return something else than a HeadSpec."""
+    return {'apply': None}

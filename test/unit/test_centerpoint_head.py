@@ -1,0 +1,109 @@
+"""The reference CenterPoint head: its contract's outputs, and its layers against NumPy."""
+
+import equinox as eqx
+import jax
+from jax_perception_node.head import HEAD_OUTPUTS, HeadInput, leaf_names
+from jax_perception_node.heads.centerpoint import CenterPointHead, vehicle_head
+from jax_perception_node.parameters import ConfigError
+import numpy as np
+import pytest
+
+
+def reference_conv(x: np.ndarray, weight: np.ndarray, bias: np.ndarray,
+                   dilation: int) -> np.ndarray:
+    """Cross-correlate float[H, W, Ci] with weight[k, k, Ci, Co], zero 'same' padding."""
+    h, w, _ = x.shape
+    k = weight.shape[0]
+    half = k // 2
+    out = np.zeros((h, w, weight.shape[3]))
+    for i in range(h):
+        for j in range(w):
+            total = bias.astype(np.float64).copy()
+            for a in range(k):
+                for b in range(k):
+                    ii, jj = i + (a - half) * dilation, j + (b - half) * dilation
+                    if 0 <= ii < h and 0 <= jj < w:
+                        total += x[ii, jj] @ weight[a, b]
+            out[i, j] = total
+    return out
+
+
+def reference_head(bev: np.ndarray, m) -> np.ndarray:
+    """Run the head in NumPy: normalize, then 4 x 4 max and mean pool, convs; float64[h, w, 9]."""
+    x = (bev.astype(np.float64) - np.asarray(m.mean)) / np.asarray(m.std)
+    h, w, c = x.shape
+    pooled = np.zeros((h // 4, w // 4, 2 * c))
+    for i in range(h // 4):
+        for j in range(w // 4):
+            block = x[4 * i:4 * i + 4, 4 * j:4 * j + 4].reshape(16, c)
+            pooled[i, j] = np.concatenate([block.max(axis=0), block.mean(axis=0)])
+    y = np.maximum(reference_conv(pooled, np.asarray(m.conv1.weight, np.float64),
+                                  np.asarray(m.conv1.bias), 1), 0)
+    y = np.maximum(reference_conv(y, np.asarray(m.conv2.weight, np.float64),
+                                  np.asarray(m.conv2.bias), 2), 0)
+    return reference_conv(y, np.asarray(m.out.weight, np.float64), np.asarray(m.out.bias), 1)
+
+
+def test_outputs_are_the_contracts_dict():
+    spec = vehicle_head(HeadInput(16, 24, 5, 0.5))
+    bev = np.random.default_rng(1).random((16, 24, 5), np.float32)
+    out = jax.jit(spec.apply)(spec.params, bev)
+    assert set(out) == set(HEAD_OUTPUTS)
+    for key, channels in HEAD_OUTPUTS.items():
+        assert out[key].shape == (4, 6, channels or 1)
+        assert out[key].dtype == np.float32
+    assert spec.stride == 4 and spec.classes == ('vehicle',)
+    assert spec.weights.name == 'centerpoint_vehicle.npz'
+    assert all(np.asarray(leaf).dtype == np.float32 for leaf in jax.tree.leaves(spec.params))
+    assert '.conv1.weight' in leaf_names(spec.params)
+
+
+def test_untrained_heatmap_starts_at_the_prior():
+    spec = vehicle_head(HeadInput(16, 16, 3, 0.5))
+    out = spec.apply(spec.params, np.zeros((16, 16, 3), np.float32))
+    # Zero input, identity statistics: only the biases act; the first is the heatmap's.
+    np.testing.assert_allclose(1 / (1 + np.exp(-np.asarray(out['heatmap']))), 0.1, rtol=1e-5)
+
+
+def test_layers_match_a_numpy_reference():
+    rng = np.random.default_rng(7)
+    channels = 3
+    model = CenterPointHead.create(channels, seed=3)
+    # Statistics and biases of their own, so every term of the reference counts.
+    model = eqx.tree_at(
+        lambda m: (m.mean, m.std, m.conv1.bias, m.conv2.bias, m.out.bias), model,
+        replace=(rng.normal(size=channels).astype(np.float32),
+                 rng.uniform(0.5, 2.0, channels).astype(np.float32),
+                 rng.normal(size=32).astype(np.float32) * 0.1,
+                 rng.normal(size=32).astype(np.float32) * 0.1,
+                 rng.normal(size=9).astype(np.float32)))
+    bev = rng.normal(size=(24, 20, channels)).astype(np.float32)
+    params, static = eqx.partition(model, eqx.is_array)
+    out = jax.jit(lambda p, b: eqx.combine(p, static)(b))(params, bev)
+    want = reference_head(bev, model)
+    got = np.concatenate([out[k] for k in ('heatmap', 'offset', 'z', 'size', 'yaw')], axis=-1)
+    assert got.shape == (6, 5, 9)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_grid_the_stride_does_not_divide_is_refused():
+    with pytest.raises(ConfigError, match='head.module'):
+        vehicle_head(HeadInput(18, 24, 5, 0.5))
+
+
+def test_the_shipped_weights_fit_the_shipped_parameters_and_are_trained():
+    from configs import PARAMS_FILE
+    from jax_perception_node.config import load_config
+    from jax_perception_node.head import load_head
+    from jax_perception_node.parameters import REFERENCE_HEAD
+    cfg = load_config(PARAMS_FILE)
+    assert cfg.head.module == REFERENCE_HEAD and cfg.head.weights == ''
+    head = load_head(cfg.head.module, '', HeadInput(256, 256, cfg.fused_channels, 0.4))
+    assert head.weights_path.name == 'centerpoint_vehicle.npz'
+    assert head.weights_path.stat().st_size < 1 << 20          # "a few MB at most"
+    untrained = jax.tree.leaves(head.spec.params)
+    trained = jax.tree.leaves(head.params)
+    assert all(np.isfinite(t).all() for t in trained)
+    assert any(not np.array_equal(t, u) for t, u in zip(trained, untrained))
+    mean = next(np.asarray(v) for n, v in zip(leaf_names(head.params), trained) if n == '.mean')
+    assert mean.shape == (cfg.fused_channels,) and np.abs(mean).sum() > 0   # set by training

@@ -1,0 +1,163 @@
+"""Detection evaluation: AP at 2 m, recall and precision on hand-worked cases and a reference."""
+
+import math
+
+from jax_perception_node.detection_eval import evaluate
+import numpy as np
+import pytest
+
+
+def box(x, y, score=1.0, cls=0):
+    """One box row at (x, y) with a car's size."""
+    return [x, y, 0.9, 4.5, 1.8, 1.5, 0.0, score, cls]
+
+
+def rows(*boxes):
+    return np.array(boxes, np.float32).reshape(-1, 9)
+
+
+def test_two_frames_worked_by_hand():
+    # Frame 1: ground truth A (10, 0) and B (20, 5).
+    #   p1 (10.5, 0) 0.9 -> A (0.5 m): TP
+    #   p2 (10.2, 0.1) 0.8 -> A is taken, B is 10 m away: FP (a duplicate)
+    #   p3 (21, 5) 0.6 -> B (1 m): TP
+    #   (50, 0) 0.95 is beyond 40 m, (12, 0) and (12.5, 0) are class 1: all ignored.
+    # Frame 2: ground truth C (-5, -5), and (0, 45) beyond 40 m (ignored).
+    #   p4 (-5, -8) 0.7 -> C is 3 m away: FP
+    # Ranked: p1 TP, p2 FP, p4 FP, p3 TP; 3 ground truth boxes.
+    #   precision 1, 1/2, 1/3, 2/4; recall 1/3, 1/3, 1/3, 2/3
+    #   monotone precision 1, 1/2, 1/2, 1/2
+    #   AP = 1/3 * 1 (recall 0 -> 1/3) + 1/3 * 1/2 (recall 1/3 -> 2/3) = 1/2
+    frames = [(rows(box(10.5, 0, 0.9), box(10.2, 0.1, 0.8), box(21, 5, 0.6), box(50, 0, 0.95),
+                    box(12, 0, 0.99, cls=1)),
+               rows(box(10, 0), box(20, 5), box(12.5, 0, cls=1))),
+              (rows(box(-5, -8, 0.7)), rows(box(-5, -5), box(0, 45)))]
+    result = evaluate(frames)
+    assert result['ap_2m'] == pytest.approx(0.5)
+    assert result['recall'] == pytest.approx(2 / 3)
+    assert result['precision'] == pytest.approx(0.5)
+    assert (result['ground_truth'], result['predictions'], result['true_positives']) == (3, 4, 2)
+    assert (result['max_range_m'], result['match_m']) == (40.0, 2.0)
+    # Class 1 alone: its one prediction finds its one box.
+    other = evaluate(frames, class_index=1)
+    assert (other['ap_2m'], other['recall'], other['predictions']) == (1.0, 1.0, 1)
+
+
+def test_ranking_order_matters():
+    # Same matches as above but the false positives ranked first:
+    #   FP 0.9, FP 0.8, TP 0.7, TP 0.6 of 2 ground truth boxes
+    #   precision 0, 0, 1/3, 2/4 -> monotone 1/2, 1/2, 1/2, 1/2
+    #   AP = 1/2 * 1/2 + 1/2 * 1/2 = 1/2; perfect ranking would give 1.
+    truth = rows(box(0, 0), box(10, 10))
+    bad = rows(box(30, 0, 0.9), box(0, 30, 0.8), box(0, 0.5, 0.7), box(10, 9, 0.6))
+    good = rows(box(30, 0, 0.5), box(0, 30, 0.4), box(0, 0.5, 0.7), box(10, 9, 0.6))
+    assert evaluate([(bad, truth)])['ap_2m'] == pytest.approx(0.5)
+    assert evaluate([(good, truth)])['ap_2m'] == pytest.approx(1.0)
+
+
+def test_greedy_matching_in_score_order():
+    # Ground truth at x = 0 and x = 3; p (1.4, 0) 0.9 takes the nearer x = 0 (1.4 m vs 1.6 m);
+    # q (0.2, 0) 0.8 then only has x = 3 at 2.8 m: FP. Reversed scores: q takes 0, p takes 3.
+    truth = rows(box(0, 0), box(3, 0))
+    first = evaluate([(rows(box(1.4, 0, 0.9), box(0.2, 0, 0.8)), truth)])
+    assert first['true_positives'] == 1 and first['ap_2m'] == pytest.approx(0.5)
+    second = evaluate([(rows(box(1.4, 0, 0.8), box(0.2, 0, 0.9)), truth)])
+    assert second['true_positives'] == 2 and second['ap_2m'] == pytest.approx(1.0)
+
+
+def test_edges():
+    truth = rows(box(5, 5), box(-20, 3))
+    # No predictions: nothing found, precision undefined.
+    none = evaluate([(rows(), truth), (np.zeros((0, 9)), rows())])
+    assert (none['ap_2m'], none['recall'], none['precision']) == (0.0, 0.0, None)
+    assert none['ground_truth'] == 2
+    # No ground truth: AP and recall undefined (None, not NaN); every prediction is false.
+    empty = evaluate([(rows(box(1, 1, 0.5)), rows())])
+    assert (empty['ap_2m'], empty['recall'], empty['precision']) == (None, None, 0.0)
+    assert evaluate([])['ap_2m'] is None
+    # Duplicates on one box: one TP, the rest FP after it: AP 1/2 (one of two found at
+    # precision 1), recall 1/2, precision 1/3.
+    dup = evaluate([(rows(box(5, 5.1, 0.9), box(5, 5.2, 0.8), box(5.1, 5, 0.7)), truth)])
+    assert (dup['true_positives'], dup['predictions']) == (1, 3)
+    assert dup['ap_2m'] == pytest.approx(0.5) and dup['precision'] == pytest.approx(1 / 3)
+    # Range is inclusive at 40 m; beyond, a prediction of a box is no longer counted.
+    at = evaluate([(rows(box(0, 40, 0.9)), rows(box(-24, 32)))])      # 3-4-5: 40 m
+    assert (at['ground_truth'], at['predictions'], at['true_positives']) == (1, 1, 0)
+    out = evaluate([(rows(box(0, 40.5, 0.9)), rows(box(0, 41)))])
+    assert (out['ground_truth'], out['predictions'], out['ap_2m']) == (0, 0, None)
+    # Match distance is inclusive; a smaller match distance and range are honoured.
+    assert evaluate([(rows(box(0, 2, 0.9)), rows(box(0, 0)))])['true_positives'] == 1
+    assert evaluate([(rows(box(0, 2, 0.9)), rows(box(0, 0)))],
+                    match_m=1.0)['true_positives'] == 0
+    assert evaluate([(rows(box(0, 25)), rows(box(0, 25)))], max_range_m=20.0)['predictions'] == 0
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match='predictions must be'):
+        evaluate([(np.zeros((2, 7)), rows())])
+    with pytest.raises(ValueError, match='ground truth must be'):
+        evaluate([(rows(), np.zeros(9))])
+    with pytest.raises(ValueError, match='match_m'):
+        evaluate([], match_m=0.0)
+    with pytest.raises(ValueError, match='max_range_m'):
+        evaluate([], max_range_m=float('nan'))
+
+
+def reference(frames, max_range_m, match_m, class_index):
+    """Brute force: Python loops, AP as the sum over true positives of interpolated precision."""
+    ranked, total = [], 0
+    for f, (predicted, truth) in enumerate(frames):
+        def keep(r):
+            return r[8] == class_index and math.hypot(r[0], r[1]) <= max_range_m
+        gts = [r for r in truth.tolist() if keep(r)]
+        total += len(gts)
+        preds = sorted([r for r in predicted.tolist() if keep(r)], key=lambda r: -r[7])
+        free = [True] * len(gts)
+        for p in preds:
+            best, best_d = None, None
+            for j, g in enumerate(gts):
+                d = math.hypot(p[0] - g[0], p[1] - g[1])
+                if free[j] and d <= match_m and (best_d is None or d < best_d):
+                    best, best_d = j, d
+            if best is not None:
+                free[best] = False
+            ranked.append((p[7], best is not None))
+    ranked.sort(key=lambda s: -s[0])
+    tp, precisions, flags = 0, [], []
+    for n, (_, hit) in enumerate(ranked, 1):
+        tp += hit
+        precisions.append(tp / n)
+        flags.append(hit)
+    ap = sum(max(precisions[k:]) for k in range(len(ranked)) if flags[k]) / total \
+        if total else None
+    return ap, (tp / total if total else None), tp, len(ranked), total
+
+
+@pytest.mark.parametrize('seed', range(6))
+def test_random_frames_against_a_brute_force_reference(seed):
+    rng = np.random.default_rng(seed)
+    frames = []
+    for _ in range(rng.integers(1, 6)):
+        truth = np.zeros((rng.integers(0, 12), 9))
+        truth[:, :2] = rng.uniform(-50, 50, (len(truth), 2))
+        truth[:, 8] = rng.integers(0, 2, len(truth))
+        # Predictions: noisy copies of some boxes (some duplicated), plus clutter.
+        picks = rng.integers(0, max(len(truth), 1), rng.integers(0, 14)) if len(truth) else []
+        near = truth[picks].copy() if len(truth) else np.zeros((0, 9))
+        near[:, :2] += rng.normal(0, 1.0, (len(near), 2))
+        clutter = np.zeros((rng.integers(0, 6), 9))
+        clutter[:, :2] = rng.uniform(-50, 50, (len(clutter), 2))
+        clutter[:, 8] = rng.integers(0, 2, len(clutter))
+        predicted = np.concatenate([near, clutter]).astype(np.float32)
+        predicted[:, 7] = rng.random(len(predicted))
+        frames.append((predicted, truth.astype(np.float32)))
+    for max_range_m, match_m, class_index in ((40.0, 2.0, 0), (30.0, 1.0, 1), (60.0, 3.0, 0)):
+        ap, recall, tp, count, total = reference(frames, max_range_m, match_m, class_index)
+        result = evaluate(iter(frames), max_range_m, match_m, class_index)
+        assert (result['true_positives'], result['predictions'], result['ground_truth']) == (
+            tp, count, total)
+        if total:
+            assert result['ap_2m'] == pytest.approx(ap, abs=1e-12)
+            assert result['recall'] == pytest.approx(recall, abs=1e-12)
+        else:
+            assert result['ap_2m'] is None and result['recall'] is None

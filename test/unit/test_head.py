@@ -1,0 +1,198 @@
+"""The head plug-in: traced into every bucket, decoded on the device, weights swapped live."""
+
+from configs import small_config
+from jax_perception_node.head import HeadInput, load_head, load_weights, save_weights
+from jax_perception_node.parameters import ConfigError
+from jax_perception_node.pipeline import BevPipeline, compile_count
+import numpy as np
+import pytest
+import toy_heads
+
+TOY = 'toy_heads:occupancy_head'
+
+
+def head_config(module: str = TOY, **overrides):
+    """small_config() without cameras (fast) and a head."""
+    return small_config(cameras=0, **{'head.module': module, 'head.max_objects': 8,
+                                      'head.score_threshold': 0.2, **overrides})
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, np.float64)))
+
+
+def decode_reference(outputs: dict, grid, stride: int, k: int, threshold: float) -> np.ndarray:
+    """Decode as CenterPoint does, written out cell by cell: 3 x 3 peaks, best K, threshold."""
+    heat = sigmoid(outputs['heatmap'])
+    rows, cols, _ = heat.shape
+    score = heat.max(axis=-1)
+    peaks = []
+    for i in range(rows):
+        for j in range(cols):
+            around = score[max(i - 1, 0):i + 2, max(j - 1, 0):j + 2]
+            if score[i, j] >= around.max():
+                peaks.append((-score[i, j], i * cols + j, i, j))
+    peaks.sort()
+    x_min, y_min, res = grid.x_min, grid.y_min, grid.resolution
+    boxes = []
+    for neg, _, i, j in peaks[:k]:
+        if -neg < threshold:
+            continue
+        u, v = outputs['offset'][i, j]
+        size = np.exp(outputs['size'][i, j])
+        sin, cos = outputs['yaw'][i, j]
+        boxes.append([x_min + (i + u) * stride * res, y_min + (j + v) * stride * res,
+                      outputs['z'][i, j, 0], *size, np.arctan2(sin, cos), -neg,
+                      np.argmax(heat[i, j])])
+    return np.array(boxes, np.float64).reshape(-1, 9)
+
+
+def cluster_cloud(rng, centres, per=40) -> np.ndarray:
+    """Points in small clusters around grid-frame centres (LiDAR frame: minus its offset)."""
+    offset = np.array([0.25, -0.5, 0.5])
+    pts = [np.c_[c + rng.uniform(-0.6, 0.6, (per, 3)) * [1, 1, 0.3] - offset,
+                 rng.uniform(0, 50, per)] for c in centres]
+    return np.concatenate(pts).astype(np.float32)
+
+
+@pytest.fixture(scope='module')
+def head_pipe(warmed):
+    return warmed(head_config())
+
+
+def test_objects_match_a_numpy_decoding_of_the_heads_outputs(head_pipe):
+    rng = np.random.default_rng(3)
+    params = {k: np.asarray(v) for k, v in head_pipe.head.params.items()}
+    for trial in range(5):
+        centres = rng.uniform([-7, -11, -1], [7, 11, 0.5], (rng.integers(1, 12), 3))
+        out = head_pipe.process(cluster_cloud(rng, centres))
+        want = decode_reference(toy_heads.toy_outputs(params, out.features),
+                                head_pipe.cfg.grid, toy_heads.STRIDE, 8, 0.2)
+        assert out.objects.dtype == np.float32 and out.objects.shape[1] == 9
+        assert len(out.objects) == len(want) > 0
+        np.testing.assert_allclose(out.objects, want, rtol=1e-5, atol=1e-5)
+        assert out.compiles_after_warmup == 0
+
+
+def test_every_bucket_runs_the_head_and_none_recompiles(head_pipe):
+    before = compile_count()
+    for n in (0, 10, 64, 65, 256, 1000, 1024, 5000):
+        out = head_pipe.process(np.zeros((n, 4), np.float32) + [1.0, 2.0, 0.0, 5.0])
+        assert out.objects is not None and out.head_ms >= 0.0
+    assert compile_count() == before
+    assert head_pipe.compiles_after_warmup == 0
+
+
+def test_a_live_weights_swap_compiles_nothing_and_takes_effect(head_pipe, tmp_path):
+    rng = np.random.default_rng(5)
+    cloud = cluster_cloud(rng, [[2.0, 3.0, 0.0], [-4.0, -6.0, 0.0]])
+    old = head_pipe.process(cloud).objects
+    swapped = {'scale': np.float32(2.0), 'bias': np.float32(-3.0), 'z': np.float32(-1.25)}
+    save_weights(tmp_path / 'w.npz', swapped)
+    before = compile_count()
+    try:
+        head_pipe.set_head_weights(str(tmp_path / 'w.npz'))
+        new = head_pipe.process(cloud).objects
+    finally:
+        head_pipe.set_head_weights('')   # back to the factory's parameters
+    assert compile_count() == before
+    np.testing.assert_array_equal(new[:, 2], -1.25)
+    np.testing.assert_array_equal(old[:, 2], 0.75)
+    np.testing.assert_array_equal(new[:, [0, 1, 7]], old[:, [0, 1, 7]])
+
+
+def test_bad_weights_are_refused_and_the_old_ones_stay(head_pipe, tmp_path):
+    cloud = cluster_cloud(np.random.default_rng(6), [[1.0, 1.0, 0.0]])
+    before = head_pipe.process(cloud).objects
+    np.savez(tmp_path / 'shape.npz', **{"['scale']": np.ones(3, np.float32),
+                                        "['bias']": np.float32(0), "['z']": np.float32(0)})
+    np.savez(tmp_path / 'missing.npz', **{"['scale']": np.float32(1)})
+    np.savez(tmp_path / 'dtype.npz', **{"['scale']": np.float64(1), "['bias']": np.float32(0),
+                                        "['z']": np.float32(0)})
+    (tmp_path / 'junk.npz').write_bytes(b'not a zip')
+    for name, match in (('shape', r"\['scale'\] is float32\[3\]"), ('missing', 'lacks'),
+                        ('dtype', 'float64'), ('junk', 'cannot read'), ('absent', 'cannot read')):
+        with pytest.raises(ConfigError, match=f'^head.weights: .*{match}'):
+            head_pipe.set_head_weights(str(tmp_path / f'{name}.npz'))
+    np.testing.assert_array_equal(head_pipe.process(cloud).objects, before)
+
+
+def test_a_pickled_checkpoint_is_never_unpickled(tmp_path):
+    marker = tmp_path / 'ran'
+    payload = np.array([OSError], dtype=object)   # any object array needs pickle to load
+    np.save(tmp_path / 'obj.npy', payload, allow_pickle=True)
+    np.savez(tmp_path / 'w.npz', **{"['scale']": payload})
+    with pytest.raises(ConfigError, match='head.weights'):
+        load_weights(tmp_path / 'w.npz', {'scale': np.float32(0)})
+    assert not marker.exists()
+
+
+def test_features_stay_unfetched_when_not_asked_for(head_pipe):
+    cloud = cluster_cloud(np.random.default_rng(7), [[0.0, 0.0, 0.0]])
+    pending = head_pipe.dispatch(cloud)
+    first = pending.result(features=False)
+    assert first.features is None and len(first.objects) >= 1
+    full = pending.result()
+    assert full.features.shape == (32, 48, 7)
+    np.testing.assert_array_equal(full.objects, first.objects)
+
+
+def test_two_classes_take_the_best_class_per_cell(warmed):
+    pipe = warmed(head_config('toy_heads:two_class_head', **{'head.score_threshold': 0.0}))
+    assert pipe.head_classes == ('vehicle', 'pedestrian')
+    # A filled 2 m square: whole 2 x 2 blocks occupied, vehicle logit 5 beats pedestrian 3.
+    x, y = np.meshgrid(np.arange(2.05, 4.0, 0.25), np.arange(-2.95, -1.0, 0.25))
+    square = np.c_[x.ravel() - 0.25, y.ravel() + 0.5, np.full(x.size, -0.5), np.ones(x.size)]
+    out = pipe.process(square.astype(np.float32))
+    params = {k: np.asarray(v) for k, v in pipe.head.params.items()}
+    outputs = toy_heads.toy_outputs(params, out.features)
+    outputs['heatmap'] = np.concatenate([outputs['heatmap'], -outputs['heatmap']], -1)
+    want = decode_reference(outputs, pipe.cfg.grid, toy_heads.STRIDE, 8, 0.0)
+    np.testing.assert_allclose(out.objects, want, rtol=1e-5, atol=1e-5)
+    assert set(out.objects[:, 8]) == {0.0, 1.0}
+
+
+@pytest.mark.parametrize('module, match', [
+    ('toy_heads', "expected 'package.module:factory'"),
+    ('no_such_module_xyz:head', 'cannot import no_such_module_xyz'),
+    ('toy_heads:missing', 'has no callable missing'),
+    ('toy_heads:wrong_keys_head', 'must return'),
+    ('toy_heads:not_a_spec_head', 'returned dict, not a HeadSpec'),
+])
+def test_a_bad_head_module_is_refused_by_name(module, match):
+    with pytest.raises(ConfigError, match=f'^head.module: .*{match}'):
+        load_head(module, '', HeadInput(32, 48, 8, 0.5))
+
+
+def test_a_stride_that_does_not_divide_the_grid_is_refused():
+    with pytest.raises(ConfigError, match='stride 2, which does not divide'):
+        load_head(TOY, '', HeadInput(31, 48, 8, 0.5))
+
+
+def test_the_store_keys_on_the_head(tmp_path):
+    """Same head: every executable from the store; another K or head: the head's compiled."""
+    store = str(tmp_path / 'xla')
+    first = BevPipeline(head_config(compilation_cache_dir=store))
+    first.warmup()
+    buckets = len(first.padder.sizes)
+    assert first.store.misses == buckets + 1      # the frames, and the head's own
+    again = BevPipeline(head_config(compilation_cache_dir=store))
+    before = compile_count()
+    again.warmup()
+    assert (again.store.hits, again.store.misses) == (buckets + 1, 0)
+    assert compile_count() == before       # loaded, not compiled
+    other = BevPipeline(head_config(compilation_cache_dir=store, **{'head.max_objects': 9}))
+    other.warmup()
+    assert (other.store.hits, other.store.misses) == (buckets, 1)
+    # Another head's code: its own executable; the frames do not depend on the head.
+    two = BevPipeline(head_config('toy_heads:two_class_head', compilation_cache_dir=store))
+    two.warmup()
+    assert (two.store.hits, two.store.misses) == (buckets, 1)
+
+
+def test_the_store_key_covers_the_heads_source(head_pipe):
+    head = head_pipe.head
+    changed = type(head)(head.name, head.spec, head.params, head.weights_path,
+                         head.source_digest[::-1])
+    assert changed.identity != head.identity
+    assert head.source_digest and head.identity in head_pipe.head_key()
