@@ -28,6 +28,7 @@ from rosbags.serde import SerdeError
 from rosbags.typesys import get_typestore, Stores
 
 from .message_types import register_interface_types, share_folders
+from .object_markers import MARKER_ARRAY_TYPE  # noqa: F401
 from .objects import DETECTION_ARRAY_TYPE as DETECTIONS_TYPE  # noqa: F401
 from .stamps import NS_PER_S, split_ns
 from .topics import (camera_info_topic, camera_topic, DIAGNOSTICS_TOPIC,  # noqa: F401
@@ -45,7 +46,6 @@ ODOMETRY_TYPE = 'nav_msgs/msg/Odometry'
 DIAGNOSTICS_TYPE = 'diagnostic_msgs/msg/DiagnosticArray'
 TF_TYPE = 'tf2_msgs/msg/TFMessage'
 GRID_MAP_TYPE = 'grid_map_msgs/msg/GridMap'
-MARKER_ARRAY_TYPE = 'visualization_msgs/msg/MarkerArray'
 FLOAT64_STAMPED_TYPE = 'autoware_internal_debug_msgs/msg/Float64Stamped'
 
 

@@ -3,10 +3,12 @@
 import jax
 import jax.numpy as jnp
 
+from .kernels import CALIBRATION_SIZE
+
 
 def decode_boxes(outputs: dict, grid: jax.Array, *, stride: int, max_objects: int) -> jax.Array:
     """
-    Top-K heatmap peaks as boxes, float32[K, 9] in ``head.BOX_COLUMNS`` order.
+    Top-K heatmap peaks as boxes, float32[K, 9] in ``objects.BOX_COLUMNS`` order.
 
     A peak is a cell whose best class score equals the maximum of its 3 x 3 neighbourhood
     (CenterPoint's max-pool suppression); the K highest peaks are kept, sorted by score.
@@ -72,12 +74,13 @@ def head_function(spec, max_objects: int, params, bev_shape: tuple[int, int, int
 
     """
     def head(params, bev, calibration):
-        return decode_boxes(spec.apply(params, bev), calibration[12:17], stride=spec.stride,
+        grid = calibration[CALIBRATION_SIZE - 5:]      # the calibration vector ends with it
+        return decode_boxes(spec.apply(params, bev), grid, stride=spec.stride,
                             max_objects=max_objects)
     device = jax.devices()[0]
     boxes = None if output_memory is None else jax.sharding.SingleDeviceSharding(
         device, memory_kind=output_memory)
     shape = jax.ShapeDtypeStruct
     specs = (jax.tree.map(lambda a: shape(a.shape, a.dtype), params),
-             shape(bev_shape, jnp.float32), shape((17,), jnp.float32))
+             shape(bev_shape, jnp.float32), shape((CALIBRATION_SIZE,), jnp.float32))
     return jax.jit(head, out_shardings=boxes), specs, jax.tree.structure(0)

@@ -1,7 +1,7 @@
 """
 Detection quality against ground truth: average precision at a BEV centre distance, and recall.
 
-NumPy only, no ROS. Boxes are the rows of ``head.BOX_COLUMNS`` (x, y, z, length, width,
+NumPy only, no ROS. Boxes are the rows of ``objects.BOX_COLUMNS`` (x, y, z, length, width,
 height, yaw, score, class), predictions and ground truth in the same frame (``grid.frame_id``),
 one pair of arrays per LiDAR stamp.
 
@@ -26,7 +26,8 @@ from typing import Iterable
 
 import numpy as np
 
-NUM_COLUMNS = 9
+from .objects import NUM_COLUMNS
+
 SCORE, CLASS = 7, 8
 
 

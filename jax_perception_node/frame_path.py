@@ -59,10 +59,14 @@ class FramePath:
         """
         Serve the warmed ``pipe`` under ``cfg``, starting from the parameters' calibration.
 
-        The pipeline's calibration is set to ``cfg``'s (no compile), so a pipeline reused from
-        an earlier path (replay of the next bag) carries none of its CameraInfo over.
+        The pipeline's calibration and head weights are set to ``cfg``'s (no compile), so a
+        pipeline reused from an earlier path (replay of the next bag) carries none of its
+        CameraInfo or live weights over.
         """
         pipe.set_calibration(cfg.lidar, cfg.cameras)
+        if pipe.head is not None:
+            pipe.set_head_weights(cfg.head.weights)
+            pipe.score_threshold = cfg.head.score_threshold
         self.cfg, self.pipe = cfg, pipe
         self.cameras = cfg.cameras          # the camera calibration in force
         self._from_info: dict[str, tuple] = {}   # camera -> intrinsics a CameraInfo set
@@ -101,6 +105,9 @@ class FramePath:
             cannot be loaded; nothing changed.
 
         """
+        weights = None      # read and checked before the lock: frames go on meanwhile
+        if self.pipe.head is not None and cfg.head.weights != self.cfg.head.weights:
+            weights = self.pipe.read_head_weights(cfg.head.weights)
         with self._pipe_lock:     # a CameraInfo applied meanwhile must not be lost
             from_info = {name: intrinsics for name, intrinsics in self._from_info.items()
                          if name not in intrinsics_from_params}
@@ -116,17 +123,10 @@ class FramePath:
                 cameras = tuple(replace(c, pose=old.pose)
                                 for c, old in zip(cameras, self.cameras))
             changed = cameras if cameras != self.cameras else None
-            weights = self.pipe.head is not None and cfg.head.weights != self.cfg.head.weights
-            if weights:     # checked before anything changes
-                restore = self.pipe.head_weights or ''
-                self.pipe.set_head_weights(cfg.head.weights)
-            try:
-                if lidar is not None or changed is not None:
-                    self.pipe.set_calibration(lidar, changed)
-            except ConfigError:
-                if weights:
-                    self.pipe.set_head_weights(str(restore))
-                raise
+            if lidar is not None or changed is not None:
+                self.pipe.set_calibration(lidar, changed)
+            if weights is not None:
+                self.pipe.use_head_weights(*weights)
             self.pipe.max_sweep_age_s = cfg.accumulation.max_sweep_age_s
             self.pipe.score_threshold = cfg.head.score_threshold
             self.cameras, self._from_info = cameras, from_info

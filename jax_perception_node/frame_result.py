@@ -24,10 +24,12 @@ class FrameResult:
     fetch_ms: float = 0.0      # result to a NumPy array
     cameras_sent: bool = False  # the camera batch crossed to the device this frame
     sweeps_used: int = 1       # sweeps voxelized, the current one included
-    # float32[n, 9] boxes (``head.BOX_COLUMNS``) scoring at least the threshold, best first;
+    # float32[n, 9] boxes (``objects.BOX_COLUMNS``) scoring at least the threshold, best first;
     # None without a head
     objects: np.ndarray | None = None
-    head_ms: float = 0.0       # fetching the head's K box rows and keeping those above threshold
+    # the head: its executable after the BEV is ready, the fetch of its K box rows and the
+    # threshold (compute_ms is the BEV's alone; the frame costs compute_ms + head_ms)
+    head_ms: float = 0.0
 
 
 class PendingFrame:

@@ -2,30 +2,30 @@
 The head plug-in: a learned head on the fused BEV, loaded from ``head.module``.
 
 A head is a pure function ``apply(params, bev) -> dict`` of CenterPoint-style outputs at a
-fixed stride (:data:`HEAD_OUTPUTS`). The pipeline traces it, with the box decoding of
-``box_decode.py``, into every bucket's frame executable; ``params`` are traced arguments, so
-a checkpoint of the same shapes and dtypes swaps in without a compile. The executable store's
-key covers the head's source file and the parameters' shapes (docs/design.md, "Head plug-in").
+fixed stride (:data:`HEAD_OUTPUTS`). The pipeline compiles it, with the box decoding of
+``box_decode.py``, into an executable of its own that runs on each frame's BEV on the device;
+``params`` are traced arguments, so a checkpoint of the same shapes and dtypes swaps in without
+a compile. The executable store's key covers the source of the head's package and the
+parameters' shapes (docs/design.md, "Head plug-in").
 This module imports no ROS.
 """
 
 from dataclasses import dataclass
 import hashlib
 import importlib
-import inspect
 import os
 from pathlib import Path
 import re
+import secrets
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .objects import BOX_COLUMNS  # noqa: F401 (the decoded rows' columns, here for heads)
 from .parameters import ConfigError
 
-# The columns of one decoded box row, float32 (``FrameResult.objects``).
-BOX_COLUMNS = ('x', 'y', 'z', 'length', 'width', 'height', 'yaw', 'score', 'class')
 
 # What ``apply`` returns: name -> channels (None: one per class), at the head's stride.
 HEAD_OUTPUTS = {'heatmap': None, 'offset': 2, 'z': 1, 'size': 3, 'yaw': 2}
@@ -71,7 +71,7 @@ class LoadedHead:
     spec: HeadSpec
     params: Any              # pytree of NumPy arrays, the checkpoint's values
     weights_path: Path | None
-    source_digest: str       # sha256 of the factory's module source: part of the store key
+    source_digest: str       # sha256 of the factory's package source: part of the store key
 
     def checkpoint(self, path: str) -> tuple[Path | None, Any]:
         """
@@ -81,7 +81,7 @@ class LoadedHead:
         """
         target = Path(os.path.expanduser(path)) if path else self.spec.weights
         if target is None:
-            return None, self.spec.params
+            return None, jax.tree.map(np.asarray, self.spec.params)
         return target, load_weights(target, self.params)
 
     @property
@@ -116,8 +116,9 @@ def load_weights(path: str | os.PathLike, template):
     try:
         with np.load(os.path.expanduser(path), allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
-    except (OSError, ValueError, EOFError) as exc:
-        raise ConfigError(f'head.weights: cannot read {path}: {exc}') from None
+    except Exception as exc:    # a damaged zip, a member that does not inflate, a .npy: refuse
+        raise ConfigError(f'head.weights: cannot read {path} as an .npz: '
+                          f'{type(exc).__name__}: {exc}') from None
     extra = sorted(set(arrays) - set(names))
     if extra:
         raise ConfigError(f'head.weights: {path} has arrays the head does not use: {extra[:3]}')
@@ -148,11 +149,27 @@ def _factory(name: str):
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError(f'head.module: {module_name} has no callable {attr}')
-    try:
-        source = inspect.getsource(module).encode()
-    except (OSError, TypeError):
-        source = b''
-    return factory, hashlib.sha256(source).hexdigest()
+    return factory, source_digest(module)
+
+
+def source_digest(module) -> str:
+    """
+    Return the sha256 of the source of ``module``'s top-level package (every .py, by path).
+
+    A head's network may live in other modules of its package than the factory's. A module
+    without a source file gets a digest of its own each time (its executable is never reused).
+    """
+    path = getattr(module, '__file__', None)
+    if not path:
+        return secrets.token_hex(32)
+    root = Path(path).resolve().parent
+    for _ in module.__name__.split('.')[1:]:
+        root = root.parent
+    files = sorted(root.rglob('*.py')) if '.' in module.__name__ else [Path(path).resolve()]
+    digest = hashlib.sha256()
+    for source in files:
+        digest.update(str(source.relative_to(root)).encode() + b'\0' + source.read_bytes())
+    return digest.hexdigest()
 
 
 def check_outputs(spec: HeadSpec, bev: HeadInput, name: str) -> dict:

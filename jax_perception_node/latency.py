@@ -6,8 +6,8 @@ from typing import Iterable, Mapping
 import numpy as np
 
 # Keys of one frame's record, in the order they are published on ~/debug/latency.
-# head_ms: fetching the head's K boxes and keeping those above threshold (its compute runs in
-# the frame's executable: compute_ms); objects: boxes published (0 without a head).
+# head_ms: the head's executable after the BEV is ready, fetching its K boxes and keeping those
+# above threshold (compute_ms is the BEV's alone); objects: boxes published (0 without a head).
 FRAME_KEYS = ('num_points', 'bucket', 'overflow_points', 'decode_ms', 'pad_ms', 'compute_ms',
               'head_ms', 'publish_ms', 'total_ms', 'age_ms', 'cameras_used', 'objects',
               'compiles_after_warmup')

@@ -6,7 +6,7 @@ keyed by their ROS type names (``MESSAGE_TYPES``): rclpy's classes in the node
 (``grid_map.types_by_name``), the ``rosbags`` type store's ``types`` in replay.
 
 The array: first one DELETEALL marker (ns '': the previous frame's markers all go), then per
-box row (``head.BOX_COLUMNS``) a CUBE (ns ``objects``, id = the row index) at the box centre,
+box row (``objects.BOX_COLUMNS``) a CUBE (ns ``objects``, id = the row index) at the box centre,
 turned by its yaw (quaternion x = y = 0, z = sin(yaw / 2), w = cos(yaw / 2)), scale = (length,
 width, height), the class's colour at alpha 0.5; and a TEXT_VIEW_FACING (ns ``objects_text``,
 same id) reading ``"<class> <score>"`` ``TEXT_LIFT_M`` above the box's top. Lifetime 0 (until
@@ -17,8 +17,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .objects import yaw_quaternion
-from .stamps import split_ns
+from .objects import box_rows, header, yaw_quaternion
 
 MARKER_ARRAY_TYPE = 'visualization_msgs/msg/MarkerArray'
 # Every message class ``markers_message`` builds, by ROS type name.
@@ -52,7 +51,7 @@ def markers_message(types: Mapping[str, type], boxes: np.ndarray, classes: Seque
     Args
     ----
     types: ROS type name -> class for every name in ``MESSAGE_TYPES``.
-    boxes: float[n, 9] rows (``head.BOX_COLUMNS``); column 8 indexes ``classes``.
+    boxes: float[n, 9] rows (``objects.BOX_COLUMNS``); column 8 indexes ``classes``.
     classes: class names, e.g. ('vehicle',).
     stamp_ns: header stamp (ns), the LiDAR stamp.
     frame_id: the boxes' frame, ``grid.frame_id``.
@@ -62,25 +61,15 @@ def markers_message(types: Mapping[str, type], boxes: np.ndarray, classes: Seque
     ValueError: rows of the wrong shape or a class index outside ``classes``.
 
     """
-    boxes = np.asarray(boxes, np.float64)
-    if boxes.size == 0:
-        boxes = boxes.reshape(0, 9)
-    if boxes.ndim != 2 or boxes.shape[1] != 9:
-        raise ValueError(f'boxes must be (n, 9), got {boxes.shape}')
-    index = np.rint(boxes[:, 8]).astype(np.int64)
-    bad = (index < 0) | (index >= len(classes)) | (index != boxes[:, 8])
-    if np.any(bad):
-        raise ValueError(f'class {boxes[np.argmax(bad), 8]!r} is no index into {list(classes)}')
-    sec, nanosec = split_ns(stamp_ns)
-    header = types['std_msgs/msg/Header'](
-        stamp=types['builtin_interfaces/msg/Time'](sec=sec, nanosec=nanosec), frame_id=frame_id)
-    markers = [_marker(types, header, '', 0, CUBE, DELETEALL, (0.0, 0.0, 0.0), 0.0,
+    boxes, index = box_rows(boxes, classes)
+    stamped = header(types, stamp_ns, frame_id)
+    markers = [_marker(types, stamped, '', 0, CUBE, DELETEALL, (0.0, 0.0, 0.0), 0.0,
                        (1.0, 1.0, 1.0), (0.0, 0.0, 0.0, 0.0))]
     for n, (row, k) in enumerate(zip(boxes.tolist(), index.tolist())):
         x, y, z, length, width, height, yaw, score = row[:8]
-        markers.append(_marker(types, header, NAMESPACE, n, CUBE, ADD, (x, y, z), yaw,
+        markers.append(_marker(types, stamped, NAMESPACE, n, CUBE, ADD, (x, y, z), yaw,
                                (length, width, height), (*class_colour(k), ALPHA)))
-        markers.append(_marker(types, header, TEXT_NAMESPACE, n, TEXT_VIEW_FACING, ADD,
+        markers.append(_marker(types, stamped, TEXT_NAMESPACE, n, TEXT_VIEW_FACING, ADD,
                                (x, y, z + 0.5 * height + TEXT_LIFT_M), 0.0,
                                (TEXT_HEIGHT_M, TEXT_HEIGHT_M, TEXT_HEIGHT_M),
                                (1.0, 1.0, 1.0, 1.0), f'{classes[k]} {score:.2f}'))

@@ -6,7 +6,7 @@ type names (``'vision_msgs/msg/Detection3DArray'``, ``'std_msgs/msg/Header'``, .
 classes in the node (``grid_map.types_by_name``), the ``rosbags`` type store's ``types`` in replay
 and in the sample bag.
 
-Box rows (``head.BOX_COLUMNS``): float[n, 9], columns x, y, z (box centre, m, grid frame),
+Box rows (``BOX_COLUMNS``): float[n, 9], columns x, y, z (box centre, m, grid frame),
 length, width, height (m, full sizes, length along the heading), yaw (rad, about +z, in
 (-pi, pi]), score (0..1), class (index into the class names, as a float).
 
@@ -33,7 +33,34 @@ MESSAGE_TYPES = (DETECTION_ARRAY_TYPE, 'vision_msgs/msg/Detection3D',
                  'geometry_msgs/msg/Pose', 'geometry_msgs/msg/Point',
                  'geometry_msgs/msg/Quaternion', 'geometry_msgs/msg/Vector3',
                  'std_msgs/msg/Header', 'builtin_interfaces/msg/Time')
-NUM_COLUMNS = 9
+# The columns of one box row, float32 (``FrameResult.objects``, the ground truth's rows).
+BOX_COLUMNS = ('x', 'y', 'z', 'length', 'width', 'height', 'yaw', 'score', 'class')
+NUM_COLUMNS = len(BOX_COLUMNS)
+
+
+def box_rows(boxes, classes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """
+    Check box rows for a message: (float64[n, 9], their class indices int64[n]).
+
+    ValueError for rows of another shape or a class that is no index into ``classes``.
+    """
+    boxes = np.asarray(boxes, np.float64)
+    if boxes.size == 0:
+        boxes = boxes.reshape(0, NUM_COLUMNS)
+    if boxes.ndim != 2 or boxes.shape[1] != NUM_COLUMNS:
+        raise ValueError(f'boxes must be (n, {NUM_COLUMNS}), got {boxes.shape}')
+    index = np.rint(boxes[:, 8]).astype(np.int64)
+    bad = (index < 0) | (index >= len(classes)) | (index != boxes[:, 8])
+    if np.any(bad):
+        raise ValueError(f'class {boxes[np.argmax(bad), 8]!r} is no index into {list(classes)}')
+    return boxes, index
+
+
+def header(types: Mapping[str, type], stamp_ns: int, frame_id: str):
+    """Return a std_msgs/Header of ``types``' class."""
+    sec, nanosec = split_ns(stamp_ns)
+    return types['std_msgs/msg/Header'](
+        stamp=types['builtin_interfaces/msg/Time'](sec=sec, nanosec=nanosec), frame_id=frame_id)
 
 
 def yaw_quaternion(yaw: float) -> tuple[float, float, float, float]:
@@ -68,19 +95,11 @@ def detections_message(types: Mapping[str, type], boxes: np.ndarray, classes: Se
     that does not match.
 
     """
-    boxes = np.asarray(boxes, np.float64)
-    if boxes.ndim != 2 or boxes.shape[1] != NUM_COLUMNS:
-        raise ValueError(f'boxes must be (n, {NUM_COLUMNS}), got {boxes.shape}')
+    boxes, index = box_rows(boxes, classes)
     ids = [''] * len(boxes) if ids is None else list(ids)
     if len(ids) != len(boxes):
         raise ValueError(f'{len(ids)} ids for {len(boxes)} boxes')
-    index = np.rint(boxes[:, 8]).astype(np.int64) if len(boxes) else np.zeros(0, np.int64)
-    bad = (index < 0) | (index >= len(classes)) | (index != boxes[:, 8])
-    if np.any(bad):
-        raise ValueError(f'class {boxes[np.argmax(bad), 8]!r} is no index into {list(classes)}')
-    sec, nanosec = split_ns(stamp_ns)
-    header = types['std_msgs/msg/Header'](
-        stamp=types['builtin_interfaces/msg/Time'](sec=sec, nanosec=nanosec), frame_id=frame_id)
+    stamped = header(types, stamp_ns, frame_id)
     point, quaternion = types['geometry_msgs/msg/Point'], types['geometry_msgs/msg/Quaternion']
     detections = []
     for row, k, name in zip(boxes.tolist(), index.tolist(), ids):
@@ -98,8 +117,8 @@ def detections_message(types: Mapping[str, type], boxes: np.ndarray, classes: Se
         bbox = types['vision_msgs/msg/BoundingBox3D'](
             center=pose(), size=types['geometry_msgs/msg/Vector3'](x=length, y=width, z=height))
         detections.append(types['vision_msgs/msg/Detection3D'](
-            header=header, results=[hypothesis], bbox=bbox, id=str(name)))
-    return types[DETECTION_ARRAY_TYPE](header=header, detections=detections)
+            header=stamped, results=[hypothesis], bbox=bbox, id=str(name)))
+    return types[DETECTION_ARRAY_TYPE](header=stamped, detections=detections)
 
 
 def boxes_from_detections(msg, classes: Sequence[str]) -> np.ndarray:

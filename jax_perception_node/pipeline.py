@@ -240,9 +240,16 @@ class BevPipeline:
         '' takes the shipped weights (none shipped: the factory's). Raises ConfigError
         (``head.weights``) for a file that cannot be read or does not fit; nothing changes then.
         """
+        self.use_head_weights(*self.read_head_weights(path))
+
+    def read_head_weights(self, path: str):
+        """Read and check ``head.weights`` = ``path``; (file, parameters) for use_head_weights."""
         if self.head is None:
             raise ConfigError('head.weights: no head is configured (head.module is empty)')
-        target, params = self.head.checkpoint(path)
+        return self.head.checkpoint(path)
+
+    def use_head_weights(self, target, params) -> None:
+        """Put checked parameters (``read_head_weights``) on the device for the next frame."""
         self._head_params, self.head_weights = jax.device_put(params), target
 
     def set_calibration(self, lidar: Pose | None = None,

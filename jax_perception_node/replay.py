@@ -195,6 +195,8 @@ class BagFrames:
     are counted in ``result`` like a replay's.
     """
 
+    picture = True      # build each frame's rgb8 picture (FramePath.process)
+
     def __init__(self, path: FramePath, result: ReplayResult, total: int):
         self.path, self.result, self.total = path, result, total
 
@@ -269,7 +271,7 @@ class BagFrames:
     def cloud(self, raw: bytes, msgtype: str, timestamp: int) -> None:
         """Process one cloud and write its outputs, or count it rejected or skipped (no TF)."""
         try:
-            frame = self.path.process(bagio.deserialize(raw, msgtype))
+            frame = self.path.process(bagio.deserialize(raw, msgtype), self.picture)
         except (bagio.BagError, CloudFormatError) as exc:
             self.result.rejected += 1
             self.result.errors.append(f'point cloud at {timestamp}: {exc}')

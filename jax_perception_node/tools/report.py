@@ -53,7 +53,7 @@ def box_outline(box: Sequence[float], grid) -> np.ndarray:
     """
     Return the 4 BEV corners of a box row as (column, row) of the forward-up picture.
 
-    ``box``: a ``head.BOX_COLUMNS`` row (x, y, z, length, width, height, yaw, ...).
+    ``box``: a ``objects.BOX_COLUMNS`` row (x, y, z, length, width, height, yaw, ...).
     """
     x, y, length, width, yaw = box[0], box[1], box[3], box[4], box[6]
     along = np.array([1, 1, -1, -1]) * 0.5 * length

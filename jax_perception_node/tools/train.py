@@ -84,6 +84,8 @@ class Dataset:
 class _Collect(BagFrames):
     """Replay's message handling, but each processed frame goes to the dataset, not a bag."""
 
+    picture = False
+
     def __init__(self, path: FramePath, truth: dict, dataset: Dataset, pool, total: int):
         super().__init__(path, ReplayResult(), total)
         self.truth, self.dataset, self.pool = truth, dataset, pool

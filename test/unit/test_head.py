@@ -1,5 +1,7 @@
 """The head plug-in: traced into every bucket, decoded on the device, weights swapped live."""
 
+import pathlib
+
 from configs import small_config
 from jax_perception_node.head import HeadInput, load_head, load_weights, save_weights
 from jax_perception_node.parameters import ConfigError
@@ -110,18 +112,36 @@ def test_bad_weights_are_refused_and_the_old_ones_stay(head_pipe, tmp_path):
     np.savez(tmp_path / 'dtype.npz', **{"['scale']": np.float64(1), "['bias']": np.float32(0),
                                         "['z']": np.float32(0)})
     (tmp_path / 'junk.npz').write_bytes(b'not a zip')
+    np.save(tmp_path / 'array.npz.npy', np.ones(3, np.float32))
+    (tmp_path / 'array.npz.npy').rename(tmp_path / 'array.npz')        # an .npy by another name
+    whole = (tmp_path / 'shape.npz').read_bytes()
+    (tmp_path / 'cut.npz').write_bytes(whole[:len(whole) // 2])       # a truncated download
     for name, match in (('shape', r"\['scale'\] is float32\[3\]"), ('missing', 'lacks'),
-                        ('dtype', 'float64'), ('junk', 'cannot read'), ('absent', 'cannot read')):
+                        ('dtype', 'float64'), ('junk', 'cannot read'), ('absent', 'cannot read'),
+                        ('array', 'cannot read'), ('cut', 'cannot read')):
         with pytest.raises(ConfigError, match=f'^head.weights: .*{match}'):
             head_pipe.set_head_weights(str(tmp_path / f'{name}.npz'))
     np.testing.assert_array_equal(head_pipe.process(cloud).objects, before)
 
 
+class Touch:
+    """Unpickling this creates a file: proof that a checkpoint was unpickled."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (pathlib.Path(self.path),))
+
+
 def test_a_pickled_checkpoint_is_never_unpickled(tmp_path):
     marker = tmp_path / 'ran'
-    payload = np.array([OSError], dtype=object)   # any object array needs pickle to load
-    np.save(tmp_path / 'obj.npy', payload, allow_pickle=True)
+    payload = np.array([Touch(marker)], dtype=object)
     np.savez(tmp_path / 'w.npz', **{"['scale']": payload})
+    with np.load(tmp_path / 'w.npz', allow_pickle=True) as npz:   # positive control
+        npz["['scale']"]
+    assert marker.exists()
+    marker.unlink()
     with pytest.raises(ConfigError, match='head.weights'):
         load_weights(tmp_path / 'w.npz', {'scale': np.float32(0)})
     assert not marker.exists()
@@ -190,9 +210,48 @@ def test_the_store_keys_on_the_head(tmp_path):
     assert (two.store.hits, two.store.misses) == (buckets, 1)
 
 
-def test_the_store_key_covers_the_heads_source(head_pipe):
-    head = head_pipe.head
-    changed = type(head)(head.name, head.spec, head.params, head.weights_path,
-                         head.source_digest[::-1])
-    assert changed.identity != head.identity
-    assert head.source_digest and head.identity in head_pipe.head_key()
+def test_the_store_key_covers_the_source_of_the_heads_package(tmp_path, monkeypatch):
+    """A change anywhere in the head's package, not only the factory's module, recompiles it."""
+    package = tmp_path / 'plugins' / 'myheads'
+    package.mkdir(parents=True)
+    (package / '__init__.py').write_text('')
+    (package / 'net.py').write_text('SCALE = 1.0\n')
+    (package / 'toy.py').write_text('from toy_heads import occupancy_head  # noqa: F401\n')
+    monkeypatch.syspath_prepend(str(tmp_path / 'plugins'))
+    store = str(tmp_path / 'xla')
+
+    def warm():
+        pipe = BevPipeline(head_config('myheads.toy:occupancy_head',
+                                       compilation_cache_dir=store))
+        pipe.warmup()
+        return pipe.store.hits, pipe.store.misses
+    buckets = len(small_config(cameras=0).buckets)
+    assert warm() == (0, buckets + 1)
+    assert warm() == (buckets + 1, 0)
+    (package / 'net.py').write_text('SCALE = 2.0\n')      # the factory's module is unchanged
+    assert warm() == (buckets, 1)
+
+
+def test_a_live_parameter_change_swaps_the_weights_through_the_frame_path(tmp_path):
+    """FramePath.update (the node's parameter callback, replay): new weights, 0 compiles."""
+    from dataclasses import replace
+    from jax_perception_node.frame_path import FramePath
+    cfg = head_config()
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    path = FramePath(cfg, pipe)
+    save_weights(tmp_path / 'w.npz', {'scale': np.float32(2.0), 'bias': np.float32(-3.0),
+                                      'z': np.float32(-0.5)})
+    before = compile_count()
+    path.update(replace(cfg, head=replace(cfg.head, weights=str(tmp_path / 'w.npz'),
+                                          score_threshold=0.5)))
+    assert pipe.head_weights == tmp_path / 'w.npz' and pipe.score_threshold == 0.5
+    objects = pipe.process(cluster_cloud(np.random.default_rng(9), [[1.0, 2.0, 0.0]])).objects
+    assert len(objects) and (objects[:, 2] == -0.5).all() and (objects[:, 7] >= 0.5).all()
+    # A refused change (bad weights) changes nothing, the threshold included.
+    bad = replace(cfg, head=replace(cfg.head, weights=str(tmp_path / 'absent.npz'),
+                                    score_threshold=0.9))
+    with pytest.raises(ConfigError, match='head.weights'):
+        path.update(bad)
+    assert pipe.head_weights == tmp_path / 'w.npz' and pipe.score_threshold == 0.5
+    assert compile_count() == before

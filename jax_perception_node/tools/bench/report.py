@@ -46,8 +46,9 @@ def targets(results: dict) -> list[dict]:
                               'cameras)', '>= 1.0', part['speedup_vs_numba'], lambda v: v >= 1))
     head = results.get('head') or {}
     if 'compute_ratio' in head:     # results from before the head render as they were
-        items.append(item('head.compute_ratio (compute_ms with / without the head, 131k points, '
-                          '4 cameras)', '<= 1.30', head['compute_ratio'], lambda v: v <= 1.30))
+        items.append(item('head.compute_ratio (compute_ms + head_ms with / compute_ms without '
+                          'the head, 131k points, 4 cameras)', '<= 1.30', head['compute_ratio'],
+                          lambda v: v <= 1.30))
     items += [
         item('ros.overhead_ms', '< 2', ros.get('overhead_ms'), lambda v: v < 2),
         item('startup.warm_s / startup.cold_s', '<= 0.25',
@@ -369,21 +370,23 @@ def _head_part(results: dict) -> list[str]:
     if head is None:
         return []
     lines = _table_part(
-        '9. The learned head (same executable as the BEV)',
+        '9. The learned head (its executable after the BEV, on the device)',
         f'{head["points"]} points, {head["cameras"]} cameras, the shipped config with and '
         f'without `{head["head"]}` (top {head["max_objects"]} peaks decoded on the device), '
         f'on {head["device"]}; the two pipelines take turns on every frame. compute = '
-        'transfer, device, fetch of the BEV; head = fetching and thresholding the boxes.',
-        '| pipeline | compute p50 ms | compute p99 ms | head p50 ms | process() p50 ms |',
-        '|---|---:|---:|---:|---:|')
+        "transfer, device, fetch of the BEV; head = the head's executable after the BEV and "
+        'the fetch of its boxes; frame = compute + head.',
+        '| pipeline | compute p50 ms | head p50 ms | frame p50 ms | frame p99 ms | '
+        'process() p50 ms |',
+        '|---|---:|---:|---:|---:|---:|')
     for r in head['rows']:
         lines.append(f'| {r["pipeline"]} | {_fmt(r["compute_ms"]["p50"])} | '
-                     f'{_fmt(r["compute_ms"]["p99"])} | {_fmt(r["head_ms"]["p50"], 3)} | '
-                     f'{_fmt(r["process_ms"]["p50"])} |')
-    return lines + ['', f'With / without the head: {_fmt(head["compute_ratio"])}x compute '
-                    f'(target <= {_fmt(head["budget"])}); {_fmt(head["objects_per_frame"], 1)} '
-                    f'boxes per frame; compiles during the timed frames: '
-                    f'{head["compiles_during_frames"]}.']
+                     f'{_fmt(r["head_ms"]["p50"])} | {_fmt(r["frame_ms"]["p50"])} | '
+                     f'{_fmt(r["frame_ms"]["p99"])} | {_fmt(r["process_ms"]["p50"])} |')
+    return lines + ['', f'With / without the head: {_fmt(head["compute_ratio"])}x the frame '
+                    f'(target <= {_fmt(head["budget"])}); '
+                    f'{_fmt(head["objects_per_frame"], 1)} boxes per frame; compiles during '
+                    f'the timed frames: {head["compiles_during_frames"]}.']
 
 
 def _device_part(results: dict) -> list[str]:

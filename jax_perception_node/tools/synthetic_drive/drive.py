@@ -186,7 +186,7 @@ class SyntheticDrive:
         """
         Return the visible vehicles at time t (s), the LiDAR stamp: (float64[n, 9] rows, ids).
 
-        Rows (``head.BOX_COLUMNS``): x, y, z (box centre, m, grid frame: base_link at t, whose
+        Rows (``objects.BOX_COLUMNS``): x, y, z (box centre, m, grid frame: base_link at t, whose
         axes are the world's), length, width, height (m), yaw (rad, in (-pi, pi]), score 1,
         class 0 (vehicle), for the parked cars and the traffic whose centre at t lies in the
         grid's x and y range and that at least ``min_points`` returns of the sweep starting at
