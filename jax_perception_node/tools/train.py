@@ -43,7 +43,7 @@ from ..parameters import ConfigError
 from ..pipeline import BevPipeline
 from ..replay import BagFrames, read_ground_truth, ReplayResult
 
-DEFAULT_STEPS = 6000
+DEFAULT_STEPS = 20000
 DEFAULT_BATCH = 8
 LEARNING_RATE = 3e-3
 WEIGHT_DECAY = 1e-4

@@ -40,7 +40,7 @@ def reference_head(bev: np.ndarray, m) -> np.ndarray:
     y = np.maximum(reference_conv(pooled, np.asarray(m.conv1.weight, np.float64),
                                   np.asarray(m.conv1.bias), 1), 0)
     y = np.maximum(reference_conv(y, np.asarray(m.conv2.weight, np.float64),
-                                  np.asarray(m.conv2.bias), 2), 0)
+                                  np.asarray(m.conv2.bias), 1), 0)
     return reference_conv(y, np.asarray(m.out.weight, np.float64), np.asarray(m.out.bias), 1)
 
 
@@ -75,7 +75,7 @@ def test_layers_match_a_numpy_reference():
         replace=(rng.normal(size=channels).astype(np.float32),
                  rng.uniform(0.5, 2.0, channels).astype(np.float32),
                  rng.normal(size=32).astype(np.float32) * 0.1,
-                 rng.normal(size=32).astype(np.float32) * 0.1,
+                 rng.normal(size=16).astype(np.float32) * 0.1,
                  rng.normal(size=9).astype(np.float32)))
     bev = rng.normal(size=(24, 20, channels)).astype(np.float32)
     params, static = eqx.partition(model, eqx.is_array)
