@@ -135,10 +135,7 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
     reader = bagio.open_reader(src)
     try:
         types = bagio.topic_types(reader)
-        if types.get(topics.pointcloud) != bagio.POINTCLOUD_TYPE:
-            raise bagio.BagError(f'{src}: no {bagio.POINTCLOUD_TYPE} topic {topics.pointcloud} '
-                                 f'(topics: {", ".join(sorted(types)) or "none"})')
-        total = next(c.msgcount for c in reader.connections if c.topic == topics.pointcloud)
+        total = cloud_count(reader, types, topics, src)
         bagio.message_class(bagio.GRID_MAP_TYPE)   # BagError naming the package if not installed
         # Before the warm-up: an output that cannot be written fails at once.
         with bagio.writing_bag(dst) as path:
@@ -163,6 +160,14 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
         return result
     finally:
         reader.close()
+
+
+def cloud_count(reader, types: dict[str, str], topics: bagio.BagTopics, src) -> int:
+    """Return the number of LiDAR messages in the bag; BagError if it has no LiDAR topic."""
+    if types.get(topics.pointcloud) != bagio.POINTCLOUD_TYPE:
+        raise bagio.BagError(f'{src}: no {bagio.POINTCLOUD_TYPE} topic {topics.pointcloud} '
+                             f'(topics: {", ".join(sorted(types)) or "none"})')
+    return next(c.msgcount for c in reader.connections if c.topic == topics.pointcloud)
 
 
 def read_ground_truth(reader, types: dict[str, str], classes: tuple[str, ...],

@@ -41,7 +41,7 @@ from ..heads.centerpoint import CenterPointHead, check_input, CLASSES, STRIDE
 from ..objects import GROUND_TRUTH_TOPIC
 from ..parameters import ConfigError
 from ..pipeline import BevPipeline
-from ..replay import BagFrames, read_ground_truth, ReplayResult
+from ..replay import BagFrames, cloud_count, read_ground_truth, ReplayResult
 
 DEFAULT_STEPS = 20000
 DEFAULT_BATCH = 8
@@ -117,18 +117,14 @@ def read_truth(reader, src) -> dict[int, np.ndarray]:
 def collect(bags, cfg, pipe: BevPipeline, dataset: Dataset, stream=sys.stderr) -> None:
     """Replay every bag through ``pipe`` (warmed, no head) into ``dataset``."""
     head = CenterPointHead.create(pipe.output_channels)
-    pool = jax.jit(lambda bev: head.pool(bev[None])[0])
+    pool = jax.jit(lambda bev: head.pool(bev))   # as the head pools at run time: unbatched
     topics = bagio.BagTopics()
     for n, src in enumerate(bags):
         reader = bagio.open_reader(src)
         try:
             types = bagio.topic_types(reader)
-            if types.get(topics.pointcloud) != bagio.POINTCLOUD_TYPE:
-                raise bagio.BagError(f'{src}: no {bagio.POINTCLOUD_TYPE} topic '
-                                     f'{topics.pointcloud}')
+            total = cloud_count(reader, types, topics, src)
             truth = read_truth(reader, src)
-            total = next(c.msgcount for c in reader.connections
-                         if c.topic == topics.pointcloud)
             pipe.reset_sweeps()
             collector = _Collect(FramePath(cfg, pipe), truth, dataset, pool, total)
             collector.run(reader, types, topics, None)
