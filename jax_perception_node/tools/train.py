@@ -131,7 +131,8 @@ def collect(bags, cfg, pipe: BevPipeline, dataset: Dataset, stream=sys.stderr) -
         finally:
             reader.close()
         stream.write(f'bag {n + 1}/{len(bags)} {src}: {collector.result.frames} frames, '
-                     f'{len(dataset.pooled)} with ground truth in all\n')
+                     f'{len(dataset.pooled)} with ground truth in all, '
+                     f'{dataset.without_truth} without (not trained on)\n')
         stream.flush()
 
 
