@@ -90,13 +90,13 @@ class FrameOutputs:
 
     def wants_features(self) -> bool:
         """
-        Return True when this frame's BEV must come to the host.
+        Return True when this frame's BEV must come to the host for the features or the GridMap.
 
-        It does while ``output.bev_features`` is on, or someone subscribes to the picture or
-        the GridMap (both built from it); otherwise only the head's objects are fetched.
+        It does while ``output.bev_features`` is on, or someone subscribes to the GridMap; a
+        picture fetches it too (``FramePath.process(picture=True)``); otherwise only the head's
+        objects are fetched.
         """
-        return self.bev_features or self.wants_picture() or \
-            self.publishers['grid_map'].get_subscription_count() > 0
+        return self.bev_features or self.publishers['grid_map'].get_subscription_count() > 0
 
     def publish(self, frame: Frame, header, arrived: float, grid, clock) -> dict:
         """
