@@ -58,9 +58,11 @@ class Conv(eqx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         """Convolve float32[N, H, W, C_in] to float32[N, H, W, C_out]."""
         pad = self.weight.shape[0] // 2
+        # HIGHEST: NVIDIA GPUs would run a float32 conv as TF32 (kernels.py: no product is left
+        # to a backend's default precision), and the weights were trained in float32.
         y = jax.lax.conv_general_dilated(
             x, self.weight, window_strides=(1, 1), padding=((pad, pad), (pad, pad)),
-            dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+            dimension_numbers=('NHWC', 'HWIO', 'NHWC'), precision=jax.lax.Precision.HIGHEST)
         return y + self.bias
 
 

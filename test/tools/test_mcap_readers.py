@@ -140,3 +140,27 @@ def test_recorder_output_decodes(tmp_path):
     assert [m.header.stamp.sec for m in decoded] == [100, 101, 102, 103, 104]
     assert [m.status[0].message for m in decoded] == [f'message {k}' for k in range(5)]
     assert [m.status[0].values[0].value for m in decoded] == ['0', '1', '2', '3', '4']
+
+
+def test_the_heads_objects_and_markers_decode(tmp_path):
+    """vision_msgs and visualization_msgs of a replay with a head, read by the mcap readers."""
+    rng = np.random.default_rng(9)
+    with bagio.BagWriter(tmp_path / 'in') as writer:
+        for k in range(2):
+            stamp = T0 + k * 100_000_000
+            points = np.c_[rng.uniform([-6, -10, -0.5], [6, 10, 0.5], (400, 3)),
+                           rng.uniform(0, 50, 400)].astype(np.float32)
+            writer.write(bagio.POINTCLOUD_TOPIC, bag_messages.cloud(points, stamp), stamp)
+    cfg = small_config(0, **{'head.module': 'toy_heads:occupancy_head',
+                             'head.score_threshold': 0.0})
+    result = replay_bag(tmp_path / 'in', tmp_path / 'out', cfg)
+    assert result.frames == 2
+    decoded = decode_all(tmp_path / 'out')
+    objects = [m for t, m, _ in decoded if t == bagio.OBJECTS_TOPIC]
+    markers = [m for t, m, _ in decoded if t == bagio.OBJECTS_MARKERS_TOPIC]
+    assert len(objects) == len(markers) == 2
+    for detections, array in zip(objects, markers):
+        assert detections.header.frame_id == 'base_link' and len(detections.detections) > 0
+        assert detections.detections[0].results[0].hypothesis.class_id == 'vehicle'
+        # A DELETEALL, then a cube and a label per box.
+        assert len(array.markers) == 1 + 2 * len(detections.detections)

@@ -80,3 +80,15 @@ def test_the_accumulating_frame_leaves_no_precision_to_the_backend():
     # The accumulating variant really is in this jaxpr: the ring update and the lag sums.
     assert 'dynamic_update_slice' in str(frame)
     assert dots_without_highest(frame) == []
+
+
+def test_the_reference_head_leaves_no_precision_to_the_backend():
+    """The head's executable (the shipped CenterPoint head and its decoding) is audited too."""
+    from jax_perception_node.box_decode import head_function
+    from jax_perception_node.head import HeadInput, load_head
+    from jax_perception_node.parameters import REFERENCE_HEAD
+    head = load_head(REFERENCE_HEAD, '', HeadInput(32, 48, 15, 0.5))
+    jitted, specs, _ = head_function(head.spec, 8, head.params, (32, 48, 15), None)
+    closed = jax.make_jaxpr(jitted)(*specs)
+    assert 'conv_general_dilated' in str(closed)
+    assert dots_without_highest(closed) == []
