@@ -48,7 +48,7 @@ def _from_key(key):
 
 
 def _rasterize(x, y, z, intensity, real, grid, lag=None, *, height: int,
-               width: int) -> jax.Array:
+               width: int) -> list[jax.Array]:
     """Filter points by the grid contract and compute the channels; ``lag`` adds the 7th."""
     x_min, y_min, z_min, z_max, res = grid[0], grid[1], grid[2], grid[3], grid[4]
     row = jnp.floor((x - x_min) / res)
@@ -85,12 +85,12 @@ def _rasterize(x, y, z, intensity, real, grid, lag=None, *, height: int,
         jnp.where(occupied, _from_key(~extremes[1]), 0.0),
         sums[2] * inv,
     ] + ([] if lag is None else [sums[3] * inv])
-    return jnp.stack(channels, axis=1).reshape(height, width, len(channels))
+    return channels
 
 
 def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
              lidar_translation: jax.Array, grid: jax.Array, *, height: int,
-             width: int) -> jax.Array:
+             width: int) -> list[jax.Array]:
     """
     Rasterize a padded cloud into the six LiDAR BEV channels.
 
@@ -106,7 +106,8 @@ def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
 
     Returns
     -------
-    float32[H, W, 6] in ``LIDAR_CHANNELS`` order, 0 in empty cells.
+    The six channels in ``LIDAR_CHANNELS`` order, each float32[H*W] (cells row-major), 0 in
+    empty cells: ``bev_frame`` interleaves them with the camera channels in one stack.
 
     """
     x, y, z = _to_grid(points[:, 0], points[:, 1], points[:, 2], lidar_rotation,
@@ -135,7 +136,7 @@ MOTION_SIZE = 13
 
 def voxelize_sweeps(points: jax.Array, num_valid: jax.Array, ring: jax.Array, sweeps: SweepArgs,
                     lidar_rotation: jax.Array, lidar_translation: jax.Array, grid: jax.Array, *,
-                    height: int, width: int) -> jax.Array:
+                    height: int, width: int) -> list[jax.Array]:
     """
     Rasterize the current sweep and P earlier ones into the seven accumulated LiDAR channels.
 
@@ -151,8 +152,8 @@ def voxelize_sweeps(points: jax.Array, num_valid: jax.Array, ring: jax.Array, sw
 
     Returns
     -------
-    float32[H, W, 7]: ``LIDAR_CHANNELS`` then ``time_lag_mean`` (mean seconds behind the
-    current sweep of the points in the cell; 0 in empty cells).
+    Seven channels, each float32[H*W]: ``LIDAR_CHANNELS`` then ``time_lag_mean`` (mean
+    seconds behind the current sweep of the points in the cell; 0 in empty cells).
 
     """
     past, capacity = ring.shape[0], ring.shape[1]
@@ -175,29 +176,38 @@ def voxelize_sweeps(points: jax.Array, num_valid: jax.Array, ring: jax.Array, sw
                       joined(jnp.zeros_like(x0), lag1), height=height, width=width)
 
 
-def fuse(lidar: jax.Array, camera: jax.Array, coverage: jax.Array,
-         projection: tuple[jax.Array, jax.Array] | None = None, *,
+def fuse(lidar: list[jax.Array], camera: jax.Array | None, coverage: jax.Array | None,
+         projection: tuple[jax.Array, jax.Array] | None = None, *, height: int, width: int,
          activation: str = 'none') -> jax.Array:
     """
-    Concatenate [LiDAR | C camera | coverage] and apply the optional 1x1 projection.
+    Stack [LiDAR | C camera | coverage] per cell and apply the optional 1x1 projection.
 
-    The projection runs at HIGHEST precision: full float32 on every backend (NVIDIA GPUs
-    default to TF32 for float32 dots).
+    One stack of single channels, because XLA's CPU backend interleaves channels one element
+    at a time: a concatenation of stacked blocks (or a pad to add the coverage) repeated that
+    for the whole output and doubled the cost of a LiDAR-only frame (README, "Cheaper
+    scatters"). The projection runs at HIGHEST precision: full float32 on every backend
+    (NVIDIA GPUs default to TF32 for float32 dots).
 
     Args
     ----
-    lidar: float32[H, W, L], L = 6, or 7 with accumulation (``time_lag_mean`` last).
-    camera: float32[H, W, C]; coverage: float32[H, W].
+    lidar: L channels float32[H*W], L = 6, or 7 with accumulation (``time_lag_mean`` last).
+    camera: float32[H*W, C] and coverage: float32[H*W], or both None without cameras (C = 0,
+        coverage 0).
     projection: (W float32[L + C + 1, C_out], b float32[C_out]) or None; without it the
         output is the plain concatenation and ``activation`` is ignored.
-    activation: 'none' or 'relu' after the projection (static).
+    height, width: the grid's H x W (static); activation: 'none' or 'relu' after the
+        projection (static).
 
     Returns
     -------
     float32[H, W, C_out].
 
     """
-    fused = jnp.concatenate([lidar, camera, coverage[..., None]], axis=-1)
+    if camera is None:
+        columns = lidar + [jnp.zeros_like(lidar[0])]
+    else:
+        columns = lidar + [camera[:, c] for c in range(camera.shape[1])] + [coverage]
+    fused = jnp.stack(columns, axis=1).reshape(height, width, len(columns))
     if projection is None:
         return fused
     weights, bias = projection
@@ -263,15 +273,14 @@ def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, wi
     else:
         lidar = voxelize_sweeps(args.points, args.scalars[0], ring, args.sweeps, rotation,
                                 translation, calibration[12:17], height=height, width=width)
-    if args.features is None:
-        camera = jnp.zeros((height, width, 0), jnp.float32)
-        coverage = jnp.zeros((height, width), jnp.float32)
-    else:
-        # Materialized before the concatenation: fused into it, the slot loop ran once per
-        # output channel instead of once per cell.
+    camera = coverage = None
+    if args.features is not None:
+        # Materialized before the stack: fused into it, the slot loop ran once per output
+        # channel instead of once per cell.
         camera, coverage = jax.lax.optimization_barrier(lift_cameras(
-            args.features, args.scalars[1:] > 0, args.lift, height=height, width=width))
-    features = fuse(lidar, camera, coverage, args.projection, activation=activation)
+            args.features, args.scalars[1:] > 0, args.lift))
+    features = fuse(lidar, camera, coverage, args.projection, height=height, width=width,
+                    activation=activation)
     if ring is None:
         return features
     update = jax.lax.dynamic_update_slice(

@@ -63,12 +63,14 @@ class LiftTables(NamedTuple):
 
     top: int32[S, H*W] flat row of a sample's top-left tap; the other taps are +1, +(W_f + 2)
     and +(W_f + 3). Unused slots point at the zero block.
-    frac: float32[2, S, H*W] (du, dv) = (u - floor(u), v - floor(v)); 0 in unused slots.
+    weights: float32[S, H*W, 4] the bilinear weights of the four taps in that order,
+    ((1 - du)(1 - dv), du (1 - dv), (1 - du) dv, du dv) with (du, dv) = (u - floor(u),
+    v - floor(v)); computed once here rather than once per channel in every frame.
     samples: float32[N, H*W] valid samples per camera and cell (0..K), for the mean.
     """
 
     top: jax.Array
-    frac: jax.Array
+    weights: jax.Array
     samples: jax.Array
 
 
@@ -199,15 +201,17 @@ def lift_geometry(cameras: CameraCalibration, grid: jax.Array, *, height: int, w
     dropped = jnp.sum((flat_valid & (rank >= slots)).reshape(n, -1), axis=1, dtype=jnp.int32)
     kept = jnp.take_along_axis(flat_valid, order, axis=0)
     take = functools.partial(jnp.take_along_axis, indices=order, axis=0)
+    du, dv = jnp.where(kept, take(du), 0.0), jnp.where(kept, take(dv), 0.0)
     tables = LiftTables(
         top=jnp.where(kept, take(top), n * block),
-        frac=jnp.stack([jnp.where(kept, take(du), 0.0), jnp.where(kept, take(dv), 0.0)]),
+        weights=jnp.stack([(1.0 - du) * (1.0 - dv), du * (1.0 - dv), (1.0 - du) * dv, du * dv],
+                          axis=-1),
         samples=jnp.sum(valid, axis=1).astype(jnp.float32))
     return tables, dropped
 
 
-def lift_cameras(features: jax.Array, camera_valid: jax.Array, tables: LiftTables, *,
-                 height: int, width: int) -> tuple[jax.Array, jax.Array]:
+def lift_cameras(features: jax.Array, camera_valid: jax.Array,
+                 tables: LiftTables) -> tuple[jax.Array, jax.Array]:
     """
     Sample camera features into the BEV grid with the compacted samples (per frame).
 
@@ -218,12 +222,12 @@ def lift_cameras(features: jax.Array, camera_valid: jax.Array, tables: LiftTable
     features: float32[N, H_f, W_f, C] the cameras' feature maps.
     camera_valid: bool[N]; False masks a missing or stale camera for this frame.
     tables: LiftTables from ``lift_geometry`` (per calibration).
-    height, width: the grid's H x W (static).
 
     Returns
     -------
-    (float32[H, W, C], float32[H, W]): the camera BEV, the mean of all valid samples over
-    cameras and heights (0 where none is valid), and the coverage (1 where one is, else 0).
+    (float32[H*W, C], float32[H*W]), cells row-major: the camera BEV, the mean of all valid
+    samples over cameras and heights (0 where none is valid), and the coverage (1 where one
+    is, else 0).
 
     """
     n, map_h, map_w, channels = features.shape
@@ -238,16 +242,17 @@ def lift_cameras(features: jax.Array, camera_valid: jax.Array, tables: LiftTable
 
     # Slot by slot, the four taps accumulated: XLA fuses this into one loop over the cells,
     # where a batched gather + reduce materializes [S, 4, H*W, C] and runs several times slower.
-    summed = jnp.zeros((height * width, channels), jnp.float32)
+    # The taps are added in pairs, not one after the other: the shorter chain of dependent adds
+    # made the six-camera lift 1.6x faster on the CPU (README, "Cheaper scatters").
+    summed = jnp.zeros((tables.top.shape[1], channels), jnp.float32)
     for slot in range(tables.top.shape[0]):
-        top = tables.top[slot]
-        du, dv = tables.frac[0, slot][:, None], tables.frac[1, slot][:, None]
-        wx0, wx1, wy0, wy1 = 1.0 - du, du, 1.0 - dv, dv
-        summed = (summed + (wx0 * wy0) * tap(top) + (wx1 * wy0) * tap(top + 1)
-                  + (wx0 * wy1) * tap(top + row) + (wx1 * wy1) * tap(top + row + 1))
+        top, weight = tables.top[slot], tables.weights[slot]
+        summed = summed + ((weight[:, 0:1] * tap(top) + weight[:, 1:2] * tap(top + 1))
+                           + (weight[:, 2:3] * tap(top + row)
+                              + weight[:, 3:4] * tap(top + row + 1)))
     # Summed camera by camera: a reduce over the camera axis went to XNNPACK on the CPU and
     # cost as much as the whole slot loop.
     count = sum(jnp.where(camera_valid[i], tables.samples[i], 0.0) for i in range(n))
     camera = summed / jnp.maximum(count, 1.0)[:, None]
     coverage = (count > 0).astype(jnp.float32)
-    return camera.reshape(height, width, channels), coverage.reshape(height, width)
+    return camera, coverage

@@ -55,15 +55,25 @@ class Conv(eqx.Module):
         weight = (rng.standard_normal((k, k, c_in, c_out)) * std).astype(np.float32)
         return cls(weight, np.zeros(c_out, np.float32))
 
-    def __call__(self, x: jax.Array) -> jax.Array:
-        """Convolve float32[N, H, W, C_in] to float32[N, H, W, C_out]."""
+    def __call__(self, *parts: jax.Array) -> jax.Array:
+        """
+        Convolve float32[N, H, W, C_in] to float32[N, H, W, C_out].
+
+        Given several parts [N, H, W, C_i] (sum C_i = C_in), convolves them as their
+        concatenation along channels without building it: one conv per part with its slice of
+        the kernel, summed.
+        """
         pad = self.weight.shape[0] // 2
-        # HIGHEST: NVIDIA GPUs would run a float32 conv as TF32 (kernels.py: no product is left
-        # to a backend's default precision), and the weights were trained in float32.
-        y = jax.lax.conv_general_dilated(
-            x, self.weight, window_strides=(1, 1), padding=((pad, pad), (pad, pad)),
-            dimension_numbers=('NHWC', 'HWIO', 'NHWC'), precision=jax.lax.Precision.HIGHEST)
-        return y + self.bias
+        y, start = self.bias, 0
+        for x in parts:
+            # HIGHEST: NVIDIA GPUs would run a float32 conv as TF32 (kernels.py: no product is
+            # left to a backend's default precision), and the weights were trained in float32.
+            y = y + jax.lax.conv_general_dilated(
+                x, self.weight[:, :, start:start + x.shape[-1]], window_strides=(1, 1),
+                padding=((pad, pad), (pad, pad)), dimension_numbers=('NHWC', 'HWIO', 'NHWC'),
+                precision=jax.lax.Precision.HIGHEST)
+            start += x.shape[-1]
+        return y
 
 
 class CenterPointHead(eqx.Module):
@@ -89,20 +99,33 @@ class CenterPointHead(eqx.Module):
                    Conv.create(rng, 3, HIDDEN, CONTEXT),
                    eqx.tree_at(lambda c: c.bias, out, bias))
 
-    def pool(self, bev: jax.Array) -> jax.Array:
-        """Pool float32[..., H, W, C] to [..., H/s, W/s, 2C]: max, then mean, per channel."""
+    def pool_parts(self, bev: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Pool float32[..., H, W, C] to (max, mean), each [..., H/s, W/s, C]."""
         *lead, h, w, c = bev.shape
         s = self.stride
         blocks = bev.reshape(*lead, h // s, s, w // s, s, c)
-        axes = (-4, -2)
-        return jnp.concatenate([blocks.max(axis=axes), blocks.mean(axis=axes)], axis=-1)
+        # The s * s strided views combined elementwise: on the CPU about 2x faster than XLA's
+        # reductions over the two window axes (0.28 -> 0.14 ms on one core at 256 x 256 x 15).
+        views = [blocks[..., i, :, j, :] for i in range(s) for j in range(s)]
+        high, total = views[0], views[0]
+        for view in views[1:]:
+            high, total = jnp.maximum(high, view), total + view
+        return high, total / (s * s)
+
+    def pool(self, bev: jax.Array) -> jax.Array:
+        """Pool float32[..., H, W, C] to [..., H/s, W/s, 2C]: max, then mean, per channel."""
+        return jnp.concatenate(self.pool_parts(bev), axis=-1)
 
     def from_pooled(self, pooled: jax.Array) -> dict[str, jax.Array]:
-        """Return the outputs, each float32[N, H/s, W/s, n], of pooled raw features."""
-        mean = jnp.concatenate([self.mean, self.mean])
-        scale = 1.0 / jnp.concatenate([self.std, self.std])
-        x = (pooled - mean) * scale
-        x = jax.nn.relu(self.conv1(x))
+        """Return the outputs, each float32[N, H/s, W/s, n], of pooled raw features [.., 2C]."""
+        c = self.mean.shape[0]
+        return self._from_parts(pooled[..., :c], pooled[..., c:])
+
+    def _from_parts(self, high: jax.Array, mean: jax.Array) -> dict[str, jax.Array]:
+        scale = 1.0 / self.std
+        # The max and mean halves go through conv1 apart: no concatenated input (XLA's CPU
+        # backend interleaves channels element by element).
+        x = jax.nn.relu(self.conv1((high - self.mean) * scale, (mean - self.mean) * scale))
         x = jax.nn.relu(self.conv2(x))
         y = self.out(x)
         outputs, start = {}, 0
@@ -114,7 +137,8 @@ class CenterPointHead(eqx.Module):
     def __call__(self, bev: jax.Array) -> dict[str, jax.Array]:
         """Return the head contract's dict for one BEV float32[H, W, C]."""
         # Pooled unbatched: XLA's CPU code for the batched reduction took twice as long.
-        outputs = self.from_pooled(self.pool(bev)[None])
+        high, mean = self.pool_parts(bev)
+        outputs = self._from_parts(high[None], mean[None])
         return {name: value[0] for name, value in outputs.items()}
 
 

@@ -1,8 +1,9 @@
 """
 The zero-copy hot path (issue 19): decode into the bucket, aligned buffers, double-buffering.
 
-The CPU backend aliases a 64-byte aligned host array in ``jax.device_put``; the tests of that
-aliasing are about the CPU backend and say so. Double-buffering is checked on any backend.
+The CPU backend aliases a 64-byte aligned host array, in ``jax.device_put`` or handed to an
+executable as it is (what the pipeline does there); the tests of that are about the CPU backend
+and say so. Double-buffering is checked on any backend.
 """
 
 from cloud_reference import (as_flavour, encode, Field, FLOAT32, FLOAT64, INT16, Invalid,
@@ -187,6 +188,31 @@ def test_device_put_aliases_the_bucket_buffer_on_the_cpu(pipe):
                               np.float32).reshape(256, 4)
     assert unaligned.ctypes.data % ALIGNMENT == 16
     assert jax.device_put(unaligned).unsafe_buffer_pointer() != unaligned.ctypes.data
+
+
+@CPU_ONLY
+def test_the_executable_gets_the_staged_host_arrays_themselves_on_the_cpu(pipe):
+    """No device_put on the CPU: the aligned host arrays go to the executable as they are."""
+    padded = pipe.decode(message(cloud_in_grid(200, 5)))
+    compiled, calls = pipe._executables[padded.bucket], []
+
+    def recording(args):
+        calls.append(args)
+        return compiled(args)
+
+    pipe._executables[padded.bucket] = recording
+    try:
+        result = pipe.dispatch(padded).result()
+    finally:
+        pipe._executables[padded.bucket] = compiled
+    (args,) = calls
+    assert args.points is padded.buffer and isinstance(args.points, np.ndarray)
+    assert args.points.ctypes.data % ALIGNMENT == 0
+    assert isinstance(args.scalars, np.ndarray) and args.scalars.ctypes.data % ALIGNMENT == 0
+    assert int(args.scalars[0]) == 200
+    np.testing.assert_allclose(result.features[..., :6],
+                               voxelize_ref(cloud_in_grid(200, 5), pipe.cfg), rtol=1e-5,
+                               atol=1e-5)
 
 
 @CPU_ONLY
