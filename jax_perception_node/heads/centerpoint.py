@@ -4,8 +4,8 @@ The reference head: a small CenterPoint-style vehicle detector on the fused BEV,
 ``vehicle_head`` is the factory named by ``head.module:
 'jax_perception_node.heads.centerpoint:vehicle_head'``. The network, channel-last throughout
 (XLA on the CPU is faster with NHWC, and the BEV is channel-last). Sized for the budget of
-issue 18 (at most 30 % on a CPU frame): standalone on this 2-core CPU 0.6 ms, where a 3x3 first
-layer and a dilated 32-channel second one (18 k parameters) took 1.05 ms:
+issue 18 (at most 30 % on a CPU frame): standalone on this 2-core CPU 0.5 ms with its decoding,
+where a 3x3 first layer and a dilated 32-channel second one (18 k parameters) took 1.05 ms:
 
 - 4 x 4 pooling of the BEV float32[H, W, C] to stride 4: max and mean of every channel, 2C
   channels;
