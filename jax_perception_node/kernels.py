@@ -20,10 +20,15 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .lift import lift_cameras, LiftTables
 
-_LOG_64 = math.log(64.0)
+# The density min(1, log1p(n) / log(64)) of every count n up to 64, where it saturates: NumPy's
+# float32 values, read by the integer count. On the CPU a table read is cheaper than a log1p
+# per cell (0.195 -> 0.171 ms for a 256 x 256 grid's output on one core).
+_DENSITY = np.minimum(np.float32(1.0), np.log1p(np.arange(65, dtype=np.float32))
+                      / np.float32(math.log(64.0)))
 
 
 def _to_grid(px, py, pz, r, t):
@@ -79,7 +84,8 @@ def _rasterize(x, y, z, intensity, real, grid, lag=None, *, height: int,
     inv = 1.0 / jnp.maximum(count, 1.0)
     channels = [
         occupied.astype(jnp.float32),
-        jnp.minimum(1.0, jnp.log1p(count) / _LOG_64),
+        jnp.asarray(_DENSITY).at[jnp.minimum(count, 64.0).astype(jnp.int32)].get(
+            mode='promise_in_bounds'),
         jnp.where(occupied, _from_key(extremes[0]), 0.0),
         sums[1] * inv,
         jnp.where(occupied, _from_key(~extremes[1]), 0.0),
