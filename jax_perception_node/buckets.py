@@ -29,8 +29,8 @@ class BucketPadder:
     kernel masks every row at or past ``count``.
 
     Each bucket has two 64-byte aligned buffers (``staging.DoubleBuffer``) used in turn, so the
-    CPU backend's ``device_put`` aliases them and the next frame never rewrites the buffer of
-    one in flight: the caller says who reads a buffer with ``read_by``.
+    CPU backend aliases them (the executable reads the buffer itself) and the next frame never
+    rewrites the buffer of one in flight: the caller says who reads a buffer with ``read_by``.
     """
 
     def __init__(self, sizes: tuple[int, ...], overflow_policy: str = 'subsample'):

@@ -1,8 +1,27 @@
 """The names of the BEV channels (README "BEV channels"); no JAX, so config and tools use them."""
 
+import math
+
+import numpy as np
+
 LIDAR_CHANNELS = ('occupancy', 'density', 'z_max', 'z_mean', 'z_min', 'intensity_mean')
 TIME_LAG_CHANNEL = 'time_lag_mean'    # after intensity_mean when num_sweeps > 1
 COVERAGE_CHANNEL = 'coverage'         # the last channel: 1 where a camera sample is valid
+
+
+DENSITY_SATURATES = 64   # the density min(1, log1p(n) / log(64)) is 1 from n = 63 on
+
+
+def density_table() -> np.ndarray:
+    """
+    Return the density of every count 0..``DENSITY_SATURATES``, float32[65].
+
+    NumPy's float32 ``log1p(n) / log(64)``, capped at 1, as the NumPy peer computes it per
+    cell: the kernels and the Numba peer read it by the integer count (clamped to the last
+    entry), so their densities equal the NumPy peer's bit for bit.
+    """
+    counts = np.arange(DENSITY_SATURATES + 1, dtype=np.float32)
+    return np.minimum(np.float32(1.0), np.log1p(counts) / np.float32(math.log(64.0)))
 
 
 def lidar_channels(num_sweeps: int = 1) -> tuple[str, ...]:

@@ -19,7 +19,9 @@ class FrameResult:
     pad_ms: float              # host: padding, staging the camera maps (and their transfer)
     compute_ms: float          # transfer_ms + device_ms + fetch_ms
     compiles_after_warmup: int
-    transfer_ms: float = 0.0   # putting the inputs on the device (dispatch; may overlap compute)
+    # putting the inputs on the device (dispatch; may overlap compute); on the CPU only staging
+    # the frame's arguments: the executable reads the host arrays in place, within device_ms
+    transfer_ms: float = 0.0
     device_ms: float = 0.0     # executable call until its result is ready
     fetch_ms: float = 0.0      # result to a NumPy array
     cameras_sent: bool = False  # the camera batch crossed to the device this frame

@@ -15,20 +15,17 @@ out without dots, and the one matmul (the projection) asks for HIGHEST. NVIDIA G
 run float32 dots as TF32 (10-bit mantissa), which moved a quarter of the lifted cells.
 """
 
-import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from .channels import DENSITY_SATURATES, density_table
 from .lift import lift_cameras, LiftTables
 
-# The density min(1, log1p(n) / log(64)) of every count n up to 64, where it saturates: NumPy's
-# float32 values, read by the integer count. On the CPU a table read is cheaper than a log1p
-# per cell (0.195 -> 0.171 ms for a 256 x 256 grid's output on one core).
-_DENSITY = np.minimum(np.float32(1.0), np.log1p(np.arange(65, dtype=np.float32))
-                      / np.float32(math.log(64.0)))
+# Read by the integer count: on the CPU cheaper than a log1p per cell (0.195 -> 0.171 ms for a
+# 256 x 256 grid's output on one core).
+_DENSITY = density_table()
 
 
 def _to_grid(px, py, pz, r, t):
@@ -84,7 +81,7 @@ def _rasterize(x, y, z, intensity, real, grid, lag=None, *, height: int,
     inv = 1.0 / jnp.maximum(count, 1.0)
     channels = [
         occupied.astype(jnp.float32),
-        jnp.asarray(_DENSITY).at[jnp.minimum(count, 64.0).astype(jnp.int32)].get(
+        jnp.asarray(_DENSITY).at[jnp.minimum(count, DENSITY_SATURATES).astype(jnp.int32)].get(
             mode='promise_in_bounds'),
         jnp.where(occupied, _from_key(extremes[0]), 0.0),
         sums[1] * inv,
@@ -113,7 +110,7 @@ def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
     Returns
     -------
     The six channels in ``LIDAR_CHANNELS`` order, each float32[H*W] (cells row-major), 0 in
-    empty cells: ``bev_frame`` interleaves them with the camera channels in one stack.
+    empty cells: ``fuse`` interleaves them with the camera channels in one stack.
 
     """
     x, y, z = _to_grid(points[:, 0], points[:, 1], points[:, 2], lidar_rotation,
@@ -189,10 +186,10 @@ def fuse(lidar: list[jax.Array], camera: jax.Array | None, coverage: jax.Array |
     Stack [LiDAR | C camera | coverage] per cell and apply the optional 1x1 projection.
 
     One stack of single channels, because XLA's CPU backend interleaves channels one element
-    at a time: a concatenation of stacked blocks (or a pad to add the coverage) repeated that
-    for the whole output and doubled the cost of a LiDAR-only frame (README, "Cheaper
-    scatters"). The projection runs at HIGHEST precision: full float32 on every backend
-    (NVIDIA GPUs default to TF32 for float32 dots).
+    at a time: a concatenation of stacked blocks (or a pad to add the coverage) ran that twice
+    over the whole output (README, "The rest of the CPU frame"). The projection runs at
+    HIGHEST precision: full float32 on every backend (NVIDIA GPUs default to TF32 for float32
+    dots).
 
     Args
     ----
@@ -200,7 +197,7 @@ def fuse(lidar: list[jax.Array], camera: jax.Array | None, coverage: jax.Array |
     camera: float32[H*W, C] and coverage: float32[H*W], or both None without cameras (C = 0,
         coverage 0).
     projection: (W float32[L + C + 1, C_out], b float32[C_out]) or None; without it the
-        output is the plain concatenation and ``activation`` is ignored.
+        output is the plain stack and ``activation`` is ignored.
     height, width: the grid's H x W (static); activation: 'none' or 'relu' after the
         projection (static).
 

@@ -83,6 +83,9 @@ class BevPipeline:
             self.head is None) else (self.head.spec.classes, jax.device_put(self.head.params),
                                      self.head.weights_path)
         past = self.num_sweeps - 1
+        # The CPU backend reads aligned host arrays in place, through device_put or not: not
+        # saves its dispatch (README, "The rest of the CPU frame"). Other backends get device_put.
+        self.host_inputs = jax.devices()[0].platform == 'cpu'
         self._frame_jit = jax.jit(functools.partial(
             kernels.bev_frame, height=self.height, width=self.width,
             activation=cfg.fusion.activation), donate_argnums=(1,) if past else (),
@@ -112,9 +115,6 @@ class BevPipeline:
         stays on the device for the head's executable, whose boxes go to pinned host memory.
         """
         device = jax.devices()[0]
-        # The CPU backend reads aligned host arrays in place, through device_put or not:
-        # not skips its Python dispatch, ~20 us per array (README, "Cheaper scatters").
-        self.host_inputs = device.platform == 'cpu'
         kinds = {m.kind for m in device.addressable_memories()}
         self.output_memory = 'pinned_host' if 'pinned_host' in kinds else None
         self.features_memory = None if self.head is not None else self.output_memory
@@ -295,7 +295,7 @@ class BevPipeline:
 
     def executable(self, bucket: int) -> jax.stages.Compiled:
         """
-        Return the compiled frame function of a bucket: ``f(frame_args(...))`` -> features.
+        Return a bucket's compiled frame: ``f(frame_args(...))`` -> float32[H, W, C_out].
 
         With accumulation ``f(frame_args(...), ring) -> (features, ring)``, which consumes
         (donates) the ring.
@@ -394,7 +394,7 @@ class BevPipeline:
             'sweeps_used': used})
 
     def _launch(self, padded: PaddedCloud):
-        """Put a frame's inputs on the device and call its executable; (output, put time)."""
+        """Hand a frame's inputs to its executable; return (output, when they were handed)."""
         args = call = self.frame_args(padded.buffer, padded.count)
         if not self.host_inputs:
             points, scalars, sweeps = jax.device_put((args.points, args.scalars, args.sweeps))

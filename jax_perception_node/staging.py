@@ -1,10 +1,11 @@
 """
 Host staging for the per-frame inputs: aligned so the CPU backend can alias, double-buffered.
 
-On the CPU backend ``jax.device_put`` of a NumPy array whose data address is a multiple of 64
-bytes aliases it instead of copying (jax 0.10; at 16- or 4-byte alignment it copies), so a
-frame's inputs reach the executable without a host copy. Aliased or not (on a GPU the transfer
-may still be reading the host array after ``device_put`` returns), a staged array must not be
+The CPU backend aliases a NumPy array whose data address is a multiple of 64 bytes instead of
+copying it, given to ``jax.device_put`` or straight to an executable (jax 0.10; at 16- or
+4-byte alignment it copies), so a frame's inputs reach the executable without a host copy.
+Aliased or not (on a GPU the transfer may still be reading the host array after
+``device_put`` returns), a staged array must not be
 rewritten while a frame that reads it is in flight: each input alternates between two arrays,
 and an array is handed out again only after the last frame that read it has finished.
 """

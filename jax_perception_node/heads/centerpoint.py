@@ -73,6 +73,9 @@ class Conv(eqx.Module):
                 padding=((pad, pad), (pad, pad)), dimension_numbers=('NHWC', 'HWIO', 'NHWC'),
                 precision=jax.lax.Precision.HIGHEST)
             start += x.shape[-1]
+        if start != self.weight.shape[2]:
+            raise ValueError(f'conv parts have {start} channels in all, the kernel takes '
+                             f'{self.weight.shape[2]}')
         return y
 
 
@@ -117,15 +120,16 @@ class CenterPointHead(eqx.Module):
         return jnp.concatenate(self.pool_parts(bev), axis=-1)
 
     def from_pooled(self, pooled: jax.Array) -> dict[str, jax.Array]:
-        """Return the outputs, each float32[N, H/s, W/s, n], of pooled raw features [.., 2C]."""
+        """Return the outputs, each float32[N, H/s, W/s, n], of pooled raw features [..., 2C]."""
         c = self.mean.shape[0]
         return self._from_parts(pooled[..., :c], pooled[..., c:])
 
-    def _from_parts(self, high: jax.Array, mean: jax.Array) -> dict[str, jax.Array]:
+    def _from_parts(self, high: jax.Array, average: jax.Array) -> dict[str, jax.Array]:
+        """Return the outputs of the pooled max and mean halves, each float32[N, h, w, C]."""
         scale = 1.0 / self.std
-        # The max and mean halves go through conv1 apart: no concatenated input (XLA's CPU
-        # backend interleaves channels element by element).
-        x = jax.nn.relu(self.conv1((high - self.mean) * scale, (mean - self.mean) * scale))
+        # The halves go through conv1 apart: no concatenated input (XLA's CPU backend
+        # interleaves channels element by element).
+        x = jax.nn.relu(self.conv1((high - self.mean) * scale, (average - self.mean) * scale))
         x = jax.nn.relu(self.conv2(x))
         y = self.out(x)
         outputs, start = {}, 0
@@ -137,8 +141,8 @@ class CenterPointHead(eqx.Module):
     def __call__(self, bev: jax.Array) -> dict[str, jax.Array]:
         """Return the head contract's dict for one BEV float32[H, W, C]."""
         # Pooled unbatched: XLA's CPU code for the batched reduction took twice as long.
-        high, mean = self.pool_parts(bev)
-        outputs = self._from_parts(high[None], mean[None])
+        high, average = self.pool_parts(bev)
+        outputs = self._from_parts(high[None], average[None])
         return {name: value[0] for name, value in outputs.items()}
 
 

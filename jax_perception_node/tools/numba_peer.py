@@ -11,7 +11,7 @@ one core of hand-written code against the pipeline.
 Arithmetic follows the NumPy peer operation by operation so that the two agree bit for bit:
 the point transform and the floor in float32 (``peers.grid_cells``), sums in float64 (as
 ``np.bincount`` does) rounded to float32, ``sum * (1 / count)`` in float32, the density from a
-table of NumPy's own float32 ``log1p`` (counts are integers, and the density is 1 from 64 up),
+table of NumPy's own float32 ``log1p`` (``channels.density_table``, which the kernels read too),
 the lift accumulated in float32 in CSR order (as ``scipy.sparse`` does). Only the optional 1x1
 projection differs (a loop here, BLAS there: float32 rounding, ~1e-7 relative).
 
@@ -22,12 +22,11 @@ Construction compiles every kernel with a warm-up call, so timed calls never com
 import functools
 from typing import Mapping
 
+from jax_perception_node.channels import density_table
 from jax_perception_node.config import load_fusion_weights, PipelineConfig
 from jax_perception_node.tools import peers
 import numba
 import numpy as np
-
-DENSITY_SATURATES = 64    # log1p(n) / log(64) >= 1 from n = 64 on: the density table's length
 
 
 @numba.njit(cache=False, nogil=True)
@@ -154,11 +153,7 @@ class NumbaBev:
         self._i_sum = np.zeros(cells, np.float64)
         self._z_hi = np.full(cells, -np.inf, np.float32)
         self._z_lo = np.full(cells, np.inf, np.float32)
-        # NumPy's float32 log1p, as the NumPy peer computes it per cell: bit-equal densities.
-        counts = np.arange(DENSITY_SATURATES + 1, dtype=np.float32)
-        self._density = np.minimum(np.float32(1.0), np.log1p(counts)
-                                   / np.float32(np.log(64.0))).astype(np.float32)
-        self._density[DENSITY_SATURATES] = 1.0
+        self._density = density_table()
         self.camera_names = tuple(c.name for c in cfg.cameras)
         self.channels = cfg.camera_channels if cfg.cameras else 0
         self.tables = peers.lift_matrix(cfg)

@@ -86,6 +86,29 @@ def test_layers_match_a_numpy_reference():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_training_path_computes_what_the_head_computes_at_run_time():
+    """The trainer pools once and calls ``from_pooled`` batched; the node calls the head."""
+    rng = np.random.default_rng(11)
+    model = CenterPointHead.create(5, seed=4)
+    model = eqx.tree_at(lambda m: (m.mean, m.std), model,
+                        replace=(rng.normal(size=5).astype(np.float32),
+                                 rng.uniform(0.5, 2.0, 5).astype(np.float32)))
+    bevs = rng.normal(size=(2, 16, 24, 5)).astype(np.float32)
+    pool = jax.jit(lambda m, bev: m.pool(bev))      # as the trainer pools: unbatched
+    pooled = np.stack([np.asarray(pool(model, bev)) for bev in bevs])
+    trained = jax.jit(lambda m, p: m.from_pooled(p))(model, pooled)
+    for k, bev in enumerate(bevs):
+        run = jax.jit(lambda m, b: m(b))(model, bev)
+        for name in run:
+            np.testing.assert_allclose(trained[name][k], run[name], rtol=1e-6, atol=1e-6)
+
+
+def test_conv_parts_must_add_up_to_the_kernels_channels():
+    conv = CenterPointHead.create(3, seed=0).conv1          # takes 2 x 3 channels
+    with pytest.raises(ValueError, match='5 channels in all, the kernel takes 6'):
+        conv(np.zeros((1, 4, 4, 3), np.float32), np.zeros((1, 4, 4, 2), np.float32))
+
+
 def test_a_grid_the_stride_does_not_divide_is_refused():
     with pytest.raises(ConfigError, match='head.module'):
         vehicle_head(HeadInput(18, 24, 5, 0.5))

@@ -68,6 +68,23 @@ def test_voxelize_dense_cells_match_reference(lidar_pipe):
     np.testing.assert_allclose(lidar_part(out), ref, rtol=1e-5, atol=1e-5)
 
 
+def test_density_equals_numpys_float32_formula_bit_for_bit(warmed):
+    """Counts 0..70, one cell each: the density is NumPy's float32 min(1, log1p(n) / log 64)."""
+    cfg = small_config(cameras=0, **{'lidar.translation': [0.0, 0.0, 0.0]})
+    pipe = warmed(cfg)
+    g = cfg.grid
+    for counts in (range(0, 45), range(45, 60), range(60, 71)):     # each frame <= 1024 points
+        cells = np.array([(n // g.width, n % g.width) for n in counts])
+        centre = np.array([g.x_min, g.y_min]) + (cells + 0.5) * g.resolution
+        xy = np.repeat(centre, list(counts), axis=0)
+        points = np.hstack([xy, np.zeros((len(xy), 2))]).astype(np.float32)
+        density = pipe.process(points).features[..., 1]
+        for n, (row, col) in zip(counts, cells):
+            want = np.minimum(np.float32(1.0),
+                              np.log1p(np.float32(n)) / np.float32(np.log(64.0)))
+            assert density[row, col] == want, n
+
+
 def test_voxelize_edges_range_and_nonfinite(warmed):
     # Identity extrinsic and a power-of-two resolution: every edge is exact in float32 too.
     cfg = small_config(cameras=0, **{'lidar.translation': [0.0, 0.0, 0.0]})

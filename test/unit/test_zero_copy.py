@@ -24,7 +24,8 @@ from test_cloud_fuzz import FUZZ_EXAMPLES, random_clouds
 
 CPU_ONLY = pytest.mark.skipif(
     jax.default_backend() != 'cpu',
-    reason="aliasing a host buffer in device_put is the CPU backend's behaviour")
+    reason="aliasing a host buffer (in device_put or an executable call) is the CPU backend's "
+           'behaviour')
 MAP = (12, 20, 3)
 
 
@@ -213,6 +214,32 @@ def test_the_executable_gets_the_staged_host_arrays_themselves_on_the_cpu(pipe):
     np.testing.assert_allclose(result.features[..., :6],
                                voxelize_ref(cloud_in_grid(200, 5), pipe.cfg), rtol=1e-5,
                                atol=1e-5)
+
+
+@pytest.mark.parametrize('sweeps', [1, 3])
+def test_inputs_through_device_put_give_the_same_frames(warmed, sweeps):
+    """The other backends' path (device_put first) computes what the CPU's direct call does."""
+    pipe = warmed(small_config(cameras=0, **{'accumulation.num_sweeps': sweeps}))
+    frames = []
+    for k in range(4):
+        pose = np.eye(4)
+        pose[:3, 3] = (0.3 * k, 0.0, 0.0)
+        frames.append((cloud_in_grid(400 + 150 * k, 40 + k), 10**18 + k * 10**8, pose))
+    outputs = {}
+    before = compile_count()
+    try:
+        for host in (True, False):
+            pipe.host_inputs = host
+            pipe.reset_sweeps()
+            outputs[host] = [pipe.process(points, stamp_ns=stamp, pose=pose).features.copy()
+                             for points, stamp, pose in frames]
+    finally:
+        pipe.host_inputs = jax.default_backend() == 'cpu'
+    assert compile_count() == before
+    for direct, put in zip(outputs[True], outputs[False]):
+        np.testing.assert_array_equal(put, direct)
+    if sweeps > 1:      # the frames did accumulate: earlier sweeps' points lag behind
+        assert outputs[True][-1][..., 6].max() > 0      # time_lag_mean
 
 
 @CPU_ONLY
