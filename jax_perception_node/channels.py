@@ -1,4 +1,4 @@
-"""The names of the BEV channels (README "BEV channels"); no JAX, so config and tools use them."""
+"""The BEV channels' names (README "BEV channels") and density table; no JAX, so tools use them."""
 
 import math
 
