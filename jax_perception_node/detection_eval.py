@@ -99,9 +99,9 @@ def evaluate(frames: Iterable[tuple[np.ndarray, np.ndarray]], max_range_m: float
 
     Returns
     -------
-    {'ap_2m', 'recall', 'precision', 'ground_truth', 'predictions', 'true_positives',
-    'max_range_m', 'match_m'}: AP and recall None without ground truth, precision None without
-    predictions ('ap_2m' is the AP at ``match_m``, 2 m by default).
+    {'ap', 'recall', 'precision', 'ground_truth', 'predictions', 'true_positives',
+    'max_range_m', 'match_m'}: 'ap' is the AP at the 'match_m' beside it; AP and recall None
+    without ground truth, precision None without predictions.
 
     Raises
     ------
@@ -124,7 +124,7 @@ def evaluate(frames: Iterable[tuple[np.ndarray, np.ndarray]], max_range_m: float
     hits = np.concatenate(hits) if hits else np.zeros(0, bool)
     true_positives = int(np.count_nonzero(hits))
     return {
-        'ap_2m': average_precision(scores, hits, ground_truth) if ground_truth else None,
+        'ap': average_precision(scores, hits, ground_truth) if ground_truth else None,
         'recall': true_positives / ground_truth if ground_truth else None,
         'precision': true_positives / len(hits) if len(hits) else None,
         'ground_truth': ground_truth,

@@ -16,6 +16,7 @@ height); ``results`` = one ObjectHypothesisWithPose (class_id = the class name, 
 the bbox centre pose, zero covariance); ``id`` = the object's id ('' when it has none).
 """
 
+from collections import Counter
 import math
 from typing import Mapping, Sequence
 
@@ -121,23 +122,29 @@ def detections_message(types: Mapping[str, type], boxes: np.ndarray, classes: Se
     return types[DETECTION_ARRAY_TYPE](header=stamped, detections=detections)
 
 
-def boxes_from_detections(msg, classes: Sequence[str]) -> np.ndarray:
+def boxes_from_detections(msg, classes: Sequence[str],
+                          left_out: Counter | None = None) -> np.ndarray:
     """
     Return the box rows (float32[n, 9]) of a Detection3DArray (rclpy or rosbags).
 
     Centre, size and yaw from ``bbox`` (the heading of its orientation's x axis); score and
-    class from the result with the highest score. Raises ValueError naming a class_id not in
-    ``classes`` or a detection without results.
+    class from the result with the highest score. A class_id not in ``classes`` raises
+    ValueError naming it, or, given a ``left_out`` Counter, leaves that detection out and counts
+    its class_id there (ground truth may hold classes a head does not detect). ValueError too
+    for a detection without results.
     """
-    rows = np.zeros((len(msg.detections), NUM_COLUMNS), np.float32)
+    rows = []
     for n, det in enumerate(msg.detections):
         if not len(det.results):
             raise ValueError(f'detection {n} (id {det.id!r}) has no results')
         best = max(det.results, key=lambda r: r.hypothesis.score).hypothesis
         if best.class_id not in classes:
-            raise ValueError(f'detection {n}: class_id {best.class_id!r} is not one of '
-                             f'{list(classes)}')
+            if left_out is None:
+                raise ValueError(f'detection {n}: class_id {best.class_id!r} is not one of '
+                                 f'{list(classes)}')
+            left_out[best.class_id] += 1
+            continue
         c, q, s = det.bbox.center.position, det.bbox.center.orientation, det.bbox.size
-        rows[n] = (c.x, c.y, c.z, s.x, s.y, s.z, quaternion_yaw(q.x, q.y, q.z, q.w),
-                   best.score, list(classes).index(best.class_id))
-    return rows
+        rows.append((c.x, c.y, c.z, s.x, s.y, s.z, quaternion_yaw(q.x, q.y, q.z, q.w),
+                     best.score, list(classes).index(best.class_id)))
+    return np.array(rows, np.float32).reshape(len(rows), NUM_COLUMNS)

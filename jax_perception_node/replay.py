@@ -16,6 +16,7 @@ The output bag is written under a temporary folder next to it and renamed into p
 the replay completes (``bagio.writing_bag``), so it is whole or absent.
 """
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 import sys
@@ -176,18 +177,22 @@ def read_ground_truth(reader, types: dict[str, str], classes: tuple[str, ...],
     Return LiDAR stamp (ns) -> ground-truth rows (float32[n, 9]) of the bag, or None.
 
     None when there is nothing to evaluate: no head, a head without the evaluated class, or no
-    ``GROUND_TRUTH_TOPIC`` of the Detection3DArray type. A message that does not deserialize or
-    names a class the head does not know is left out, with a line in ``errors``.
+    ``GROUND_TRUTH_TOPIC`` of the Detection3DArray type. A message that does not deserialize is
+    left out, with a line in ``errors``; so are boxes of classes the head does not know (the
+    rest of their message is kept), with one line in all that counts them by class.
     """
     if EVALUATED_CLASS not in classes or types.get(GROUND_TRUTH_TOPIC) != bagio.DETECTIONS_TYPE:
         return None
-    truth = {}
+    truth, left_out = {}, Counter()
     for _, timestamp, raw, msgtype in bagio.iter_messages(reader, [GROUND_TRUTH_TOPIC]):
         try:
             msg = bagio.deserialize(raw, msgtype)
-            truth[stamp_ns(msg.header.stamp)] = boxes_from_detections(msg, classes)
+            truth[stamp_ns(msg.header.stamp)] = boxes_from_detections(msg, classes, left_out)
         except (bagio.BagError, ValueError) as exc:
             errors.append(f'{GROUND_TRUTH_TOPIC} at {timestamp}: {exc}')
+    if left_out:
+        errors.append(f'{GROUND_TRUTH_TOPIC}: boxes of classes the head does not know left out: '
+                      + ', '.join(f'{name!r} x{n}' for name, n in sorted(left_out.items())))
     return truth
 
 

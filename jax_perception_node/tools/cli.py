@@ -258,6 +258,11 @@ def cmd_play(args) -> int:
     if args.clock is not None and args.clock <= 0:
         raise UsageError(f'--clock must be > 0 Hz, got {args.clock:g}')
     remap = _pairs(args.remap, '--remap', ':=', 'FROM:=TO')   # ros2 bag play's syntax
+    for topic in args.topic or []:
+        if remap.get(topic, topic) != topic:
+            raise UsageError(f'--topic {topic} and --remap {topic}:={remap[topic]} both name '
+                             f'{topic}: give one')
+        remap[topic] = topic
     cfg = _load(args)
     return play_bag(args.input, cfg, _topics(args), rate=args.rate, loop=args.loop,
                     restamp=args.restamp, remap=remap, clock_hz=args.clock or 0.0)
@@ -353,6 +358,9 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
                    help='shift header stamps to the wall clock (age measured from publish)')
     p.add_argument('--remap', action='append', metavar='FROM:=TO',
                    help='publish the bag topic FROM on TO (repeatable; any topic of the bag)')
+    p.add_argument('--topic', action='append', metavar='TOPIC',
+                   help='publish the bag topic TOPIC under its own name (repeatable; any topic '
+                        'of the bag, e.g. its ground truth)')
     p.add_argument('--clock', type=float, nargs='?', const=40.0, metavar='HZ',
                    help='publish /clock from the bag time, HZ times a second (default 40)')
     p.set_defaults(func=cmd_play)

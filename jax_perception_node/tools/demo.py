@@ -10,6 +10,7 @@ node's ``~/output/objects``, and the report scores them (``detection_eval``, pai
 and draws both on the BEV picture.
 """
 
+from collections import Counter
 from pathlib import Path
 import re
 import shutil
@@ -87,7 +88,7 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0) -> int:
               flush=True)
         time.sleep(0.5)     # let the player's publishers and the recorder match first
         # The ground truth on its own topic, restamped with the LiDAR (see the module doc).
-        truth = ['--remap', f'{GROUND_TRUTH_TOPIC}:={GROUND_TRUTH_TOPIC}'] \
+        truth = ['--topic', GROUND_TRUTH_TOPIC] \
             if cfg.head.module and _has_topic(bag, GROUND_TRUTH_TOPIC) else []
         player = subprocess.run(
             [console_script('jax-perception'), 'play', str(bag), '--restamp', '--params',
@@ -138,7 +139,6 @@ def _level(status) -> str:
 def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -> int:
     """Read the recording back and write report.md, bev.png and latency.png."""
     from jax_perception_node.camera import read_features
-    from jax_perception_node.objects import boxes_from_detections
     from .report import detection_line, latency_table, save_bev_png, save_latency_png
     reader = bagio.open_reader(bag)
     frames_in = next(c.msgcount for c in reader.connections
@@ -150,7 +150,7 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
     for topic, _, raw, msgtype in bagio.iter_messages(reader, list(recorded_topics(cfg))):
         msg = bagio.TYPESTORE.deserialize_cdr(raw, msgtype)
         if topic in boxes:
-            boxes[topic][stamp_ns(msg.header.stamp)] = boxes_from_detections(msg, ('vehicle',))
+            boxes[topic][stamp_ns(msg.header.stamp)] = _vehicle_rows(msg)
         elif topic == bagio.LATENCY_TOPIC:
             values = {kv.key: float(kv.value) for kv in msg.status[0].values}
             records.append(values)
@@ -215,6 +215,12 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
         print(f'FAILED: {compiles} compiles after warm-up')
         return 1
     return 0
+
+
+def _vehicle_rows(msg):
+    """Box rows of a Detection3DArray's vehicles, the class scored (others are left out)."""
+    from jax_perception_node.objects import boxes_from_detections
+    return boxes_from_detections(msg, ('vehicle',), Counter())
 
 
 def _detection(objects: dict, truth: dict) -> dict | None:

@@ -47,7 +47,8 @@ def play_routes(types: dict[str, str], cfg: PipelineConfig, topics: bagio.BagTop
 
     ``remap`` (FROM -> TO, ``ros2 bag play --remap``'s FROM:=TO) names topics of the bag: FROM
     is published on TO instead of on the node's input, and a topic that is no input of the
-    node is published at all. BagError when the bag has no LiDAR topic or no topic FROM.
+    node is published at all (TO may be FROM: the CLI's ``play --topic``). BagError when the bag
+    has no LiDAR topic or no topic FROM.
     """
     if types.get(topics.pointcloud) != bagio.POINTCLOUD_TYPE:
         raise bagio.BagError(f'no {bagio.POINTCLOUD_TYPE} topic {topics.pointcloud}')
@@ -64,7 +65,7 @@ def play_routes(types: dict[str, str], cfg: PipelineConfig, topics: bagio.BagTop
             routes[tf_topic] = tf_topic
     for src, dst in (remap or {}).items():
         if src not in types:
-            raise bagio.BagError(f'no topic {src} to remap (the bag has {", ".join(types)})')
+            raise bagio.BagError(f'no topic {src} to publish (the bag has {", ".join(types)})')
         routes[src] = dst
     return routes
 

@@ -36,7 +36,7 @@ def detection_line(detection: Mapping) -> str:
     """One line of a ``detection_eval.evaluate`` dict: AP, range, recall and the counts."""
     def number(value) -> str:
         return 'n/a' if value is None else f'{value:.2f}'
-    return (f'detection: AP@{detection["match_m"]:g}m {number(detection["ap_2m"])} within '
+    return (f'detection: AP@{detection["match_m"]:g}m {number(detection["ap"])} within '
             f'{detection["max_range_m"]:g} m, recall {number(detection["recall"])} '
             f'({detection["ground_truth"]} vehicles, {detection["predictions"]} boxes)')
 

@@ -188,8 +188,11 @@ def test_replay_reads_sqlite3_bags_with_renamed_topics(sample, tmp_path):
     (['play', '/nonexistent/bag'], 'no such bag'),
     (['play', '{sample}', '--rate', '0'], '--rate must be > 0'),
     (['play', '{sample}', '--remap', '/a=/b'], '--remap expects FROM:=TO'),
-    (['play', '{sample}', '--remap', '/nope:=/x'], 'no topic /nope to remap'),
+    (['play', '{sample}', '--remap', '/nope:=/x'], 'no topic /nope to publish'),
     (['play', '{sample}', '--clock', '0'], '--clock must be > 0 Hz'),
+    (['play', '{sample}', '--topic', '/nope'], 'no topic /nope to publish'),
+    (['play', '{sample}', '--topic', '/tf', '--remap', '/tf:=/x'],
+     '--topic /tf and --remap /tf:=/x both name /tf: give one'),
     (['record', '{tmp}/o', '--topic', '/nobody/here', '--wait', '0.5'],
      'no publisher found for /nobody/here within 0.5 s'),
     (['record', '{tmp}/o', '--wait', '-1'], '--wait must be >= 0 s'),
@@ -235,7 +238,7 @@ def test_play_and_record_round_trip(sample, tmp_path):
         np.testing.assert_array_equal(np.asarray(msg.data), np.asarray(original.data))
 
 
-def test_play_options_become_one_bag_topics_remaps_and_a_clock(sample, monkeypatch):
+def test_play_options_become_one_bag_topics_remaps_extra_topics_and_a_clock(sample, monkeypatch):
     given = []
 
     def play(src, cfg, topics, **kwargs):
@@ -245,11 +248,12 @@ def test_play_options_become_one_bag_topics_remaps_and_a_clock(sample, monkeypat
     assert main(['play', str(sample), '--pointcloud-topic', '/p', '--camera-topic', 'front=/f',
                  '--camera-info-topic', 'rear=/ri', '--odometry-topic', '/o',
                  '--remap', '/p:=/lidar', '--remap', '/tf:=/tf_old', '--clock']) == 0
-    assert main(['play', str(sample), '--clock', '100']) == 0
+    assert main(['play', str(sample), '--clock', '100', '--topic', '/gt', '--remap', '/gt:=/gt',
+                 '--topic', '/tf']) == 0
     assert given == [
         (bagio.BagTopics('/p', {'front': '/f'}, {'rear': '/ri'}, '/o'),
          {'/p': '/lidar', '/tf': '/tf_old'}, 40.0),
-        (bagio.BagTopics(), {}, 100.0)]
+        (bagio.BagTopics(), {'/gt': '/gt', '/tf': '/tf'}, 100.0)]
 
 
 def error_classes() -> list[tuple[str, str]]:

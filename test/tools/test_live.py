@@ -120,7 +120,7 @@ def test_play_routes_follow_the_bag_topics_and_remaps():
     assert live.play_routes(types, cfg, topics) == inputs
     assert live.play_routes(types, cfg, topics, {'/f': '/cam', EXTRA_TOPIC: '/x'}) == dict(
         inputs, **{'/f': '/cam', EXTRA_TOPIC: '/x'})
-    with pytest.raises(bagio.BagError, match='no topic /nope to remap'):
+    with pytest.raises(bagio.BagError, match='no topic /nope to publish'):
         live.play_routes(types, cfg, topics, {'/nope': '/x'})
 
 

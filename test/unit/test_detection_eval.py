@@ -33,14 +33,14 @@ def test_two_frames_worked_by_hand():
                rows(box(10, 0), box(20, 5), box(12.5, 0, cls=1))),
               (rows(box(-5, -8, 0.7)), rows(box(-5, -5), box(0, 45)))]
     result = evaluate(frames)
-    assert result['ap_2m'] == pytest.approx(0.5)
+    assert result['ap'] == pytest.approx(0.5)
     assert result['recall'] == pytest.approx(2 / 3)
     assert result['precision'] == pytest.approx(0.5)
     assert (result['ground_truth'], result['predictions'], result['true_positives']) == (3, 4, 2)
     assert (result['max_range_m'], result['match_m']) == (40.0, 2.0)
     # Class 1 alone: its one prediction finds its one box.
     other = evaluate(frames, class_index=1)
-    assert (other['ap_2m'], other['recall'], other['predictions']) == (1.0, 1.0, 1)
+    assert (other['ap'], other['recall'], other['predictions']) == (1.0, 1.0, 1)
 
 
 def test_ranking_order_matters():
@@ -51,8 +51,8 @@ def test_ranking_order_matters():
     truth = rows(box(0, 0), box(10, 10))
     bad = rows(box(30, 0, 0.9), box(0, 30, 0.8), box(0, 0.5, 0.7), box(10, 9, 0.6))
     good = rows(box(30, 0, 0.5), box(0, 30, 0.4), box(0, 0.5, 0.7), box(10, 9, 0.6))
-    assert evaluate([(bad, truth)])['ap_2m'] == pytest.approx(0.5)
-    assert evaluate([(good, truth)])['ap_2m'] == pytest.approx(1.0)
+    assert evaluate([(bad, truth)])['ap'] == pytest.approx(0.5)
+    assert evaluate([(good, truth)])['ap'] == pytest.approx(1.0)
 
 
 def test_greedy_matching_in_score_order():
@@ -60,31 +60,31 @@ def test_greedy_matching_in_score_order():
     # q (0.2, 0) 0.8 then only has x = 3 at 2.8 m: FP. Reversed scores: q takes 0, p takes 3.
     truth = rows(box(0, 0), box(3, 0))
     first = evaluate([(rows(box(1.4, 0, 0.9), box(0.2, 0, 0.8)), truth)])
-    assert first['true_positives'] == 1 and first['ap_2m'] == pytest.approx(0.5)
+    assert first['true_positives'] == 1 and first['ap'] == pytest.approx(0.5)
     second = evaluate([(rows(box(1.4, 0, 0.8), box(0.2, 0, 0.9)), truth)])
-    assert second['true_positives'] == 2 and second['ap_2m'] == pytest.approx(1.0)
+    assert second['true_positives'] == 2 and second['ap'] == pytest.approx(1.0)
 
 
 def test_edges():
     truth = rows(box(5, 5), box(-20, 3))
     # No predictions: nothing found, precision undefined.
     none = evaluate([(rows(), truth), (np.zeros((0, 9)), rows())])
-    assert (none['ap_2m'], none['recall'], none['precision']) == (0.0, 0.0, None)
+    assert (none['ap'], none['recall'], none['precision']) == (0.0, 0.0, None)
     assert none['ground_truth'] == 2
     # No ground truth: AP and recall undefined (None, not NaN); every prediction is false.
     empty = evaluate([(rows(box(1, 1, 0.5)), rows())])
-    assert (empty['ap_2m'], empty['recall'], empty['precision']) == (None, None, 0.0)
-    assert evaluate([])['ap_2m'] is None
+    assert (empty['ap'], empty['recall'], empty['precision']) == (None, None, 0.0)
+    assert evaluate([])['ap'] is None
     # Duplicates on one box: one TP, the rest FP after it: AP 1/2 (one of two found at
     # precision 1), recall 1/2, precision 1/3.
     dup = evaluate([(rows(box(5, 5.1, 0.9), box(5, 5.2, 0.8), box(5.1, 5, 0.7)), truth)])
     assert (dup['true_positives'], dup['predictions']) == (1, 3)
-    assert dup['ap_2m'] == pytest.approx(0.5) and dup['precision'] == pytest.approx(1 / 3)
+    assert dup['ap'] == pytest.approx(0.5) and dup['precision'] == pytest.approx(1 / 3)
     # Range is inclusive at 40 m; beyond, a prediction of a box is no longer counted.
     at = evaluate([(rows(box(0, 40, 0.9)), rows(box(-24, 32)))])      # 3-4-5: 40 m
     assert (at['ground_truth'], at['predictions'], at['true_positives']) == (1, 1, 0)
     out = evaluate([(rows(box(0, 40.5, 0.9)), rows(box(0, 41)))])
-    assert (out['ground_truth'], out['predictions'], out['ap_2m']) == (0, 0, None)
+    assert (out['ground_truth'], out['predictions'], out['ap']) == (0, 0, None)
     # Match distance is inclusive; a smaller match distance and range are honoured.
     assert evaluate([(rows(box(0, 2, 0.9)), rows(box(0, 0)))])['true_positives'] == 1
     assert evaluate([(rows(box(0, 2, 0.9)), rows(box(0, 0)))],
@@ -157,7 +157,7 @@ def test_random_frames_against_a_brute_force_reference(seed):
         assert (result['true_positives'], result['predictions'], result['ground_truth']) == (
             tp, count, total)
         if total:
-            assert result['ap_2m'] == pytest.approx(ap, abs=1e-12)
+            assert result['ap'] == pytest.approx(ap, abs=1e-12)
             assert result['recall'] == pytest.approx(recall, abs=1e-12)
         else:
-            assert result['ap_2m'] is None and result['recall'] is None
+            assert result['ap'] is None and result['recall'] is None

@@ -1,5 +1,6 @@
 """Box rows <-> vision_msgs/Detection3DArray, with rosbags' and rclpy's classes."""
 
+from collections import Counter
 import math
 
 from builtin_interfaces.msg import Time
@@ -144,3 +145,17 @@ def test_errors():
     msg.detections[2].results.clear()
     with pytest.raises(ValueError, match='detection 2.*no results'):
         boxes_from_detections(msg, CLASSES)
+
+
+def test_unknown_classes_left_out_and_counted_when_asked():
+    boxes = random_boxes(9, seed=5)
+    boxes[:, 8] = [0, 1, 0, 1, 1, 0, 0, 1, 0]
+    msg = detections_message(ROSBAGS_TYPES, boxes, CLASSES, STAMP, 'base_link')
+    left_out = Counter()
+    rows = boxes_from_detections(msg, ('vehicle',), left_out)
+    vehicles = boxes[boxes[:, 8] == 0]
+    assert rows.shape == (5, 9) and left_out == {'pedestrian': 4}
+    np.testing.assert_array_equal(rows[:, [0, 1, 2, 3, 4, 5, 7, 8]],
+                                  vehicles[:, [0, 1, 2, 3, 4, 5, 7, 8]])
+    none = boxes_from_detections(msg, ('cyclist',), left_out)
+    assert none.shape == (0, 9) and left_out == {'pedestrian': 8, 'vehicle': 5}
