@@ -49,6 +49,10 @@ GRID_MAP_TYPE = 'grid_map_msgs/msg/GridMap'
 FLOAT64_STAMPED_TYPE = 'autoware_internal_debug_msgs/msg/Float64Stamped'
 
 
+# A sample drive's metadata.yaml custom_data (rosbag2's, shown by ``ros2 bag info``): its seed.
+SAMPLE_SEED_KEY = 'jax_perception.sample_seed'
+
+
 class BagError(Exception):
     """A bag cannot be read or written as asked; the message names the bag and the problem."""
 
@@ -93,6 +97,12 @@ def open_reader(path: str | Path) -> Reader:
     except (ReaderError, OSError, ValueError, KeyError) as exc:
         raise BagError(f'{path}: cannot read bag: {exc}') from None
     return reader
+
+
+def custom_data(reader: Reader) -> dict[str, str]:
+    """Return the bag's rosbag2 ``custom_data``: a folder's metadata.yaml; a bare file has none."""
+    metadata = getattr(reader.storage, 'metadata', None)
+    return dict(getattr(metadata, 'custom', None) or {})
 
 
 def message_class(msgtype: str):

@@ -3,8 +3,9 @@
 
 Train only on drives written with ``jax-perception sample-bag --seed K`` for seeds K >= 100;
 tests, the demo and the benchmarks use seeds below 100, and evaluation never uses a training
-seed. The trainer cannot tell a bag's seed, so it refuses nothing about seeds: that rule is
-the caller's.
+seed. A sample drive records its seed in its metadata.yaml (``bagio.SAMPLE_SEED_KEY``), and
+the trainer refuses one of a seed below 100; a bag without that record (a vehicle's, or a bare
+.mcap taken out of its folder) is not checked.
 
 Each bag is replayed through the node's own frame path (``replay``'s message handling, the
 pipeline without a head), so a training BEV is exactly what the node computes; each LiDAR
@@ -51,6 +52,7 @@ REG_WEIGHT = 0.25          # CenterPoint's weight of the box regression against 
 MIN_OVERLAP = 0.1          # CenterPoint's gaussian_radius overlap
 MIN_RADIUS = 2             # output cells
 REGRESSION = 8             # offset 2, z 1, log size 3, sin/cos yaw 2
+FIRST_TRAINING_SEED = 100  # sample drives of lower seeds are held out (module doc)
 
 
 class Dataset:
@@ -102,7 +104,12 @@ class _Collect(BagFrames):
 
 
 def read_truth(reader, src) -> dict[int, np.ndarray]:
-    """Return stamp (ns) -> float32[n, 9] boxes of the bag's ground truth; BagError if none."""
+    """Return stamp (ns) -> float32[n, 9] ground truth; BagError: none, or a held-out seed."""
+    seed = bagio.custom_data(reader).get(bagio.SAMPLE_SEED_KEY)
+    if seed is not None and not (seed.isdigit() and int(seed) >= FIRST_TRAINING_SEED):
+        first = FIRST_TRAINING_SEED
+        raise bagio.BagError(f'{src}: a sample drive of seed {seed}; seeds below {first} are '
+                             f'held out for tests, the demo and evaluation: train on >= {first}')
     errors: list[str] = []
     truth = read_ground_truth(reader, bagio.topic_types(reader), CLASSES, errors)
     if truth is None:

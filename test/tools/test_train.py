@@ -126,6 +126,29 @@ def test_train_command_writes_weights_the_head_loads(drive, tmp_path):
     assert (tmp_path / 'weights' / 'head_loss.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
 
 
+def test_a_sample_drive_of_a_held_out_seed_is_refused_before_training(drive, tmp_path, capsys):
+    params_file, bag, cfg = drive
+    reader = bagio.open_reader(bag)
+    try:
+        assert bagio.custom_data(reader) == {bagio.SAMPLE_SEED_KEY: str(TRAIN_SEED)}
+    finally:
+        reader.close()
+    held_out = tmp_path / 'seed3'
+    write_sample_bag(held_out, cfg, seconds=0.2, seed=3)
+    argv = ['train', str(bag), str(held_out), '--out', str(tmp_path / 'w.npz'),
+            '--params', str(params_file)]
+    assert main(argv) == 1
+    assert_one_line_error(capsys, f'{held_out}: a sample drive of seed 3; seeds below 100 are '
+                                  'held out')
+    assert not (tmp_path / 'w.npz').exists()
+    # A bare .mcap out of its folder carries no metadata.yaml: nothing to check.
+    reader = bagio.open_reader(next(held_out.glob('*.mcap')))
+    try:
+        assert bagio.custom_data(reader) == {}
+    finally:
+        reader.close()
+
+
 def test_a_bag_without_ground_truth_is_refused(drive, tmp_path, capsys):
     params_file, bag, _ = drive
     # The drive's first LiDAR sweep alone, in a bag of its own.

@@ -7,7 +7,8 @@ from pathlib import Path
 import shutil
 from typing import Callable, Mapping
 
-from jax_perception_node.bagio import message_class, offered_qos, TF_TYPE, TYPESTORE
+from jax_perception_node.bagio import (message_class, offered_qos, SAMPLE_SEED_KEY, TF_TYPE,
+                                       TYPESTORE)
 from jax_perception_node.config import PipelineConfig
 from jax_perception_node.objects import (DETECTION_ARRAY_TYPE, detections_message,
                                          GROUND_TRUTH_TOPIC)
@@ -58,7 +59,8 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     n / odometry_hz up to half a LiDAR period after the last sweep, each written before a
     sweep of the same stamp, and the same pose as map -> base_link to /tf. /tf_static holds
     one message first: base_link -> the LiDAR frame and -> each camera's frame, at the
-    parameters' poses. Bag time = header stamp = ``EPOCH_NS`` + t. The bytes
+    parameters' poses. The metadata's custom_data holds the seed (``bagio.SAMPLE_SEED_KEY``:
+    the trainer refuses held-out seeds). Bag time = header stamp = ``EPOCH_NS`` + t. The bytes
     depend only on the arguments (of the path, its last component, which names the .mcap file)
     and the rosbags version. ``progress(done, total)`` is called after every message.
     Raises FileExistsError if ``path`` exists, ValueError on bad arguments, bagio.BagError when
@@ -83,6 +85,7 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     events = event_schedule(frames, lidar_hz, rates, odometry_hz)
     try:
         with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+            writer.set_custom_data(SAMPLE_SEED_KEY, str(drive.seed))
             counts, sweeps = _write_events(writer, _Messages(drive), events, odometry_hz > 0,
                                            progress)
     except BaseException:
