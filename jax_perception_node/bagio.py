@@ -49,7 +49,7 @@ GRID_MAP_TYPE = 'grid_map_msgs/msg/GridMap'
 FLOAT64_STAMPED_TYPE = 'autoware_internal_debug_msgs/msg/Float64Stamped'
 
 
-# A sample drive's metadata.yaml custom_data (rosbag2's, shown by ``ros2 bag info``): its seed.
+# Where a sample drive's metadata.yaml (rosbag2's custom_data) keeps its seed.
 SAMPLE_SEED_KEY = 'jax_perception.sample_seed'
 
 
@@ -101,8 +101,9 @@ def open_reader(path: str | Path) -> Reader:
 
 def custom_data(reader: Reader) -> dict[str, str]:
     """Return the bag's rosbag2 ``custom_data``: a folder's metadata.yaml; a bare file has none."""
-    metadata = getattr(reader.storage, 'metadata', None)
-    return dict(getattr(metadata, 'custom', None) or {})
+    custom = getattr(getattr(reader.storage, 'metadata', None), 'custom', None)
+    # YAML as written, unchecked by rosbags: keep only a mapping, its values as text.
+    return {str(k): str(v) for k, v in custom.items()} if isinstance(custom, dict) else {}
 
 
 def message_class(msgtype: str):

@@ -28,6 +28,8 @@ import numpy as np
 
 from .objects import NUM_COLUMNS
 
+EVALUATED_CLASS = 'vehicle'      # the class replay and the demo score: vehicle AP
+
 SCORE, CLASS = 7, 8
 
 

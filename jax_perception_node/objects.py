@@ -131,9 +131,9 @@ def boxes_from_detections(msg, classes: Sequence[str],
     class from the result with the highest score. A class_id not in ``classes`` raises
     ValueError naming it, or, given a ``left_out`` Counter, leaves that detection out and counts
     its class_id there (ground truth may hold classes a head does not detect). ValueError too
-    for a detection without results.
+    for a detection without results (``left_out`` then unchanged).
     """
-    rows = []
+    rows, unknown = [], Counter()
     for n, det in enumerate(msg.detections):
         if not len(det.results):
             raise ValueError(f'detection {n} (id {det.id!r}) has no results')
@@ -142,9 +142,11 @@ def boxes_from_detections(msg, classes: Sequence[str],
             if left_out is None:
                 raise ValueError(f'detection {n}: class_id {best.class_id!r} is not one of '
                                  f'{list(classes)}')
-            left_out[best.class_id] += 1
+            unknown[best.class_id] += 1
             continue
         c, q, s = det.bbox.center.position, det.bbox.center.orientation, det.bbox.size
         rows.append((c.x, c.y, c.z, s.x, s.y, s.z, quaternion_yaw(q.x, q.y, q.z, q.w),
                      best.score, list(classes).index(best.class_id)))
+    if left_out is not None:
+        left_out.update(unknown)
     return np.array(rows, np.float32).reshape(len(rows), NUM_COLUMNS)

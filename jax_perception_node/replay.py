@@ -27,7 +27,7 @@ from . import bagio
 from .camera import CameraInfoError, FeatureMapError, features_image_fields
 from .cloud import CloudFormatError
 from .config import PipelineConfig
-from .detection_eval import evaluate
+from .detection_eval import evaluate, EVALUATED_CLASS
 from .frame_path import Frame, FramePath, rgb_image_fields, uses_tf
 from .grid_map import grid_map_message, GridMapLayers
 from .latency import format_value, FRAME_KEYS, percentiles, STAGES
@@ -45,7 +45,6 @@ OUTPUTS = ((bagio.FEATURES_TOPIC, bagio.IMAGE_TYPE, 5), (bagio.IMAGE_TOPIC, bagi
            (bagio.LATENCY_TOPIC, bagio.DIAGNOSTICS_TYPE, 50))
 HEAD_OUTPUTS = ((bagio.OBJECTS_TOPIC, bagio.DETECTIONS_TYPE, 5),
                 (bagio.OBJECTS_MARKERS_TOPIC, bagio.MARKER_ARRAY_TYPE, 5))
-EVALUATED_CLASS = 'vehicle'      # detection_eval's class: vehicle AP
 
 
 @dataclass
@@ -148,7 +147,9 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
             result.warmup_s = time.perf_counter() - start
             result.store_refused = list(pipe.store.refused)
             pipe.reset_sweeps()   # FramePath resets the calibration: nothing carries over
-            truth = read_ground_truth(reader, types, pipe.head_classes, result.errors)
+            other_classes = Counter()
+            truth = read_ground_truth(reader, types, pipe.head_classes, result.errors,
+                                      other_classes)
             with bagio.BagWriter(path, compress=True) as writer:
                 replay = _Replay(FramePath(cfg, pipe), writer, result, snapshot_frames, total,
                                  truth)
@@ -156,7 +157,7 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
         if truth is not None:
             result.detection = dict(evaluate(
                 replay.paired, class_index=pipe.head_classes.index(EVALUATED_CLASS)),
-                frames=len(replay.paired))
+                frames=len(replay.paired), other_classes=dict(sorted(other_classes.items())))
         result.compiles_after_warmup = pipe.compiles_after_warmup
         return result
     finally:
@@ -172,27 +173,24 @@ def cloud_count(reader, types: dict[str, str], topics: bagio.BagTopics, src) -> 
 
 
 def read_ground_truth(reader, types: dict[str, str], classes: tuple[str, ...],
-                      errors: list[str]) -> dict[int, object] | None:
+                      errors: list[str], left_out: Counter) -> dict[int, object] | None:
     """
     Return LiDAR stamp (ns) -> ground-truth rows (float32[n, 9]) of the bag, or None.
 
     None when there is nothing to evaluate: no head, a head without the evaluated class, or no
     ``GROUND_TRUTH_TOPIC`` of the Detection3DArray type. A message that does not deserialize is
-    left out, with a line in ``errors``; so are boxes of classes the head does not know (the
-    rest of their message is kept), with one line in all that counts them by class.
+    left out, with a line in ``errors``. Boxes of classes the head does not know are left out
+    and counted in ``left_out`` by class_id; the rest of their message is kept.
     """
     if EVALUATED_CLASS not in classes or types.get(GROUND_TRUTH_TOPIC) != bagio.DETECTIONS_TYPE:
         return None
-    truth, left_out = {}, Counter()
+    truth = {}
     for _, timestamp, raw, msgtype in bagio.iter_messages(reader, [GROUND_TRUTH_TOPIC]):
         try:
             msg = bagio.deserialize(raw, msgtype)
             truth[stamp_ns(msg.header.stamp)] = boxes_from_detections(msg, classes, left_out)
         except (bagio.BagError, ValueError) as exc:
             errors.append(f'{GROUND_TRUTH_TOPIC} at {timestamp}: {exc}')
-    if left_out:
-        errors.append(f'{GROUND_TRUTH_TOPIC}: boxes of classes the head does not know left out: '
-                      + ', '.join(f'{name!r} x{n}' for name, n in sorted(left_out.items())))
     return truth
 
 

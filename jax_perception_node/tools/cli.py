@@ -360,7 +360,8 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
                    help='publish the bag topic FROM on TO (repeatable; any topic of the bag)')
     p.add_argument('--topic', action='append', metavar='TOPIC',
                    help='publish the bag topic TOPIC under its own name (repeatable; any topic '
-                        'of the bag, e.g. its ground truth)')
+                        'of the bag, e.g. its ground truth; a node input named so then leaves '
+                        "the node's input name)")
     p.add_argument('--clock', type=float, nargs='?', const=40.0, metavar='HZ',
                    help='publish /clock from the bag time, HZ times a second (default 40)')
     p.set_defaults(func=cmd_play)

@@ -220,7 +220,8 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
 def _vehicle_rows(msg):
     """Box rows of a Detection3DArray's vehicles, the class scored (others are left out)."""
     from jax_perception_node.objects import boxes_from_detections
-    return boxes_from_detections(msg, ('vehicle',), Counter())
+    from jax_perception_node.detection_eval import EVALUATED_CLASS
+    return boxes_from_detections(msg, (EVALUATED_CLASS,), Counter())
 
 
 def _detection(objects: dict, truth: dict) -> dict | None:

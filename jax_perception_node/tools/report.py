@@ -33,12 +33,15 @@ def latency_table(records: Sequence[Mapping[str, float]],
 
 
 def detection_line(detection: Mapping) -> str:
-    """One line of a ``detection_eval.evaluate`` dict: AP, range, recall and the counts."""
+    """One line of a ``detection_eval.evaluate`` dict: AP, range, recall, counts, other classes."""
     def number(value) -> str:
         return 'n/a' if value is None else f'{value:.2f}'
+    others = ', '.join(f'{name!r} x{n}' for name, n in detection.get('other_classes', {}).items())
     return (f'detection: AP@{detection["match_m"]:g}m {number(detection["ap"])} within '
             f'{detection["max_range_m"]:g} m, recall {number(detection["recall"])} '
-            f'({detection["ground_truth"]} vehicles, {detection["predictions"]} boxes)')
+            f'({detection["ground_truth"]} vehicles, {detection["predictions"]} boxes)'
+            + (f'; ground truth of classes the head does not know, left out: {others}'
+               if others else ''))
 
 
 def pyplot():

@@ -88,7 +88,7 @@ def test_replay_writes_the_objects_and_scores_them_against_the_ground_truth(
     assert want['predictions'] > 0 and want['ground_truth'] > 0
     summary = result.summary()
     got = summary['detection']
-    assert got.pop('frames') == 10
+    assert got.pop('frames') == 10 and got.pop('other_classes') == {}
     assert got.keys() == want.keys()
     for key, value in want.items():
         assert got[key] == pytest.approx(value, abs=1e-9), key
@@ -116,32 +116,36 @@ def test_without_ground_truth_there_is_no_detection_key(tmp_path, head_cfg, head
     assert counts[bagio.GRID_MAP_TOPIC] == 3
 
 
-def test_ground_truth_keeps_known_boxes_of_a_message_with_an_unknown_class(tmp_path):
-    """A class the head does not know costs its boxes, counted in one line, not the message."""
+def test_ground_truth_of_classes_the_head_does_not_know_is_left_out_and_counted(
+        tmp_path, head_cfg, head_pipe):
+    """An unknown class costs its boxes, counted by class, not the rest of its message."""
+    import bag_messages
     from jax_perception_node.objects import detections_message
-    from jax_perception_node.replay import read_ground_truth
-    types = bagio.TYPESTORE.types
-    known = ('vehicle', 'pedestrian')
+    from jax_perception_node.tools.report import detection_line
     boxes = np.array([[4, 1, 0, 4, 2, 1.5, 0.1, 1, 0], [9, -2, 0, 1, 1, 1.8, 0, 1, 1],
                       [-6, 3, 0, 4, 2, 1.5, 0.2, 1, 0]], np.float32)
-    with bagio.BagWriter(tmp_path / 'gt') as writer:
-        for k, classes in enumerate([known, ('vehicle', 'cyclist')]):
+    rng = np.random.default_rng(4)
+    with bagio.BagWriter(tmp_path / 'in') as writer:
+        for k, classes in enumerate([('vehicle', 'pedestrian'), ('vehicle', 'cyclist'), None]):
             stamp = 10**9 * (k + 1)
-            writer.write(GROUND_TRUTH_TOPIC, detections_message(types, boxes, classes, stamp,
-                                                                'base_link'), stamp)
-        writer.write_raw(GROUND_TRUTH_TOPIC, bagio.DETECTIONS_TYPE, b'\0\1', 3 * 10**9)
-    errors = []
-    reader = bagio.open_reader(tmp_path / 'gt')
-    try:
-        truth = read_ground_truth(reader, bagio.topic_types(reader), known, errors)
-    finally:
-        reader.close()
-    assert sorted(truth) == [10**9, 2 * 10**9]
-    np.testing.assert_array_equal(truth[10**9][:, [0, 1, 8]], boxes[:, [0, 1, 8]])
-    np.testing.assert_array_equal(truth[2 * 10**9][:, [0, 1, 8]], boxes[[0, 2]][:, [0, 1, 8]])
-    assert len(errors) == 2 and errors[0].startswith(f'{GROUND_TRUTH_TOPIC} at {3 * 10**9}: ')
-    assert errors[1] == (f'{GROUND_TRUTH_TOPIC}: boxes of classes the head does not know left '
-                         "out: 'cyclist' x1")
+            points = rng.uniform(-6, 6, (300, 4)).astype(np.float32)
+            writer.write(bagio.POINTCLOUD_TOPIC, bag_messages.cloud(points, stamp), stamp)
+            if classes is None:      # a message that does not decode: its own error line
+                writer.write_raw(GROUND_TRUTH_TOPIC, bagio.DETECTIONS_TYPE, b'\0\1', stamp)
+            else:
+                writer.write(GROUND_TRUTH_TOPIC, detections_message(
+                    bagio.TYPESTORE.types, boxes, classes, stamp, 'base_link'), stamp)
+    result = replay_bag(tmp_path / 'in', tmp_path / 'out', head_cfg, pipeline=head_pipe)
+    detection = result.detection
+    # Both vehicles of both decoded messages are scored: frames 1 and 2 pair.
+    assert (detection['frames'], detection['ground_truth']) == (2, 4)
+    assert detection['other_classes'] == {'cyclist': 1, 'pedestrian': 1}
+    assert json.loads(json.dumps(result.summary()))['detection'] == detection
+    assert len(result.errors) == 1 and result.errors[0].startswith(
+        f'{GROUND_TRUTH_TOPIC} at {3 * 10**9}: ')
+    assert detection_line(detection).endswith(
+        "; ground truth of classes the head does not know, left out: 'cyclist' x1, "
+        "'pedestrian' x1")
 
 
 def test_without_a_head_neither_objects_nor_detection(tmp_path, drive, warmed):
@@ -177,5 +181,6 @@ def test_the_shipped_head_finds_the_vehicles_of_a_drive_it_never_saw(tmp_path):
     result = replay_bag(bag, tmp_path / 'out', cfg)
     detection = result.summary()['detection']
     assert detection['frames'] == result.frames == 20 and detection['ground_truth'] > 50
+    assert detection['other_classes'] == {}          # sample drives hold vehicles only
     assert detection['ap'] >= 0.7 and detection['recall'] >= 0.7
     assert result.compiles_after_warmup == 0

@@ -10,8 +10,9 @@ from jax_perception_node import bagio
 from jax_perception_node.config import config_from_parameters, write_param_file
 from jax_perception_node.head import HeadInput, load_weights
 from jax_perception_node.heads.centerpoint import CenterPointHead, vehicle_head
+from jax_perception_node.objects import detections_message, GROUND_TRUTH_TOPIC
 from jax_perception_node.pipeline import BevPipeline
-from jax_perception_node.tools import train
+from jax_perception_node.tools import train, training_set
 from jax_perception_node.tools.cli import main
 from jax_perception_node.tools.synthetic_drive import write_sample_bag
 import numpy as np
@@ -23,6 +24,7 @@ PARAMS = small_params(cameras=0, **{
     'grid.z_min': -2.0, 'grid.z_max': 4.0, 'grid.resolution': 0.4,
     'lidar.translation': [0.0, 0.0, 1.8], 'buckets': [65536]})
 TRAIN_SEED = 101        # training drives use seeds >= 100 only
+SEED_KEY = bagio.SAMPLE_SEED_KEY
 
 
 @pytest.fixture(scope='module')
@@ -42,8 +44,8 @@ def dataset(drive):
     _, bag, cfg = drive
     pipe = BevPipeline(cfg)
     pipe.warmup()
-    data = train.Dataset(pipe.output_channels)
-    train.collect([bag], cfg, pipe, data)
+    data = training_set.Dataset(pipe.output_channels)
+    training_set.collect([bag], cfg, pipe, data)
     return data
 
 
@@ -126,7 +128,8 @@ def test_train_command_writes_weights_the_head_loads(drive, tmp_path):
     assert (tmp_path / 'weights' / 'head_loss.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
 
 
-def test_a_sample_drive_of_a_held_out_seed_is_refused_before_training(drive, tmp_path, capsys):
+def test_a_sample_drive_of_a_held_out_seed_is_refused_before_the_warm_up(
+        drive, tmp_path, capsys, monkeypatch):
     params_file, bag, cfg = drive
     reader = bagio.open_reader(bag)
     try:
@@ -135,11 +138,16 @@ def test_a_sample_drive_of_a_held_out_seed_is_refused_before_training(drive, tmp
         reader.close()
     held_out = tmp_path / 'seed3'
     write_sample_bag(held_out, cfg, seconds=0.2, seed=3)
+
+    def no_warmup(self):
+        raise AssertionError('warmed up before refusing the bag')
+    monkeypatch.setattr(BevPipeline, 'warmup', no_warmup)
     argv = ['train', str(bag), str(held_out), '--out', str(tmp_path / 'w.npz'),
             '--params', str(params_file)]
     assert main(argv) == 1
-    assert_one_line_error(capsys, f'{held_out}: a sample drive of seed 3; seeds below 100 are '
-                                  'held out')
+    assert_one_line_error(capsys, f'{held_out}: metadata.yaml custom_data '
+                                  f"{bagio.SAMPLE_SEED_KEY} '3': sample drives of seeds below "
+                                  '100 are held out')
     assert not (tmp_path / 'w.npz').exists()
     # A bare .mcap out of its folder carries no metadata.yaml: nothing to check.
     reader = bagio.open_reader(next(held_out.glob('*.mcap')))
@@ -147,6 +155,47 @@ def test_a_sample_drive_of_a_held_out_seed_is_refused_before_training(drive, tmp
         assert bagio.custom_data(reader) == {}
     finally:
         reader.close()
+
+
+def read_truth_of(path):
+    reader = bagio.open_reader(path)
+    try:
+        return training_set.read_truth(reader, path)
+    finally:
+        reader.close()
+
+
+def test_the_seed_record_refused_below_100_and_read_whatever_its_yaml(drive, tmp_path):
+    cfg = drive[2]
+    for seed in (99, 100):
+        write_sample_bag(tmp_path / f's{seed}', cfg, seconds=0.1, seed=seed)
+    with pytest.raises(bagio.BagError, match=f"{SEED_KEY} '99': sample drives of seeds below"):
+        read_truth_of(tmp_path / 's99')
+    truth, left_out = read_truth_of(tmp_path / 's100')
+    assert len(truth) == 1 and left_out == {}
+    # metadata.yaml edited by hand: an unquoted number is still the seed; text is no seed.
+    metadata = tmp_path / 's100' / 'metadata.yaml'
+    text = metadata.read_text()
+    assert f"{SEED_KEY}: '100'" in text
+    for value, refused in (('150', False), ('7', True), ("'²'", True), ('abc', True),
+                           ('[1, 2]', True)):
+        metadata.write_text(text.replace(f"{SEED_KEY}: '100'", f'{SEED_KEY}: {value}'))
+        if refused:
+            with pytest.raises(bagio.BagError, match='sample drives of seeds below 100'):
+                read_truth_of(tmp_path / 's100')
+        else:
+            assert len(read_truth_of(tmp_path / 's100')[0]) == 1
+
+
+def test_ground_truth_of_classes_the_head_does_not_learn_is_left_out(tmp_path):
+    boxes = np.array([[4, 1, 0, 4, 2, 1.5, 0.1, 1, 0], [9, -2, 0, 1, 1, 1.8, 0, 1, 1]],
+                     np.float32)
+    with bagio.BagWriter(tmp_path / 'gt') as writer:
+        writer.write(GROUND_TRUTH_TOPIC, detections_message(
+            bagio.TYPESTORE.types, boxes, ('vehicle', 'pedestrian'), 10**9, 'base_link'), 10**9)
+    truth, left_out = read_truth_of(tmp_path / 'gt')
+    assert left_out == {'pedestrian': 1}
+    np.testing.assert_array_equal(truth[10**9][:, [0, 1, 8]], boxes[:1, [0, 1, 8]])
 
 
 def test_a_bag_without_ground_truth_is_refused(drive, tmp_path, capsys):

@@ -159,3 +159,7 @@ def test_unknown_classes_left_out_and_counted_when_asked():
                                   vehicles[:, [0, 1, 2, 3, 4, 5, 7, 8]])
     none = boxes_from_detections(msg, ('cyclist',), left_out)
     assert none.shape == (0, 9) and left_out == {'pedestrian': 8, 'vehicle': 5}
+    msg.detections[8].results.clear()       # an error counts nothing
+    with pytest.raises(ValueError, match='detection 8.*no results'):
+        boxes_from_detections(msg, ('vehicle',), left_out)
+    assert left_out == {'pedestrian': 8, 'vehicle': 5}
