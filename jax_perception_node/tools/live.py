@@ -48,7 +48,8 @@ def play_routes(types: dict[str, str], cfg: PipelineConfig, topics: bagio.BagTop
     ``remap`` (FROM -> TO, ``ros2 bag play --remap``'s FROM:=TO) names topics of the bag: FROM
     is published on TO instead of on the node's input, and a topic that is no input of the
     node is published at all (TO may be FROM: the CLI's ``play --topic``). BagError when the bag
-    has no LiDAR topic or no topic FROM.
+    has no LiDAR topic or no topic FROM, or when two bag topics would end on one name (two
+    streams interleaved on one topic, the node's input among them, are never what was meant).
     """
     if types.get(topics.pointcloud) != bagio.POINTCLOUD_TYPE:
         raise bagio.BagError(f'no {bagio.POINTCLOUD_TYPE} topic {topics.pointcloud}')
@@ -67,6 +68,12 @@ def play_routes(types: dict[str, str], cfg: PipelineConfig, topics: bagio.BagTop
         if src not in types:
             raise bagio.BagError(f'no topic {src} to publish (the bag has {", ".join(types)})')
         routes[src] = dst
+    sources: dict[str, str] = {}
+    for src, dst in routes.items():
+        if dst in sources:
+            raise bagio.BagError(f'topics {sources[dst]} and {src} would both be published on '
+                                 f'{dst}: remap one of them elsewhere')
+        sources[dst] = src
     return routes
 
 

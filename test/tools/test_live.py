@@ -122,6 +122,14 @@ def test_play_routes_follow_the_bag_topics_and_remaps():
         inputs, **{'/f': '/cam', EXTRA_TOPIC: '/x'})
     with pytest.raises(bagio.BagError, match='no topic /nope to publish'):
         live.play_routes(types, cfg, topics, {'/nope': '/x'})
+    # Two streams on one name: refused, the node's input included; swapping the input is not.
+    with pytest.raises(bagio.BagError, match=f'topics /p and {EXTRA_TOPIC} would both be '
+                                             f'published on {bagio.POINTCLOUD_TOPIC}'):
+        live.play_routes(types, cfg, topics, {EXTRA_TOPIC: bagio.POINTCLOUD_TOPIC})
+    with pytest.raises(bagio.BagError, match='would both be published on /x'):
+        live.play_routes(types, cfg, topics, {'/f': '/x', EXTRA_TOPIC: '/x'})
+    assert live.play_routes(types, cfg, topics, {'/p': '/x', EXTRA_TOPIC: bagio.POINTCLOUD_TOPIC}
+                            )[EXTRA_TOPIC] == bagio.POINTCLOUD_TOPIC
 
 
 def test_playback_qos_keeps_what_was_offered_and_tf2s_qos_without_it():
