@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from .channels import COVERAGE_CHANNEL, lidar_channels
+from .npz_file import read_npz
 from .parameters import (camera_defaults, camera_keys, check_ros_type, check_value,
                          ConfigError, defaults, is_camera_name, NODE_KEYS, ros_value)
 from .rotations import quaternion_matrix
@@ -335,15 +336,10 @@ def load_fusion_weights(cfg: PipelineConfig) -> tuple[np.ndarray, np.ndarray] | 
     if not path:
         return None
     key = 'fusion.weights_file'
-    try:
-        with np.load(os.path.expanduser(path), allow_pickle=False) as npz:
-            if 'W' not in npz or 'b' not in npz:
-                raise ConfigError(f'{key}: {path} needs arrays "W" and "b", has {npz.files}')
-            weights, bias = npz['W'], npz['b']
-    except ConfigError:
-        raise
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f'{key}: cannot read {path}: {exc}') from None
+    arrays = read_npz(path, key)
+    if 'W' not in arrays or 'b' not in arrays:
+        raise ConfigError(f'{key}: {path} needs arrays "W" and "b", has {sorted(arrays)}')
+    weights, bias = arrays['W'], arrays['b']
     c_in = cfg.fused_channels
     if weights.ndim != 2 or weights.shape[0] != c_in or weights.shape[1] < 1:
         raise ConfigError(f'{key}: W must be ({c_in}, C_out) for {c_in} fused channels, '

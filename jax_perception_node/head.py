@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .npz_file import read_npz
 from .objects import BOX_COLUMNS  # noqa: F401 (the decoded rows' columns, here for heads)
 from .parameters import ConfigError
 
@@ -113,12 +114,7 @@ def load_weights(path: str | os.PathLike, template):
     """
     names = leaf_names(template)
     leaves, treedef = jax.tree_util.tree_flatten(template)
-    try:
-        with np.load(os.path.expanduser(path), allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
-    except Exception as exc:    # a damaged zip, a member that does not inflate, a .npy: refuse
-        raise ConfigError(f'head.weights: cannot read {path} as an .npz: '
-                          f'{type(exc).__name__}: {exc}') from None
+    arrays = read_npz(path, 'head.weights')
     extra = sorted(set(arrays) - set(names))
     if extra:
         raise ConfigError(f'head.weights: {path} has arrays the head does not use: {extra[:3]}')
