@@ -26,6 +26,7 @@ from rosbags.rosbag2 import CompressionFormat, CompressionMode, Reader, StorageP
 from rosbags.rosbag2.errors import ReaderError, WriterError
 from rosbags.serde import SerdeError
 from rosbags.typesys import get_typestore, Stores
+import yaml
 
 from .message_types import register_interface_types, share_folders
 from .object_markers import MARKER_ARRAY_TYPE  # noqa: F401
@@ -95,15 +96,37 @@ def open_reader(path: str | Path) -> Reader:
         reader = Reader(path)
         reader.open()
     except (ReaderError, OSError, ValueError, KeyError) as exc:
-        raise BagError(f'{path}: cannot read bag: {exc}') from None
+        # One line: a broken metadata.yaml's parser error spans several.
+        raise BagError(f'{path}: cannot read bag: {" ".join(str(exc).split())}') from None
     return reader
 
 
 def custom_data(reader: Reader) -> dict[str, str]:
-    """Return the bag's rosbag2 ``custom_data``: a folder's metadata.yaml; a bare file has none."""
+    """
+    Return the bag's rosbag2 ``custom_data`` (its folder's metadata.yaml), values as text.
+
+    A bag file named on its own reads the metadata.yaml beside it when that lists the file,
+    so naming a folder's .mcap instead of the folder finds the same record; a bare file
+    elsewhere has none.
+    """
     custom = getattr(getattr(reader.storage, 'metadata', None), 'custom', None)
+    path = Path(reader.path)
+    if custom is None and path.is_file():
+        custom = _sibling_custom_data(path)
     # YAML as written, unchecked by rosbags: keep only a mapping, its values as text.
     return {str(k): str(v) for k, v in custom.items()} if isinstance(custom, dict) else {}
+
+
+def _sibling_custom_data(path: Path):
+    """``custom_data`` of the metadata.yaml beside bag file ``path``, if it lists that file."""
+    try:
+        info = yaml.safe_load((path.parent / 'metadata.yaml').read_text())
+        info = info['rosbag2_bagfile_information']
+        if path.name in info.get('relative_file_paths', ()):
+            return info.get('custom_data')
+    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError):
+        pass    # no readable metadata.yaml beside it: a bare file
+    return None
 
 
 def message_class(msgtype: str):
@@ -341,3 +364,22 @@ def iter_messages(reader: Reader, topics: list[str]) -> Iterator[tuple[str, int,
 def topic_types(reader: Reader) -> dict[str, str]:
     """Topic -> msgtype of every connection in the bag."""
     return {c.topic: c.msgtype for c in reader.connections}
+
+
+def check_topics(types: dict[str, str], topics: BagTopics) -> None:
+    """
+    Refuse a bag without the LiDAR topic or a camera topic ``topics`` names (BagError).
+
+    A camera without an entry in ``topics`` may be missing (its maps are masked, as for a
+    LiDAR-only drive); one named explicitly (``--camera-topic``) must be there, with its type.
+    """
+    found = types.get(topics.pointcloud)
+    if found != POINTCLOUD_TYPE:
+        what = f'its type is {found}' if found else f'topics: {", ".join(sorted(types)) or "none"}'
+        raise BagError(f'no {POINTCLOUD_TYPE} topic {topics.pointcloud} ({what})')
+    for kind, named, wanted in (('camera', topics.cameras, IMAGE_TYPE),
+                                ('camera-info', topics.camera_infos, CAMERA_INFO_TYPE)):
+        for name, topic in named:
+            if types.get(topic) != wanted:
+                state = f'is {types[topic]}' if topic in types else 'is not in the bag'
+                raise BagError(f'--{kind}-topic {name}={topic}: {state}, want {wanted}')

@@ -165,10 +165,11 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
 
 
 def cloud_count(reader, types: dict[str, str], topics: bagio.BagTopics, src) -> int:
-    """Return the number of LiDAR messages in the bag; BagError if it has no LiDAR topic."""
-    if types.get(topics.pointcloud) != bagio.POINTCLOUD_TYPE:
-        raise bagio.BagError(f'{src}: no {bagio.POINTCLOUD_TYPE} topic {topics.pointcloud} '
-                             f'(topics: {", ".join(sorted(types)) or "none"})')
+    """Return the number of LiDAR messages; BagError for a missing input (``check_topics``)."""
+    try:
+        bagio.check_topics(types, topics)
+    except bagio.BagError as exc:
+        raise bagio.BagError(f'{src}: {exc}') from None
     return next(c.msgcount for c in reader.connections if c.topic == topics.pointcloud)
 
 

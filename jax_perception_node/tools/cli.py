@@ -11,7 +11,6 @@ import argparse
 import contextlib
 from dataclasses import replace
 import json
-import os
 from pathlib import Path
 import shutil
 import signal
@@ -26,18 +25,19 @@ from jax_perception_node.odometry import OdometryError
 from jax_perception_node.parameters import ConfigError
 from jax_perception_node.transforms import TransformError
 
+from .arguments import check_writable, number, outputs_apart, pairs, topic_name, UsageError
 from .bench.common import BenchError
 from .fleet import is_bag
 from .fleet_types import FleetError
 
 
-class UsageError(Exception):
-    """Bad command-line arguments, or an output they name that cannot be written."""
-
-
 class Terminated(BaseException):
     """SIGTERM during a replay: unwinds like Ctrl-C, so the replay removes its temporary."""
 
+
+# play's bounds: slower than 1000x real time or /clock below 0.01 Hz is a typo, and would
+# overflow the player's sleeps; above 10 kHz /clock only costs CPU.
+MIN_RATE, MIN_CLOCK_HZ, MAX_CLOCK_HZ = 1e-3, 1e-2, 1e4
 
 # One exception type per layer; each reaching ``main`` is one line and exit code 1. The
 # message decoders' errors are counted by replay, never raised through it: listed all the same.
@@ -50,24 +50,21 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _pairs(pairs: list[str], option: str, separator: str = '=',
-           form: str = 'NAME=TOPIC') -> dict[str, str]:
-    """Return the KEY -> VALUE of repeated ``option`` values written KEY<separator>VALUE."""
-    mapping = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition(separator)
-        if not sep or not key or not value:
-            raise UsageError(f'{option} expects {form}, got {pair!r}')
-        mapping[key] = value
-    return mapping
-
-
-def _camera_topics(pairs: list[str], option: str = '--camera-topic') -> dict[str, str]:
-    return _pairs(pairs, option)
+def _camera_topics(values: list[str], option: str = '--camera-topic') -> dict[str, str]:
+    return pairs(values, option)
 
 
 def _load(args):
     return load_config(args.params or default_params_file())
+
+
+def _known_cameras(args, cfg) -> None:
+    """Refuse --camera-topic / --camera-info-topic for a camera the params do not configure."""
+    for option, values in (('--camera-topic', args.camera_topic),
+                           ('--camera-info-topic', args.camera_info_topic)):
+        for name in _camera_topics(values, option):
+            if name not in [c.name for c in cfg.cameras]:
+                raise UsageError(f'{option} {name}=...: no camera {name!r} in the params')
 
 
 def _topics(args) -> BagTopics:
@@ -75,29 +72,6 @@ def _topics(args) -> BagTopics:
     return BagTopics(args.pointcloud_topic, _camera_topics(args.camera_topic),
                      _camera_topics(args.camera_info_topic, '--camera-info-topic'),
                      args.odometry_topic)
-
-
-def _check_writable(path: str, option: str, folder: bool) -> None:
-    """
-    Fail before a long run when ``path`` (a file, or with ``folder`` a folder) cannot be made.
-
-    Missing folders on the way are created later; the nearest existing one must be a folder
-    this user may write in. (Root may write anywhere: writes are checked again when done.)
-    """
-    target = Path(path).absolute()
-    existing = target
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if existing == target:
-        if folder and not target.is_dir():
-            raise UsageError(f'{option} {path}: exists and is not a folder')
-        if not folder and target.is_dir():
-            raise UsageError(f'{option} {path}: exists and is a folder')
-        existing = target if folder else target.parent
-    elif not existing.is_dir():
-        raise UsageError(f'{option} {path}: {existing} is not a folder')
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f'{option} {path}: cannot write in {existing}')
 
 
 def _write_json(path: str, summary: dict) -> None:
@@ -125,14 +99,21 @@ def _sigterm_raises():
         signal.signal(signal.SIGTERM, previous)
 
 
+def _replaceable_bag(out: Path) -> None:
+    """Refuse to delete ``out`` for --force unless it is a bag that holds no working folder."""
+    here = Path.cwd().resolve()
+    if out.resolve() == here or out.resolve() in here.parents:
+        raise UsageError(f'{out}: is the current folder or holds it; --force replaces a bag only')
+    if not is_bag(out):
+        raise UsageError(f'{out} exists and is not a bag (no metadata.yaml, not an .mcap or '
+                         f'.db3 file); --force replaces a bag only')
+
+
 def cmd_sample_bag(args) -> int:
     """Write the synthetic drive as an MCAP bag."""
     from .synthetic_drive import LidarModel, write_sample_bag
     out = Path(args.out)
-    if out.exists():
-        if not args.force:
-            raise UsageError(f'{out} exists (use --force to replace it)')
-        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    number(args.seconds, '--seconds', 0.0, low_open=True, unit=' s')
     cfg = _load(args)
     if args.cameras is not None and not 0 <= args.cameras <= len(cfg.cameras):
         raise UsageError(f'--cameras {args.cameras}: the params configure {len(cfg.cameras)}')
@@ -141,10 +122,23 @@ def cmd_sample_bag(args) -> int:
                                  ('dropout', args.dropout)) if v is not None}
     try:
         lidar = replace(LidarModel(), **changes)
+    except ValueError as exc:
+        raise UsageError(f'sample-bag: {exc}') from None
+    # Everything is checked before an old bag is deleted: a refused run loses nothing.
+    if not out.exists():
+        check_writable(args.out, 'OUT', folder=True)
+    elif not args.force:
+        raise UsageError(f'{out} exists (use --force to replace it)')
+    else:
+        _replaceable_bag(out)
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    try:
         summary = write_sample_bag(out, cfg, seconds=args.seconds, num_cameras=args.cameras,
                                    seed=args.seed, lidar=lidar)
     except ValueError as exc:
         raise UsageError(f'sample-bag: {exc}') from None
+    except OSError as exc:
+        raise UsageError(f'{out}: cannot write: {exc.strerror or exc}') from None
     print(f'wrote {out}: ' + ', '.join(f'{k} {v}' for k, v in summary.items()))
     return 0
 
@@ -159,18 +153,17 @@ def cmd_replay(args) -> int:
         raise UsageError(f'{first} is a folder of bags: replay them with --workers N '
                          f'(or --ray-address ADDR)')
     cfg = _load(args)
-    for option, pairs in (('--camera-topic', args.camera_topic),
-                          ('--camera-info-topic', args.camera_info_topic)):
-        for name in _camera_topics(pairs, option):
-            if name not in [c.name for c in cfg.cameras]:
-                raise UsageError(f'{option} {name}=...: no camera {name!r} in the params')
+    _known_cameras(args, cfg)
     topics = _topics(args)
+    if not args.out:
+        raise UsageError('--out: an empty path')
     if Path(args.out).exists():
         raise UsageError(f'{args.out} exists, not overwriting')
     if args.json:
-        _check_writable(args.json, '--json', folder=False)
+        check_writable(args.json, '--json', folder=False)
     if args.png:
-        _check_writable(args.png, '--png', folder=True)
+        check_writable(args.png, '--png', folder=True)
+    outputs_apart(args.input, {'--out': args.out, '--json': args.json, '--png': args.png})
     with _sigterm_raises():
         if on_ray:
             return _replay_fleet(args, cfg, topics)
@@ -254,16 +247,22 @@ def _write_pictures(png: Path, result, cfg) -> None:
 
 def cmd_play(args) -> int:
     """Publish a bag on live topics."""
-    from .live import play_bag
-    if args.clock is not None and args.clock <= 0:
-        raise UsageError(f'--clock must be > 0 Hz, got {args.clock:g}')
-    remap = _pairs(args.remap, '--remap', ':=', 'FROM:=TO')   # ros2 bag play's syntax
+    from .live import CLOCK_TOPIC, play_bag
+    number(args.rate, '--rate', MIN_RATE)
+    number(args.clock, '--clock', MIN_CLOCK_HZ, MAX_CLOCK_HZ, unit=' Hz')
+    remap = pairs(args.remap, '--remap', ':=', 'FROM:=TO')   # ros2 bag play's syntax
+    for src, dst in remap.items():
+        topic_name(dst, f'--remap {src}:=')
     for topic in args.topic or []:
         if remap.get(topic, topic) != topic:
             raise UsageError(f'--topic {topic} and --remap {topic}:={remap[topic]} both name '
                              f'{topic}: give one')
         remap[topic] = topic
+    if args.clock and CLOCK_TOPIC in remap.values():
+        raise UsageError(f'--clock publishes {CLOCK_TOPIC}: no bag topic may be published there '
+                         f'too (--remap / --topic)')
     cfg = _load(args)
+    _known_cameras(args, cfg)
     return play_bag(args.input, cfg, _topics(args), rate=args.rate, loop=args.loop,
                     restamp=args.restamp, remap=remap, clock_hz=args.clock or 0.0)
 
@@ -273,8 +272,11 @@ def cmd_record(args) -> int:
     from .live import record_topics
     if Path(args.out).exists():
         raise UsageError(f'{args.out} exists, not overwriting')
-    if args.wait is not None and args.wait < 0:
-        raise UsageError(f'--wait must be >= 0 s, got {args.wait:g}')
+    check_writable(args.out, 'OUT', folder=True)
+    number(args.wait, '--wait', 0.0, unit=' s')
+    number(args.seconds, '--seconds', 0.0, low_open=True, unit=' s')
+    for topic in args.topic or []:
+        topic_name(topic, '--topic')
     return record_topics(args.out, args.topic or [], args.seconds, wait_s=args.wait)
 
 
@@ -293,6 +295,8 @@ def cmd_bench(args) -> int:
 def cmd_demo(args) -> int:
     """Node + player + recorder on the embedded sample drive."""
     from .demo import run_demo
+    number(args.seconds, '--seconds', 0.0, low_open=True, unit=' s')
+    check_writable(args.out, '--out', folder=True)
     return run_demo(Path(args.out), params=args.params, seconds=args.seconds)
 
 
@@ -414,8 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(with_train=argv[:1] == ['train'])
     try:
         args = parser.parse_args(argv)
-        if getattr(args, 'rate', 1.0) <= 0:
-            raise UsageError('--rate must be > 0')
+        if getattr(args, 'params', None) == '':     # not the shipped file by accident
+            raise UsageError('--params: an empty path')
         return args.func(args)
     except USER_ERRORS as exc:
         print(f'jax-perception: {exc}', file=sys.stderr)

@@ -48,11 +48,10 @@ def play_routes(types: dict[str, str], cfg: PipelineConfig, topics: bagio.BagTop
     ``remap`` (FROM -> TO, ``ros2 bag play --remap``'s FROM:=TO) names topics of the bag: FROM
     is published on TO instead of on the node's input, and a topic that is no input of the
     node is published at all (TO may be FROM: the CLI's ``play --topic``). BagError when the bag
-    has no LiDAR topic or no topic FROM, or when two bag topics would end on one name (two
-    streams interleaved on one topic, the node's input among them, are never what was meant).
+    lacks an input (``bagio.check_topics``) or a topic FROM, or when two bag topics would end
+    on one name (two streams interleaved on one topic are never what was meant).
     """
-    if types.get(topics.pointcloud) != bagio.POINTCLOUD_TYPE:
-        raise bagio.BagError(f'no {bagio.POINTCLOUD_TYPE} topic {topics.pointcloud}')
+    bagio.check_topics(types, topics)
     routes = {topics.pointcloud: bagio.POINTCLOUD_TOPIC}
     for cam in cfg.cameras:
         if types.get(topics.camera(cam.name)) == bagio.IMAGE_TYPE:
@@ -175,8 +174,9 @@ def _play(reader, pubs, rate: float, restamp: bool, loop: bool, context, clock, 
     sent = 0
     try:
         while True:
-            sent += _play_once(reader, pubs, rate, restamp, clock)
-            if not loop or not context.ok():
+            once = _play_once(reader, pubs, rate, restamp, clock)
+            sent += once
+            if not loop or not once or not context.ok():     # an empty bag: no busy loop
                 break
     except (KeyboardInterrupt, ExternalShutdownException):
         pass

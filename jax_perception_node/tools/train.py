@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from .arguments import outputs_apart
 from .training_set import collect, Dataset, read_truth
 from .. import bagio
 from ..config import default_params_file, HeadConfig, load_config
@@ -282,6 +283,13 @@ def _writable_file(text: str) -> str:
     return text
 
 
+def _png_file(text: str) -> str:
+    """Accept a writable file path ending in .png (the loss picture is written last)."""
+    if Path(text).suffix.lower() != '.png':
+        raise argparse.ArgumentTypeError(f'{text}: the loss picture is a .png file')
+    return _writable_file(text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the train command's arguments to its (sub)parser."""
     parser.description = ('Train the reference CenterPoint vehicle head on sample drives with '
@@ -301,13 +309,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--seed', type=int, default=0,
                         help='seed of the initial weights, frame order and flips (default 0); '
                              'not a drive seed')
-    parser.add_argument('--png', type=_writable_file, metavar='FILE',
+    parser.add_argument('--png', type=_png_file, metavar='FILE',
                         help='the loss curve picture (default: WEIGHTS with _loss.png)')
 
 
 def cmd_train(args, stream=sys.stderr) -> int:
     """Collect the BEVs of ``args.bags``, train, write the weights and the loss picture."""
     start = time.perf_counter()
+    out = Path(args.out)
+    png = Path(args.png) if args.png else out.with_name(out.stem + '_loss.png')
+    # Before the work: weights or picture written over a training bag would lose it.
+    outputs_apart(args.bags, {'--out': args.out, '--png': str(png)})
     cfg = load_config(args.params or default_params_file())
     cfg = replace(cfg, head=HeadConfig(), output_bev_features=True)   # the BEV, no head
     grid = cfg.grid
@@ -331,8 +343,6 @@ def cmd_train(args, stream=sys.stderr) -> int:
                  f'{args.batch}\n')
     model, losses = train(dataset, grid, pipe.output_channels, args.steps, args.batch,
                           args.seed, progress_bar(stream))
-    out = Path(args.out)
-    png = Path(args.png) if args.png else out.with_name(out.stem + '_loss.png')
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         save_weights(out, eqx.partition(model, eqx.is_array)[0])

@@ -8,8 +8,9 @@ is refused; boxes of classes the head does not learn are left out and counted. T
 kept 4 x 4 pooled (the head's first, parameter-free step).
 
 A sample drive records its seed in its metadata.yaml (``bagio.SAMPLE_SEED_KEY``); one of a
-seed below ``FIRST_TRAINING_SEED`` is held out for tests, the demo and evaluation, and refused.
-A bag without that record (a vehicle's, or a bare .mcap taken out of its folder) is not checked.
+seed below ``FIRST_TRAINING_SEED`` is held out for tests, the demo and evaluation, and refused,
+whether named by its folder or by its .mcap (``bagio.custom_data``). A bag without that record
+(a vehicle's, or a bare .mcap taken out of its folder) is not checked.
 """
 
 from collections import Counter

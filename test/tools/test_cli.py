@@ -186,25 +186,76 @@ def test_replay_reads_sqlite3_bags_with_renamed_topics(sample, tmp_path):
     (['sample-bag', '{sample}'], 'exists (use --force'),
     (['sample-bag', '{tmp}/s', '--cameras', '9'], '--cameras 9'),
     (['play', '/nonexistent/bag'], 'no such bag'),
-    (['play', '{sample}', '--rate', '0'], '--rate must be > 0'),
+    (['play', '{sample}', '--rate', '0'], '--rate must be a number >= 0.001, got 0'),
+    (['play', '{sample}', '--rate', 'nan'], '--rate must be a number >= 0.001, got nan'),
+    (['play', '{sample}', '--rate', '1e-300'], '--rate must be a number >= 0.001'),
+    (['play', '{sample}', '--clock', 'nan'], '--clock must be a number >= 0.01 and <= 10000 Hz'),
+    (['play', '{sample}', '--clock', '1e-300'], '--clock must be a number >= 0.01'),
+    (['play', '{sample}', '--remap', '/tf:=bad name!'],
+     "--remap /tf:= 'bad name!': not a valid ROS topic name (topic name must not contain"),
+    (['play', '{sample}', '--remap', '/tf:=/x/'], 'must not end with a forward slash'),
+    (['play', '{sample}', '--remap', '/tf:=/clock', '--clock'],
+     '--clock publishes /clock: no bag topic may be published there too'),
+    (['play', '{sample}', '--camera-topic', 'bogus=/x'], "no camera 'bogus' in the params"),
+    (['play', '{sample}', '--camera-topic', 'front=/nope'],
+     '--camera-topic front=/nope: is not in the bag, want sensor_msgs/msg/Image'),
+    (['play', '{sample}', '--pointcloud-topic', '/tf'],
+     'no sensor_msgs/msg/PointCloud2 topic /tf (its type is tf2_msgs/msg/TFMessage)'),
     (['play', '{sample}', '--remap', '/a=/b'], '--remap expects FROM:=TO'),
     (['play', '{sample}', '--remap', '/nope:=/x'], 'no topic /nope to publish'),
-    (['play', '{sample}', '--clock', '0'], '--clock must be > 0 Hz'),
+    (['play', '{sample}', '--clock', '0'], '--clock must be a number >= 0.01 and <= 10000 Hz, '
+                                           'got 0'),
     (['play', '{sample}', '--topic', '/nope'], 'no topic /nope to publish'),
     (['play', '{sample}', '--topic', '/tf', '--remap', '/tf:=/x'],
      '--topic /tf and --remap /tf:=/x both name /tf: give one'),
     (['record', '{tmp}/o', '--topic', '/nobody/here', '--wait', '0.5'],
      'no publisher found for /nobody/here within 0.5 s'),
-    (['record', '{tmp}/o', '--wait', '-1'], '--wait must be >= 0 s'),
+    (['record', '{tmp}/o', '--wait', '-1'], '--wait must be a number >= 0 s, got -1'),
+    (['record', '{tmp}/o', '--wait', 'nan'], '--wait must be a number >= 0 s, got nan'),
+    (['record', '{tmp}/o', '--seconds', '-1'], '--seconds must be a number > 0 s'),
+    (['record', '{tmp}/o', '--seconds', 'inf'], '--seconds must be a number > 0 s, got inf'),
+    (['record', '{tmp}/o', '--topic', 'bad name!'], "--topic 'bad name!': not a valid ROS"),
+    (['record', '{tmp}/notabag.txt/o'], 'OUT {tmp}/notabag.txt/o: {tmp}/notabag.txt is not a '
+                                        'folder'),
+    (['replay', '{sample}', '--out', '{tmp}/o', '--camera-topic', 'front=/nope'],
+     '--camera-topic front=/nope: is not in the bag, want sensor_msgs/msg/Image'),
+    (['replay', '{sample}', '--out', '{tmp}/o', '--camera-info-topic',
+      'front=/jax_perception/input/pointcloud'],
+     '--camera-info-topic front=/jax_perception/input/pointcloud: is '
+     'sensor_msgs/msg/PointCloud2, want sensor_msgs/msg/CameraInfo'),
+    (['replay', '{sample}', '--out', '{tmp}/o', '--json', '{sample}/drive.mcap'],
+     '--json {sample}/drive.mcap: would write over the input {sample}'),
+    (['replay', '{sample}', '--out', '{tmp}/o', '--json', '{tmp}/o'],
+     '--out {tmp}/o and --json {tmp}/o: one would write over the other'),
+    (['replay', '{sample}', '--out', '{tmp}/o', '--png', '{tmp}/o/pictures'],
+     '--out {tmp}/o and --png {tmp}/o/pictures: one would write over the other'),
+    (['replay', '{sample}', '--out', ''], '--out: an empty path'),
+    (['replay', '{sample}', '--out', '{tmp}/o', '--params', ''], '--params: an empty path'),
+    (['replay', '{tmp}/broken', '--out', '{tmp}/o'], 'cannot read bag:'),
+    (['sample-bag', '{tmp}/s', '--range-noise', 'nan'], 'need range_noise_m >= 0'),
+    (['sample-bag', '{tmp}/s', '--seconds', 'nan'], '--seconds must be a number > 0 s, got nan'),
+    (['sample-bag', '{tmp}/notabag.txt/s'], 'OUT {tmp}/notabag.txt/s: {tmp}/notabag.txt is not '
+                                            'a folder'),
+    (['demo', '--out', '{tmp}/d', '--seconds', '-1'], '--seconds must be a number > 0 s'),
+    (['demo', '--out', '{tmp}/notabag.txt'], '--out {tmp}/notabag.txt: exists and is not a '
+                                             'folder'),
+    (['bench', '--markdown', '{tmp}/notabag.txt'], 'not a bench results file (JSONDecodeError'),
+    (['bench', '--markdown', '{tmp}/list.json'], 'not a bench results file (no plan and '
+                                                 'machine)'),
     (['replay'], 'the following arguments are required'),
     (['frobnicate'], 'invalid choice'),
 ])
 def test_user_errors_print_one_line_and_return_1(argv, message, sample, tmp_path, capsys):
     write_params(small_params(**{'grid.resolution': -1.0}), tmp_path / 'bad.yaml')
     (tmp_path / 'notabag.txt').write_text('hello')
+    (tmp_path / 'list.json').write_text('[1, 2]')
+    (tmp_path / 'broken').mkdir()                       # a metadata.yaml YAML cannot parse
+    (tmp_path / 'broken' / 'metadata.yaml').write_text('rosbag2_bagfile_information:\n  a: [\n')
     argv = [a.format(tmp=tmp_path, sample=sample) for a in argv]
+    before = {p: p.stat().st_mtime_ns for p in Path(sample).iterdir()}
     assert main(argv) == 1
-    assert_one_line_error(capsys, message)
+    assert_one_line_error(capsys, message.format(tmp=tmp_path, sample=sample))
+    assert {p: p.stat().st_mtime_ns for p in Path(sample).iterdir()} == before   # input intact
 
 
 def test_play_and_record_round_trip(sample, tmp_path):
@@ -319,3 +370,38 @@ def test_replay_options_become_one_bag_topics(sample, tmp_path, monkeypatch, cap
                  '--odometry-topic', '/o']) == 1
     assert_one_line_error(capsys, 'stop here')
     assert given == [bagio.BagTopics('/p', {'front': '/f'}, {'rear': '/ri'}, '/o')]
+
+
+def test_sample_bag_force_replaces_a_bag_only_after_every_check(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'notes.txt').write_text('mine')
+    folder = tmp_path / 'work'
+    folder.mkdir()
+    (folder / 'notes.txt').write_text('mine too')
+    small = ['--seconds', '0.2', '--beams', '8', '--azimuth-steps', '64']
+    bag = tmp_path / 'drive'
+    assert main(['sample-bag', str(bag), *small, '--seed', '1']) == 0
+    mcap = next(bag.glob('*.mcap'))
+    before = mcap.read_bytes()
+    for argv, message in (
+            (['sample-bag', '', '--force'], 'is the current folder or holds it'),
+            (['sample-bag', '.', '--force'], 'is the current folder or holds it'),
+            (['sample-bag', str(tmp_path.parent), '--force'], 'is the current folder or holds'),
+            (['sample-bag', str(folder), '--force'], 'exists and is not a bag'),
+            (['sample-bag', 'notes.txt', '--force'], 'exists and is not a bag'),
+            # A refused option leaves the old bag in place.
+            (['sample-bag', str(bag), '--force', '--cameras', '9'], '--cameras 9'),
+            (['sample-bag', str(bag), '--force', '--seconds', '-1'], '--seconds must be'),
+            (['sample-bag', str(bag), '--force', '--params', str(tmp_path / 'none.yaml')],
+             'params file')):
+        assert main(argv) == 1, argv
+        assert_one_line_error(capsys, message)
+        assert (tmp_path / 'notes.txt').read_text() == 'mine'
+        assert (folder / 'notes.txt').read_text() == 'mine too'
+        assert mcap.read_bytes() == before
+    assert main(['sample-bag', str(bag), *small, '--seed', '2', '--force']) == 0
+    reader = bagio.open_reader(bag)
+    try:
+        assert bagio.custom_data(reader) == {bagio.SAMPLE_SEED_KEY: '2'}
+    finally:
+        reader.close()

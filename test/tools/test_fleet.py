@@ -221,8 +221,10 @@ def test_cli_joins_a_running_cluster_by_address(archive, ray_cluster, tmp_path):
     (['{bags}/drive0', '{tmp}/missing', '--out', '{tmp}/o'], 'missing: no such bag or folder'),
     (['{bags}/drive0', '{bags}/drive1', '--out', '{bags}'], 'exists, not overwriting'),
     (['{bags}', '--out', '{tmp}/o'], 'is a folder of bags: replay them with --workers'),
-    (['{tmp}', '{bags}/drive0', '--out', '{tmp}/o', '--workers', '2'],
+    (['{tmp}/plain', '{bags}/drive0', '--out', '{tmp}/o', '--workers', '2'],
      'neither a bag (a rosbag2 folder, .mcap or .db3) nor a folder of bags'),
+    (['{bags}', '--out', '{bags}/outputs', '--workers', '2'],
+     '--out {bags}/outputs: would write over the input {bags}'),
     (['{bags}/drive0', '{bags}/drive0', '--out', '{tmp}/o', '--workers', '2'],
      'would both write the output bag drive0'),
     (['{bags}', '--out', '{tmp}/o', '--workers', '2', '--png', '{tmp}/png'],
@@ -231,10 +233,11 @@ def test_cli_joins_a_running_cluster_by_address(archive, ray_cluster, tmp_path):
      '--ray-address 127.0.0.1:1: cannot connect: Connection refused'),
 ])
 def test_user_errors_print_one_line_and_return_1(argv, message, archive, tmp_path, capsys):
+    (tmp_path / 'plain').mkdir()
     argv = ['replay', *(a.format(bags=archive.bags, tmp=tmp_path) for a in argv),
             '--params', str(archive.params)]
     assert main(argv) == 1
-    assert_one_line_error(capsys, message)
+    assert_one_line_error(capsys, message.format(bags=archive.bags))
     assert not (tmp_path / 'o').exists()
 
 

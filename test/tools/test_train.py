@@ -2,6 +2,7 @@
 
 import argparse
 import math
+import shutil
 
 from cli_errors import assert_one_line_error
 from configs import small_params
@@ -149,12 +150,24 @@ def test_a_sample_drive_of_a_held_out_seed_is_refused_before_the_warm_up(
                                   f"{bagio.SAMPLE_SEED_KEY} '3': sample drives of seeds below "
                                   '100 are held out')
     assert not (tmp_path / 'w.npz').exists()
-    # A bare .mcap out of its folder carries no metadata.yaml: nothing to check.
-    reader = bagio.open_reader(next(held_out.glob('*.mcap')))
-    try:
-        assert bagio.custom_data(reader) == {}
-    finally:
-        reader.close()
+    # Its .mcap named instead of the folder: the metadata.yaml beside it still counts.
+    mcap = next(held_out.glob('*.mcap'))
+    assert main(['train', str(mcap), '--out', str(tmp_path / 'w.npz'),
+                 '--params', str(params_file)]) == 1
+    assert_one_line_error(capsys, f'{mcap}: metadata.yaml custom_data {bagio.SAMPLE_SEED_KEY} '
+                                  "'3': sample drives of seeds below 100 are held out")
+    # A bare .mcap out of its folder (or beside a metadata.yaml that does not list it):
+    # nothing to check.
+    bare = tmp_path / 'bare'
+    bare.mkdir()
+    shutil.copy(mcap, bare / 'drive.mcap')
+    (held_out / 'other.mcap').write_bytes(mcap.read_bytes())
+    for path in (bare / 'drive.mcap', held_out / 'other.mcap'):
+        reader = bagio.open_reader(path)
+        try:
+            assert bagio.custom_data(reader) == {}
+        finally:
+            reader.close()
 
 
 def read_truth_of(path):
@@ -215,3 +228,25 @@ def test_a_bag_without_ground_truth_is_refused(drive, tmp_path, capsys):
     assert main(argv) == 1
     assert_one_line_error(capsys, 'no ground truth')
     assert not (tmp_path / 'w.npz').exists()
+
+
+def test_outputs_on_a_training_bag_or_a_picture_that_is_no_png_are_refused_first(
+        drive, tmp_path, capsys, monkeypatch):
+    params_file, bag, cfg = drive
+    mcap = next(bag.glob('*.mcap'))
+    before = mcap.read_bytes()
+
+    def no_warmup(self):
+        raise AssertionError('warmed up before refusing the options')
+    monkeypatch.setattr(BevPipeline, 'warmup', no_warmup)
+    for options, message in (
+            (['--out', str(mcap)], f'--out {mcap}: would write over the input {bag}'),
+            (['--out', str(tmp_path / 'w.npz'), '--png', str(mcap)], 'the loss picture is a .png'),
+            (['--out', str(tmp_path / 'w.npz'), '--png', str(tmp_path / 'loss.txt')],
+             'the loss picture is a .png'),
+            (['--out', str(bag / 'w.npz')], f'--out {bag / "w.npz"}: would write over the input'),
+            (['--out', str(tmp_path / 'w.npz'), '--png', str(tmp_path / 'w.npz.png'),
+              '--png', str(bag / 'loss.png')], f'--png {bag / "loss.png"}: would write over')):
+        assert main(['train', str(bag), '--params', str(params_file), *options]) == 1, options
+        assert_one_line_error(capsys, message)
+        assert mcap.read_bytes() == before

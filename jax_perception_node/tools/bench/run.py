@@ -102,10 +102,27 @@ def run_benchmarks(quick: bool = False, json_path: str | None = None,
 
 
 def render(json_path: str | os.PathLike, check: bool = False) -> int:
-    """Print the markdown of a results JSON; with ``check``, 1 when a target is missed."""
-    results = json.loads(Path(json_path).read_text())
-    results['targets'] = targets(results)
-    print(markdown(results), end='')
+    """
+    Print the markdown of a results JSON; with ``check``, 1 when a target is missed.
+
+    BenchError for a file that is not one of ``bench``'s results (another JSON, a bag, text).
+    """
+    try:
+        results = json.loads(Path(json_path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise BenchError(f'--markdown {json_path}: not a bench results file '
+                         f'({type(exc).__name__}: {exc})') from None
+    if not isinstance(results, dict) or not {'plan', 'machine'} <= set(results):
+        raise BenchError(f'--markdown {json_path}: not a bench results file (no plan and '
+                         f'machine)')
+    try:
+        results['targets'] = targets(results)
+        text = markdown(results)
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
+        # A results file edited by hand or cut short: name it, no traceback.
+        raise BenchError(f'--markdown {json_path}: an incomplete bench results file '
+                         f'({type(exc).__name__}: {exc})') from None
+    print(text, end='')
     return _checked(results, check)
 
 

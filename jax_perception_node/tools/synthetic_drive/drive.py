@@ -52,7 +52,8 @@ class LidarModel:
             raise ValueError('LidarModel: need -90 < min_elevation_deg <= max_elevation_deg < 90')
         if not 0.0 <= self.min_range_m < self.max_range_m:
             raise ValueError('LidarModel: need 0 <= min_range_m < max_range_m')
-        if self.range_noise_m < 0 or not 0.0 <= self.dropout < 1.0:
+        # Written so that NaN fails: it compares False with every bound.
+        if not (0.0 <= self.range_noise_m < math.inf and 0.0 <= self.dropout < 1.0):
             raise ValueError('LidarModel: need range_noise_m >= 0 and 0 <= dropout < 1')
         if self.detection_range_m <= 0 or self.rotation_hz <= 0:
             raise ValueError('LidarModel: detection_range_m and rotation_hz must be > 0')
