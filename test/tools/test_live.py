@@ -285,3 +285,23 @@ def test_record_waits_for_its_topics_and_keeps_their_offered_qos(tmp_path):
     [offered] = connections[sensor_topic].ext.offered_qos_profiles
     assert (offered.reliability, offered.durability) == (QosReliability.BEST_EFFORT,
                                                          QosDurability.VOLATILE)
+
+
+def test_looping_a_bag_without_messages_ends_instead_of_spinning(tmp_path):
+    with bagio.BagWriter(tmp_path / 'empty') as writer:     # the LiDAR topic, no message
+        writer.add_topic(bagio.POINTCLOUD_TOPIC, bagio.POINTCLOUD_TYPE)
+    import rclpy
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    done = threading.Event()
+
+    def run():
+        live.play_bag(tmp_path / 'empty', small_config(0), loop=True, wait_s=0.0,
+                      context=context)
+        done.set()
+    try:
+        threading.Thread(target=run, daemon=True).start()
+        # Before, each pass published nothing and the loop went round for ever at 100 % CPU.
+        assert done.wait(60), 'play --loop of an empty bag never ended'
+    finally:
+        rclpy.try_shutdown(context=context)
