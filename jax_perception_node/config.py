@@ -327,6 +327,10 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
         output_bev_features=v['output.bev_features'])
     if fusion.weights_file:
         load_fusion_weights(cfg)   # validate now, not on the first frame
+    if cfg.head.weights and not cfg.head.module:
+        # Silently unused weights look like a head that runs; the live path refuses them too.
+        raise ConfigError(f'head.weights: {cfg.head.weights} given, but head.module is empty '
+                          f'(no head to load them into)')
     return cfg
 
 

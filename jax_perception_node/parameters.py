@@ -239,7 +239,8 @@ SCHEMA: tuple[ParamSpec, ...] = (
        "docs/design.md); '' for none", static=COMPILED),
     _p('head.weights', 'string', '',
        "the head's checkpoint (.npz, loaded with allow_pickle=False); '' for the weights the "
-       'head ships; a new file of the same shapes applies without a compile'),
+       'head ships; a new file of the same shapes applies without a compile; refused '
+       'without head.module'),
     _p('head.max_objects', 'integer', 64,
        'K, the highest heatmap peaks decoded into boxes on the device per frame',
        unit='boxes', minimum=1, maximum=1024, static=SHAPES),

@@ -63,6 +63,8 @@ def test_accumulation_defaults_off_and_overrides():
      'accumulation.max_odometry_gap_s: must be finite'),
     ('diagnostics.window', 0, 'diagnostics.window: must be >= 1, got 0'),
     ('buckets', [0, 64], 'buckets: must be >= 1'),
+    ('head.weights', '/some/w.npz',
+     'head.weights: /some/w.npz given, but head.module is empty (no head to load them into)'),
 ])
 def test_bad_values_name_the_key(key, value, message):
     params = small_params()
