@@ -16,7 +16,6 @@ AdamW with a warm-up and cosine decay.
 import argparse
 from dataclasses import replace
 import math
-import os
 from pathlib import Path
 import sys
 import time
@@ -27,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .arguments import outputs_apart
+from .arguments import check_writable, outputs_apart
 from .training_set import collect, Dataset, read_truth
 from .. import bagio
 from ..config import default_params_file, HeadConfig, load_config
@@ -270,24 +269,11 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _writable_file(text: str) -> str:
-    """Accept a file path whose nearest existing folder this user may write in."""
-    target = Path(text).absolute()
-    if target.is_dir():
-        raise argparse.ArgumentTypeError(f'{text}: is a folder')
-    existing = target.parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f'{text}: cannot write in {existing}')
-    return text
-
-
 def _png_file(text: str) -> str:
-    """Accept a writable file path ending in .png (the loss picture is written last)."""
+    """Accept a file path ending in .png (the loss picture is written last)."""
     if Path(text).suffix.lower() != '.png':
         raise argparse.ArgumentTypeError(f'{text}: the loss picture is a .png file')
-    return _writable_file(text)
+    return text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -298,7 +284,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           'the benchmarks and evaluation.')
     parser.add_argument('bags', nargs='+', metavar='BAGS',
                         help='sample drives with /ground_truth/objects (seeds >= 100 only)')
-    parser.add_argument('--out', required=True, type=_writable_file, metavar='WEIGHTS',
+    parser.add_argument('--out', required=True, metavar='WEIGHTS',
                         help='the weights (.npz) to write')
     parser.add_argument('--params', metavar='FILE',
                         help='parameter file (default: the shipped one); fixes the BEV')
@@ -318,7 +304,9 @@ def cmd_train(args, stream=sys.stderr) -> int:
     start = time.perf_counter()
     out = Path(args.out)
     png = Path(args.png) if args.png else out.with_name(out.stem + '_loss.png')
-    # Before the work: weights or picture written over a training bag would lose it.
+    # Before the work: an output that cannot be made, or one over a training bag, loses it.
+    check_writable(args.out, '--out', folder=False)
+    check_writable(str(png), '--png', folder=False)
     outputs_apart(args.bags, {'--out': args.out, '--png': str(png)})
     cfg = load_config(args.params or default_params_file())
     cfg = replace(cfg, head=HeadConfig(), output_bev_features=True)   # the BEV, no head

@@ -245,6 +245,10 @@ def test_outputs_on_a_training_bag_or_a_picture_that_is_no_png_are_refused_first
             (['--out', str(tmp_path / 'w.npz'), '--png', str(tmp_path / 'loss.txt')],
              'the loss picture is a .png'),
             (['--out', str(bag / 'w.npz')], f'--out {bag / "w.npz"}: would write over the input'),
+            (['--out', str(mcap / 'w.npz')], f'--out {mcap / "w.npz"}: {mcap} is not a folder'),
+            (['--out', str(tmp_path)], f'--out {tmp_path}: exists and is a folder'),
+            (['--out', str(tmp_path / 'w.npz'), '--png', str(mcap / 'loss.png')],
+             f'--png {mcap / "loss.png"}: {mcap} is not a folder'),
             (['--out', str(tmp_path / 'w.npz'), '--png', str(tmp_path / 'w.npz.png'),
               '--png', str(bag / 'loss.png')], f'--png {bag / "loss.png"}: would write over')):
         assert main(['train', str(bag), '--params', str(params_file), *options]) == 1, options
