@@ -29,6 +29,9 @@ def calibration_vector(lidar: Pose, grid: np.ndarray) -> np.ndarray:
                            grid]).astype(np.float32)
 
 
+FAR_RADIUS2 = 1e12     # r^2 beyond which a lens is taken as monotonic (monotonic_radius2)
+
+
 def monotonic_radius2(model: str, coefficients: Sequence[float]) -> float:
     """
     Return the squared undistorted radius r^2 = x'^2 + y'^2 up to which a lens model is usable.
@@ -50,7 +53,14 @@ def monotonic_radius2(model: str, coefficients: Sequence[float]) -> float:
         derivative = [9 * k4, 7 * k3, 5 * k2, 3 * k1, 1.0]    # in t = theta^2
     else:
         return math.inf
-    roots = np.roots(derivative)     # leading zeros are dropped: [1.0] has no roots
+    # Solved in u = 1 / s: the same coefficients reversed, led by the constant 1. np.roots
+    # divides by the leading coefficient, and a tiny k (a subnormal k3 from a CameraInfo)
+    # overflowed its companion matrix; reversed, the small roots that matter here are the
+    # large ones, found to full precision. Roots within 1e-12 of u = 0 (k = 0 puts one at
+    # 0; a tiny k puts them where the eigenvalues' error, ~1e-16, decides their sign) turn
+    # beyond s = 1e12, r = 1e6 (89.99994 degrees off axis): never, for any camera.
+    inverse = np.roots(derivative[::-1])
+    roots = 1.0 / inverse[np.abs(inverse) > 1.0 / FAR_RADIUS2]
     real = roots.real[(np.abs(roots.imag) <= 1e-9 * np.maximum(1.0, np.abs(roots.real)))
                       & (roots.real > 0)]
     if real.size == 0:

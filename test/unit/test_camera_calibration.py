@@ -90,6 +90,17 @@ def test_monotonic_radius_by_hand():
     assert monotonic_radius2('equidistant', (-0.1, 0.0, 0.0, 0.0)) == math.inf
     for model, zeros in (('none', ()), ('plumb_bob', (0.0,) * 5), ('equidistant', (0.0,) * 4)):
         assert monotonic_radius2(model, zeros) == math.inf
+    # A subnormal highest coefficient (as a CameraInfo may carry) once overflowed np.roots'
+    # companion matrix and stopped the node. 1 + 7 k3 s^3 turns, if at all, at |s| =
+    # (1 / 7|k3|)^(1/3) > 1e99: beyond FAR_RADIUS2, never; the other terms decide.
+    for tiny in (1e-310, -1e-310, 5e-324, -5e-324, 1e-300, -1e-300, -1e-40):
+        assert monotonic_radius2('plumb_bob', (0.0, 0.0, 0.0, 0.0, tiny)) == math.inf
+        assert monotonic_radius2('equidistant', (0.0, 0.0, 0.0, tiny)) == math.inf
+        assert monotonic_radius2('plumb_bob', (-0.5, 0.0, 0.0, 0.0, tiny)) == pytest.approx(2 / 3)
+        assert monotonic_radius2('equidistant', (-0.2, 0.0, tiny, tiny)) == pytest.approx(
+            math.tan(math.sqrt(1 / 0.6)) ** 2)
+    # ... while a turn below it is found, far out as it is: 1 - s^3 / 1e18 turns at s = 1e6.
+    assert monotonic_radius2('plumb_bob', (0.0, 0.0, 0.0, 0.0, -1 / 7e18)) == pytest.approx(1e6)
 
 
 def test_calibration_arrays_without_cameras():
