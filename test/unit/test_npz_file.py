@@ -1,6 +1,7 @@
 """read_npz: an .npz of plain arrays is read; anything else is one ConfigError naming the key."""
 
 import io
+import os
 import zipfile
 
 from configs import small_params
@@ -39,6 +40,10 @@ def _bad_files(tmp_path):
     np.savez(pickled, W=np.array([object()], dtype=object))
     out['pickled'] = (pickled, 'cannot read .* as an .npz')
     out['absent'] = (tmp_path / 'absent.npz', 'cannot read .*absent.npz')
+    os.mkfifo(tmp_path / 'fifo.npz')        # with no writer, reading it would block for ever
+    out['fifo'] = (tmp_path / 'fifo.npz', 'fifo.npz is not a regular file')
+    (tmp_path / 'folder.npz').mkdir()
+    out['folder'] = (tmp_path / 'folder.npz', 'folder.npz')
     return out
 
 
