@@ -32,6 +32,9 @@ class FrameResult:
     # the head: its executable after the BEV is ready, the fetch of its K box rows and the
     # threshold (compute_ms is the BEV's alone; the frame costs compute_ms + head_ms)
     head_ms: float = 0.0
+    # decoded boxes with a NaN or inf value, never published (a checkpoint whose numbers
+    # overflow: a box of infinite size is no box)
+    nonfinite_objects: int = 0
 
 
 class PendingFrame:
@@ -39,7 +42,8 @@ class PendingFrame:
     A frame started on the device; ``result()`` waits for it and fetches its outputs.
 
     ``output`` is the features, or (features, boxes float32[K, 9]) with a head; boxes scoring
-    below ``score_threshold`` are dropped on the host.
+    below ``score_threshold``, and boxes with a non-finite value (counted), are dropped on the
+    host.
     """
 
     def __init__(self, output, times: tuple[float, float, float], score_threshold: float,
@@ -60,11 +64,13 @@ class PendingFrame:
             bev, boxes = self._output if isinstance(self._output, tuple) else (self._output, None)
             bev.block_until_ready()
             ready = time.perf_counter()
-            objects = None
+            objects, nonfinite = None, 0
             if boxes is not None:
                 rows = np.asarray(boxes)
-                score = rows[:, 7]
-                objects = rows[(score >= self._threshold) & (score > 0)]
+                score, finite = rows[:, 7], np.isfinite(rows).all(axis=1)
+                kept = (score >= self._threshold) & (score > 0)     # False for a NaN score
+                nonfinite = int(np.count_nonzero(~finite & (kept | np.isnan(score))))
+                objects = rows[kept & finite]
             head = time.perf_counter()
             fetched = np.asarray(bev) if features else None
             done = time.perf_counter()
@@ -73,7 +79,7 @@ class PendingFrame:
                 compute_ms=(done - staged) * 1e3 - (head - ready) * 1e3,
                 transfer_ms=(put - staged) * 1e3, device_ms=(ready - put) * 1e3,
                 fetch_ms=(done - head) * 1e3, objects=objects, head_ms=(head - ready) * 1e3,
-                **self._stats)
+                nonfinite_objects=nonfinite, **self._stats)
             self._output = None if features else bev
         elif features and self._result.features is None:
             self._result = replace(self._result, features=np.asarray(self._output))

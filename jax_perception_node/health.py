@@ -26,18 +26,19 @@ OK, WARN, ERROR = 0, 1, 2
 # Totals since start, published as /diagnostics values under these names.
 COUNTS = ('received', 'processed', 'dropped', 'rejected', 'feature_maps_received',
           'rejected_feature_maps', 'rejected_camera_info', 'camera_info_applied', 'overflowed',
-          'nonfinite_features', 'odometry_received', 'rejected_odometry',
+          'nonfinite_features', 'nonfinite_objects', 'odometry_received', 'rejected_odometry',
           'frames_without_odometry', 'transforms_received', 'rejected_transforms',
           'frames_without_tf', 'cameras_without_tf')
 # Counts also kept since the last report (the same names), for the per-report rules.
 PERIOD_COUNTS = ('processed', 'rejected', 'rejected_feature_maps', 'rejected_camera_info',
-                 'overflowed', 'nonfinite_features', 'rejected_odometry',
+                 'overflowed', 'nonfinite_features', 'nonfinite_objects', 'rejected_odometry',
                  'frames_without_odometry', 'rejected_transforms', 'frames_without_tf',
                  'cameras_without_tf')
 
 # Per-report WARNs: count name -> message after the number.
 _PERIOD_WARNINGS = (
     ('nonfinite_features', 'non-finite feature values zeroed'),
+    ('nonfinite_objects', 'decoded boxes with non-finite values dropped (check head.weights)'),
     ('rejected_feature_maps', 'feature maps rejected'),
     ('rejected_camera_info', 'CameraInfo messages rejected'),
     ('rejected_odometry', 'odometry messages rejected'),

@@ -325,6 +325,7 @@ class PerceptionCore:
             self._bump('processed')
             self._bump('overflowed', int(result.overflow_points > 0))
             self._bump('nonfinite_features', result.nonfinite_features)
+            self._bump('nonfinite_objects', result.nonfinite_objects)
             self._bump('frames_without_odometry', int(frame.without_odometry))
             self._bump('cameras_without_tf', len(frame.cameras_without_tf))
             times = self._times

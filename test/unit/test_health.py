@@ -86,12 +86,14 @@ def test_share_of_rejected_clouds_since_the_last_report(rejected, processed, lev
 def test_period_warnings_use_one_spelling_per_count():
     period = {'overflowed': 2, 'nonfinite_features': 8, 'rejected_feature_maps': 1,
               'rejected_camera_info': 3, 'rejected_odometry': 4, 'frames_without_odometry': 5,
-              'processed': 5}
+              'processed': 5, 'nonfinite_objects': 6}
     result = run(period=period)
     assert result.level == WARN
     assert result.message.split('; ') == [
         '2 clouds above the largest bucket (1024 points), subsampled',
-        '8 non-finite feature values zeroed', '1 feature maps rejected',
+        '8 non-finite feature values zeroed',
+        '6 decoded boxes with non-finite values dropped (check head.weights)',
+        '1 feature maps rejected',
         '3 CameraInfo messages rejected', '4 odometry messages rejected',
         '5 frames without odometry (current sweep only)']
     # Every count kept per report is a total of the same name.
