@@ -13,6 +13,7 @@ import threading
 import rclpy
 from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
@@ -57,11 +58,18 @@ def run(program: str, make_node, args=None) -> int:
     Create the node with ``make_node()`` and spin it until SIGINT / SIGTERM or ``node.done``.
 
     Returns 1 with one line on stderr, and no traceback, for a bad parameter (the config
-    layer's checks, rclpy's type and range checks, a period no timer can wait). The worker
+    layer's checks, rclpy's type and range checks, a period no timer can wait) or a params
+    file rcl cannot parse. The worker
     finishes its frame and stops before the context shuts down, so no frame is ever published
     into a dead context.
     """
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except _rclpy.RCLError as exc:
+        # rcl's own parse of --params-file (a list mixing 0 and 0.0, say), before any node:
+        # its text, without the C source locations it appends.
+        print(f'{program}: cannot start: {str(exc).split(", at /")[0]}', file=sys.stderr)
+        return 1
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())

@@ -174,6 +174,23 @@ def test_bad_parameter_exits_with_one_line(tmp_path):
     node.stop()
 
 
+def test_a_params_file_rcl_cannot_parse_exits_with_one_line(tmp_path):
+    # rcl refuses a list that mixes integers and doubles while parsing --params-file, inside
+    # rclpy.init: before, a traceback.
+    params = tmp_path / 'mixed.yaml'
+    params.write_text('/**:\n  ros__parameters:\n    lidar:\n      translation: [0.0, 0, 1.8]\n')
+    node = NodeProcess(params, tmp_path / 'mixed.log')
+    node.proc.wait(timeout=60)
+    assert node.proc.returncode == 1
+    log = node.log()
+    assert 'Traceback' not in log, log
+    ours = [line for line in log.splitlines() if line.startswith('jax_perception_node: ')]
+    assert ours == [f"jax_perception_node: cannot start: failed to initialize rcl: Couldn't "
+                    f"parse params file: '--params-file {params}'. Error: Sequence should be of "
+                    f"same type. Value type 'integer' do not belong at line_num 4"], log
+    node.stop()
+
+
 @pytest.mark.parametrize('key,value', [('diagnostics.period_s', 1e10),
                                        ('sync.max_camera_lidar_delay_s', 1e300)])
 def test_a_value_out_of_any_range_exits_with_one_line(tmp_path, key, value):
