@@ -193,8 +193,11 @@ class TransformBuffer:
         Return the float64[4, 4] transform of points in ``source`` into ``target`` at a stamp.
 
         Raises TransformError naming both frames: an unknown frame, no path between them (two
-        trees), or an edge without a transform near ``stamp_ns`` (extrapolation).
+        trees), or an edge without a transform near ``stamp_ns`` (extrapolation). A leading
+        '/' is dropped, as from the transforms stored (tf2 does the same): a cloud framed
+        "/lidar" finds "lidar".
         """
+        target, source = target.lstrip('/'), source.lstrip('/')
         if target == source:
             return np.eye(4)
         with self._lock:

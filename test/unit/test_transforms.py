@@ -56,6 +56,10 @@ def test_a_chain_through_the_common_ancestor_equals_the_hand_composition(tree):
     np.testing.assert_allclose(tree.lookup('lidar', 'base_link', 0),
                                np.linalg.inv(matrix(*LIDAR)), atol=1e-12)
     np.testing.assert_array_equal(tree.lookup('cam', 'cam', 0), np.eye(4))
+    # A leading '/' (ROS 1 style, still in some drivers' frame ids) names the same frame, as
+    # it does when a transform is stored.
+    np.testing.assert_allclose(tree.lookup('/base_link', '/cam', 0), matrix(*CAM), atol=1e-12)
+    np.testing.assert_array_equal(tree.lookup('cam', '/cam', 0), np.eye(4))
 
 
 def test_dynamic_edges_interpolate_linearly_and_by_slerp_at_the_stamp(tree):
