@@ -41,6 +41,10 @@ class Frame:
     started: float              # perf_counter at decode start
     without_odometry: bool = False   # accumulating, but no pose at this stamp: own sweep only
     cameras_without_tf: tuple[str, ...] = ()   # cameras masked for want of a TF pose
+    # cameras masked because their TF pose needs more lift slots than warm-up fixed; and the
+    # reason, on the frame that found it (the same pose is not tried again)
+    cameras_over_slots: tuple[str, ...] = ()
+    slots_refusal: str = ''
 
 
 class FramePath:
@@ -80,6 +84,7 @@ class FramePath:
         self._map_frames: dict[str, str] = {}        # camera -> frame of its newest map
         self._info_frames: dict[str, str] = {}       # camera -> frame of its newest CameraInfo
         self._tf_applied: dict[str, np.ndarray] = {}  # sensor -> the TF pose in force
+        self._tf_refused: dict[str, np.ndarray] = {}  # camera -> a TF pose the slots refused
         self.tf_calibrations = 0                     # TF poses applied (each without a compile)
 
     # -- configuration and calibration ---------------------------------------------------------
@@ -130,6 +135,7 @@ class FramePath:
             self.pipe.max_sweep_age_s = cfg.accumulation.max_sweep_age_s
             self.pipe.score_threshold = cfg.head.score_threshold
             self.cameras, self._from_info = cameras, from_info
+            self._tf_refused = {}     # new intrinsics or poses: a refused TF pose may fit now
         with self._buffer_lock:
             self.sync.tolerance_ns = int(round(cfg.max_camera_lidar_delay_s * 1e9))
             self.odometry.set_max_gap(cfg.accumulation.max_odometry_gap_s)
@@ -165,6 +171,7 @@ class FramePath:
             self.pipe.set_calibration(cameras=updated)
             self.cameras = updated
             self._from_info[name] = intrinsics
+            self._tf_refused = {}     # new intrinsics: a refused TF pose may fit now
         return intrinsics
 
     # -- inputs --------------------------------------------------------------------------------
@@ -245,9 +252,10 @@ class FramePath:
                     TransformPoses(self.transforms, cfg.accumulation.fixed_frame,
                                    cfg.grid.frame_id)
                 pose = poses.pose_at(stamp) if self.accumulating else None
-            maps, without_tf = pairing.maps, ()
+            maps, without_tf, over_slots = pairing.maps, (), ((), '')
             if use_tf:
-                maps, without_tf = self._apply_tf_poses(lidar, maps, map_frames, stamp)
+                maps, without_tf, over_slots = self._apply_tf_poses(lidar, maps, map_frames,
+                                                                    stamp)
             pending = self.pipe.dispatch(padded, maps, stamp_ns=stamp, pose=pose)
             result = pending.result(features=features or picture)
         rgb = None
@@ -262,7 +270,7 @@ class FramePath:
             'compiles_after_warmup': result.compiles_after_warmup,
         }
         return Frame(stamp, result, rgb, record, pairing.stale, jumped, started,
-                     self.accumulating and pose is None, without_tf)
+                     self.accumulating and pose is None, without_tf, *over_slots)
 
     def _camera_frame(self, name: str) -> str:
         return next(c.frame_id for c in self.cfg.cameras if c.name == name)
@@ -271,9 +279,11 @@ class FramePath:
         """
         Apply the TF poses of the LiDAR and the paired cameras that moved (under the pipe lock).
 
-        Returns the maps (a camera TF cannot place masked) and the names of those cameras; a
-        camera whose TF pose puts more lift samples in a cell than the slots of warm-up is
-        masked and named too (set fusion.max_samples_per_cell to cover the TF poses).
+        Returns the maps (a camera TF cannot place masked), the names of those cameras, and
+        (cameras masked for lift slots, the reason or ''): when the moved cameras' TF poses put
+        more lift samples in a cell than the slots of warm-up, they are masked (set
+        fusion.max_samples_per_cell to cover the TF poses). They are tried again only with a
+        camera pose not refused before: each try runs the lift geometry on the frame's path.
         """
         grid = self.cfg.grid.frame_id
         maps, without_tf, moved = dict(maps), [], {}
@@ -286,30 +296,43 @@ class FramePath:
                 maps[name] = None
                 without_tf.append(name)
         moved = {name: m for name, m in moved.items() if self._moved(name, m)}
+        over_slots = []
+        if not any(self._moved(name, m, refused=True) for name, m in moved.items()):
+            # Only poses the slots refused: the same try would fail the same way.
+            over_slots = list(moved)
+            for name in over_slots:
+                maps[name] = None
+            moved = {}
         lidar_moved = self._moved(':lidar', lidar)      # no camera name has a colon
+        refusal = ''
         if not moved and not lidar_moved:
-            return maps, tuple(without_tf)
+            return maps, tuple(without_tf), (tuple(over_slots), refusal)
         cameras = tuple(replace(c, pose=pose_from_matrix(moved[c.name])) if c.name in moved
                         else c for c in self.cameras)
         lidar_pose = pose_from_matrix(lidar) if lidar_moved else None
         try:
             self.pipe.set_calibration(lidar_pose, cameras if moved else None)
-        except ConfigError:     # more lift samples than the slots of warm-up: mask, retry later
+        except ConfigError as exc:  # more lift samples than the slots of warm-up: mask them
             self.pipe.set_calibration(lidar_pose)
-            for name in moved:
+            for name, m in moved.items():
                 maps[name] = None
-            without_tf += list(moved)
+                self._tf_refused[name] = m
+            over_slots += list(moved)
+            refusal = str(exc)
             moved, cameras = {}, self.cameras
         self.cameras = cameras
         self._tf_applied.update(moved)
+        for name in moved:
+            self._tf_refused.pop(name, None)
         if lidar_moved:
             self._tf_applied[':lidar'] = lidar
         self.tf_calibrations += 1
-        return maps, tuple(without_tf)
+        return maps, tuple(without_tf), (tuple(over_slots), refusal)
 
-    def _moved(self, sensor: str, m: np.ndarray) -> bool:
-        applied = self._tf_applied.get(sensor)
-        return applied is None or float(np.abs(applied - m).max()) > MOVED
+    def _moved(self, sensor: str, m: np.ndarray, refused: bool = False) -> bool:
+        """Whether ``m`` differs from the pose in force (or the pose refused) for ``sensor``."""
+        before = (self._tf_refused if refused else self._tf_applied).get(sensor)
+        return before is None or float(np.abs(before - m).max()) > MOVED
 
     @staticmethod
     def finish(frame: Frame, publish_start: float, arrived: float,

@@ -28,12 +28,12 @@ COUNTS = ('received', 'processed', 'dropped', 'rejected', 'feature_maps_received
           'rejected_feature_maps', 'rejected_camera_info', 'camera_info_applied', 'overflowed',
           'nonfinite_features', 'nonfinite_objects', 'odometry_received', 'rejected_odometry',
           'frames_without_odometry', 'transforms_received', 'rejected_transforms',
-          'frames_without_tf', 'cameras_without_tf')
+          'frames_without_tf', 'cameras_without_tf', 'cameras_over_slots')
 # Counts also kept since the last report (the same names), for the per-report rules.
 PERIOD_COUNTS = ('processed', 'rejected', 'rejected_feature_maps', 'rejected_camera_info',
                  'overflowed', 'nonfinite_features', 'nonfinite_objects', 'rejected_odometry',
                  'frames_without_odometry', 'rejected_transforms', 'frames_without_tf',
-                 'cameras_without_tf')
+                 'cameras_without_tf', 'cameras_over_slots')
 
 # Per-report WARNs: count name -> message after the number.
 _PERIOD_WARNINGS = (
@@ -46,6 +46,8 @@ _PERIOD_WARNINGS = (
     ('rejected_transforms', 'TF transforms rejected'),
     ('frames_without_tf', 'clouds skipped: no TF pose of their frame'),
     ('cameras_without_tf', 'camera maps masked: no TF pose of their frame'),
+    ('cameras_over_slots', 'camera maps masked: their TF pose needs more lift slots than '
+                           'start-up fixed (fusion.max_samples_per_cell)'),
 )
 
 

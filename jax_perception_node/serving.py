@@ -315,6 +315,9 @@ class PerceptionCore:
             return
         if frame.stamps_jumped:
             self.log.info('LiDAR stamp went backwards (bag loop?): camera buffers reset')
+        if frame.slots_refusal:       # once per refused pose: it is not tried again
+            self.log.warning(f'TF poses of {", ".join(frame.cameras_over_slots)} not applied, '
+                             f'cameras masked: {frame.slots_refusal}')
         header = msg.header
         header.frame_id = self.cfg.grid.frame_id
         record = self.outputs.publish(frame, header, arrived, self.cfg.grid,
@@ -328,6 +331,7 @@ class PerceptionCore:
             self._bump('nonfinite_objects', result.nonfinite_objects)
             self._bump('frames_without_odometry', int(frame.without_odometry))
             self._bump('cameras_without_tf', len(frame.cameras_without_tf))
+            self._bump('cameras_over_slots', len(frame.cameras_over_slots))
             times = self._times
             self._times = CloudTimes(times.first, times.last, now)
             self._stale = frame.stale

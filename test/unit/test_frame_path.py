@@ -251,6 +251,43 @@ def test_with_tf_a_camera_tf_cannot_place_is_masked_and_named(tf_pipe):
     np.testing.assert_allclose(frame.result.features[..., 6:9], camera, rtol=1e-4, atol=1e-5)
 
 
+def test_tf_poses_the_lift_slots_cannot_hold_are_masked_counted_and_not_retried(
+        warmed, monkeypatch):
+    # Slots as the parameters' poses need them: the cameras do not overlap there.
+    cfg = tf_config(**{'fusion.max_samples_per_cell': 0})
+    tf_pipe = warmed(cfg)
+    path = FramePath(cfg, tf_pipe)
+    # The rear camera on the front camera's pose: both see the same cells, more samples per
+    # cell than the slots of warm-up.
+    crowded = dict(TF_CAMERAS, rear=TF_CAMERAS['front'])
+    path.add_transforms(tf_message(transform('base_link', 'velodyne', 0, *TF_LIDAR),
+                                   *(transform('base_link', f'cam_{name}', 0, *pose)
+                                     for name, pose in crowded.items())), static=True)
+    tries = []
+    set_calibration = tf_pipe.set_calibration
+
+    def counted(lidar=None, cameras=None):
+        tries.append(cameras is not None)
+        return set_calibration(lidar, cameras)
+    monkeypatch.setattr(tf_pipe, 'set_calibration', counted)
+    first = tf_frame(path)
+    # Both moved in that frame, both masked; named for lift slots, not for want of TF.
+    assert first.cameras_over_slots == ('front', 'rear') and first.cameras_without_tf == ()
+    assert 'slots per cell' in first.slots_refusal and first.result.cameras_used == 0
+    assert first.result.num_points == len(POINTS)          # the LiDAR is still processed
+    tries.clear()
+    second = tf_frame(path, T0 + 10**8)
+    # The same poses are not tried again: no lift geometry on this frame's path.
+    assert second.cameras_over_slots == ('front', 'rear') and second.slots_refusal == ''
+    assert True not in tries
+    # The rear camera back on its own pose: a new pose, so both are tried, fit, and apply.
+    path.add_transforms(static_tf(), static=True)
+    third = tf_frame(path, T0 + 2 * 10**8)
+    assert third.cameras_over_slots == () and third.result.cameras_used == 2
+    camera, _ = lift_ref(truth_config(), MAPS)
+    np.testing.assert_allclose(third.result.features[..., 6:9], camera, rtol=1e-4, atol=1e-5)
+
+
 def test_dynamic_tf_is_interpolated_at_the_cloud_stamp(tf_pipe):
     path = FramePath(tf_config(cameras=2), tf_pipe)
     path.add_transforms(static_tf(), static=True)
