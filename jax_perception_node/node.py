@@ -59,9 +59,8 @@ def run(program: str, make_node, args=None) -> int:
 
     Returns 1 with one line on stderr, and no traceback, for a bad parameter (the config
     layer's checks, rclpy's type and range checks, a period no timer can wait) or a params
-    file rcl cannot parse. The worker
-    finishes its frame and stops before the context shuts down, so no frame is ever published
-    into a dead context.
+    file rcl cannot parse. The worker finishes its frame and stops before the context shuts
+    down, so no frame is ever published into a dead context.
     """
     try:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
