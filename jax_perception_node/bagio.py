@@ -110,7 +110,7 @@ def custom_data(reader: Reader) -> dict[str, str]:
     elsewhere has none.
     """
     custom = getattr(getattr(reader.storage, 'metadata', None), 'custom', None)
-    path = Path(reader.path)
+    path = Path(reader.path).resolve()      # a link to a folder's .mcap: that folder's record
     if custom is None and path.is_file():
         custom = _sibling_custom_data(path)
     # YAML as written, unchecked by rosbags: keep only a mapping, its values as text.

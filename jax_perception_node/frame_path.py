@@ -84,7 +84,7 @@ class FramePath:
         self._map_frames: dict[str, str] = {}        # camera -> frame of its newest map
         self._info_frames: dict[str, str] = {}       # camera -> frame of its newest CameraInfo
         self._tf_applied: dict[str, np.ndarray] = {}  # sensor -> the TF pose in force
-        self._tf_refused: dict[str, np.ndarray] = {}  # camera -> a TF pose the slots refused
+        self._tf_refused: dict[str, np.ndarray] = {}  # the camera poses the slots last refused
         self.tf_calibrations = 0                     # TF poses applied (each without a compile)
 
     # -- configuration and calibration ---------------------------------------------------------
@@ -282,8 +282,9 @@ class FramePath:
         Returns the maps (a camera TF cannot place masked), the names of those cameras, and
         (cameras masked for lift slots, the reason or ''): when the moved cameras' TF poses put
         more lift samples in a cell than the slots of warm-up, they are masked (set
-        fusion.max_samples_per_cell to cover the TF poses). They are tried again only with a
-        camera pose not refused before: each try runs the lift geometry on the frame's path.
+        fusion.max_samples_per_cell to cover the TF poses). The same set of poses is not tried
+        again (each try runs the lift geometry on the frame's path); any other set is, a camera
+        on its own included: the slots are shared, so the pair may be what did not fit.
         """
         grid = self.cfg.grid.frame_id
         maps, without_tf, moved = dict(maps), [], {}
@@ -297,8 +298,9 @@ class FramePath:
                 without_tf.append(name)
         moved = {name: m for name, m in moved.items() if self._moved(name, m)}
         over_slots = []
-        if not any(self._moved(name, m, refused=True) for name, m in moved.items()):
-            # Only poses the slots refused: the same try would fail the same way.
+        if moved and moved.keys() == self._tf_refused.keys() and not any(
+                self._moved(name, m, refused=True) for name, m in moved.items()):
+            # The very poses the slots refused together: the same try would fail the same way.
             over_slots = list(moved)
             for name in over_slots:
                 maps[name] = None
@@ -314,16 +316,16 @@ class FramePath:
             self.pipe.set_calibration(lidar_pose, cameras if moved else None)
         except ConfigError as exc:  # more lift samples than the slots of warm-up: mask them
             self.pipe.set_calibration(lidar_pose)
-            for name, m in moved.items():
+            for name in moved:
                 maps[name] = None
-                self._tf_refused[name] = m
+            self._tf_refused = dict(moved)
             over_slots += list(moved)
             refusal = str(exc)
             moved, cameras = {}, self.cameras
         self.cameras = cameras
         self._tf_applied.update(moved)
-        for name in moved:
-            self._tf_refused.pop(name, None)
+        if moved:
+            self._tf_refused = {}
         if lidar_moved:
             self._tf_applied[':lidar'] = lidar
         self.tf_calibrations += 1

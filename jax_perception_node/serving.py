@@ -315,9 +315,10 @@ class PerceptionCore:
             return
         if frame.stamps_jumped:
             self.log.info('LiDAR stamp went backwards (bag loop?): camera buffers reset')
-        if frame.slots_refusal:       # once per refused pose: it is not tried again
+        if frame.slots_refusal:       # once per refused set of poses; a moving edge: throttled
             self.log.warning(f'TF poses of {", ".join(frame.cameras_over_slots)} not applied, '
-                             f'cameras masked: {frame.slots_refusal}')
+                             f'cameras masked: {frame.slots_refusal}',
+                             throttle_duration_sec=5.0)
         header = msg.header
         header.frame_id = self.cfg.grid.frame_id
         record = self.outputs.publish(frame, header, arrived, self.cfg.grid,

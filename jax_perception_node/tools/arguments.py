@@ -10,9 +10,6 @@ import math
 import os
 from pathlib import Path
 
-# The player's and recorder's node names: a relative topic name expands in the root namespace.
-_NAMESPACE = '/'
-
 
 class UsageError(Exception):
     """Bad command-line arguments, or an output they name that cannot be written."""
@@ -49,18 +46,24 @@ def number(value: float | None, option: str, low: float, high: float = math.inf,
     return value
 
 
-def topic_name(name: str, option: str) -> str:
-    """Return ``name`` if ROS accepts it as a topic name (relative ones in the root namespace)."""
+def topic_name(name: str, option: str, node: str = 'jax_perception') -> str:
+    """
+    Return ``name`` as the full topic name a node ``node`` in the root namespace uses.
+
+    The player and the recorder are such nodes: a relative name expands under '/', '~' under
+    the node. UsageError when ROS would refuse the name.
+    """
     from rclpy.exceptions import InvalidTopicNameException
     from rclpy.expand_topic_name import expand_topic_name
     from rclpy.validate_full_topic_name import validate_full_topic_name
     try:
-        validate_full_topic_name(expand_topic_name(name, 'jax_perception', _NAMESPACE))
+        full = expand_topic_name(name, node, '/')
+        validate_full_topic_name(full)
     except (InvalidTopicNameException, ValueError) as exc:
         # rcl's text: "topic name 'x' is invalid: <reason>, at <source file>:<line>"
         reason = str(exc).splitlines()[0].split(' is invalid: ', 1)[-1].split(', at /')[0]
         raise UsageError(f'{option} {name!r}: not a valid ROS topic name ({reason})') from None
-    return name
+    return full
 
 
 def check_writable(path: str, option: str, folder: bool) -> None:
@@ -88,26 +91,39 @@ def check_writable(path: str, option: str, folder: bool) -> None:
         raise UsageError(f'{option} {path}: cannot write in {existing}')
 
 
-def _overlap(a: Path, b: Path) -> bool:
-    return a == b or a in b.parents or b in a.parents
+def _bag_holding(path: Path) -> Path | None:
+    """Return the rosbag2 folder ``path`` is in (or is), if any."""
+    from .fleet import is_bag
+    return next((p for p in (path, *path.parents) if p.is_dir() and is_bag(p)), None)
 
 
-def outputs_apart(inputs: list[str], outputs: dict[str, str | None]) -> None:
+def outputs_apart(inputs: list[str], outputs: dict[str, str | None],
+                  bag: str | None = None) -> None:
     """
-    Refuse an output (option -> path; None: not given) on an input or on another output.
+    Refuse an output (option -> path; None: not given) that would spoil an input or an output.
 
-    "On" means the same path, inside it, or around it: a replay's JSON written over the bag
-    it reads, or pictures written into its own output bag, are lost work either way. Links
-    are followed, so another name for the same file is caught too.
+    Refused: an output on an input's path, one inside a bag folder (an input's or any other:
+    rosbag2 folders hold only their own files), two outputs on one path, and one inside the
+    output bag that option ``bag`` names. A plain folder that holds inputs is fine. Links are
+    followed, so another name for the same file is caught too.
     """
-    given = [(option, Path(path).resolve()) for option, path in outputs.items() if path]
-    for option, out in given:
-        for src in inputs:
-            if _overlap(out, Path(src).resolve()):
-                raise UsageError(f'{option} {outputs[option]}: would write over the input '
-                                 f'{src}')
-    for i, (option, out) in enumerate(given):
-        for other, path in given[i + 1:]:
-            if _overlap(out, path):
-                raise UsageError(f'{option} {outputs[option]} and {other} {outputs[other]}: '
-                                 f'one would write over the other')
+    given = [(option, path, Path(path).resolve()) for option, path in outputs.items() if path]
+    sources = [(src, Path(src).resolve()) for src in inputs]
+    for option, path, out in given:
+        for src, resolved in sources:
+            if out == resolved:
+                raise UsageError(f'{option} {path}: would write over the input {src}')
+        holder = _bag_holding(out.parent)
+        if holder is not None:
+            raise UsageError(f'{option} {path}: would write inside the bag {holder}')
+    for i, (option, path, out) in enumerate(given):
+        for other, other_path, elsewhere in given[i + 1:]:
+            if out == elsewhere:
+                raise UsageError(f'{option} {path} and {other} {other_path}: one would write '
+                                 f'over the other')
+    if bag and outputs.get(bag):
+        inside = Path(outputs[bag]).resolve()
+        for option, path, out in given:
+            if inside in out.parents:
+                raise UsageError(f'{option} {path}: would write inside the output bag {bag} '
+                                 f'{outputs[bag]}')

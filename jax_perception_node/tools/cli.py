@@ -131,7 +131,8 @@ def cmd_sample_bag(args) -> int:
         raise UsageError(f'{out} exists (use --force to replace it)')
     else:
         _replaceable_bag(out)
-        shutil.rmtree(out) if out.is_dir() else out.unlink()
+        # A link is replaced, not what it points to.
+        shutil.rmtree(out) if out.is_dir() and not out.is_symlink() else out.unlink()
     try:
         summary = write_sample_bag(out, cfg, seconds=args.seconds, num_cameras=args.cameras,
                                    seed=args.seed, lidar=lidar)
@@ -163,7 +164,8 @@ def cmd_replay(args) -> int:
         check_writable(args.json, '--json', folder=False)
     if args.png:
         check_writable(args.png, '--png', folder=True)
-    outputs_apart(args.input, {'--out': args.out, '--json': args.json, '--png': args.png})
+    outputs_apart(args.input, {'--out': args.out, '--json': args.json, '--png': args.png},
+                  bag='--out')
     with _sigterm_raises():
         if on_ray:
             return _replay_fleet(args, cfg, topics)
@@ -247,12 +249,12 @@ def _write_pictures(png: Path, result, cfg) -> None:
 
 def cmd_play(args) -> int:
     """Publish a bag on live topics."""
-    from .live import CLOCK_TOPIC, play_bag
+    from .live import CLOCK_TOPIC, play_bag, PLAYER
     number(args.rate, '--rate', MIN_RATE)
     number(args.clock, '--clock', MIN_CLOCK_HZ, MAX_CLOCK_HZ, unit=' Hz')
     remap = pairs(args.remap, '--remap', ':=', 'FROM:=TO')   # ros2 bag play's syntax
-    for src, dst in remap.items():
-        topic_name(dst, f'--remap {src}:=')
+    # Full names, so that 'clock' is seen to be /clock and two names for one topic are one.
+    remap = {src: topic_name(dst, f'--remap {src}:=', PLAYER) for src, dst in remap.items()}
     for topic in args.topic or []:
         if remap.get(topic, topic) != topic:
             raise UsageError(f'--topic {topic} and --remap {topic}:={remap[topic]} both name '
@@ -269,15 +271,14 @@ def cmd_play(args) -> int:
 
 def cmd_record(args) -> int:
     """Record live topics into an MCAP bag until Ctrl-C or --seconds."""
-    from .live import record_topics
+    from .live import record_topics, RECORDER
     if Path(args.out).exists():
         raise UsageError(f'{args.out} exists, not overwriting')
     check_writable(args.out, 'OUT', folder=True)
     number(args.wait, '--wait', 0.0, unit=' s')
     number(args.seconds, '--seconds', 0.0, low_open=True, unit=' s')
-    for topic in args.topic or []:
-        topic_name(topic, '--topic')
-    return record_topics(args.out, args.topic or [], args.seconds, wait_s=args.wait)
+    topics = [topic_name(topic, '--topic', RECORDER) for topic in args.topic or []]
+    return record_topics(args.out, topics, args.seconds, wait_s=args.wait)
 
 
 def cmd_bench(args) -> int:

@@ -23,6 +23,7 @@ from rosbags.interfaces import (Qos, QosDurability, QosHistory, QosLiveliness,
 
 _ROS_TYPES = {}
 CLOCK_TOPIC = '/clock'
+PLAYER, RECORDER = 'jax_perception_player', 'jax_perception_recorder'   # node names, root ns
 CLOCK_TYPE = 'rosgraph_msgs/msg/Clock'
 
 
@@ -145,7 +146,7 @@ def play_bag(src, cfg: PipelineConfig, topics: bagio.BagTopics = bagio.BagTopics
         if own_context:
             context = rclpy.Context()
             rclpy.init(context=context)
-        node = rclpy.create_node('jax_perception_player', context=context)
+        node = rclpy.create_node(PLAYER, context=context)
         try:
             pubs = {src_topic: node.create_publisher(ros_type(types[src_topic]), dst_topic,
                                                      playback_qos(src_topic,
@@ -367,7 +368,7 @@ class Recorder:
         metadata (none given: the topic's QoS is not known).
         """
         self.writer = bagio.BagWriter(path, compress=compress)
-        self.node = rclpy.create_node('jax_perception_recorder', context=context)
+        self.node = rclpy.create_node(RECORDER, context=context)
         self._lock = threading.Lock()
         for topic, msgtype in topics.items():
             self.writer.add_topic(topic, msgtype, (offered or {}).get(topic, ()))

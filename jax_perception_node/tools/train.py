@@ -233,7 +233,7 @@ def progress_bar(stream=sys.stderr, width: int = 30):
 
 
 def plot_losses(losses: np.ndarray, path: Path) -> None:
-    """Write the loss curves (total, heatmap focal, box L1; raw and smoothed) as a PNG."""
+    """Write the loss curves (total, heatmap focal, box L1; raw and smoothed); format by suffix."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -269,10 +269,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _png_file(text: str) -> str:
-    """Accept a file path ending in .png (the loss picture is written last)."""
-    if Path(text).suffix.lower() != '.png':
-        raise argparse.ArgumentTypeError(f'{text}: the loss picture is a .png file')
+def _picture_file(text: str) -> str:
+    """Accept a file path whose suffix matplotlib writes (the loss picture is written last)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    if Path(text).suffix.lower().lstrip('.') not in formats:
+        raise argparse.ArgumentTypeError(f'{text}: the loss picture needs one of the suffixes '
+                                         f'{", ".join(sorted(formats))}')
     return text
 
 
@@ -295,7 +298,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--seed', type=int, default=0,
                         help='seed of the initial weights, frame order and flips (default 0); '
                              'not a drive seed')
-    parser.add_argument('--png', type=_png_file, metavar='FILE',
+    parser.add_argument('--png', type=_picture_file, metavar='FILE',
                         help='the loss curve picture (default: WEIGHTS with _loss.png)')
 
 
@@ -306,8 +309,9 @@ def cmd_train(args, stream=sys.stderr) -> int:
     png = Path(args.png) if args.png else out.with_name(out.stem + '_loss.png')
     # Before the work: an output that cannot be made, or one over a training bag, loses it.
     check_writable(args.out, '--out', folder=False)
-    check_writable(str(png), '--png', folder=False)
-    outputs_apart(args.bags, {'--out': args.out, '--png': str(png)})
+    picture = '--png' if args.png else 'the loss picture (WEIGHTS_loss.png)'
+    check_writable(str(png), picture, folder=False)
+    outputs_apart(args.bags, {'--out': args.out, picture: str(png)})
     cfg = load_config(args.params or default_params_file())
     cfg = replace(cfg, head=HeadConfig(), output_bev_features=True)   # the BEV, no head
     grid = cfg.grid

@@ -196,6 +196,8 @@ def test_replay_reads_sqlite3_bags_with_renamed_topics(sample, tmp_path):
     (['play', '{sample}', '--remap', '/tf:=/x/'], 'must not end with a forward slash'),
     (['play', '{sample}', '--remap', '/tf:=/clock', '--clock'],
      '--clock publishes /clock: no bag topic may be published there too'),
+    (['play', '{sample}', '--remap', '/tf:=clock', '--clock'],      # the same, relative
+     '--clock publishes /clock: no bag topic may be published there too'),
     (['play', '{sample}', '--camera-topic', 'bogus=/x'], "no camera 'bogus' in the params"),
     (['play', '{sample}', '--camera-topic', 'front=/nope'],
      '--camera-topic front=/nope: is not in the bag, want sensor_msgs/msg/Image'),
@@ -224,11 +226,13 @@ def test_replay_reads_sqlite3_bags_with_renamed_topics(sample, tmp_path):
      '--camera-info-topic front=/jax_perception/input/pointcloud: is '
      'sensor_msgs/msg/PointCloud2, want sensor_msgs/msg/CameraInfo'),
     (['replay', '{sample}', '--out', '{tmp}/o', '--json', '{sample}/drive.mcap'],
-     '--json {sample}/drive.mcap: would write over the input {sample}'),
+     '--json {sample}/drive.mcap: would write inside the bag {sample}'),
+    (['replay', '{sample}/drive.mcap', '--out', '{tmp}/o', '--json', '{sample}/drive.mcap'],
+     '--json {sample}/drive.mcap: would write over the input {sample}/drive.mcap'),
     (['replay', '{sample}', '--out', '{tmp}/o', '--json', '{tmp}/o'],
      '--out {tmp}/o and --json {tmp}/o: one would write over the other'),
     (['replay', '{sample}', '--out', '{tmp}/o', '--png', '{tmp}/o/pictures'],
-     '--out {tmp}/o and --png {tmp}/o/pictures: one would write over the other'),
+     '--png {tmp}/o/pictures: would write inside the output bag --out {tmp}/o'),
     (['replay', '{sample}', '--out', ''], '--out: an empty path'),
     (['replay', '{sample}', '--out', '{tmp}/o', '--params', ''], '--params: an empty path'),
     (['replay', '{tmp}/broken', '--out', '{tmp}/o'], 'cannot read bag:'),
@@ -405,3 +409,8 @@ def test_sample_bag_force_replaces_a_bag_only_after_every_check(tmp_path, monkey
         assert bagio.custom_data(reader) == {bagio.SAMPLE_SEED_KEY: '2'}
     finally:
         reader.close()
+    # A link to a bag: the link is replaced, the bag it pointed to stays.
+    (tmp_path / 'link').symlink_to(bag)
+    assert main(['sample-bag', 'link', *small, '--seed', '4', '--force']) == 0
+    assert not (tmp_path / 'link').is_symlink() and (tmp_path / 'link' / 'metadata.yaml').exists()
+    assert (bag / 'metadata.yaml').exists()

@@ -156,6 +156,13 @@ def test_a_sample_drive_of_a_held_out_seed_is_refused_before_the_warm_up(
                  '--params', str(params_file)]) == 1
     assert_one_line_error(capsys, f'{mcap}: metadata.yaml custom_data {bagio.SAMPLE_SEED_KEY} '
                                   "'3': sample drives of seeds below 100 are held out")
+    # A link to that .mcap: the folder it is in decides, not the link's.
+    (tmp_path / 'link.mcap').symlink_to(mcap)
+    reader = bagio.open_reader(tmp_path / 'link.mcap')
+    try:
+        assert bagio.custom_data(reader) == {bagio.SAMPLE_SEED_KEY: '3'}
+    finally:
+        reader.close()
     # A bare .mcap out of its folder (or beside a metadata.yaml that does not list it):
     # nothing to check.
     bare = tmp_path / 'bare'
@@ -235,22 +242,29 @@ def test_outputs_on_a_training_bag_or_a_picture_that_is_no_png_are_refused_first
     params_file, bag, cfg = drive
     mcap = next(bag.glob('*.mcap'))
     before = mcap.read_bytes()
+    (tmp_path / 'v_loss.png').mkdir()
 
     def no_warmup(self):
         raise AssertionError('warmed up before refusing the options')
     monkeypatch.setattr(BevPipeline, 'warmup', no_warmup)
     for options, message in (
-            (['--out', str(mcap)], f'--out {mcap}: would write over the input {bag}'),
-            (['--out', str(tmp_path / 'w.npz'), '--png', str(mcap)], 'the loss picture is a .png'),
+            (['--out', str(mcap)], f'--out {mcap}: would write inside the bag {bag}'),
+            (['--out', str(tmp_path / 'w.npz'), '--png', str(mcap)],
+             'the loss picture needs one of the suffixes'),
             (['--out', str(tmp_path / 'w.npz'), '--png', str(tmp_path / 'loss.txt')],
-             'the loss picture is a .png'),
-            (['--out', str(bag / 'w.npz')], f'--out {bag / "w.npz"}: would write over the input'),
+             'the loss picture needs one of the suffixes avif, eps, gif, jpeg'),
+            (['--out', str(bag / 'w.npz')],
+             f'--out {bag / "w.npz"}: would write inside the bag'),
             (['--out', str(mcap / 'w.npz')], f'--out {mcap / "w.npz"}: {mcap} is not a folder'),
             (['--out', str(tmp_path)], f'--out {tmp_path}: exists and is a folder'),
+            # The picture's default path, named as such (no --png was given).
+            (['--out', str(tmp_path / 'v.npz')], f'the loss picture (WEIGHTS_loss.png) '
+                                                 f'{tmp_path / "v_loss.png"}: exists and is a '
+                                                 f'folder'),
             (['--out', str(tmp_path / 'w.npz'), '--png', str(mcap / 'loss.png')],
              f'--png {mcap / "loss.png"}: {mcap} is not a folder'),
             (['--out', str(tmp_path / 'w.npz'), '--png', str(tmp_path / 'w.npz.png'),
-              '--png', str(bag / 'loss.png')], f'--png {bag / "loss.png"}: would write over')):
+              '--png', str(bag / 'loss.png')], f'--png {bag / "loss.png"}: would write inside')):
         assert main(['train', str(bag), '--params', str(params_file), *options]) == 1, options
         assert_one_line_error(capsys, message)
         assert mcap.read_bytes() == before

@@ -280,9 +280,14 @@ def test_tf_poses_the_lift_slots_cannot_hold_are_masked_counted_and_not_retried(
     # The same poses are not tried again: no lift geometry on this frame's path.
     assert second.cameras_over_slots == ('front', 'rear') and second.slots_refusal == ''
     assert True not in tries
-    # The rear camera back on its own pose: a new pose, so both are tried, fit, and apply.
+    # The front camera on its own (the rear map stale): a set not tried yet, and it fits.
+    path.add_features('front', features('front', T0 + 10**9, frame_id='cam_front'))
+    alone = path.process(cloud(T0 + 10**9, frame_id='velodyne'))
+    assert alone.stale == ('rear',) and alone.cameras_over_slots == ()
+    assert alone.result.cameras_used == 1
+    # The rear camera back on its own pose: a new pose, so it is tried, fits, and applies.
     path.add_transforms(static_tf(), static=True)
-    third = tf_frame(path, T0 + 2 * 10**8)
+    third = tf_frame(path, T0 + 2 * 10**9)
     assert third.cameras_over_slots == () and third.result.cameras_used == 2
     camera, _ = lift_ref(truth_config(), MAPS)
     np.testing.assert_allclose(third.result.features[..., 6:9], camera, rtol=1e-4, atol=1e-5)
