@@ -11,6 +11,11 @@ COVERAGE_CHANNEL = 'coverage'         # the last channel: 1 where a camera sampl
 
 DENSITY_SATURATES = 64   # the density min(1, log1p(n) / log(64)) is 1 from n = 63 on
 
+# A LiDAR intensity or a camera feature value beyond +-1e12 is invalid, like NaN: no sensor
+# reports one, and a cell's sums of such values stay far below float32's 3.4e38 (two points
+# of intensity 3e38 in one cell summed to inf). Points are dropped, feature values zeroed.
+MAX_ABS_INPUT = 1e12
+
 
 def density_table() -> np.ndarray:
     """

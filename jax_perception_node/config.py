@@ -30,6 +30,10 @@ __all__ = ['AccumulationConfig', 'CameraConfig', 'config_from_parameters',
            'GridConfig', 'load_config', 'load_fusion_weights', 'PipelineConfig', 'Pose',
            'read_param_file', 'write_param_file']
 
+# |W|, |b| of the fusion projection: a 1x1 projection's weights are O(1); with inputs within
+# channels.MAX_ABS_INPUT and thousands of channels, the products stay far below float32's max.
+MAX_FUSION_WEIGHT = 1e6
+
 
 @dataclass(frozen=True)
 class Pose:
@@ -335,24 +339,36 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
 
 
 def load_fusion_weights(cfg: PipelineConfig) -> tuple[np.ndarray, np.ndarray] | None:
-    """Read ``W`` (C_in, C_out) and ``b`` (C_out,) float32 from the weights file, or None."""
+    """
+    Read ``W`` (C_in, C_out) and ``b`` (C_out,) float32 from the weights file, or None.
+
+    C_out is at most 4096; the file may hold W and b only, each inflating to at most that
+    many channels of 8-byte numbers (and an .npy header): a zip bomb is refused unread.
+    """
     path = cfg.fusion.weights_file
     if not path:
         return None
     key = 'fusion.weights_file'
-    arrays = read_npz(path, key)
+    c_in, max_out, max_item = cfg.fused_channels, 4096, 8
+    arrays = read_npz(path, key, {'W': c_in * max_out * max_item, 'b': max_out * max_item})
     if 'W' not in arrays or 'b' not in arrays:
         raise ConfigError(f'{key}: {path} needs arrays "W" and "b", has {sorted(arrays)}')
     weights, bias = arrays['W'], arrays['b']
-    c_in = cfg.fused_channels
     if weights.ndim != 2 or weights.shape[0] != c_in or weights.shape[1] < 1:
         raise ConfigError(f'{key}: W must be ({c_in}, C_out) for {c_in} fused channels, '
                           f'got {weights.shape}')
+    if weights.shape[1] > max_out:
+        raise ConfigError(f'{key}: W has {weights.shape[1]} output channels, at most '
+                          f'{max_out}')
     if bias.shape != (weights.shape[1],):
         raise ConfigError(f'{key}: b must be ({weights.shape[1]},), got {bias.shape}')
     for name, arr in (('W', weights), ('b', bias)):
         if not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)):
             raise ConfigError(f'{key}: {name} must be finite numbers')
+        # With inputs bounded by MAX_ABS_INPUT, this keeps every projected value finite.
+        if arr.size and np.abs(arr).max() > MAX_FUSION_WEIGHT:
+            raise ConfigError(f'{key}: {name} has a value of magnitude '
+                              f'{float(np.abs(arr).max()):.3g}, more than {MAX_FUSION_WEIGHT:g}')
     return weights.astype(np.float32), bias.astype(np.float32)
 
 

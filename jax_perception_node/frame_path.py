@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from .camera import FeatureMapError, read_features, scale_camera_info, with_intrinsics
-from .cloud import CloudFormatError
+from .cloud import CloudFormatError, has_valid_point
 from .config import PipelineConfig, Pose
 from .odometry import OdometryBuffer, TransformPoses
 from .parameters import ConfigError
@@ -26,6 +26,9 @@ from .sync import CameraSync
 from .transforms import TransformBuffer, TransformError
 
 MOVED = 1e-9        # a pose whose 4 x 4 matrix changed by more than this is applied again
+# A cloud stamped further than this ahead of the node's clock is refused: once taken, every
+# cloud after it would look like a jump back in time and reset the camera buffers.
+MAX_FUTURE_STAMP_S = 1.0
 
 
 @dataclass
@@ -45,6 +48,7 @@ class Frame:
     # reason, on the frame that found it (the same pose is not tried again)
     cameras_over_slots: tuple[str, ...] = ()
     slots_refusal: str = ''
+    empty: bool = False      # no point with finite x, y, z and intensity in range: not valid
 
 
 class FramePath:
@@ -205,7 +209,8 @@ class FramePath:
         with self._buffer_lock:
             self.odometry.add(msg)
 
-    def process(self, msg, picture: bool = True, features: bool = True) -> Frame:
+    def process(self, msg, picture: bool = True, features: bool = True,
+                now_ns: int | None = None) -> Frame:
         """
         Decode a PointCloud2, pair the cameras, run the pipeline; the record lacks output times.
 
@@ -216,6 +221,9 @@ class FramePath:
             channels are no longer the raw LiDAR ones).
         features: fetch the BEV to the host (``FrameResult.features``; None when neither it
             nor the picture is wanted: a head's objects are fetched on their own).
+        now_ns: the node's clock (sim time when in use); a cloud stamped more than
+            ``MAX_FUTURE_STAMP_S`` after it is refused. None (offline, or a sim clock not
+            started yet): not checked.
 
         Returns
         -------
@@ -226,11 +234,16 @@ class FramePath:
         ------
         CloudFormatError: a cloud in another frame than ``lidar.frame_id`` (with parameter
         extrinsics) or one that cannot be decoded. TransformError: with TF extrinsics, a frame
-        TF cannot place in grid.frame_id at the cloud stamp.
+        TF cannot place in grid.frame_id at the cloud stamp. CloudFormatError also for a
+        stamp too far ahead of ``now_ns``.
 
         """
         cfg = self.cfg
         stamp = stamp_ns(msg.header.stamp)
+        if now_ns is not None and stamp - now_ns > MAX_FUTURE_STAMP_S * 1e9:
+            raise CloudFormatError(
+                f"header.stamp is {(stamp - now_ns) / 1e9:.3f} s ahead of the node's clock "
+                f'(more than {MAX_FUTURE_STAMP_S:g} s): a sensor clock or a bag stamp is wrong')
         use_tf = cfg.extrinsics_source == 'tf'
         if use_tf:
             lidar = self.transforms.lookup(cfg.grid.frame_id, msg.header.frame_id, stamp)
@@ -244,6 +257,7 @@ class FramePath:
         # which the buffer lock may nest in (never the other way round).
         with self._pipe_lock:
             padded = self.pipe.decode(msg)
+            empty = not has_valid_point(padded.buffer[:padded.count])
             decoded = time.perf_counter()
             with self._buffer_lock:
                 pairing, jumped = self.sync.pair(stamp)
@@ -270,7 +284,7 @@ class FramePath:
             'compiles_after_warmup': result.compiles_after_warmup,
         }
         return Frame(stamp, result, rgb, record, pairing.stale, jumped, started,
-                     self.accumulating and pose is None, without_tf, *over_slots)
+                     self.accumulating and pose is None, without_tf, *over_slots, empty)
 
     def _camera_frame(self, name: str) -> str:
         return next(c.frame_id for c in self.cfg.cameras if c.name == name)

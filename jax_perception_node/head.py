@@ -54,7 +54,11 @@ class HeadSpec:
     corner), ``z`` (centre z, m), ``size`` (log length, width, height, m), ``yaw`` (sin, cos).
     ``params`` is a pytree of float arrays: the initial values, whose shapes and dtypes are the
     checkpoint's layout. ``weights`` is the head's shipped checkpoint, used when
-    ``head.weights`` is ''.
+    ``head.weights`` is ''. ``validate(params)``, optional, checks the values of a checkpoint
+    already of the right names, shapes and dtypes and finite (a pytree like ``params`` of NumPy
+    arrays) and raises ValueError saying what is wrong (a normalization std of 0, say): every
+    checkpoint loaded, at start-up or swapped in live, goes through it, and its message becomes
+    ``ConfigError('head.weights: <file>: <message>')``.
     """
 
     apply: Callable[[Any, jax.Array], dict]
@@ -62,6 +66,7 @@ class HeadSpec:
     stride: int
     classes: tuple[str, ...]
     weights: Path | None = None
+    validate: Callable[[Any], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,7 @@ class LoadedHead:
         target = Path(os.path.expanduser(path)) if path else self.spec.weights
         if target is None:
             return None, jax.tree.map(np.asarray, self.spec.params)
-        return target, load_weights(target, self.params)
+        return target, load_weights(target, self.params, self.spec.validate)
 
     @property
     def identity(self) -> str:
@@ -105,19 +110,21 @@ def save_weights(path: str | os.PathLike, params) -> None:
         np.savez(f, **arrays)
 
 
-def load_weights(path: str | os.PathLike, template):
+def load_weights(path: str | os.PathLike, template,
+                 validate: Callable[[Any], None] | None = None):
     """
     Read a checkpoint shaped like ``template`` (its leaves' shapes and dtypes).
 
-    Loaded with ``allow_pickle=False``. Raises ConfigError('head.weights: ...') naming the
-    file and the first missing, extra or differently shaped array.
+    Loaded with ``allow_pickle=False``, each array inflating to at most its leaf's size (and an
+    .npy header): a zip bomb is refused unread. Raises ConfigError('head.weights: ...') naming
+    the file and the first missing, extra, too large or differently shaped array, or one with
+    non-finite values; then ``validate`` (``HeadSpec.validate``), if any, checks the values and
+    its ValueError becomes ConfigError('head.weights: <file>: <its message>').
     """
     names = leaf_names(template)
     leaves, treedef = jax.tree_util.tree_flatten(template)
-    arrays = read_npz(path, 'head.weights')
-    extra = sorted(set(arrays) - set(names))
-    if extra:
-        raise ConfigError(f'head.weights: {path} has arrays the head does not use: {extra[:3]}')
+    arrays = read_npz(path, 'head.weights',
+                      {name: np.asarray(leaf).nbytes for name, leaf in zip(names, leaves)})
     values = []
     for name, leaf in zip(names, leaves):
         if name not in arrays:
@@ -129,7 +136,16 @@ def load_weights(path: str | os.PathLike, template):
         if not np.all(np.isfinite(value)):
             raise ConfigError(f'head.weights: {path} {name} has non-finite values')
         values.append(value)
-    return jax.tree_util.tree_unflatten(treedef, values)
+    params = jax.tree_util.tree_unflatten(treedef, values)
+    if validate is not None:
+        try:
+            validate(params)
+        except ValueError as exc:
+            raise ConfigError(f'head.weights: {path}: {exc}') from None
+        except Exception as exc:    # the plug-in's own error, named as such
+            raise ConfigError(f'head.weights: {path}: the head plug-in failed to validate it: '
+                              f'{type(exc).__name__}: {exc}') from None
+    return params
 
 
 def _factory(name: str):
@@ -218,5 +234,5 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
     path = Path(os.path.expanduser(weights)) if weights else spec.weights
     params = jax.tree.map(np.asarray, spec.params)
     if path is not None:
-        params = load_weights(path, params)
+        params = load_weights(path, params, spec.validate)
     return LoadedHead(name, spec, params, path, digest)

@@ -7,13 +7,15 @@ and ERROR, and the node turns a :class:`Health` into a DiagnosticStatus. Rules, 
 - ERROR: any XLA compile after warm-up.
 - WARN ``waiting for the first point cloud``: no cloud since the node was activated (an idle
   node is not broken; it is not OK either, as it has produced nothing).
-- LiDAR timeout, ERROR: no *valid* (processed) cloud for more than ``lidar_timeout_s``, counted
-  from the last valid cloud, or from the first cloud when none was valid yet. Rejected clouds
-  do not reset it. Before that, WARN ``no valid point cloud yet`` while none was valid.
+- LiDAR timeout, ERROR: no *valid* cloud (processed, with at least one valid point) for more
+  than ``lidar_timeout_s``, counted from the last valid cloud, or from the first cloud when
+  none was valid yet. Rejected clouds, and clouds without a valid point (all NaN, empty), do
+  not reset it. Before that, WARN ``no valid point cloud yet`` while none was valid.
 - Rejected clouds since the last report: ERROR when every cloud taken since then was rejected
   (none processed), WARN when some were.
 - WARN: total p99 over ``latency_budget_ms``, a stale (masked) camera, and since the last
-  report any overflowed cloud, non-finite feature values, rejected feature map, CameraInfo,
+  report any cloud without a valid point, overflowed cloud, non-finite or out-of-range
+  feature values, rejected feature map, CameraInfo,
   odometry or TF message, frame without odometry, cloud skipped for want of its TF pose
   (``extrinsics.source: tf``) or camera masked for want of its TF pose.
 """
@@ -28,16 +30,17 @@ COUNTS = ('received', 'processed', 'dropped', 'rejected', 'feature_maps_received
           'rejected_feature_maps', 'rejected_camera_info', 'camera_info_applied', 'overflowed',
           'nonfinite_features', 'nonfinite_objects', 'odometry_received', 'rejected_odometry',
           'frames_without_odometry', 'transforms_received', 'rejected_transforms',
-          'frames_without_tf', 'cameras_without_tf', 'cameras_over_slots')
+          'frames_without_tf', 'cameras_without_tf', 'cameras_over_slots', 'empty_clouds')
 # Counts also kept since the last report (the same names), for the per-report rules.
 PERIOD_COUNTS = ('processed', 'rejected', 'rejected_feature_maps', 'rejected_camera_info',
                  'overflowed', 'nonfinite_features', 'nonfinite_objects', 'rejected_odometry',
                  'frames_without_odometry', 'rejected_transforms', 'frames_without_tf',
-                 'cameras_without_tf', 'cameras_over_slots')
+                 'cameras_without_tf', 'cameras_over_slots', 'empty_clouds')
 
 # Per-report WARNs: count name -> message after the number.
 _PERIOD_WARNINGS = (
-    ('nonfinite_features', 'non-finite feature values zeroed'),
+    ('empty_clouds', 'clouds without a single valid point (all NaN, out of range or empty)'),
+    ('nonfinite_features', 'non-finite or out-of-range feature values zeroed'),
     ('nonfinite_objects', 'decoded boxes with non-finite values dropped (check head.weights)'),
     ('rejected_feature_maps', 'feature maps rejected'),
     ('rejected_camera_info', 'CameraInfo messages rejected'),
@@ -113,8 +116,8 @@ def _cloud_problems(period, times: CloudTimes, now: float, timeout_s: float) -> 
     if silent > timeout_s:
         rejected = times.valid is None or times.last > times.valid
         problems.append((ERROR, f'no valid point cloud for {silent:.1f} s (lidar_timeout_s '
-                                f'{timeout_s:g})' + ('; clouds arrive but are rejected'
-                                                     if rejected else '')))
+                                f'{timeout_s:g})' + ('; clouds arrive but are rejected or '
+                                                     'hold no valid point' if rejected else '')))
     elif times.valid is None:
         problems.append((WARN, 'no valid point cloud yet'))
     rejected, processed = period['rejected'], period['processed']

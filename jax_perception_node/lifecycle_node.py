@@ -15,6 +15,7 @@ import sys
 import threading
 
 from rclpy.exceptions import ParameterException
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 
 from .node import NODE_NAME, run
@@ -34,6 +35,30 @@ class JaxPerceptionLifecycleNode(LifecycleNode):
         self.core.declare()
         self.done = threading.Event()      # set once finalized: the process may end
         self._active = False
+        # rclpy's handler raises RCLError out of the executor, ending the process, for a
+        # transition the current state does not offer; rclcpp answers success=false.
+        service = self._service_change_state
+        self._change_state, service.callback = service.callback, self._on_change_state
+
+    def _on_change_state(self, request, response):
+        """Answer a change_state request; one not offered in this state: false, and a log line."""
+        wanted = request.transition
+        offered = {(t[0], t[1]) for t in self._state_machine.available_transitions}
+        state = self._state_machine.current_state[1]
+        if not any(wanted.id == tid if not wanted.label else wanted.label == label
+                   for tid, label in offered):
+            names = ', '.join(sorted({label for _, label in offered})) or 'none'
+            asked = f'"{wanted.label}"' if wanted.label else f'id {wanted.id}'
+            self.get_logger().warning(f'transition {asked} refused: not available in state '
+                                      f'"{state}" (available: {names})')
+            response.success = False
+            return response
+        try:
+            return self._change_state(request, response)
+        except _rclpy.RCLError as exc:     # the offer changed meanwhile: still an answer
+            self.get_logger().error(f'transition failed in state "{state}": {exc}')
+            response.success = False
+            return response
 
     def on_configure(self, state) -> TransitionCallbackReturn:
         """Validate the parameters, build and warm the pipeline; FAILURE on a bad value."""

@@ -210,8 +210,9 @@ SCHEMA: tuple[ParamSpec, ...] = (
        'camera-lift sample slots per cell; 0: the most any cell needs with the start-up '
        'calibration', minimum=0, maximum=4096, static=SHAPES),
     _p('fusion.weights_file', 'string', '',
-       'optional .npz with W (6 + C + 1, C_out) and b (C_out), loaded with allow_pickle=False; '
-       "'' for none", static=SHAPES),
+       'optional .npz with W (6 + C + 1, C_out) and b (C_out) and no other arrays, C_out <= '
+       "4096, every value within +-1e6, loaded with allow_pickle=False; '' for none",
+       static=SHAPES),
     _p('fusion.activation', 'string', 'none',
        'none or relu, applied after the projection (only with weights)', choices=('none', 'relu'),
        static=COMPILED),

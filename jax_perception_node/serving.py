@@ -302,9 +302,11 @@ class PerceptionCore:
                     self.log.error(f'frame failed: {exc!r}')
 
     def _process(self, msg: PointCloud2, arrived: float) -> None:
+        now_ns = self.node.get_clock().now().nanoseconds
         try:
             frame = self.path.process(msg, picture=self.outputs.wants_picture(),
-                                      features=self.outputs.wants_features())
+                                      features=self.outputs.wants_features(),
+                                      now_ns=now_ns or None)   # 0: a sim clock not started
         except CloudFormatError as exc:
             self._count('rejected')
             self.log.warning(f'point cloud rejected: {exc}', throttle_duration_sec=2.0)
@@ -333,8 +335,10 @@ class PerceptionCore:
             self._bump('frames_without_odometry', int(frame.without_odometry))
             self._bump('cameras_without_tf', len(frame.cameras_without_tf))
             self._bump('cameras_over_slots', len(frame.cameras_over_slots))
-            times = self._times
-            self._times = CloudTimes(times.first, times.last, now)
+            self._bump('empty_clouds', int(frame.empty))
+            if not frame.empty:     # published, but no sign of a working LiDAR
+                times = self._times
+                self._times = CloudTimes(times.first, times.last, now)
             self._stale = frame.stale
             self.window.add(record)
 

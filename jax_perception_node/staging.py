@@ -12,6 +12,8 @@ and an array is handed out again only after the last frame that read it has fini
 
 import numpy as np
 
+from .channels import MAX_ABS_INPUT
+
 ALIGNMENT = 64      # bytes: what the CPU backend needs to alias a host buffer
 
 
@@ -66,8 +68,8 @@ class CameraStaging:
     A map equal to what its slot holds is not copied again; when one differs, the other array
     becomes current and receives the changed maps straight from the caller, plus any slot it
     has not caught up with (slot versions tell which), so the batch in use stays untouched.
-    Non-finite values are zeroed in the slot (NaN * 0 is NaN: one would poison every cell
-    sampling near it).
+    Non-finite values, and values beyond +-``channels.MAX_ABS_INPUT``, are zeroed in the slot
+    (NaN * 0 is NaN: one would poison every cell sampling near it; +-3e38 summed to inf).
     """
 
     def __init__(self, names: tuple[str, ...], map_shape: tuple[int, int, int]):
@@ -83,7 +85,7 @@ class CameraStaging:
         Returns
         -------
         (batch, nonfinite): the batch now current when a map changed, else None; the
-        non-finite values zeroed.
+        non-finite or out-of-range values zeroed.
 
         Raises
         ------
@@ -109,7 +111,7 @@ class CameraStaging:
         nonfinite = 0
         for i, fmap in changed:
             np.copyto(batch[i], fmap)
-            bad = ~np.isfinite(batch[i])
+            bad = ~(np.abs(batch[i]) <= MAX_ABS_INPUT)     # NaN compares False
             if bad.any():
                 nonfinite += int(bad.sum())
                 batch[i][bad] = 0.0

@@ -13,8 +13,25 @@ work; nothing here imports ROS.
 common ancestor, each dynamic edge interpolated between its two samples bracketing the stamp
 (translation linear, rotation slerp), composed in float64. A stamp past an edge's newest or
 before its oldest sample by at most ``tolerance_s`` takes that sample; further is an
-extrapolation, refused. A dynamic stamp going backwards on an edge (a bag loop, a restarted
-simulator) clears every dynamic history first, so two timelines never mix.
+extrapolation, refused.
+
+A dynamic stamp older than its edge's newest is told by how far back it goes. Up to
+``clock_jump_s`` (``CLOCK_JUMP_S``, 1 s) back, it is a late sample (two publishers of one edge,
+a reordering transport): as in tf2, it goes into its own edge's history at its place by stamp
+(an equal stamp replaces), counted in ``reordered``; no other edge is touched. Further back, the
+clock itself jumped back (a bag loop goes back by the bag's length, a restarted simulator to
+about 0): every dynamic history is cleared first, counted in ``resets``, so two timelines never
+mix; static transforms stay. The limit is never above ``cache_s``: a backwards sample is always
+one or the other, never one too old to store that would leave its edge stuck until the new
+clock passed the old. The price of a short limit: a sample late by more than it resets as a
+jump would, and a jump back by less mixes the two timelines until the old samples age out.
+
+The table of frames is bounded: at most ``max_frames`` (``MAX_FRAMES``) child frames, each
+with its edge. A transform that would add one more is refused (TransformError naming the frame
+and the limit) and counted in ``refused_frames``; transforms of frames already in the table are
+always stored. A lookup walks parent links only, so it costs the same with 10 frames or at the
+limit: a frame is known when it is a child in the table or the parent of one (children are
+counted per parent on every add, re-parenting and clear).
 
 Every problem is a :class:`TransformError` naming the frames or the field and why.
 Thread safety: every method may be called from any thread (one lock, held briefly).
@@ -34,6 +51,8 @@ CACHE_S = 10.0                 # s of dynamic history kept per edge, as tf2's de
 TOLERANCE_S = 0.01             # s a lookup may lie beyond an edge's samples
 QUATERNION_TOLERANCE = 1e-3    # |norm - 1| accepted (and normalised), as the parameters allow
 MAX_TRANSLATION_M = 1e8        # |x|, |y|, |z|: no place on Earth or near it is further
+CLOCK_JUMP_S = 1.0             # s back on an edge that is a jump of the clock, not a late sample
+MAX_FRAMES = 10_000            # child frames in a buffer: far beyond any robot, bounds memory
 
 
 class TransformError(ValueError):
@@ -122,19 +141,29 @@ class TransformBuffer:
 
     ``add(msg, static)`` stores one TransformStamped, ``add_message(msg, static)`` every
     transform of a tf2_msgs/TFMessage; ``lookup`` composes; ``clear`` forgets everything.
+    The counters ``resets``, ``reordered`` and ``refused_frames`` are totals since creation
+    (``clear`` keeps them).
     """
 
-    def __init__(self, cache_s: float = CACHE_S, tolerance_s: float = TOLERANCE_S):
+    def __init__(self, cache_s: float = CACHE_S, tolerance_s: float = TOLERANCE_S,
+                 clock_jump_s: float = CLOCK_JUMP_S, max_frames: int = MAX_FRAMES):
         self.cache_ns = int(round(cache_s * NS_PER_S))
         self.tolerance_ns = int(round(tolerance_s * NS_PER_S))
-        self.resets = 0                       # dynamic histories cleared for a backwards stamp
+        # Never beyond the cache: a sample further back could not be stored (see the module doc).
+        self.clock_jump_ns = min(int(round(clock_jump_s * NS_PER_S)), self.cache_ns)
+        self.max_frames = int(max_frames)
+        self.resets = 0           # dynamic histories cleared for a jump of the clock back
+        self.reordered = 0        # late dynamic samples inserted into their edge's history
+        self.refused_frames = 0   # transforms refused for a new frame beyond ``max_frames``
         self._edges: dict[str, _Edge] = {}    # child -> edge from its parent
+        self._parents: dict[str, int] = {}    # parent -> how many children it has in _edges
         self._lock = threading.Lock()
 
     def clear(self) -> None:
         """Forget every transform, static ones included."""
         with self._lock:
             self._edges.clear()
+            self._parents.clear()
 
     def add_message(self, msg, static: bool) -> int:
         """
@@ -158,30 +187,64 @@ class TransformBuffer:
         """Check and store one TransformStamped (see ``read_transform``); raises TransformError."""
         parent, child, stamp, translation, quaternion = read_transform(msg)
         with self._lock:
+            edge = self._edges.get(child)
+            if edge is None and len(self._edges) >= self.max_frames:
+                self.refused_frames += 1
+                raise TransformError(f'transform "{parent}" -> "{child}": frame "{child}" is '
+                                     f'new and the buffer already holds {self.max_frames} '
+                                     f'frames (max_frames); transforms of known frames are '
+                                     f'still stored')
             ancestor = parent
             while ancestor in self._edges:
                 ancestor = self._edges[ancestor].parent
                 if ancestor == child:
                     raise TransformError(f'transform "{parent}" -> "{child}": "{child}" is '
                                          f'already an ancestor of "{parent}" (a loop)')
-            edge = self._edges.get(child)
             if edge is None or edge.parent != parent or edge.static != static:
+                if edge is not None:
+                    self._forget_parent(edge.parent)
                 edge = self._edges[child] = _Edge(parent, static)   # a new parent replaces
+                self._parents[parent] = self._parents.get(parent, 0) + 1
+            sample = (translation, quaternion)
             if static:
-                edge.stamps, edge.samples = [stamp], [(translation, quaternion)]
+                edge.stamps, edge.samples = [stamp], [sample]
                 return
-            if edge.stamps and stamp < edge.stamps[-1]:
+            stamps = edge.stamps
+            if stamps and stamp < stamps[-1]:
+                # A late sample touches its own edge; a jump of the clock, every dynamic one.
+                if stamps[-1] - stamp <= self.clock_jump_ns:
+                    self._insert_late(edge, stamp, sample)
+                    return
                 self._reset_dynamic()
-            if edge.stamps and stamp == edge.stamps[-1]:
-                edge.samples[-1] = (translation, quaternion)
+            if stamps and stamp == stamps[-1]:
+                edge.samples[-1] = sample
                 return
-            edge.stamps.append(stamp)
-            edge.samples.append((translation, quaternion))
-            keep = bisect.bisect_left(edge.stamps, stamp - self.cache_ns)
+            stamps.append(stamp)
+            edge.samples.append(sample)
+            keep = bisect.bisect_left(stamps, stamp - self.cache_ns)
             if keep:
-                del edge.stamps[:keep], edge.samples[:keep]
+                del stamps[:keep], edge.samples[:keep]
+
+    def _insert_late(self, edge: _Edge, stamp: int, sample) -> None:
+        """Put a sample older than its edge's newest at its place; it is within the cache."""
+        at = bisect.bisect_left(edge.stamps, stamp)
+        if edge.stamps[at] == stamp:
+            edge.samples[at] = sample
+        else:
+            edge.stamps.insert(at, stamp)
+            edge.samples.insert(at, sample)
+        self.reordered += 1
+
+    def _forget_parent(self, parent: str) -> None:
+        """Drop one child from ``parent``'s count; with none left it is no longer a frame."""
+        left = self._parents[parent] - 1
+        if left:
+            self._parents[parent] = left
+        else:
+            del self._parents[parent]
 
     def _reset_dynamic(self) -> None:
+        """Clear every dynamic history (the clock jumped back); static edges stay."""
         for edge in self._edges.values():
             if not edge.static:
                 edge.stamps.clear()
@@ -201,13 +264,15 @@ class TransformBuffer:
         if target == source:
             return np.eye(4)
         with self._lock:
-            up_source, up_target = self._chain(source), self._chain(target)
-            known = self._known()
+            # Known: a child in the table or a parent of one. Both are dict look-ups: never a
+            # pass over the whole table, whose size must not set the cost of a lookup.
             for frame in (source, target):
-                if frame not in known:
+                if frame not in self._edges and frame not in self._parents:
                     raise TransformError(f'cannot transform "{source}" into "{target}": frame '
                                          f'"{frame}" is unknown (not in /tf or /tf_static)')
-            common = next((f for f in up_source if f in up_target), None)
+            up_source, up_target = self._chain(source), self._chain(target)
+            in_target = set(up_target)
+            common = next((f for f in up_source if f in in_target), None)
             if common is None:
                 raise TransformError(f'cannot transform "{source}" into "{target}": no path, '
                                      f'their trees have the roots "{up_source[-1]}" and '
@@ -215,9 +280,6 @@ class TransformBuffer:
             from_source = self._compose(up_source, common, stamp_ns, source, target)
             from_target = self._compose(up_target, common, stamp_ns, source, target)
         return invert(from_target) @ from_source
-
-    def _known(self) -> set[str]:
-        return set(self._edges) | {edge.parent for edge in self._edges.values()}
 
     def _chain(self, frame: str) -> list[str]:
         """Return ``frame`` and its ancestors up to the root (the tree has no loops)."""

@@ -38,11 +38,17 @@ class LifecycleClient:
         self.probe.wait_for(future.done, what='get_state')
         return future.result().current_state.label
 
-    def transition(self, transition_id: int, timeout: float = 120.0) -> bool:
-        """Request a lifecycle_msgs/Transition by id; True when it succeeded."""
+    def request(self, transition_id: int = 0, label: str = ''):
+        """Send a change_state request, by id or (when given) by label; return its future."""
         from lifecycle_msgs.srv import ChangeState
         request = ChangeState.Request()
-        request.transition.id = transition_id
-        future = self._change.call_async(request)
-        self.probe.wait_for(future.done, timeout=timeout, what=f'transition {transition_id}')
+        request.transition.id, request.transition.label = transition_id, label
+        return self._change.call_async(request)
+
+    def transition(self, transition_id: int = 0, timeout: float = 120.0,
+                   label: str = '') -> bool:
+        """Request a lifecycle_msgs/Transition by id (or label); True when it succeeded."""
+        future = self.request(transition_id, label)
+        self.probe.wait_for(future.done, timeout=timeout,
+                            what=f'transition {label or transition_id}')
         return future.result().success

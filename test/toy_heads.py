@@ -1,5 +1,7 @@
 """Small head plug-ins for the tests: outputs simple enough to recompute in NumPy."""
 
+from dataclasses import replace
+
 import jax.numpy as jnp
 from jax_perception_node.head import HeadSpec
 import numpy as np
@@ -58,3 +60,14 @@ def jax_params(params: dict) -> dict:
 def not_a_spec_head(head_input):
     """Return something else than a HeadSpec."""
     return {'apply': None}
+
+
+def positive_scale(params: dict) -> None:
+    """Raise ValueError unless the heatmap's scale is positive (validated_head's hook)."""
+    if not params['scale'] > 0:
+        raise ValueError(f'scale must be > 0, got {float(params["scale"])}')
+
+
+def validated_head(head_input):
+    """Build the occupancy head with a validate hook: a checkpoint's scale must be > 0."""
+    return replace(occupancy_head(head_input), validate=positive_scale)

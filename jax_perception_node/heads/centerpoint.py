@@ -154,6 +154,26 @@ def check_input(head_input: HeadInput) -> None:
             f'{STRIDE}, got {head_input.height} x {head_input.width}')
 
 
+def validate(params: CenterPointHead) -> None:
+    """
+    Raise ValueError unless a checkpoint's values are ones the network can run with.
+
+    ``std`` scales the input by ``1 / std``: every channel's must be positive and finite,
+    with a finite reciprocal in float32, or the outputs turn infinite or NaN and the head
+    finds nothing (a std of 0 took a demo frame's 14 boxes to 0, silently). The other arrays
+    (``mean``, the convolutions' weights and biases) may hold any finite value, and the loader
+    has checked that they do.
+    """
+    std = np.asarray(params.std)
+    with np.errstate(divide='ignore', over='ignore'):
+        scale = np.float32(1.0) / std.astype(np.float32)
+    bad = np.flatnonzero(~((std > 0) & np.isfinite(std) & np.isfinite(scale)))
+    if bad.size:
+        raise ValueError(f'std must be positive in every BEV channel (the input is scaled by '
+                         f'1 / std): {bad.size} of {std.size} channels are not, channel '
+                         f'{int(bad[0])}: {float(std[bad[0]])}')
+
+
 def vehicle_head(head_input: HeadInput) -> HeadSpec:
     """
     Return the reference vehicle head for a BEV of ``head_input``'s shape.
@@ -165,7 +185,8 @@ def vehicle_head(head_input: HeadInput) -> HeadSpec:
     Returns
     -------
     HeadSpec: ``apply(params, bev)`` -> the CenterPoint outputs at stride 4, the untrained
-    parameters (the checkpoint layout), class 'vehicle' and the shipped weights' path.
+    parameters (the checkpoint layout), class 'vehicle', the shipped weights' path and
+    :func:`validate`, which refuses a checkpoint's non-positive ``std``.
 
     Raises
     ------
@@ -178,4 +199,4 @@ def vehicle_head(head_input: HeadInput) -> HeadSpec:
     def apply(params, bev):
         return eqx.combine(params, static)(bev)
 
-    return HeadSpec(apply, params, STRIDE, CLASSES, WEIGHTS)
+    return HeadSpec(apply, params, STRIDE, CLASSES, WEIGHTS, validate)

@@ -22,7 +22,7 @@ Construction compiles every kernel with a warm-up call, so timed calls never com
 import functools
 from typing import Mapping
 
-from jax_perception_node.channels import density_table
+from jax_perception_node.channels import density_table, MAX_ABS_INPUT
 from jax_perception_node.config import load_fusion_weights, PipelineConfig
 from jax_perception_node.tools import peers
 import numba
@@ -43,7 +43,7 @@ def _accumulate(points, rot, trans, grid, height, width, count, z_sum, i_sum, z_
         col = np.floor((y - y_min) / res)
         # A NaN compares False: it fails the range tests like any point outside.
         if not (row >= 0 and row < height and col >= 0 and col < width
-                and z >= z_min and z < z_max and np.isfinite(intensity)):
+                and z >= z_min and z < z_max and abs(intensity) <= MAX_ABS_INPUT):
             continue
         cell = int(row) * width + int(col)
         count[cell] += 1

@@ -31,6 +31,7 @@ import os
 from typing import Mapping, NamedTuple
 import warnings
 
+from jax_perception_node.channels import MAX_ABS_INPUT
 from jax_perception_node.config import load_fusion_weights, PipelineConfig
 import numpy as np
 
@@ -180,10 +181,10 @@ def grid_cells(xp, points, rot, trans, grid, height: int, width: int):
     """
     Cell of every point in the grid, for NumPy arrays and torch tensors alike.
 
-    ``xp``: the array module (``numpy`` or ``torch``; both have ``floor`` and ``isfinite``).
+    ``xp``: the array module (``numpy`` or ``torch``; both have ``floor``).
     points: float32[N, 4] in the LiDAR frame; rot float32[3, 3], trans float32[3] the LiDAR
     pose; grid: ``GridConfig.vector()``. Returns (row, col, z, intensity, keep): float32[N]
-    each, keep bool[N] for points inside the grid with a finite intensity (a NaN coordinate
+    each, keep bool[N] for points inside the grid with |intensity| <= ``MAX_ABS_INPUT`` (a NaN
     compares False, so it falls out of the range tests).
     """
     px, py, pz, intensity = points[:, 0], points[:, 1], points[:, 2], points[:, 3]
@@ -195,7 +196,7 @@ def grid_cells(xp, points, rot, trans, grid, height: int, width: int):
     row = xp.floor((x - x_min) / res)
     col = xp.floor((y - y_min) / res)
     keep = ((row >= 0) & (row < height) & (col >= 0) & (col < width)
-            & (z >= z_min) & (z < z_max) & xp.isfinite(intensity))
+            & (z >= z_min) & (z < z_max) & (abs(intensity) <= MAX_ABS_INPUT))
     return row, col, z, intensity, keep
 
 

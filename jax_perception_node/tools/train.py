@@ -11,11 +11,17 @@ cells, CenterPoint's ``gaussian_radius`` at overlap 0.1, at least 2 cells), and 
 cell only the offset, z, log size and sin/cos yaw. Loss: the focal loss of the heatmap plus
 0.25 x the L1 of the regression, both per object. Random flips of x and y augment; optax
 AdamW with a warm-up and cosine decay.
+
+A loss that is not finite stops the training (``TrainingError``, naming the step and the
+inputs' extremes), and so do final weights that are not finite: nothing non-finite is ever
+written. The weights are written to a temporary file beside ``--out`` and renamed onto it, so
+a failed write leaves no partial file there.
 """
 
 import argparse
 from dataclasses import replace
 import math
+import os
 from pathlib import Path
 import sys
 import time
@@ -30,7 +36,8 @@ from .arguments import check_writable, outputs_apart
 from .training_set import collect, Dataset, read_truth
 from .. import bagio
 from ..config import default_params_file, HeadConfig, load_config
-from ..head import HeadInput, save_weights
+from ..grid_map import GridMapLayers
+from ..head import HeadInput, leaf_names, save_weights
 from ..heads.centerpoint import CenterPointHead, check_input, CLASSES, STRIDE
 from ..parameters import ConfigError
 from ..pipeline import BevPipeline
@@ -43,6 +50,10 @@ REG_WEIGHT = 0.25          # CenterPoint's weight of the box regression against 
 MIN_OVERLAP = 0.1          # CenterPoint's gaussian_radius overlap
 MIN_RADIUS = 2             # output cells
 REGRESSION = 8             # offset 2, z 1, log size 3, sin/cos yaw 2
+
+
+class TrainingError(bagio.BagError):
+    """Training gave a non-finite loss or weights: most likely from extreme values in the bags."""
 
 
 # -- targets -------------------------------------------------------------------------------
@@ -81,7 +92,8 @@ def encode_targets(boxes: np.ndarray, grid, shape: tuple[int, int], classes: int
     heatmap float32[h, w, classes] (1 at each centre cell), regression float32[h, w, 8]
     (offset along rows and columns, z, log length, width, height, sin yaw, cos yaw: at centre
     cells only) and mask float32[h, w, 1] (1 at centre cells). Boxes whose centre lies outside
-    the grid are left out.
+    the grid are left out. A box larger than the output grid gets a Gaussian of radius
+    max(h, w), which covers the grid from any centre cell.
 
     """
     h, w = shape
@@ -94,7 +106,8 @@ def encode_targets(boxes: np.ndarray, grid, shape: tuple[int, int], classes: int
         i, j = math.floor(u), math.floor(v)
         if not (0 <= i < h and 0 <= j < w):
             continue
-        radius = max(MIN_RADIUS, int(gaussian_radius(length / cell, width / cell)))
+        radius = max(MIN_RADIUS, min(max(h, w), gaussian_radius(length / cell, width / cell)))
+        radius = int(radius)
         draw_gaussian(heatmap[..., int(cls)], i, j, radius)
         regression[i, j] = (u - i, v - j, z, math.log(length), math.log(width),
                             math.log(height), math.sin(yaw), math.cos(yaw))
@@ -167,7 +180,8 @@ def make_step(optimizer, frozen):
 
 
 def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, seed: int,
-          progress=None) -> tuple[CenterPointHead, np.ndarray]:
+          progress=None, learning_rate: float | None = None
+          ) -> tuple[CenterPointHead, np.ndarray]:
     """
     Train a head on ``dataset``; return it and the per-step losses float32[steps, 3].
 
@@ -180,18 +194,25 @@ def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, se
     batch_size: frames per step (drawn without replacement within each pass).
     seed: of the initial weights, the frame order and the flips.
     progress: called with (step, steps, loss) after every step.
+    learning_rate: the peak of the schedule (None: ``LEARNING_RATE``).
 
     Returns
     -------
     (the trained CenterPointHead, float32[steps, 3] losses: total, heatmap, regression).
+
+    Raises
+    ------
+    TrainingError: at the first step whose loss is not finite, or when the trained weights are
+    not (the message names the step and the inputs' extremes).
 
     """
     mean, std = dataset.statistics()
     model = eqx.tree_at(lambda m: (m.mean, m.std), CenterPointHead.create(channels, seed),
                         replace=(mean, std))
     trainable, frozen = eqx.partition(model, trainable_mask(model))
+    rate = LEARNING_RATE if learning_rate is None else learning_rate
     schedule = optax.warmup_cosine_decay_schedule(
-        0.0, LEARNING_RATE, min(100, max(steps // 10, 1)), max(steps, 2), LEARNING_RATE * 0.02)
+        0.0, rate, min(100, max(steps // 10, 1)), max(steps, 2), rate * 0.02)
     optimizer = optax.chain(optax.clip_by_global_norm(10.0),
                             optax.adamw(schedule, weight_decay=WEIGHT_DECAY))
     opt_state = optimizer.init(trainable)
@@ -207,9 +228,32 @@ def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, se
         arrays = batch(dataset, indices, flips, grid)
         trainable, opt_state, loss = step(trainable, opt_state, *arrays)
         losses[n] = np.asarray(loss)
+        if not np.isfinite(losses[n]).all():
+            total, focal, l1 = losses[n]
+            raise TrainingError(
+                f'training diverged: the loss is {total:g} at step {n + 1} of {steps} (heatmap '
+                f'{focal:g}, box regression {l1:g}); {_hint(dataset, rate)}')
         if progress:
             progress(n + 1, steps, float(losses[n, 0]))
-    return eqx.combine(trainable, frozen), losses
+    model = eqx.combine(trainable, frozen)
+    arrays = eqx.filter(model, eqx.is_array)
+    bad = [name for name, leaf in zip(leaf_names(arrays), jax.tree.leaves(arrays))
+           if not np.all(np.isfinite(np.asarray(leaf)))]
+    if bad:
+        raise TrainingError(
+            f'training diverged: after step {steps} the weights {", ".join(bad[:3])}'
+            f'{" ..." if len(bad) > 3 else ""} are not finite (every loss was); '
+            f'{_hint(dataset, rate)}')
+    return model, losses
+
+
+def _hint(dataset: Dataset, rate: float) -> str:
+    """Return where to look after a divergence: the inputs' extremes, a non-default rate."""
+    hint = 'likely at fault: clouds or ground truth with extreme values'
+    if rate != LEARNING_RATE:
+        hint += f', or the learning rate {rate:g} (the default is {LEARNING_RATE:g})'
+    extremes = dataset.extremes()
+    return f'{hint}; {extremes}' if extremes else hint
 
 
 def progress_bar(stream=sys.stderr, width: int = 30):
@@ -230,6 +274,16 @@ def progress_bar(stream=sys.stderr, width: int = 30):
             stream.write('\n')
         stream.flush()
     return draw
+
+
+def write_weights(path: Path, params) -> None:
+    """``save_weights`` to a temporary file beside ``path``, renamed onto it once complete."""
+    part = path.with_name(f'.{path.name}.{os.getpid()}.part')
+    try:
+        save_weights(part, params)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def plot_losses(losses: np.ndarray, path: Path) -> None:
@@ -324,7 +378,7 @@ def cmd_train(args, stream=sys.stderr) -> int:
         finally:
             reader.close()
     pipe.warmup()
-    dataset = Dataset(pipe.output_channels)
+    dataset = Dataset(pipe.output_channels, GridMapLayers.for_pipeline(cfg, pipe).names)
     collect(args.bags, cfg, pipe, dataset, stream)
     if not dataset.pooled:
         raise bagio.BagError('no LiDAR frame with ground truth at its stamp in '
@@ -333,11 +387,16 @@ def cmd_train(args, stream=sys.stderr) -> int:
     stream.write(f'{len(dataset.pooled)} frames, {sum(len(b) for b in dataset.boxes)} boxes, '
                  f'collected in {collected - start:.0f} s; training {args.steps} steps of '
                  f'{args.batch}\n')
-    model, losses = train(dataset, grid, pipe.output_channels, args.steps, args.batch,
-                          args.seed, progress_bar(stream))
+    try:
+        model, losses = train(dataset, grid, pipe.output_channels, args.steps, args.batch,
+                              args.seed, progress_bar(stream))
+    except TrainingError as exc:
+        if stream.isatty():
+            stream.write('\n')        # end the progress bar's line
+        raise TrainingError(f'{exc}; nothing written to {out}') from None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        save_weights(out, eqx.partition(model, eqx.is_array)[0])
+        write_weights(out, eqx.partition(model, eqx.is_array)[0])
         png.parent.mkdir(parents=True, exist_ok=True)
         plot_losses(losses, png)
     except OSError as exc:

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import time
 
 from configs import REPO, small_params
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, Probe, serving_node,
                          stamp_of, status_values, write_params)
 
-T0 = 1_800_000_000 * 10**9
+T0 = 1_700_000_000 * 10**9
 # These nodes test timeouts and stale cameras: one slow frame on a busy machine must not
 # leave a p99-over-budget WARN where OK is expected.
 NO_BUDGET = {'diagnostics.latency_budget_ms': 60_000.0}   # the schema's largest
@@ -87,9 +88,26 @@ def test_hostile_clouds_are_served(lidar_node):
     assert int(one_cell[..., 0].sum()) == 1 and one_cell[..., 1].max() == 1.0
     v = settle(probe, balanced, 'accounting')
     assert int(v['overflowed']) == 1
+    assert int(v['empty_clouds']) == 3         # all NaN, all Inf, empty; 'outside' is valid
     with probe.lock:
         messages = [m.status[0].message for m in probe.diagnostics]
     assert any('1 clouds above the largest bucket (1024 points)' in m for m in messages)
+    assert any('3 clouds without a single valid point' in m for m in messages)
+
+
+def test_a_cloud_stamped_ahead_of_the_clock_is_rejected_and_resets_nothing(lidar_node):
+    node, probe = lidar_node
+    before = settle(probe, balanced, 'accounting')
+    ahead = time.time_ns() + 3600 * 10**9       # an hour ahead of the node's (wall) clock
+    probe.cloud_pub.publish(make_cloud(np.ones((20, 4), np.float32), ahead))
+    probe.wait_for(lambda: "s ahead of the node's clock (more than 1 s)" in node.log(),
+                   what='the refusal')
+    after = settle(probe, lambda v, s: balanced(v)
+                   and int(v['rejected']) == int(before['rejected']) + 1, 'rejected counted')
+    assert int(after['processed']) == int(before['processed'])
+    # Taken, it would have made the next cloud a jump back in time.
+    send_and_wait(probe, np.ones((20, 4), np.float32), T0 + 5 * 10**9 + 10**8)
+    assert 'LiDAR stamp went backwards' not in node.log()
 
 
 def test_duplicate_and_backwards_stamps(lidar_node):

@@ -1,5 +1,7 @@
 """The managed node through real rclpy: lifecycle transitions over the lifecycle_msgs services."""
 
+import time
+
 from configs import small_config, small_params
 from jax_perception_node.pipeline import BevPipeline
 from lifecycle_harness import LifecycleClient, LifecycleProcess
@@ -132,6 +134,49 @@ def test_failed_configure_reports_the_reason_and_cleanup_releases(managed):
     assert client.transition(t.TRANSITION_DEACTIVATE)
     assert client.transition(t.TRANSITION_INACTIVE_SHUTDOWN)
     assert node.proc.wait(timeout=30) == 0
+
+
+def test_a_transition_the_state_does_not_offer_is_refused_and_the_node_lives_on(managed):
+    # rclpy's own handler raised RCLError ('Transition is not registered') out of the
+    # executor: the process exited 1 without answering.
+    node, probe, client = managed
+    t = transitions()
+    assert not client.transition(t.TRANSITION_ACTIVATE)          # a fresh node
+    assert not client.transition(label='deactivate')
+    assert client.state() == 'unconfigured'
+    assert client.transition(t.TRANSITION_CONFIGURE)
+    assert not client.transition(t.TRANSITION_CONFIGURE)         # configure twice
+    assert not client.transition(t.TRANSITION_ACTIVE_SHUTDOWN)   # the shutdown of another state
+    assert node.alive() and client.state() == 'inactive'
+    probe.wait_for(lambda: 'transition id 1 refused: not available in state "inactive" '
+                           '(available: activate, cleanup, shutdown)' in node.log(),
+                   what='the refusal logged')
+    assert 'transition "deactivate" refused: not available in state "unconfigured"' in node.log()
+
+    # A burst of 24 requests back to back, valid and invalid in any order. The service's
+    # queue (the services' default QoS: keep last 10) may drop some while a configure warms
+    # up, as it would for rclcpp; the node answers what reaches it and lives on.
+    rng = np.random.default_rng(11)
+    ids = rng.choice([t.TRANSITION_CONFIGURE, t.TRANSITION_CLEANUP, t.TRANSITION_ACTIVATE,
+                      t.TRANSITION_DEACTIVATE, 99], size=24)
+    futures = [client.request(int(i)) for i in ids]
+    answered, quiet_since = 0, time.monotonic()
+    while answered < len(futures) and time.monotonic() - quiet_since < 10.0:
+        time.sleep(0.1)
+        with probe.lock:
+            done = sum(f.done() for f in futures)
+        if done > answered:
+            answered, quiet_since = done, time.monotonic()
+    assert node.alive(), node.log()
+    answers = [f.result().success for f in futures if f.done()]
+    assert answered >= 10 and not all(answers) and any(answers)
+    assert client.state() in ('unconfigured', 'inactive', 'active')
+    # Still a working node: bring it to active and serve a frame.
+    for transition in (t.TRANSITION_CONFIGURE, t.TRANSITION_ACTIVATE):
+        client.transition(transition)
+    assert client.state() == 'active'
+    probe.wait_for(lambda: probe.cloud_pub.get_subscription_count() > 0, what='subscription')
+    serve(probe, T0, np.ones((3, 4), np.float32))
 
 
 def test_shutdown_from_unconfigured(managed):

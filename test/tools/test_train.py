@@ -1,18 +1,22 @@
 """jax-perception train: CenterPoint targets, a few steps that lower the loss, the weights."""
 
 import argparse
+import errno
 import math
 import shutil
+from types import SimpleNamespace
 
 from cli_errors import assert_one_line_error
 from configs import small_params
 import equinox as eqx
+import jax
 from jax_perception_node import bagio
 from jax_perception_node.config import config_from_parameters, write_param_file
 from jax_perception_node.head import HeadInput, load_weights
 from jax_perception_node.heads.centerpoint import CenterPointHead, vehicle_head
 from jax_perception_node.objects import detections_message, GROUND_TRUTH_TOPIC
 from jax_perception_node.pipeline import BevPipeline
+from jax_perception_node.stamps import stamp_ns
 from jax_perception_node.tools import train, training_set
 from jax_perception_node.tools.cli import main
 from jax_perception_node.tools.synthetic_drive import write_sample_bag
@@ -268,3 +272,201 @@ def test_outputs_on_a_training_bag_or_a_picture_that_is_no_png_are_refused_first
         assert main(['train', str(bag), '--params', str(params_file), *options]) == 1, options
         assert_one_line_error(capsys, message)
         assert mcap.read_bytes() == before
+
+
+# -- bad ground truth, a diverging training, a failed write ----------------------------------
+
+CAR = [4, 1, 0, 4, 2, 1.5, 0.1, 1, 0]
+
+
+def truth_bag(path, edit, boxes=(CAR, [9, -2, 0, 1, 1, 1.8, 0, 1, 1], CAR)):
+    """Write one ground-truth message at 1 s (a car, a pedestrian, a car) after ``edit(msg)``."""
+    msg = detections_message(bagio.TYPESTORE.types, np.array(boxes, np.float32),
+                             ('vehicle', 'pedestrian'), 10**9, 'base_link')
+    edit(msg)
+    with bagio.BagWriter(path) as writer:
+        writer.write(GROUND_TRUTH_TOPIC, msg, 10**9)
+    return path
+
+
+def set_box(n, part, values):
+    """Return ``edit(msg)``: set detection ``n``'s bbox ``part`` (size, position, orientation)."""
+    def edit(msg):
+        bbox = msg.detections[n].bbox
+        target = bbox.size if part == 'size' else getattr(bbox.center, part)
+        for axis, value in zip('xyzw', values):
+            setattr(target, axis, value)
+    return edit
+
+
+NAN, INF = float('nan'), float('inf')
+
+
+@pytest.mark.parametrize('part, values, problem, shown', [
+    ('size', (4, NAN, 1.5), 'a non-finite size', 'size (4, nan, 1.5)'),
+    ('size', (4, 2, 0), 'a size <= 0', 'size (4, 2, 0)'),
+    ('size', (-4, 2, 1.5), 'a size <= 0', 'size (-4, 2, 1.5)'),
+    ('size', (4, 1e39, 1.5), 'a non-finite size', 'size (4, 1e+39, 1.5)'),   # float32: inf
+    ('position', (INF, 1, 0), 'a non-finite centre', 'centre (inf, 1, 0)'),
+    ('orientation', (0, 0, NAN, 1), 'a non-finite orientation', 'xyzw (0, 0, nan, 1)'),
+    # Its yaw comes out finite (atan2(inf, -inf)): only the quaternion shows it.
+    ('orientation', (0, 0, INF, 1), 'a non-finite orientation', 'xyzw (0, 0, inf, 1)'),
+    ('orientation', (0, 0, 0, 0), 'an orientation that is no unit quaternion (norm 0)',
+     'xyzw (0, 0, 0, 0)'),
+])
+def test_a_bad_ground_truth_box_is_refused_naming_bag_stamp_and_box(
+        tmp_path, part, values, problem, shown):
+    bag = truth_bag(tmp_path / 'gt', set_box(2, part, values))
+    with pytest.raises(bagio.BagError) as info:
+        read_truth_of(bag)
+    message = str(info.value)
+    assert message.startswith(f'{bag}: {GROUND_TRUTH_TOPIC} at header.stamp 1000000000 ns: '
+                              f'box 2 has {problem}: centre ('), message
+    assert shown in message and '\n' not in message
+
+
+def test_a_bad_box_of_a_class_left_out_is_not_refused(tmp_path):
+    truth, left_out = read_truth_of(truth_bag(tmp_path / 'gt', set_box(1, 'size', (NAN, 0, 0))))
+    assert left_out == {'pedestrian': 1} and len(truth[10**9]) == 2
+
+
+def copy_with_truth(src, dst, edit):
+    """Copy every message of the bag ``src`` to ``dst``, the first ground truth after ``edit``."""
+    reader = bagio.open_reader(src)
+    stamp = None
+    try:
+        with bagio.BagWriter(dst) as writer:
+            for topic, timestamp, raw, msgtype in bagio.iter_messages(
+                    reader, list(bagio.topic_types(reader))):
+                if topic == GROUND_TRUTH_TOPIC and stamp is None:
+                    msg = bagio.deserialize(raw, msgtype)
+                    edit(msg)
+                    stamp = stamp_ns(msg.header.stamp)
+                    writer.write(topic, msg, timestamp)
+                else:
+                    writer.write_raw(topic, msgtype, raw, timestamp)
+    finally:
+        reader.close()
+    return stamp
+
+
+@pytest.mark.parametrize('size, problem', [((4.5, NAN, 1.5), 'a non-finite size'),
+                                           ((4.5, 0.0, 1.5), 'a size <= 0')])
+def test_train_refuses_a_drive_with_a_bad_box_before_the_warm_up(
+        drive, tmp_path, capsys, monkeypatch, size, problem):
+    # Was a traceback: NaN "cannot convert float NaN to integer", 0 "math domain error".
+    params_file, bag, _ = drive
+    bad = tmp_path / 'bad'
+    stamp = copy_with_truth(bag, bad, set_box(0, 'size', size))
+
+    def no_warmup(self):
+        raise AssertionError('warmed up before refusing the bad box')
+    monkeypatch.setattr(BevPipeline, 'warmup', no_warmup)
+    out = tmp_path / 'w.npz'
+    assert main(['train', str(bag), str(bad), '--out', str(out),
+                 '--params', str(params_file)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f'jax-perception: {bad}: {GROUND_TRUTH_TOPIC} at header.stamp {stamp} '
+                          'ns: box 0 '), err
+    assert f'has {problem}: centre (' in err and '\n' not in err and 'Traceback' not in err
+    assert f'size (4.5, {size[1]:g}, 1.5)' in err
+    assert not out.exists()
+
+
+def test_a_box_larger_than_the_grid_covers_it():
+    # int(radius) of a 1e30 m box was an np.arange of 1e30 cells (ValueError).
+    grid = config_from_parameters(PARAMS).grid
+    box = np.array([[3.3, -7.05, 0.9, 1e30, 1e30, 1.5, 0.0, 1.0, 0.0]], np.float32)
+    heat, reg, mask = train.encode_targets(box, grid, (32, 32))
+    assert heat[18, 11, 0] == 1.0 and np.all(heat > 0) and mask.sum() == 1
+    np.testing.assert_allclose(reg[18, 11, 3], math.log(1e30), rtol=1e-6)
+
+
+def test_a_bev_with_non_finite_values_is_refused_naming_bag_stamp_and_channel():
+    data = training_set.Dataset(3, ('occupancy', 'density', 'intensity_mean'))
+    collector = training_set._Collect(None, {7: np.zeros((0, 9), np.float32)}, data,
+                                      lambda f: f, 1, 'drive')
+    features = np.zeros((4, 4, 3), np.float32)
+    features[1, 2, 2] = np.inf
+    frame = SimpleNamespace(stamp_ns=7, result=SimpleNamespace(features=features))
+    with pytest.raises(bagio.BagError, match='drive: the BEV of the LiDAR frame at header.stamp '
+                                             '7 ns has non-finite values in intensity_mean'):
+        collector.write(frame, 7)
+    assert not data.pooled
+    features[1, 2, 2] = 3e38        # finite: kept, and the largest value is on record
+    collector.write(frame, 7)
+    assert len(data.pooled) == 1
+    assert data.extremes() == ('the largest |BEV value| is 3e+38 (intensity_mean, drive at '
+                               'header.stamp 7 ns)')
+
+
+def test_a_diverging_training_stops_at_its_first_non_finite_loss(dataset, drive):
+    # A learning rate of 1e30: the warm-up's first step has rate 0, the second takes the
+    # weights to ~1e30, the third step's loss overflows.
+    grid = drive[2].grid
+    channels = dataset.pooled[0].shape[-1] // 2
+    with pytest.raises(train.TrainingError) as info:
+        train.train(dataset, grid, channels, steps=5, batch_size=2, seed=5, learning_rate=1e30)
+    message = str(info.value)
+    assert message.startswith('training diverged: the loss is nan at step 3 of 5 (heatmap '), \
+        message
+    assert ('likely at fault: clouds or ground truth with extreme values, or the learning rate '
+            '1e+30 (the default is 0.003); the largest |BEV value| is ') in message, message
+    assert ' ns), the largest |box value| is ' in message
+
+
+def test_final_weights_that_are_not_finite_are_refused(dataset, drive, monkeypatch):
+    # The last step's update is not seen by any loss: the weights are checked themselves.
+    make_step, steps = train.make_step, []
+
+    def poisoned(optimizer, frozen):
+        step = make_step(optimizer, frozen)
+
+        def wrapped(*args):
+            trainable, state, losses = step(*args)
+            steps.append(1)
+            if len(steps) == 2:
+                trainable = eqx.tree_at(lambda t: t.conv1.bias, trainable,
+                                        replace_fn=lambda b: b * np.nan)
+            return trainable, state, losses
+        return wrapped
+    monkeypatch.setattr(train, 'make_step', poisoned)
+    channels = dataset.pooled[0].shape[-1] // 2
+    with pytest.raises(train.TrainingError, match=r'training diverged: after step 2 the weights '
+                                                  r'\.conv1\.bias are not finite'):
+        train.train(dataset, drive[2].grid, channels, steps=2, batch_size=2, seed=5)
+
+
+def test_train_command_writes_nothing_when_the_loss_turns_non_finite(
+        drive, tmp_path, capsys, monkeypatch):
+    # Was exit 0, "loss nan -> nan" and a checkpoint of NaN weights.
+    params_file, bag, _ = drive
+    monkeypatch.setattr(train, 'LEARNING_RATE', 1e30)
+    out = tmp_path / 'head.npz'
+    out.write_bytes(b'the previous weights')
+    assert main(['train', str(bag), '--out', str(out), '--params', str(params_file),
+                 '--steps', '4', '--batch', '2']) == 1
+    assert_one_line_error(capsys, 'training diverged: the loss is nan at step 3 of 4')
+    assert out.read_bytes() == b'the previous weights'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['head.npz']
+
+
+def test_a_failed_weights_write_leaves_no_partial_file(drive, tmp_path, capsys, monkeypatch):
+    params_file, bag, _ = drive
+    save_weights = train.save_weights
+
+    def disk_full(path, params):
+        with open(path, 'wb') as f:
+            f.write(b'PK\x03\x04 half a zip')
+        raise OSError(errno.ENOSPC, 'No space left on device')
+    monkeypatch.setattr(train, 'save_weights', disk_full)
+    out = tmp_path / 'head.npz'
+    assert main(['train', str(bag), '--out', str(out), '--params', str(params_file),
+                 '--steps', '1', '--batch', '2']) == 1
+    assert_one_line_error(capsys, f'head.weights: cannot write {out}')
+    assert list(tmp_path.iterdir()) == []
+    # Written whole, it is renamed into place.
+    monkeypatch.setattr(train, 'save_weights', save_weights)
+    params = jax.tree.map(np.asarray, CenterPointHead.create(3))
+    train.write_weights(out, eqx.filter(params, eqx.is_array))
+    assert [p.name for p in tmp_path.iterdir()] == ['head.npz']

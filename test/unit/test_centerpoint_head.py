@@ -2,7 +2,8 @@
 
 import equinox as eqx
 import jax
-from jax_perception_node.head import HEAD_OUTPUTS, HeadInput, leaf_names
+from jax_perception_node.head import (HEAD_OUTPUTS, HeadInput, leaf_names, load_head,
+                                      save_weights)
 from jax_perception_node.heads.centerpoint import CenterPointHead, vehicle_head
 from jax_perception_node.parameters import ConfigError
 import numpy as np
@@ -130,3 +131,33 @@ def test_the_shipped_weights_fit_the_shipped_parameters_and_are_trained():
     assert any(not np.array_equal(t, u) for t, u in zip(trained, untrained))
     mean = next(np.asarray(v) for n, v in zip(leaf_names(head.params), trained) if n == '.mean')
     assert mean.shape == (cfg.fused_channels,) and np.abs(mean).sum() > 0   # set by training
+
+
+@pytest.mark.parametrize('std, refused', [
+    ([0.0] * 5, '5 of 5 channels are not, channel 0: 0.0'),     # blinded the detector, silently
+    ([1.0, 2.0, 0.0, 1.0, 1.0], '1 of 5 channels are not, channel 2: 0.0'),
+    ([1.0, -0.5, 1.0, 1.0, 1.0], '1 of 5 channels are not, channel 1: -0.5'),
+    ([1.0, 1.0, 1.0, 1.0, 1e-39], '1 of 5 channels are not, channel 4: '),  # 1 / std: inf
+    ([0.5, 2.0, 1.0, 1e-3, 7.0], None),
+])
+def test_a_checkpoint_whose_std_the_network_cannot_divide_by_is_refused(tmp_path, std, refused):
+    from jax_perception_node.parameters import REFERENCE_HEAD
+    bev = HeadInput(16, 24, 5, 0.5)
+    spec = vehicle_head(bev)
+    std = np.asarray(std, np.float32)
+    params = jax.tree.map(np.asarray, spec.params)
+    save_weights(tmp_path / 'good.npz', params)                     # std 1
+    path = tmp_path / 'w.npz'
+    save_weights(path, eqx.tree_at(lambda m: m.std, params, std))
+    if refused is None:
+        head = load_head(REFERENCE_HEAD, str(path), bev)
+        np.testing.assert_array_equal(head.params.std, std)
+        np.testing.assert_array_equal(head.checkpoint(str(path))[1].std, std)
+        return
+    match = f'^head.weights: {path}: std must be positive in every BEV channel .*{refused}'
+    with pytest.raises(ConfigError, match=match):
+        load_head(REFERENCE_HEAD, str(path), bev)                   # at start-up
+    head = load_head(REFERENCE_HEAD, str(tmp_path / 'good.npz'), bev)
+    with pytest.raises(ConfigError, match=match):
+        head.checkpoint(str(path))                                  # a live swap
+    np.testing.assert_array_equal(head.params.std, 1.0)

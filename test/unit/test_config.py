@@ -105,6 +105,20 @@ def test_weights_file_shape_is_checked(tmp_path):
         config_from_parameters(small_params(**{'fusion.weights_file': str(pickled)}))
 
 
+def test_fusion_weights_that_would_overflow_the_output_are_refused(tmp_path):
+    # Finite, but 3e38 times any input above 1 is inf in the published BEV.
+    path = tmp_path / 'w.npz'
+    weights = np.eye(10, 4, dtype=np.float32)
+    weights[2, 1] = 3e38
+    np.savez(path, W=weights, b=np.zeros(4, np.float32))
+    with pytest.raises(ConfigError, match=r'fusion.weights_file: W has a value of magnitude '
+                                          r'3e\+38, more than 1e\+06'):
+        config_from_parameters(small_params(**{'fusion.weights_file': str(path)}))
+    weights[2, 1] = -1e6          # the limit itself is allowed
+    np.savez(path, W=weights, b=np.full(4, 1e6, np.float32))
+    config_from_parameters(small_params(**{'fusion.weights_file': str(path)}))
+
+
 def test_param_file_errors(tmp_path):
     with pytest.raises(ConfigError, match='params file .*missing.yaml'):
         load_config(tmp_path / 'missing.yaml')

@@ -57,6 +57,37 @@ def test_a_cloud_in_another_frame_is_rejected_naming_both_frames_and_the_paramet
     assert path.process(cloud()).result.num_points == len(POINTS)
 
 
+def test_a_cloud_stamped_ahead_of_the_clock_is_refused_and_resets_nothing(path):
+    run_frame(path, T0)
+    ahead = T0 + 2 * 10**9     # 2 s ahead of a clock at T0 (the margin is 1 s)
+    with pytest.raises(CloudFormatError, match=r'header.stamp is 2.000 s ahead of the node\'s '
+                                               r'clock \(more than 1 s\)'):
+        path.process(cloud(ahead), now_ns=T0)
+    # Refused before pairing: the next cloud is no jump back, and the maps are still there.
+    frame = path.process(cloud(T0 + 10**8), now_ns=T0 + 10**8)
+    assert not frame.stamps_jumped and frame.result.cameras_used == 2
+    # Within the margin, or without a clock (offline; a sim clock not started): taken.
+    assert path.process(cloud(T0 + 10**9), now_ns=T0 + 10**8).stamp_ns == T0 + 10**9
+    assert path.process(cloud(ahead)).stamp_ns == ahead
+
+
+@pytest.mark.parametrize('rows', [
+    np.zeros((0, 4)), np.full((1000, 4), np.nan),
+    np.hstack([np.ones((500, 3)), np.full((500, 1), 3e38)]),    # intensity out of range
+])
+def test_a_cloud_without_a_valid_point_is_processed_but_flagged_empty(path, rows):
+    msg = bag_messages.cloud(rows.astype(np.float32), T0)
+    msg.header.frame_id = 'lidar'
+    frame = path.process(msg)
+    assert frame.empty and not frame.result.features.any()
+    # One valid point anywhere, even the very last and outside the grid, is a valid cloud.
+    rows = np.vstack([rows, [[900.0, 0.0, 0.0, 1.0]]]).astype(np.float32)
+    msg = bag_messages.cloud(rows, T0 + 10**8)
+    msg.header.frame_id = 'lidar'
+    assert not path.process(msg).empty
+    assert not path.process(cloud(T0 + 2 * 10**8)).empty
+
+
 def test_the_lidar_frame_is_the_parameter(pipe):
     cfg = small_config(**{'lidar.frame_id': 'velodyne'})
     path = FramePath(cfg, pipe)

@@ -148,6 +148,40 @@ def test_a_pickled_checkpoint_is_never_unpickled(tmp_path):
     assert not marker.exists()
 
 
+def test_the_heads_validate_hook_checks_every_checkpoint_live_swaps_too(tmp_path, monkeypatch):
+    calls, check = [], toy_heads.positive_scale
+
+    def positive_scale(params):
+        calls.append(float(params['scale']))
+        check(params)
+    monkeypatch.setattr(toy_heads, 'positive_scale', positive_scale)
+    good, bad = tmp_path / 'good.npz', tmp_path / 'bad.npz'
+    save_weights(good, {'scale': np.float32(2.5), 'bias': np.float32(-3.0), 'z': np.float32(0)})
+    save_weights(bad, {'scale': np.float32(0), 'bias': np.float32(-3.0), 'z': np.float32(0)})
+    bev = HeadInput(32, 48, 8, 0.5)
+    with pytest.raises(ConfigError, match=f'^head.weights: {bad}: scale must be > 0, got 0.0$'):
+        load_head('toy_heads:validated_head', str(bad), bev)          # at start-up
+    head = load_head('toy_heads:validated_head', str(good), bev)
+    assert head.params['scale'] == 2.5 and calls == [0.0, 2.5]
+    with pytest.raises(ConfigError, match=f'^head.weights: {bad}: scale must be > 0'):
+        head.checkpoint(str(bad))                                       # a live swap
+    target, params = head.checkpoint(str(good))
+    assert target == good and params['scale'] == 2.5 and calls == [0.0, 2.5, 0.0, 2.5]
+    # No checkpoint (none shipped, head.weights ''): the factory's own parameters, unchecked.
+    assert head.checkpoint('')[0] is None and len(calls) == 4
+
+
+def test_a_validate_hook_that_fails_otherwise_is_named(tmp_path):
+    from dataclasses import replace
+    from jax_perception_node.head import LoadedHead
+    spec = replace(toy_heads.occupancy_head(None), validate=lambda params: params['missing'])
+    head = LoadedHead('toy', spec, spec.params, None, 'digest')
+    save_weights(tmp_path / 'w.npz', spec.params)
+    match = r"^head.weights: .*w.npz: the head plug-in failed to validate it: KeyError: 'missing'"
+    with pytest.raises(ConfigError, match=match):
+        head.checkpoint(str(tmp_path / 'w.npz'))
+
+
 def test_features_stay_unfetched_when_not_asked_for(head_pipe):
     cloud = cluster_cloud(np.random.default_rng(7), [[0.0, 0.0, 0.0]])
     pending = head_pipe.dispatch(cloud)

@@ -41,10 +41,21 @@ def test_rejected_clouds_do_not_reset_the_lidar_timeout():
     result = run(period={'rejected': 10}, times=CloudTimes(NOW - 9.0, NOW - 0.1, NOW - 3.0))
     assert result.level == ERROR
     assert result.message == ('no valid point cloud for 3.0 s (lidar_timeout_s 2); clouds '
-                              'arrive but are rejected; all 10 clouds since the last report '
-                              'rejected')
+                              'arrive but are rejected or hold no valid point; all 10 clouds '
+                              'since the last report rejected')
     assert result.values['seconds_since_cloud'] == '0.10'
     assert result.values['seconds_since_valid_cloud'] == '3.00'
+
+
+def test_clouds_without_a_valid_point_warn_and_do_not_count_as_valid():
+    # Processed (published), but all NaN: the serving core leaves CloudTimes.valid alone.
+    result = run(period={'processed': 4, 'empty_clouds': 4},
+                 times=CloudTimes(NOW - 1.0, NOW - 0.1, None))
+    assert result.level == WARN
+    assert result.message == ('no valid point cloud yet; 4 clouds without a single valid point '
+                              '(all NaN, out of range or empty)')
+    assert run(period={'processed': 4, 'empty_clouds': 4},
+               times=CloudTimes(NOW - 3.0, NOW - 0.1, None)).level == ERROR
 
 
 def test_silence_after_valid_clouds_is_an_error_without_the_rejected_note():
@@ -70,7 +81,7 @@ def test_clouds_but_none_valid_yet_is_not_ok():
     result = run(times=CloudTimes(NOW - 2.5, NOW - 0.1, None))
     assert (result.level, result.message) == (
         ERROR, 'no valid point cloud for 2.5 s (lidar_timeout_s 2); clouds arrive but are '
-        'rejected')
+        'rejected or hold no valid point')
 
 
 @pytest.mark.parametrize('rejected,processed,level,message', [
@@ -91,7 +102,7 @@ def test_period_warnings_use_one_spelling_per_count():
     assert result.level == WARN
     assert result.message.split('; ') == [
         '2 clouds above the largest bucket (1024 points), subsampled',
-        '8 non-finite feature values zeroed',
+        '8 non-finite or out-of-range feature values zeroed',
         '6 decoded boxes with non-finite values dropped (check head.weights)',
         '1 feature maps rejected',
         '3 CameraInfo messages rejected', '4 odometry messages rejected',

@@ -85,6 +85,21 @@ def test_density_equals_numpys_float32_formula_bit_for_bit(warmed):
             assert density[row, col] == want, n
 
 
+def test_huge_intensities_are_dropped_like_nan_so_every_cell_stays_finite(lidar_pipe):
+    cfg = lidar_pipe.cfg
+    points = random_cloud(600, cfg)
+    # Two points in one cell with intensity 3e38 summed to inf; at 1e12 (the limit) kept.
+    twins = np.repeat(points[:1], 2, axis=0)
+    twins[:, 3] = [3e38, -3e38]
+    points[1:40, 3] = np.where(np.arange(39) % 2, 3e38, 1e12)
+    cloud = np.vstack([points, twins])
+    out = lidar_pipe.process(cloud).features
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(lidar_part(out), voxelize_ref(cloud, cfg), rtol=1e-5, atol=1e-5)
+    # The reference keeps the 1e12 points: they did reach the output.
+    assert lidar_part(out)[..., 5].max() > 1e10
+
+
 def test_voxelize_edges_range_and_nonfinite(warmed):
     # Identity extrinsic and a power-of-two resolution: every edge is exact in float32 too.
     cfg = small_config(cameras=0, **{'lidar.translation': [0.0, 0.0, 0.0]})

@@ -108,6 +108,16 @@ def test_nonfinite_features_are_zeroed_and_counted(pipe):
     assert np.isfinite(result.features).all()
 
 
+def test_huge_finite_features_are_zeroed_and_counted_so_the_output_stays_finite(pipe):
+    # +-3e38 is finite, but a bilinear tap or a mean over heights of two sums to inf.
+    fmap = np.full((12, 20, 3), 3e38, np.float32)
+    fmap[::2] = -3e38
+    fmap[0, 0, 0] = 1e12          # the limit itself is a valid value
+    result = pipe.process(np.zeros((0, 4), np.float32), {'front': fmap})
+    assert result.nonfinite_features == fmap.size - 1
+    assert np.isfinite(result.features).all()
+
+
 def test_wrong_camera_inputs_are_rejected_by_name(pipe):
     with pytest.raises(ValueError, match='side'):
         pipe.process(np.zeros((0, 4), np.float32), {'side': np.zeros((12, 20, 3), np.float32)})

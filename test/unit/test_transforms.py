@@ -3,13 +3,15 @@
 import math
 
 from jax_perception_node.rotations import matrix_quaternion
-from jax_perception_node.transforms import TransformBuffer, TransformError
+from jax_perception_node.transforms import (CLOCK_JUMP_S, MAX_FRAMES, TransformBuffer,
+                                            TransformError)
 import numpy as np
 import pytest
 from reference import quat_matrix
 from tf_messages import tf_message, transform
 
 S = 10**9
+MS = 10**6
 
 
 def matrix(translation, xyzw) -> np.ndarray:
@@ -117,6 +119,182 @@ def test_a_backwards_stamp_resets_the_dynamic_history_not_the_static(tree):
     np.testing.assert_allclose(tree.lookup('odom', 'lidar', 2 * S),
                                matrix((7.0, 0.0, 0.0), (0, 0, 0, 1)) @ matrix(*LIDAR),
                                atol=1e-12)
+
+
+def test_a_late_sample_goes_into_its_own_edge_and_clears_no_other():
+    buffer = TransformBuffer()
+    buffer.add(transform('odom', 'base_link', 10 * S), static=False)
+    buffer.add(transform('odom', 'base_link', 11 * S, (1.0, 0.0, 0.0)), static=False)
+    buffer.add(transform('map', 'odom', 10 * S + S // 2), static=False)
+    buffer.add(transform('map', 'odom', 11 * S, (0.0, 2.0, 0.0)), static=False)
+    # 1 ms older than map -> odom's newest (a second localiser, a reordering transport).
+    buffer.add(transform('map', 'odom', 11 * S - MS, (0.0, 4.0, 0.0)), static=False)
+    # The other edge keeps its history (it used to be wiped: "no transform since the last
+    # reset"), and so does this one.
+    np.testing.assert_allclose(buffer.lookup('odom', 'base_link', 10 * S + S // 2)[:3, 3],
+                               [0.5, 0.0, 0.0])
+    # The late sample sits at its place by stamp: at its own stamp, halfway from 10.5 s to it,
+    # and the newest one is still the newest.
+    np.testing.assert_allclose(buffer.lookup('map', 'odom', 11 * S - MS)[:3, 3],
+                               [0.0, 4.0, 0.0])
+    np.testing.assert_allclose(buffer.lookup('map', 'odom', 10 * S + 749_500_000)[:3, 3],
+                               [0.0, 2.0, 0.0])
+    np.testing.assert_allclose(buffer.lookup('map', 'odom', 11 * S)[:3, 3], [0.0, 2.0, 0.0])
+    # An equal stamp replaces its sample; one older than the oldest kept (but within the
+    # jump limit of the newest) goes first.
+    buffer.add(transform('map', 'odom', 10 * S + S // 2, (0.0, 0.0, 6.0)), static=False)
+    buffer.add(transform('map', 'odom', 10 * S + S // 5, (0.0, 0.0, 2.0)), static=False)
+    np.testing.assert_allclose(buffer.lookup('map', 'odom', 10 * S + S // 2)[:3, 3],
+                               [0.0, 0.0, 6.0])
+    np.testing.assert_allclose(buffer.lookup('map', 'odom', 10 * S + 35 * S // 100)[:3, 3],
+                               [0.0, 0.0, 4.0])
+    np.testing.assert_allclose(buffer.lookup('map', 'base_link', 11 * S)[:3, 3],
+                               [1.0, 2.0, 0.0])
+    assert (buffer.resets, buffer.reordered) == (0, 3)
+
+
+@pytest.mark.parametrize('back_ns, reset', [
+    (int(CLOCK_JUMP_S * S), False),          # late by the limit: still a late sample
+    (int(CLOCK_JUMP_S * S) + 1, True),       # beyond: the clock jumped back
+    (60 * S - S // 10, True),                # a 60 s bag played again from its start
+    (100 * S, True),                         # a simulator restarted at 0
+])
+def test_a_jump_of_the_clock_is_told_from_a_late_sample_by_how_far_back(back_ns, reset):
+    buffer = TransformBuffer(cache_s=200.0)
+    newest = 100 * S
+    buffer.add(transform('odom', 'base_link', newest - S), static=False)
+    buffer.add(transform('odom', 'base_link', newest, (1.0, 0.0, 0.0)), static=False)
+    buffer.add(transform('map', 'odom', newest), static=False)
+    buffer.add(transform('map', 'odom', newest - back_ns, (5.0, 0.0, 0.0)), static=False)
+    assert buffer.resets == int(reset)
+    np.testing.assert_allclose(buffer.lookup('map', 'odom', newest - back_ns)[:3, 3],
+                               [5.0, 0.0, 0.0])
+    if reset:   # every dynamic history went, the other edge's too: two timelines never mix
+        with pytest.raises(TransformError, match='no transform since the last reset'):
+            buffer.lookup('odom', 'base_link', newest)
+        with pytest.raises(TransformError, match='extrapolation into the future'):
+            buffer.lookup('map', 'odom', newest)
+    else:
+        np.testing.assert_allclose(buffer.lookup('odom', 'base_link', newest)[:3, 3],
+                                   [1.0, 0.0, 0.0])
+        np.testing.assert_allclose(buffer.lookup('map', 'odom', newest), np.eye(4))
+    assert buffer.reordered == int(not reset)
+
+
+def test_with_a_cache_shorter_than_the_jump_limit_a_backwards_sample_never_sticks():
+    # Beyond a 0.5 s cache a sample cannot be stored: it is a jump (never dropped, which
+    # would refuse the new timeline until it passed the old one).
+    buffer = TransformBuffer(cache_s=0.5)
+    buffer.add(transform('map', 'base_link', 10 * S), static=False)
+    buffer.add(transform('map', 'base_link', 10 * S - 7 * S // 10, (3.0, 0.0, 0.0)),
+               static=False)
+    assert buffer.resets == 1
+    np.testing.assert_allclose(buffer.lookup('map', 'base_link', 10 * S - 7 * S // 10)[:3, 3],
+                               [3.0, 0.0, 0.0])
+
+
+class CountingDict(dict):
+    """A dict that counts every access and every pass over all its entries."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.accesses = self.passes = 0
+
+    def __getitem__(self, key):
+        self.accesses += 1
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        self.accesses += 1
+        return super().__contains__(key)
+
+    def get(self, key, default=None):
+        self.accesses += 1
+        return super().get(key, default)
+
+    def __iter__(self):
+        self.passes += 1
+        return super().__iter__()
+
+    def keys(self):
+        self.passes += 1
+        return super().keys()
+
+    def values(self):
+        self.passes += 1
+        return super().values()
+
+    def items(self):
+        self.passes += 1
+        return super().items()
+
+
+def lookup_costs(unrelated_frames: int) -> list[tuple[int, int]]:
+    """Look up in a tree beside ``unrelated_frames`` others; (accesses, passes) per table."""
+    buffer = TransformBuffer()
+    buffer.add(transform('map', 'odom', 0), static=True)
+    buffer.add(transform('odom', 'base_link', 10 * S), static=False)
+    buffer.add(transform('base_link', 'lidar', 0, *LIDAR), static=True)
+    buffer.add(transform('world', 'gps', 0), static=True)
+    for k in range(unrelated_frames):
+        buffer.add(transform(f'fleet{k % 7}', f'robot{k}', 0), static=True)
+    tables = [CountingDict(buffer._edges), CountingDict(getattr(buffer, '_parents', {}))]
+    buffer._edges, buffer._parents = tables
+    buffer.lookup('map', 'lidar', 10 * S)
+    for target, source, match in [('map', 'velodyne', 'unknown'), ('gps', 'lidar', 'no path'),
+                                  ('map', 'lidar', 'extrapolation')]:
+        with pytest.raises(TransformError, match=match):
+            buffer.lookup(target, source, 20 * S)
+    return [(table.accesses, table.passes) for table in tables]
+
+
+def test_a_lookup_walks_parent_links_and_never_the_whole_table():
+    small, large = lookup_costs(10), lookup_costs(3000)
+    assert all(passes == 0 for _, passes in small + large), (small, large)
+    assert small == large
+
+
+def test_the_frame_table_is_capped_and_known_frames_still_update():
+    assert TransformBuffer().max_frames == MAX_FRAMES
+    buffer = TransformBuffer(max_frames=3)
+    for child in ('a', 'b', 'c'):
+        buffer.add(transform('base', child, 0), static=True)
+    with pytest.raises(TransformError, match=r'"base" -> "d": frame "d" is new and the buffer '
+                                             r'already holds 3 frames \(max_frames\)'):
+        buffer.add(transform('base', 'd', 0), static=True)
+    with pytest.raises(TransformError, match='frame "d" is unknown'):
+        buffer.lookup('base', 'd', 0)
+    # Frames in the table still update, re-parent, turn dynamic; a message's good ones stay.
+    buffer.add(transform('base', 'a', 0, (1.0, 0.0, 0.0)), static=True)
+    buffer.add(transform('a', 'c', 0, (0.0, 1.0, 0.0)), static=True)
+    with pytest.raises(TransformError, match='frame "e" is new'):
+        buffer.add_message(tf_message(transform('base', 'b', 5 * S, (0.0, 0.0, 2.0)),
+                                      transform('base', 'e', 5 * S)), static=False)
+    assert buffer.refused_frames == 2
+    np.testing.assert_allclose(buffer.lookup('base', 'c', 0)[:3, 3], [1.0, 1.0, 0.0])
+    np.testing.assert_allclose(buffer.lookup('base', 'b', 5 * S)[:3, 3], [0.0, 0.0, 2.0])
+    # clear() empties the table: new frames fit again.
+    buffer.clear()
+    for child in ('d', 'e', 'f'):
+        buffer.add(transform('base', child, 0), static=True)
+    np.testing.assert_array_equal(buffer.lookup('d', 'f', 0), np.eye(4))
+
+
+def test_a_parent_is_a_frame_while_it_has_children_and_clear_forgets_it():
+    buffer = TransformBuffer()
+    buffer.add(transform('world', 'gps', 0), static=True)
+    buffer.add(transform('world', 'radar', 0), static=True)
+    buffer.add(transform('world', 'radar', 0), static=False)     # same parent, now dynamic
+    buffer.add(transform('map', 'gps', 0), static=True)          # re-parented
+    np.testing.assert_array_equal(buffer.lookup('world', 'radar', 0), np.eye(4))
+    buffer.add(transform('map', 'radar', 0), static=True)        # its last child gone
+    with pytest.raises(TransformError, match='frame "world" is unknown'):
+        buffer.lookup('world', 'radar', 0)
+    np.testing.assert_array_equal(buffer.lookup('map', 'radar', 0), np.eye(4))
+    buffer.clear()
+    for frame in ('map', 'gps'):
+        with pytest.raises(TransformError, match=f'frame "{frame}" is unknown'):
+            buffer.lookup('radar', frame, 0)
 
 
 @pytest.mark.parametrize('change, field', [
