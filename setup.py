@@ -9,7 +9,7 @@ setup(
     version='0.1.0',
     packages=find_packages(exclude=['test']),
     # The reference head's shipped weights (jax-perception train writes them).
-    package_data={'jax_perception_node.heads': ['*.npz']},
+    package_data={'jax_perception_node.detection.heads': ['*.npz']},
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),
@@ -29,8 +29,8 @@ setup(
     license='Apache-2.0',
     entry_points={
         'console_scripts': [
-            'jax_perception_node = jax_perception_node.node:main',
-            'jax_perception_lifecycle_node = jax_perception_node.lifecycle_node:main',
+            'jax_perception_node = jax_perception_node.ros.node:main',
+            'jax_perception_lifecycle_node = jax_perception_node.ros.lifecycle_node:main',
             'jax-perception = jax_perception_node.tools.cli:main',
         ],
     },

@@ -9,15 +9,18 @@ The public Python API::
     out = pipe.process(points, cameras={'front': fmap})
 
 Names are imported on first use, so ``import jax_perception_node`` (and the light CLI
-commands) do not pay for importing JAX.
+commands) do not pay for importing JAX. The subpackages are the layers, each importing only
+those below it: geometry, settings, sensors, detection, core, outputs, frames, then bags and
+ros side by side (docs/design.md, "Layers"); the tools stand on top.
 """
 
 import importlib
 
 _EXPORTS = {
-    'BevPipeline': 'pipeline', 'FrameResult': 'pipeline', 'compile_count': 'pipeline',
-    'load_config': 'config', 'config_from_parameters': 'config', 'ConfigError': 'parameters',
-    'PipelineConfig': 'config', 'kernels': None,
+    'BevPipeline': 'core.pipeline', 'FrameResult': 'core.pipeline',
+    'compile_count': 'core.pipeline', 'load_config': 'settings.config',
+    'config_from_parameters': 'settings.config', 'ConfigError': 'settings.parameters',
+    'PipelineConfig': 'settings.config', 'kernels': 'core.kernels',
 }
 __all__ = sorted(_EXPORTS)
 
@@ -26,7 +29,5 @@ def __getattr__(name: str):
     """Import a public name from its module the first time it is asked for."""
     if name not in _EXPORTS:
         raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-    module = _EXPORTS[name]
-    if module is None:
-        return importlib.import_module(f'.{name}', __name__)
-    return getattr(importlib.import_module(f'.{module}', __name__), name)
+    module = importlib.import_module(f'.{_EXPORTS[name]}', __name__)
+    return module if _EXPORTS[name].endswith(f'.{name}') else getattr(module, name)

@@ -47,7 +47,7 @@ CAMERA_INPUTS = {'_features_topic': '~/input/camera/{}/features',
 
 def camera_names(params_file: str) -> list:
     """Return ``cameras.names`` of a params file (the node's own reader: same rules)."""
-    from jax_perception_node.config import read_param_file
+    from jax_perception_node.settings.config import read_param_file
     return list(read_param_file(params_file).get('cameras.names', []))
 
 

@@ -3,7 +3,7 @@
 import math
 import sys
 
-from jax_perception_node import bagio
+from jax_perception_node.bags import bagio
 from jax_perception_node.tools.cloud_messages import point_cloud
 import numpy as np
 

@@ -3,7 +3,7 @@
 import ast
 from pathlib import Path
 
-from jax_perception_node.config import config_from_parameters, PipelineConfig
+from jax_perception_node.settings.config import config_from_parameters, PipelineConfig
 
 REPO = Path(__file__).resolve().parent.parent
 PARAMS_FILE = REPO / 'config' / 'jax_perception.param.yaml'

@@ -5,7 +5,7 @@ import os
 # Registers the CI rule: a skip for a missing part of the environment fails under CI=true.
 from ci_skips import pytest_runtest_makereport  # noqa: F401
 from configs import REPO, small_config
-from jax_perception_node.config import PipelineConfig
+from jax_perception_node.settings.config import PipelineConfig
 import pytest
 
 # DDS never leaves loopback; the domain is per run so parallel runs do not cross-talk.
@@ -29,7 +29,7 @@ def warmed():
     A module's tests share a pipeline (a warm-up compiles every bucket); another module gets
     its own, so state a test leaves (calibration, sweep ring) never crosses modules.
     """
-    from jax_perception_node.pipeline import BevPipeline
+    from jax_perception_node.core.pipeline import BevPipeline
     pipelines = {}
 
     def warmed_pipeline(cfg: PipelineConfig) -> BevPipeline:

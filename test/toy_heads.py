@@ -3,7 +3,7 @@
 from dataclasses import replace
 
 import jax.numpy as jnp
-from jax_perception_node.head import HeadSpec
+from jax_perception_node.detection.head import HeadSpec
 import numpy as np
 
 STRIDE = 2

@@ -17,13 +17,13 @@ import signal
 import sys
 import threading
 
-from jax_perception_node.bagio import BagError, BagTopics, ODOMETRY_TOPIC, POINTCLOUD_TOPIC
-from jax_perception_node.camera import CameraInfoError, FeatureMapError
-from jax_perception_node.cloud import CloudFormatError
-from jax_perception_node.config import default_params_file, load_config
-from jax_perception_node.odometry import OdometryError
-from jax_perception_node.parameters import ConfigError
-from jax_perception_node.transforms import TransformError
+from jax_perception_node.bags.bagio import BagError, BagTopics, ODOMETRY_TOPIC, POINTCLOUD_TOPIC
+from jax_perception_node.geometry.odometry import OdometryError
+from jax_perception_node.geometry.transforms import TransformError
+from jax_perception_node.sensors.camera import CameraInfoError, FeatureMapError
+from jax_perception_node.sensors.cloud import CloudFormatError
+from jax_perception_node.settings.config import default_params_file, load_config
+from jax_perception_node.settings.parameters import ConfigError
 
 from .arguments import check_writable, number, outputs_apart, pairs, topic_name, UsageError
 from .bench.common import BenchError
@@ -200,7 +200,7 @@ def _replay_fleet(args, cfg, topics: BagTopics) -> int:
 
 
 def _replay_one(args, cfg, topics: BagTopics) -> int:
-    from jax_perception_node.replay import progress_bar, replay_bag
+    from jax_perception_node.bags.replay import progress_bar, replay_bag
     from .report import detection_line, latency_table
     result = replay_bag(args.input[0], args.out, cfg, topics, snapshot_frames=(0, -1),
                         progress=progress_bar())

@@ -6,7 +6,7 @@ name, so the benchmarks' publisher (rclpy) and the tests' bags (rosbags) share t
 Importing this module imports neither library.
 """
 
-from jax_perception_node.camera import byte_array
+from jax_perception_node.sensors.camera import byte_array
 import numpy as np
 
 

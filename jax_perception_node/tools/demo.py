@@ -18,11 +18,11 @@ import subprocess
 import time
 
 
-from jax_perception_node import bagio
-from jax_perception_node.config import default_params_file, load_config
-from jax_perception_node.latency import percentiles, STAGES
-from jax_perception_node.objects import GROUND_TRUTH_TOPIC
-from jax_perception_node.stamps import stamp_ns
+from jax_perception_node.bags import bagio
+from jax_perception_node.frames.latency import percentiles, STAGES
+from jax_perception_node.geometry.stamps import stamp_ns
+from jax_perception_node.outputs.objects import GROUND_TRUTH_TOPIC
+from jax_perception_node.settings.config import default_params_file, load_config
 
 from .processes import console_script, local_ros_env, stop_process
 
@@ -138,7 +138,7 @@ def _level(status) -> str:
 
 def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -> int:
     """Read the recording back and write report.md, bev.png and latency.png."""
-    from jax_perception_node.camera import read_features
+    from jax_perception_node.sensors.camera import read_features
     from .report import detection_line, latency_table, save_bev_png, save_latency_png
     reader = bagio.open_reader(bag)
     frames_in = next(c.msgcount for c in reader.connections
@@ -219,14 +219,14 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
 
 def _vehicle_rows(msg):
     """Box rows of a Detection3DArray's vehicles, the class scored (others are left out)."""
-    from jax_perception_node.objects import boxes_from_detections
-    from jax_perception_node.detection_eval import EVALUATED_CLASS
+    from jax_perception_node.outputs.objects import boxes_from_detections
+    from jax_perception_node.detection.detection_eval import EVALUATED_CLASS
     return boxes_from_detections(msg, (EVALUATED_CLASS,), Counter())
 
 
 def _detection(objects: dict, truth: dict) -> dict | None:
     """detection_eval.evaluate of the frames with both objects and ground truth, or None."""
-    from jax_perception_node.detection_eval import evaluate
+    from jax_perception_node.detection.detection_eval import evaluate
     paired = [(objects[stamp], truth[stamp]) for stamp in sorted(objects) if stamp in truth]
     if not paired:
         return None

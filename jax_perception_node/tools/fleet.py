@@ -29,8 +29,8 @@ import sys
 import time
 from typing import Callable, Iterator
 
-from jax_perception_node import bagio
-from jax_perception_node.config import PipelineConfig
+from jax_perception_node.bags import bagio
+from jax_perception_node.settings.config import PipelineConfig
 
 from .fleet_driver import Scheduler
 from .fleet_types import BagOutcome, first_line, FleetError, FleetProgress

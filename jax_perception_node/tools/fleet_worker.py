@@ -14,11 +14,11 @@ import socket
 import threading
 import time
 
-from jax_perception_node.bagio import BagError
-from jax_perception_node.config import PipelineConfig
-from jax_perception_node.parameters import ConfigError
-from jax_perception_node.pipeline import BevPipeline, compile_count
-from jax_perception_node.replay import replay_bag
+from jax_perception_node.bags.bagio import BagError
+from jax_perception_node.bags.replay import replay_bag
+from jax_perception_node.core.pipeline import BevPipeline, compile_count
+from jax_perception_node.settings.config import PipelineConfig
+from jax_perception_node.settings.parameters import ConfigError
 
 # Eigen's own thread pool in every one-core actor would make the actors on a machine fight for
 # its cores. (The often-quoted companion ``intra_op_parallelism_threads=1`` is no XLA flag:

@@ -11,15 +11,14 @@ for the rest).
 import threading
 import time
 
-from jax_perception_node import bagio
-from jax_perception_node.config import PipelineConfig
-from jax_perception_node.transforms import TF_STATIC_TOPIC, TF_TOPIC
+from jax_perception_node.bags import bagio
+from jax_perception_node.geometry.transforms import TF_STATIC_TOPIC, TF_TOPIC
+from jax_perception_node.settings.config import PipelineConfig
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-from rclpy.qos import (DurabilityPolicy, qos_profile_sensor_data, QoSProfile,
-                       ReliabilityPolicy)
-from rosbags.interfaces import (Qos, QosDurability, QosHistory, QosLiveliness,
-                                QosReliability, QosTime)
+from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
+from rosbags.interfaces import (Qos, QosDurability, QosHistory, QosLiveliness, QosReliability,
+                                QosTime)
 
 _ROS_TYPES = {}
 CLOCK_TOPIC = '/clock'

@@ -22,8 +22,8 @@ Construction compiles every kernel with a warm-up call, so timed calls never com
 import functools
 from typing import Mapping
 
-from jax_perception_node.channels import density_table, MAX_ABS_INPUT
-from jax_perception_node.config import load_fusion_weights, PipelineConfig
+from jax_perception_node.settings.channels import density_table, MAX_ABS_INPUT
+from jax_perception_node.settings.config import load_fusion_weights, PipelineConfig
 from jax_perception_node.tools import peers
 import numba
 import numpy as np

@@ -4,9 +4,9 @@ Peer implementations of the kernel contract (docs/design.md) for the benchmarks:
 The third peer, hand-written Numba loops on one core, is ``numba_peer.NumbaBev``; it shares
 :func:`lift_matrix` and :func:`refuse_lenses` with these.
 
-Both compute the same fused BEV features as :class:`~jax_perception_node.pipeline.BevPipeline`
+Both compute the same fused BEV features as :class:`~jax_perception_node.core.pipeline.BevPipeline`
 (``[6 LiDAR] + [C camera] + [1 coverage]``, then the optional 1x1 projection) from the same
-:class:`~jax_perception_node.config.PipelineConfig`, independently of the JAX kernels, in
+:class:`~jax_perception_node.settings.config.PipelineConfig`, independently of the JAX kernels, in
 float32 like the JAX side. They are written the way a careful user of each library would:
 vectorised (``np.bincount`` / ``np.maximum.at``; ``index_add_`` / ``scatter_reduce_``), no
 Python loop over points or cells.
@@ -31,8 +31,8 @@ import os
 from typing import Mapping, NamedTuple
 import warnings
 
-from jax_perception_node.channels import MAX_ABS_INPUT
-from jax_perception_node.config import load_fusion_weights, PipelineConfig
+from jax_perception_node.settings.channels import MAX_ABS_INPUT
+from jax_perception_node.settings.config import load_fusion_weights, PipelineConfig
 import numpy as np
 
 MIN_DEPTH_M = 0.1     # the contract's minimum depth for a valid camera sample

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 
-from jax_perception_node.config import default_params_file
+from jax_perception_node.settings.config import default_params_file
 
 
 def local_ros_env() -> dict:

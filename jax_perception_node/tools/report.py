@@ -11,9 +11,9 @@ import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from jax_perception_node.latency import percentiles, STAGES
-from jax_perception_node.object_markers import class_colour
-from jax_perception_node.render import bev_to_rgb, RAMP
+from jax_perception_node.frames.latency import percentiles, STAGES
+from jax_perception_node.outputs.object_markers import class_colour
+from jax_perception_node.outputs.render import bev_to_rgb, RAMP
 import numpy as np
 
 BOX_SCALE = 4       # picture pixels per BEV cell when boxes are drawn
@@ -56,7 +56,7 @@ def box_outline(box: Sequence[float], grid) -> np.ndarray:
     """
     Return the 4 BEV corners of a box row as (column, row) of the forward-up picture.
 
-    ``box``: a ``objects.BOX_COLUMNS`` row (x, y, z, length, width, height, yaw, ...).
+    ``box``: a ``boxes.BOX_COLUMNS`` row (x, y, z, length, width, height, yaw, ...).
     """
     x, y, length, width, yaw = box[0], box[1], box[3], box[4], box[6]
     along = np.array([1, 1, -1, -1]) * 0.5 * length

@@ -34,13 +34,13 @@ import optax
 
 from .arguments import check_writable, outputs_apart
 from .training_set import collect, Dataset, read_truth
-from .. import bagio
-from ..config import default_params_file, HeadConfig, load_config
-from ..grid_map import GridMapLayers
-from ..head import HeadInput, leaf_names, save_weights
-from ..heads.centerpoint import CenterPointHead, check_input, CLASSES, STRIDE
-from ..parameters import ConfigError
-from ..pipeline import BevPipeline
+from ..bags import bagio
+from ..core.pipeline import BevPipeline
+from ..detection.head import HeadInput, leaf_names, save_weights
+from ..detection.heads.centerpoint import CenterPointHead, check_input, CLASSES, STRIDE
+from ..outputs.grid_map import GridMapLayers
+from ..settings.config import default_params_file, HeadConfig, load_config
+from ..settings.parameters import ConfigError
 
 DEFAULT_STEPS = 20000
 DEFAULT_BATCH = 8

@@ -27,13 +27,13 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from .. import bagio
-from ..frame_path import FramePath
-from ..heads.centerpoint import CenterPointHead, CLASSES
-from ..objects import GROUND_TRUTH_TOPIC
-from ..pipeline import BevPipeline
-from ..replay import BagFrames, cloud_count, read_ground_truth, ReplayResult
-from ..stamps import stamp_ns
+from ..bags import bagio
+from ..bags.replay import BagFrames, cloud_count, read_ground_truth, ReplayResult
+from ..core.pipeline import BevPipeline
+from ..detection.heads.centerpoint import CenterPointHead, CLASSES
+from ..frames.frame_path import FramePath
+from ..geometry.stamps import stamp_ns
+from ..outputs.objects import GROUND_TRUTH_TOPIC
 
 FIRST_TRAINING_SEED = 100  # sample drives of lower seeds are held out (module doc)
 UNIT_TOLERANCE = 0.01      # |norm - 1| of a box's orientation quaternion (module doc)

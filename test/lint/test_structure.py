@@ -107,3 +107,51 @@ def test_module_and_function_size(path):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
     assert not long, f'{path.name}: ' + ', '.join(long)
+
+
+# The layers, lowest first: a folder imports only folders of lower rank (docs/design.md,
+# "Layers"). bags and ros share a rank: neither imports the other. The tools stand on top.
+LAYERS = {'geometry': 0, 'settings': 1, 'sensors': 2, 'detection': 3, 'core': 4, 'outputs': 5,
+          'frames': 6, 'bags': 7, 'ros': 7, 'tools': 8}
+
+
+def layer_of(module: str) -> str | None:
+    """Return the layer folder of a package module, or None for the package's face."""
+    parts = module.split('.')
+    return parts[1] if len(parts) > 2 else None
+
+
+def upward_imports(graph: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
+    """Return 'a -> b' for every import of a module into a layer not below its own."""
+    found = []
+    for name, deps in graph.items():
+        here = layer_of(name)
+        for dep in deps:
+            there = layer_of(dep)
+            if here is None or there is None or here == there:
+                continue
+            if layers[there] >= layers[here]:
+                found.append(f'{name} -> {dep}')
+    return sorted(found)
+
+
+def test_layer_check_finds_a_planted_upward_import():
+    # Positive control: core reaching frames, and bags reaching ros (same rank), are caught;
+    # downward and same-folder imports are not.
+    graph = {'p.core.pipeline': {'p.frames.frame_path', 'p.core.kernels', 'p.geometry.stamps'},
+             'p.bags.replay': {'p.ros.health', 'p.frames.sync'}}
+    assert upward_imports(graph, LAYERS) == ['p.bags.replay -> p.ros.health',
+                                             'p.core.pipeline -> p.frames.frame_path']
+
+
+def test_every_import_points_down_the_layers():
+    graph = import_graph()
+    assert {layer_of(name) for name in graph} - {None} == set(LAYERS)
+    assert not upward_imports(graph, LAYERS)
+
+
+def test_no_product_module_at_the_package_root():
+    # The root is the package's face only; the executables live in ros/ (setup.py names them).
+    assert sorted(p.name for p in PACKAGE.glob('*.py')) == ['__init__.py']
+    assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir()
+                  and p.name != '__pycache__') == sorted(LAYERS)

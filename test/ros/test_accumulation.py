@@ -7,11 +7,11 @@ node over loopback DDS is test_accumulation_node.py.
 
 from bag_messages import odometry, read_all, yaw_quaternion
 from configs import small_config
-from jax_perception_node import bagio
-from jax_perception_node.channels import LIDAR_CHANNELS
-from jax_perception_node.frame_path import FramePath
-from jax_perception_node.pipeline import BevPipeline, compile_count
-from jax_perception_node.replay import replay_bag
+from jax_perception_node.bags import bagio
+from jax_perception_node.bags.replay import replay_bag
+from jax_perception_node.core.pipeline import BevPipeline, compile_count
+from jax_perception_node.frames.frame_path import FramePath
+from jax_perception_node.settings.channels import LIDAR_CHANNELS
 import numpy as np
 import pytest
 from sweep_scenes import (accumulating_config, check_lidar_block, drive, DT, expected_channels,

@@ -6,11 +6,11 @@ import time
 import bag_messages
 from bag_messages import read_all
 from configs import camera_params, small_config, small_params
-from jax_perception_node import bagio
-from jax_perception_node.camera import (CameraInfoError, scale_camera_info, SCALE_TOLERANCE,
-                                        with_intrinsics)
-from jax_perception_node.pipeline import BevPipeline
-from jax_perception_node.replay import replay_bag
+from jax_perception_node.bags import bagio
+from jax_perception_node.bags.replay import replay_bag
+from jax_perception_node.core.pipeline import BevPipeline
+from jax_perception_node.sensors.camera import (CameraInfoError, scale_camera_info,
+                                                SCALE_TOLERANCE, with_intrinsics)
 import numpy as np
 import pytest
 from ros_harness import make_cloud, make_features, serving_node, stamp_of, status_values

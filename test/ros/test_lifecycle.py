@@ -3,7 +3,7 @@
 import time
 
 from configs import small_config, small_params
-from jax_perception_node.pipeline import BevPipeline
+from jax_perception_node.core.pipeline import BevPipeline
 from lifecycle_harness import LifecycleClient, LifecycleProcess
 import numpy as np
 import pytest

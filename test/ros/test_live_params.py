@@ -3,10 +3,10 @@
 from types import SimpleNamespace
 
 from configs import camera_params, small_config, small_params
-from jax_perception_node.channels import LIDAR_CHANNELS
-from jax_perception_node.live_params import check_update, static_reason
-from jax_perception_node.parameters import ConfigError
-from jax_perception_node.pipeline import BevPipeline
+from jax_perception_node.core.pipeline import BevPipeline
+from jax_perception_node.settings.channels import LIDAR_CHANNELS
+from jax_perception_node.settings.live_params import check_update, static_reason
+from jax_perception_node.settings.parameters import ConfigError
 import numpy as np
 import pytest
 from ros_harness import (make_cloud, make_features, serving_node, set_parameters, stamp_of,
@@ -190,7 +190,7 @@ def test_absurd_values_are_refused_and_the_node_keeps_serving(running, k, key, v
 def test_an_unexpected_error_in_a_parameter_set_is_a_refusal_not_an_exception():
     """Issue 16.2: whatever goes wrong applying a set, the callback answers; it never raises."""
     from rclpy.parameter import Parameter
-    from jax_perception_node.serving import PerceptionCore
+    from jax_perception_node.ros.serving import PerceptionCore
 
     class Logger:
         def __init__(self):

@@ -4,8 +4,8 @@ import re
 import time
 
 from configs import small_config, small_params
-from jax_perception_node.latency import FRAME_KEYS
-from jax_perception_node.pipeline import BevPipeline
+from jax_perception_node.core.pipeline import BevPipeline
+from jax_perception_node.frames.latency import FRAME_KEYS
 import numpy as np
 import pytest
 from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, Probe, serving_node,

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 
 import bag_messages
 from configs import small_params
-from jax_perception_node import bagio
-from jax_perception_node.config import config_from_parameters
-from jax_perception_node.frame_path import FramePath
-from jax_perception_node.objects import boxes_from_detections
-from jax_perception_node.replay import replay_bag
-from jax_perception_node.stamps import stamp_ns
+from jax_perception_node.bags import bagio
+from jax_perception_node.bags.replay import replay_bag
+from jax_perception_node.frames.frame_path import FramePath
+from jax_perception_node.geometry.stamps import stamp_ns
+from jax_perception_node.outputs.objects import boxes_from_detections
+from jax_perception_node.settings.config import config_from_parameters
 import numpy as np
 import pytest
 from ros_harness import make_cloud, serving_node, set_parameters, stamp_of
@@ -192,7 +192,7 @@ class FakePublisher:
 
 
 def fake_outputs(classes, bev_features=True):
-    from jax_perception_node.node_outputs import FrameOutputs
+    from jax_perception_node.ros.node_outputs import FrameOutputs
     pubs = {}
 
     def create(msg_type, topic, qos):
@@ -203,7 +203,7 @@ def fake_outputs(classes, bev_features=True):
 
 
 def fake_frame(objects, features):
-    from jax_perception_node.frame_path import Frame
+    from jax_perception_node.frames.frame_path import Frame
     result = SimpleNamespace(features=features, objects=objects)
     record = dict.fromkeys(('num_points', 'bucket', 'overflow_points', 'decode_ms', 'pad_ms',
                             'compute_ms', 'head_ms', 'cameras_used', 'objects',

@@ -18,8 +18,8 @@ from pathlib import Path
 import time
 
 from configs import PARAMS_FILE
-from jax_perception_node.config import load_config
-from jax_perception_node.latency import percentiles
+from jax_perception_node.frames.latency import percentiles
+from jax_perception_node.settings.config import load_config
 from jax_perception_node.tools.synthetic_drive import SyntheticDrive
 import numpy as np
 import psutil

@@ -10,9 +10,9 @@ import math
 import bag_messages
 from bag_messages import read_all
 from configs import FRONT, small_config, small_params
-from jax_perception_node import bagio
-from jax_perception_node.pipeline import BevPipeline, compile_count
-from jax_perception_node.replay import replay_bag
+from jax_perception_node.bags import bagio
+from jax_perception_node.bags.replay import replay_bag
+from jax_perception_node.core.pipeline import BevPipeline, compile_count
 import numpy as np
 import pytest
 from reference import lift_ref, voxelize_ref

@@ -11,7 +11,7 @@ import json
 import math
 
 from jax_perception_node import BevPipeline
-from jax_perception_node.config import config_from_parameters, Pose
+from jax_perception_node.settings.config import config_from_parameters, Pose
 from jax_perception_node.tools import peers
 from jax_perception_node.tools.bench import (checks, common, pipeline_rows, render, report, ros,
                                              run_benchmarks)

@@ -9,9 +9,9 @@ import pickle
 from bag_messages import read_all
 from cli_errors import assert_one_line_error
 from configs import PARAMS_FILE, small_params
-from jax_perception_node import bagio
-from jax_perception_node.config import load_config, read_param_file
-from jax_perception_node.stamps import stamp_ns
+from jax_perception_node.bags import bagio
+from jax_perception_node.geometry.stamps import stamp_ns
+from jax_perception_node.settings.config import load_config, read_param_file
 from jax_perception_node.tools.bench.checks import edge_cells
 from jax_perception_node.tools.cli import main
 import numpy as np
@@ -324,7 +324,7 @@ def error_classes() -> list[tuple[str, str]]:
 
 
 # schema_export is its own console script (python -m ...schema_export) and maps its own error.
-OWN_ENTRY_POINT = {('jax_perception_node.schema_export', 'ExportError')}
+OWN_ENTRY_POINT = {('jax_perception_node.settings.schema_export', 'ExportError')}
 
 
 def test_every_layers_error_is_found():
@@ -368,7 +368,7 @@ def test_replay_options_become_one_bag_topics(sample, tmp_path, monkeypatch, cap
     def record(src, dst, cfg, topics, **kwargs):
         given.append(topics)
         raise bagio.BagError('stop here')
-    monkeypatch.setattr('jax_perception_node.replay.replay_bag', record)
+    monkeypatch.setattr('jax_perception_node.bags.replay.replay_bag', record)
     assert main(['replay', str(sample), '--out', str(tmp_path / 'o'), '--pointcloud-topic', '/p',
                  '--camera-topic', 'front=/f', '--camera-info-topic', 'rear=/ri',
                  '--odometry-topic', '/o']) == 1

@@ -3,7 +3,7 @@
 import re
 
 from configs import PARAMS_FILE
-from jax_perception_node.config import read_param_file, write_param_file
+from jax_perception_node.settings.config import read_param_file, write_param_file
 from jax_perception_node.tools.cli import main
 import numpy as np
 import pytest
@@ -48,7 +48,7 @@ def pixels(mask):
 
 def test_a_box_lands_on_its_cell_of_the_forward_up_picture():
     from configs import small_config
-    from jax_perception_node.render import bev_to_rgb
+    from jax_perception_node.outputs.render import bev_to_rgb
     from jax_perception_node.tools.report import draw_boxes
     grid = small_config(cameras=0).grid          # x -8..8, y -12..12, 0.5 m: 32 x 48 cells
     scale = 4

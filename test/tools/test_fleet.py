@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 from cli_errors import assert_one_line_error
 from configs import small_params
-from jax_perception_node import bagio
-from jax_perception_node.config import config_from_parameters
-from jax_perception_node.replay import replay_bag
+from jax_perception_node.bags import bagio
+from jax_perception_node.bags.replay import replay_bag
+from jax_perception_node.settings.config import config_from_parameters
 from jax_perception_node.tools import fleet
 from jax_perception_node.tools.cli import main
 from jax_perception_node.tools.synthetic_drive import LidarModel, write_sample_bag

@@ -3,7 +3,7 @@
 import json
 
 from configs import REPO
-from jax_perception_node import topics
+from jax_perception_node.bags import topics
 
 LAYOUT = REPO / 'foxglove' / 'jax_perception.layout.json'
 

@@ -13,7 +13,7 @@ import threading
 import time
 
 from configs import small_config
-from jax_perception_node import bagio
+from jax_perception_node.bags import bagio
 from jax_perception_node.tools import live
 import numpy as np
 import pytest
@@ -223,8 +223,8 @@ def test_playback_clock_holds_at_the_next_message():
 
 def test_bag_qos_is_the_profile_as_rosbag2_writes_it():
     from rclpy.duration import Duration
-    from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data,
-                           QoSProfile, ReliabilityPolicy)
+    from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data, QoSProfile,
+                           ReliabilityPolicy)
     sensor = live.bag_qos(qos_profile_sensor_data)
     assert (sensor.history, sensor.depth, sensor.reliability, sensor.durability) == (
         QosHistory.KEEP_LAST, 5, QosReliability.BEST_EFFORT, QosDurability.VOLATILE)
@@ -241,8 +241,7 @@ def test_record_waits_for_its_topics_and_keeps_their_offered_qos(tmp_path):
     """No --wait: record waits until the topics appear (started after it), then records."""
     from diagnostic_msgs.msg import DiagnosticArray
     import rclpy
-    from rclpy.qos import (DurabilityPolicy, qos_profile_sensor_data, QoSProfile,
-                           ReliabilityPolicy)
+    from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
     out = tmp_path / 'recorded'
     latched_topic, sensor_topic = '/live_test/latched', '/live_test/sensor'
     exe = str(Path(sys.executable).with_name('jax-perception'))

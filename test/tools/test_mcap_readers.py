@@ -4,10 +4,10 @@ import time
 
 import bag_messages
 from configs import small_config
-from jax_perception_node import bagio
-from jax_perception_node.latency import FRAME_KEYS
-from jax_perception_node.pipeline import BevPipeline
-from jax_perception_node.replay import replay_bag
+from jax_perception_node.bags import bagio
+from jax_perception_node.bags.replay import replay_bag
+from jax_perception_node.core.pipeline import BevPipeline
+from jax_perception_node.frames.latency import FRAME_KEYS
 from jax_perception_node.tools.cli import main
 from mcap.reader import make_reader
 from mcap_ros2.decoder import DecoderFactory

@@ -18,9 +18,10 @@ import time
 from bag_messages import read_all
 from cli_errors import assert_one_line_error
 from configs import small_params
-from jax_perception_node import bagio, replay
-from jax_perception_node.config import config_from_parameters, load_config, write_param_file
-from jax_perception_node.pipeline import BevPipeline, compile_count
+from jax_perception_node.bags import bagio, replay
+from jax_perception_node.core.pipeline import BevPipeline, compile_count
+from jax_perception_node.settings.config import (config_from_parameters, load_config,
+                                                 write_param_file)
 from jax_perception_node.tools.cli import main
 import pytest
 
@@ -196,7 +197,7 @@ def test_a_json_that_became_unwritable_during_the_replay_is_one_line(
 
 HOOKED_CLI = """
 import pathlib, sys, time
-from jax_perception_node import replay
+from jax_perception_node.bags import replay
 from jax_perception_node.tools.cli import main
 
 def progress_bar(stream=None):

@@ -3,13 +3,13 @@
 import json
 
 from configs import small_params
-from jax_perception_node import bagio
-from jax_perception_node.config import config_from_parameters, write_param_file
-from jax_perception_node.detection_eval import evaluate
-from jax_perception_node.frame_path import FramePath
-from jax_perception_node.objects import boxes_from_detections, GROUND_TRUTH_TOPIC
-from jax_perception_node.replay import replay_bag
-from jax_perception_node.stamps import stamp_ns
+from jax_perception_node.bags import bagio
+from jax_perception_node.bags.replay import replay_bag
+from jax_perception_node.detection.detection_eval import evaluate
+from jax_perception_node.frames.frame_path import FramePath
+from jax_perception_node.geometry.stamps import stamp_ns
+from jax_perception_node.outputs.objects import boxes_from_detections, GROUND_TRUTH_TOPIC
+from jax_perception_node.settings.config import config_from_parameters, write_param_file
 from jax_perception_node.tools.cli import main
 import numpy as np
 import pytest
@@ -120,7 +120,7 @@ def test_ground_truth_of_classes_the_head_does_not_know_is_left_out_and_counted(
         tmp_path, head_cfg, head_pipe):
     """An unknown class costs its boxes, counted by class, not the rest of its message."""
     import bag_messages
-    from jax_perception_node.objects import detections_message
+    from jax_perception_node.outputs.objects import detections_message
     from jax_perception_node.tools.report import detection_line
     boxes = np.array([[4, 1, 0, 4, 2, 1.5, 0.1, 1, 0], [9, -2, 0, 1, 1, 1.8, 0, 1, 1],
                       [-6, 3, 0, 4, 2, 1.5, 0.2, 1, 0]], np.float32)
@@ -172,8 +172,8 @@ def test_cli_replay_prints_the_detection_line_and_writes_it_to_json(tmp_path, dr
 def test_the_shipped_head_finds_the_vehicles_of_a_drive_it_never_saw(tmp_path):
     """Issue 18's target, AP at 2 m >= 0.7, on a held-out seed (training used seeds >= 100)."""
     from configs import PARAMS_FILE
-    from jax_perception_node.config import load_config
-    from jax_perception_node.replay import replay_bag
+    from jax_perception_node.settings.config import load_config
+    from jax_perception_node.bags.replay import replay_bag
     from jax_perception_node.tools.synthetic_drive import write_sample_bag
     cfg = load_config(PARAMS_FILE)
     bag = tmp_path / 'seed3'

@@ -3,14 +3,16 @@
 import math
 
 from configs import PARAMS_FILE, small_config
-from jax_perception_node.bagio import TYPESTORE as TS
-from jax_perception_node.camera import scale_camera_info
-from jax_perception_node.config import config_from_parameters, load_config, read_param_file
-from jax_perception_node.objects import DETECTION_ARRAY_TYPE, GROUND_TRUTH_TOPIC
-from jax_perception_node.tools.synthetic_drive import (
-    camera_stamp_offset, EPOCH_NS, LidarModel, POINT_DTYPE, SyntheticDrive, write_sample_bag)
-from jax_perception_node.topics import (camera_info_topic, camera_topic, ODOMETRY_TOPIC,
-                                        POINTCLOUD_TOPIC)
+from jax_perception_node.bags.bagio import TYPESTORE as TS
+from jax_perception_node.bags.topics import (camera_info_topic, camera_topic, ODOMETRY_TOPIC,
+                                             POINTCLOUD_TOPIC)
+from jax_perception_node.outputs.objects import DETECTION_ARRAY_TYPE, GROUND_TRUTH_TOPIC
+from jax_perception_node.sensors.camera import scale_camera_info
+from jax_perception_node.settings.config import (config_from_parameters, load_config,
+                                                 read_param_file)
+from jax_perception_node.tools.synthetic_drive import (camera_stamp_offset, EPOCH_NS, LidarModel,
+                                                       POINT_DTYPE, SyntheticDrive,
+                                                       write_sample_bag)
 import numpy as np
 import pytest
 from rosbags.rosbag2 import Reader

@@ -10,13 +10,13 @@ from cli_errors import assert_one_line_error
 from configs import small_params
 import equinox as eqx
 import jax
-from jax_perception_node import bagio
-from jax_perception_node.config import config_from_parameters, write_param_file
-from jax_perception_node.head import HeadInput, load_weights
-from jax_perception_node.heads.centerpoint import CenterPointHead, vehicle_head
-from jax_perception_node.objects import detections_message, GROUND_TRUTH_TOPIC
-from jax_perception_node.pipeline import BevPipeline
-from jax_perception_node.stamps import stamp_ns
+from jax_perception_node.bags import bagio
+from jax_perception_node.core.pipeline import BevPipeline
+from jax_perception_node.detection.head import HeadInput, load_weights
+from jax_perception_node.detection.heads.centerpoint import CenterPointHead, vehicle_head
+from jax_perception_node.geometry.stamps import stamp_ns
+from jax_perception_node.outputs.objects import detections_message, GROUND_TRUTH_TOPIC
+from jax_perception_node.settings.config import config_from_parameters, write_param_file
 from jax_perception_node.tools import train, training_set
 from jax_perception_node.tools.cli import main
 from jax_perception_node.tools.synthetic_drive import write_sample_bag

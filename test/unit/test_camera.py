@@ -9,8 +9,8 @@ import sys
 from configs import absolute_imports
 from hypothesis import event, given, HealthCheck, settings
 from hypothesis import strategies as st
-from jax_perception_node.camera import (byte_array, FeatureMapError, features_image_fields,
-                                        read_features)
+from jax_perception_node.sensors.camera import (byte_array, FeatureMapError, features_image_fields,
+                                                read_features)
 import numpy as np
 import pytest
 from rclpy.serialization import deserialize_message, serialize_message

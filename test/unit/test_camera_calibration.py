@@ -6,12 +6,12 @@ import math
 
 import bag_messages
 from configs import small_config
-from jax_perception_node.camera import (CameraInfoError, Intrinsics, scale_camera_info,
-                                        with_intrinsics)
-from jax_perception_node.config import CameraConfig, Pose
-from jax_perception_node.kernel_inputs import calibration_arrays, monotonic_radius2
-from jax_perception_node.lift import DISTORTION_MODELS
-from jax_perception_node.parameters import ConfigError
+from jax_perception_node.core.kernel_inputs import calibration_arrays, monotonic_radius2
+from jax_perception_node.core.lift import DISTORTION_MODELS
+from jax_perception_node.sensors.camera import (CameraInfoError, Intrinsics, scale_camera_info,
+                                                with_intrinsics)
+from jax_perception_node.settings.config import CameraConfig, Pose
+from jax_perception_node.settings.parameters import ConfigError
 import numpy as np
 import pytest
 from reference import fold_radius2_ref

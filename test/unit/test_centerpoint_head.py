@@ -2,10 +2,10 @@
 
 import equinox as eqx
 import jax
-from jax_perception_node.head import (HEAD_OUTPUTS, HeadInput, leaf_names, load_head,
-                                      save_weights)
-from jax_perception_node.heads.centerpoint import CenterPointHead, vehicle_head
-from jax_perception_node.parameters import ConfigError
+from jax_perception_node.detection.head import (HEAD_OUTPUTS, HeadInput, leaf_names, load_head,
+                                                save_weights)
+from jax_perception_node.detection.heads.centerpoint import CenterPointHead, vehicle_head
+from jax_perception_node.settings.parameters import ConfigError
 import numpy as np
 import pytest
 
@@ -117,9 +117,9 @@ def test_a_grid_the_stride_does_not_divide_is_refused():
 
 def test_the_shipped_weights_fit_the_shipped_parameters_and_are_trained():
     from configs import PARAMS_FILE
-    from jax_perception_node.config import load_config
-    from jax_perception_node.head import load_head
-    from jax_perception_node.parameters import REFERENCE_HEAD
+    from jax_perception_node.settings.config import load_config
+    from jax_perception_node.detection.head import load_head
+    from jax_perception_node.settings.parameters import REFERENCE_HEAD
     cfg = load_config(PARAMS_FILE)
     assert cfg.head.module == REFERENCE_HEAD and cfg.head.weights == ''
     head = load_head(cfg.head.module, '', HeadInput(256, 256, cfg.fused_channels, 0.4))
@@ -141,7 +141,7 @@ def test_the_shipped_weights_fit_the_shipped_parameters_and_are_trained():
     ([0.5, 2.0, 1.0, 1e-3, 7.0], None),
 ])
 def test_a_checkpoint_whose_std_the_network_cannot_divide_by_is_refused(tmp_path, std, refused):
-    from jax_perception_node.parameters import REFERENCE_HEAD
+    from jax_perception_node.settings.parameters import REFERENCE_HEAD
     bev = HeadInput(16, 24, 5, 0.5)
     spec = vehicle_head(bev)
     std = np.asarray(std, np.float32)

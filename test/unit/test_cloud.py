@@ -5,11 +5,11 @@ import sys
 import time
 import tracemalloc
 
-from cloud_reference import (as_flavour, Cloud, encode, Field, FLAVOURS, FLOAT32, FLOAT64,
-                             INT16, reference_decode, reference_rows, sample_values,
-                             standard_cloud, TYPES, UINT16, UINT32, UINT8, XYZI)
+from cloud_reference import (as_flavour, Cloud, encode, Field, FLAVOURS, FLOAT32, FLOAT64, INT16,
+                             reference_decode, reference_rows, sample_values, standard_cloud,
+                             TYPES, UINT16, UINT32, UINT8, XYZI)
 from configs import absolute_imports
-from jax_perception_node.cloud import CloudFormatError, keep_rows, point_count, read_points
+from jax_perception_node.sensors.cloud import CloudFormatError, keep_rows, point_count, read_points
 import numpy as np
 import pytest
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import sys
 import tracemalloc
 
-from cloud_reference import (as_flavour, Cloud, encode, Field, FLAVOURS, FLOAT32, FLOAT64,
-                             INT16, Invalid, reference_decode, reference_rows, sample_values,
-                             TYPES, UINT16, UINT8, XYZI)
+from cloud_reference import (as_flavour, Cloud, encode, Field, FLAVOURS, FLOAT32, FLOAT64, INT16,
+                             Invalid, reference_decode, reference_rows, sample_values, TYPES,
+                             UINT16, UINT8, XYZI)
 from hypothesis import event, given, HealthCheck, settings
 from hypothesis import strategies as st
-from jax_perception_node.cloud import CloudFormatError, point_count, read_points
+from jax_perception_node.sensors.cloud import CloudFormatError, point_count, read_points
 import numpy as np
 import pytest
 from sensor_msgs.msg import PointField

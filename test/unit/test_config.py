@@ -3,11 +3,12 @@
 import ast
 
 from configs import FRONT, PARAMS_FILE, REPO, small_config, small_params
-from jax_perception_node.config import (AccumulationConfig, CameraConfig, config_from_parameters,
-                                        default_params_file, load_config, Pose, read_param_file,
-                                        write_param_file)
-from jax_perception_node.live_params import check_update
-from jax_perception_node.parameters import BY_KEY, ConfigError, SCHEMA
+from jax_perception_node.settings.config import (AccumulationConfig, CameraConfig,
+                                                 config_from_parameters, default_params_file,
+                                                 load_config, Pose, read_param_file,
+                                                 write_param_file)
+from jax_perception_node.settings.live_params import check_update
+from jax_perception_node.settings.parameters import BY_KEY, ConfigError, SCHEMA
 import numpy as np
 import pytest
 
@@ -138,7 +139,7 @@ def test_launch_file_names_installed_executable_and_params():
     consts = {n.targets[0].id: n.value.value for n in tree.body
               if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)}
     setup = (REPO / 'setup.py').read_text()
-    assert f"'{consts['EXECUTABLE']} = jax_perception_node.node:main'" in setup
+    assert f"'{consts['EXECUTABLE']} = jax_perception_node.ros.node:main'" in setup
     assert consts['PACKAGE'] == 'jax_perception_node'
     assert (REPO / 'config' / 'jax_perception.param.yaml').exists()
     assert "os.path.join('config', 'jax_perception.param.yaml')" in source

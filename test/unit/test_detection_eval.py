@@ -2,7 +2,7 @@
 
 import math
 
-from jax_perception_node.detection_eval import evaluate
+from jax_perception_node.detection.detection_eval import evaluate
 import numpy as np
 import pytest
 

@@ -4,13 +4,13 @@ from dataclasses import replace
 import math
 
 from configs import PARAMS_FILE
-from jax_perception_node import bagio
-from jax_perception_node.config import load_config, Pose
-from jax_perception_node.objects import (boxes_from_detections, DETECTION_ARRAY_TYPE,
-                                         GROUND_TRUTH_TOPIC)
+from jax_perception_node.bags import bagio
+from jax_perception_node.bags.topics import POINTCLOUD_TOPIC
+from jax_perception_node.outputs.objects import (boxes_from_detections, DETECTION_ARRAY_TYPE,
+                                                 GROUND_TRUTH_TOPIC)
+from jax_perception_node.settings.config import load_config, Pose
 from jax_perception_node.tools.synthetic_drive import (EPOCH_NS, LidarModel, SyntheticDrive,
                                                        write_sample_bag)
-from jax_perception_node.topics import POINTCLOUD_TOPIC
 import numpy as np
 import pytest
 

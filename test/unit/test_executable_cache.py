@@ -9,8 +9,8 @@ import sys
 import textwrap
 
 import jax
-from jax_perception_node import executable_cache
-from jax_perception_node.executable_cache import ExecutableCache, host_cpu, private_cache_dir
+from jax_perception_node.core import executable_cache
+from jax_perception_node.core.executable_cache import ExecutableCache, host_cpu, private_cache_dir
 import numpy as np
 import pytest
 
@@ -176,7 +176,7 @@ WARMER = textwrap.dedent("""
     from pathlib import Path
     import jax
     import numpy as np
-    from jax_perception_node.executable_cache import ExecutableCache
+    from jax_perception_node.core.executable_cache import ExecutableCache
     store_dir, go = Path(sys.argv[1]), Path(sys.argv[2])
     store = ExecutableCache(store_dir)
     deadline = time.monotonic() + 120

@@ -14,8 +14,8 @@ import stat
 from configs import small_config
 import jax
 from jax.experimental.serialize_executable import deserialize_and_load, serialize
-from jax_perception_node.executable_cache import describe, ExecutableCache, seal_entry
-from jax_perception_node.pipeline import BevPipeline
+from jax_perception_node.core.executable_cache import describe, ExecutableCache, seal_entry
+from jax_perception_node.core.pipeline import BevPipeline
 import numpy as np
 import pytest
 

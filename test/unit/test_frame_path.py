@@ -4,13 +4,13 @@ import threading
 
 import bag_messages
 from configs import camera_params, FRONT, REAR, small_config
-from jax_perception_node.camera import CameraInfoError, FeatureMapError
-from jax_perception_node.cloud import CloudFormatError
-from jax_perception_node.frame_path import FramePath
-from jax_perception_node.health import assess, CloudTimes, COUNTS, PERIOD_COUNTS, WARN
-from jax_perception_node.parameters import ConfigError
-from jax_perception_node.pipeline import compile_count
-from jax_perception_node.transforms import TransformError
+from jax_perception_node.core.pipeline import compile_count
+from jax_perception_node.frames.frame_path import FramePath
+from jax_perception_node.geometry.transforms import TransformError
+from jax_perception_node.ros.health import assess, CloudTimes, COUNTS, PERIOD_COUNTS, WARN
+from jax_perception_node.sensors.camera import CameraInfoError, FeatureMapError
+from jax_perception_node.sensors.cloud import CloudFormatError
+from jax_perception_node.settings.parameters import ConfigError
 import numpy as np
 import pytest
 from reference import lift_ref, voxelize_ref

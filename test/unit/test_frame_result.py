@@ -1,7 +1,7 @@
 """PendingFrame.result: the boxes it publishes are above the threshold and finite."""
 
 import jax.numpy as jnp
-from jax_perception_node.frame_result import PendingFrame
+from jax_perception_node.core.frame_result import PendingFrame
 import numpy as np
 
 STATS = {'num_points': 1, 'bucket': 64, 'overflow_points': 0, 'cameras_used': 0,
@@ -10,7 +10,7 @@ STATS = {'num_points': 1, 'bucket': 64, 'overflow_points': 0, 'cameras_used': 0,
 
 
 def box(score: float, size: float = 4.5) -> list[float]:
-    """Return a row of objects.BOX_COLUMNS: x y z l w h yaw score class."""
+    """Return a row of boxes.BOX_COLUMNS: x y z l w h yaw score class."""
     return [1.0, 2.0, 0.5, size, 1.8, 1.5, 0.3, score, 0.0]
 
 

@@ -6,13 +6,13 @@ import math
 from builtin_interfaces.msg import Time
 from configs import absolute_imports, small_config
 from geometry_msgs.msg import Point, Pose, Quaternion
-from jax_perception_node.channels import lidar_channels
-from jax_perception_node.config import GridConfig
-from jax_perception_node.grid_map import (grid_geometry, grid_map_message, GridMapLayers,
-                                          layer_names, MESSAGE_TYPES, types_by_name)
-from jax_perception_node.parameters import ConfigError
-from jax_perception_node.pipeline import BevPipeline
-from jax_perception_node.render import bev_to_rgb
+from jax_perception_node.core.pipeline import BevPipeline
+from jax_perception_node.outputs.grid_map import (grid_geometry, grid_map_message, GridMapLayers,
+                                                  layer_names, MESSAGE_TYPES, types_by_name)
+from jax_perception_node.outputs.render import bev_to_rgb
+from jax_perception_node.settings.channels import lidar_channels
+from jax_perception_node.settings.config import GridConfig
+from jax_perception_node.settings.parameters import ConfigError
 import numpy as np
 import pytest
 from rclpy.serialization import serialize_message

@@ -3,9 +3,9 @@
 import pathlib
 
 from configs import small_config
-from jax_perception_node.head import HeadInput, load_head, load_weights, save_weights
-from jax_perception_node.parameters import ConfigError
-from jax_perception_node.pipeline import BevPipeline, compile_count
+from jax_perception_node.core.pipeline import BevPipeline, compile_count
+from jax_perception_node.detection.head import HeadInput, load_head, load_weights, save_weights
+from jax_perception_node.settings.parameters import ConfigError
 import numpy as np
 import pytest
 import toy_heads
@@ -173,7 +173,7 @@ def test_the_heads_validate_hook_checks_every_checkpoint_live_swaps_too(tmp_path
 
 def test_a_validate_hook_that_fails_otherwise_is_named(tmp_path):
     from dataclasses import replace
-    from jax_perception_node.head import LoadedHead
+    from jax_perception_node.detection.head import LoadedHead
     spec = replace(toy_heads.occupancy_head(None), validate=lambda params: params['missing'])
     head = LoadedHead('toy', spec, spec.params, None, 'digest')
     save_weights(tmp_path / 'w.npz', spec.params)
@@ -270,7 +270,7 @@ def test_the_store_key_covers_the_source_of_the_heads_package(tmp_path, monkeypa
 def test_a_live_parameter_change_swaps_the_weights_through_the_frame_path(tmp_path):
     """FramePath.update (the node's parameter callback, replay): new weights, 0 compiles."""
     from dataclasses import replace
-    from jax_perception_node.frame_path import FramePath
+    from jax_perception_node.frames.frame_path import FramePath
     cfg = head_config()
     pipe = BevPipeline(cfg)
     pipe.warmup()

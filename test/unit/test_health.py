@@ -1,8 +1,9 @@
 """The /diagnostics roll-up rules of health.py, each case worked out by hand; no rclpy."""
 
 from configs import absolute_imports
-from jax_perception_node import health
-from jax_perception_node.health import assess, CloudTimes, COUNTS, ERROR, OK, PERIOD_COUNTS, WARN
+from jax_perception_node.ros import health
+from jax_perception_node.ros.health import (assess, CloudTimes, COUNTS, ERROR, OK, PERIOD_COUNTS,
+                                            WARN)
 import pytest
 
 TIMEOUT_S = 2.0

@@ -8,7 +8,7 @@ import sys
 import time
 
 from configs import REPO
-from jax_perception_node import bagio, message_types
+from jax_perception_node.bags import bagio, message_types
 import numpy as np
 import pytest
 import yaml

@@ -1,8 +1,8 @@
 """Kernels against the independent NumPy reference in reference.py."""
 
 from configs import camera_params, FRONT, small_config
-from jax_perception_node.parameters import ConfigError
-from jax_perception_node.pipeline import compile_count
+from jax_perception_node.core.pipeline import compile_count
+from jax_perception_node.settings.parameters import ConfigError
 import numpy as np
 import pytest
 from reference import distort_ref, lift_ref, quat_matrix, sample_counts_ref, voxelize_ref
@@ -189,7 +189,7 @@ def test_single_bright_pixel_lands_in_the_hand_computed_cell(warmed):
         **camera_params('front', height=12, width=17, channels=1, fx=10.0, fy=10.0, cx=8.0,
                         cy=4.0, translation=(0.0, 0.0, 2.0)),
     }
-    from jax_perception_node.config import config_from_parameters
+    from jax_perception_node.settings.config import config_from_parameters
     pipe = warmed(config_from_parameters(params))
     fmap = np.zeros((12, 17, 1), np.float32)
     fmap[9, 3, 0] = 1.0
@@ -369,7 +369,7 @@ def test_samples_beyond_the_fold_of_the_lens_model_are_invalid(warmed):
         'cameras.front.distortion_model': 'plumb_bob',
         'cameras.front.distortion': [-0.5, 0.0, 0.0, 0.0, 0.0],
     }
-    from jax_perception_node.config import config_from_parameters
+    from jax_perception_node.settings.config import config_from_parameters
     cfg = config_from_parameters(params)
     pipe = warmed(cfg)
     coverage = pipe.process(np.zeros((0, 4), np.float32),

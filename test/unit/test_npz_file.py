@@ -8,10 +8,10 @@ import tracemalloc
 import zipfile
 
 from configs import small_params
-from jax_perception_node.config import config_from_parameters
-from jax_perception_node.head import load_weights
-from jax_perception_node.npz_file import NPY_HEADER_BYTES, read_npz
-from jax_perception_node.parameters import ConfigError
+from jax_perception_node.detection.head import load_weights
+from jax_perception_node.settings.config import config_from_parameters
+from jax_perception_node.settings.npz_file import NPY_HEADER_BYTES, read_npz
+from jax_perception_node.settings.parameters import ConfigError
 import numpy as np
 import pytest
 

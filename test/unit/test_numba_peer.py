@@ -9,7 +9,7 @@ is bit-equal: sums in float64, the density from NumPy's own log1p, the lift in C
 """
 
 from configs import small_config
-from jax_perception_node.config import config_from_parameters
+from jax_perception_node.settings.config import config_from_parameters
 from jax_perception_node.tools import numba_peer, peers
 from jax_perception_node.tools.numba_peer import NumbaBev
 import numpy as np

@@ -2,9 +2,9 @@
 
 import math
 
-from jax_perception_node import bagio
-from jax_perception_node.grid_map import types_by_name
-from jax_perception_node.object_markers import markers_message, MESSAGE_TYPES
+from jax_perception_node.bags import bagio
+from jax_perception_node.outputs.grid_map import types_by_name
+from jax_perception_node.outputs.object_markers import markers_message, MESSAGE_TYPES
 import numpy as np
 import pytest
 

@@ -5,11 +5,11 @@ import math
 
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Point, Pose, PoseWithCovariance, Quaternion, Vector3
-from jax_perception_node import bagio
-from jax_perception_node.grid_map import types_by_name
-from jax_perception_node.objects import (boxes_from_detections, DETECTION_ARRAY_TYPE,
-                                         detections_message, GROUND_TRUTH_TOPIC, MESSAGE_TYPES,
-                                         quaternion_yaw, yaw_quaternion)
+from jax_perception_node.bags import bagio
+from jax_perception_node.outputs.grid_map import types_by_name
+from jax_perception_node.outputs.objects import (boxes_from_detections, DETECTION_ARRAY_TYPE,
+                                                 detections_message, GROUND_TRUTH_TOPIC,
+                                                 MESSAGE_TYPES, quaternion_yaw, yaw_quaternion)
 import numpy as np
 import pytest
 from rclpy.serialization import deserialize_message, serialize_message

@@ -3,9 +3,9 @@
 import math
 
 from bag_messages import odometry, yaw_quaternion
-from jax_perception_node.odometry import (MAX_POSITION_M, OdometryBuffer, OdometryError,
-                                          read_odometry)
-from jax_perception_node.rotations import quaternion_matrix, slerp
+from jax_perception_node.geometry.odometry import (MAX_POSITION_M, OdometryBuffer, OdometryError,
+                                                   read_odometry)
+from jax_perception_node.geometry.rotations import quaternion_matrix, slerp
 import numpy as np
 import pytest
 from reference import quat_matrix

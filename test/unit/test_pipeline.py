@@ -6,10 +6,10 @@ import stat
 import bag_messages
 from configs import camera_params, small_config
 import jax
-from jax_perception_node.camera import scale_camera_info, with_intrinsics
-from jax_perception_node.executable_cache import private_cache_dir
-from jax_perception_node.parameters import ConfigError
-from jax_perception_node.pipeline import BevPipeline, compile_count
+from jax_perception_node.core.executable_cache import private_cache_dir
+from jax_perception_node.core.pipeline import BevPipeline, compile_count
+from jax_perception_node.sensors.camera import scale_camera_info, with_intrinsics
+from jax_perception_node.settings.parameters import ConfigError
 import numpy as np
 import pytest
 from reference import lift_ref, quat_matrix, voxelize_ref
@@ -149,7 +149,7 @@ def test_huge_clouds_are_capped_before_any_big_allocation():
     """A 2 M-point message costs the capped output, not a copy of the cloud."""
     import tracemalloc
     from types import SimpleNamespace
-    from jax_perception_node.cloud import read_points
+    from jax_perception_node.sensors.cloud import read_points
     n = 2_000_000
     data = np.random.default_rng(0).normal(size=(n, 4)).astype(np.float32).view(np.uint8)
     field = (lambda name, offset: SimpleNamespace(name=name, offset=offset, datatype=7, count=1))

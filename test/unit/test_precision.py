@@ -6,9 +6,9 @@ from configs import small_config
 import jax
 from jax.extend.core import ClosedJaxpr, jaxprs_in_params
 import jax.numpy as jnp
-from jax_perception_node import kernels, lift
-from jax_perception_node.kernel_inputs import calibration_arrays
-from jax_perception_node.pipeline import BevPipeline
+from jax_perception_node.core import kernels, lift
+from jax_perception_node.core.kernel_inputs import calibration_arrays
+from jax_perception_node.core.pipeline import BevPipeline
 import numpy as np
 
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -84,9 +84,9 @@ def test_the_accumulating_frame_leaves_no_precision_to_the_backend():
 
 def test_the_reference_head_leaves_no_precision_to_the_backend():
     """The head's executable (the shipped CenterPoint head and its decoding) is audited too."""
-    from jax_perception_node.box_decode import head_function
-    from jax_perception_node.head import HeadInput, load_head
-    from jax_perception_node.parameters import REFERENCE_HEAD
+    from jax_perception_node.core.box_decode import head_function
+    from jax_perception_node.detection.head import HeadInput, load_head
+    from jax_perception_node.settings.parameters import REFERENCE_HEAD
     head = load_head(REFERENCE_HEAD, '', HeadInput(32, 48, 15, 0.5))
     jitted, specs, _ = head_function(head.spec, 8, head.params, (32, 48, 15), None)
     closed = jax.make_jaxpr(jitted)(*specs)

@@ -4,11 +4,12 @@ import copy
 import json
 
 from configs import PARAMS_FILE, REPO, small_params
-from jax_perception_node import schema_export
-from jax_perception_node.config import config_from_parameters, read_param_file, write_param_file
-from jax_perception_node.parameters import (CAMERA_KEYS, CAMERA_PREFIX, check_value,
-                                            ConfigError, NODE_KEYS, SCHEMA, SHIPPED_VALUES,
-                                            spec_for)
+from jax_perception_node.settings import schema_export
+from jax_perception_node.settings.config import (config_from_parameters, read_param_file,
+                                                 write_param_file)
+from jax_perception_node.settings.parameters import (CAMERA_KEYS, CAMERA_PREFIX, check_value,
+                                                     ConfigError, NODE_KEYS, SCHEMA,
+                                                     SHIPPED_VALUES, spec_for)
 import jsonschema
 import numpy as np
 import pytest
@@ -191,7 +192,7 @@ def ros_node():
 
 def test_parameters_are_declared_typed_from_the_schema(ros_node):
     from rcl_interfaces.msg import ParameterType
-    from jax_perception_node.node_params import declare_parameters, read_parameters
+    from jax_perception_node.ros.node_params import declare_parameters, read_parameters
     params = small_params(1)
     node = ros_node(**{k.replace('.', '__'): v for k, v in params.items()})
     declare_parameters(node)
@@ -227,7 +228,7 @@ def test_parameters_are_declared_typed_from_the_schema(ros_node):
     ('lidar.translation', [0, 0, 2], 'lidar.translation: expected double[3]'),
 ])
 def test_a_value_of_the_wrong_type_names_the_key_and_the_type(ros_node, key, value, message):
-    from jax_perception_node.node_params import declare_parameters
+    from jax_perception_node.ros.node_params import declare_parameters
     params = {**small_params(1), key: value}
     node = ros_node(**{k.replace('.', '__'): v for k, v in params.items()})
     with pytest.raises(ConfigError) as err:
@@ -297,7 +298,7 @@ def test_every_numeric_key_has_both_bounds_in_the_json_schema():
 
 
 def test_descriptors_carry_the_bounds_as_ros_ranges():
-    from jax_perception_node.node_params import descriptor
+    from jax_perception_node.ros.node_params import descriptor
     for spec in NUMERIC:
         described = descriptor(spec)
         if spec.ros_type == 'double':
@@ -324,7 +325,7 @@ def test_descriptors_carry_the_bounds_as_ros_ranges():
     ('cameras.front.fx', 1e-300, 'cameras.front.fx: must be >= 0.001, got 1e-300'),
 ])
 def test_an_override_out_of_range_is_one_config_error_at_declare(ros_node, key, value, message):
-    from jax_perception_node.node_params import declare_parameters
+    from jax_perception_node.ros.node_params import declare_parameters
     params = {**small_params(1), key: value}
     node = ros_node(**{k.replace('.', '__'): v for k, v in params.items()})
     with pytest.raises(ConfigError) as err:
@@ -334,7 +335,7 @@ def test_an_override_out_of_range_is_one_config_error_at_declare(ros_node, key, 
 
 def test_rclpy_refuses_an_out_of_range_set_naming_the_key_and_bound(ros_node):
     from rclpy.parameter import Parameter
-    from jax_perception_node.node_params import declare_parameters
+    from jax_perception_node.ros.node_params import declare_parameters
     node = ros_node(**{k.replace('.', '__'): v for k, v in small_params(1).items()})
     declare_parameters(node)
     for key, value in (('sync.max_camera_lidar_delay_s', 1e300), ('diagnostics.period_s', 1e10),

@@ -1,7 +1,7 @@
 """CameraSync's pairing rules, each checked against stamps worked out by hand."""
 
 from configs import absolute_imports
-from jax_perception_node.sync import CameraSync
+from jax_perception_node.frames.sync import CameraSync
 import pytest
 
 MS = 1_000_000          # ns

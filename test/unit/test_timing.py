@@ -1,9 +1,9 @@
 """Autoware's timing values (processing, cyclic, pipeline latency) and Float64Stamped messages."""
 
 from builtin_interfaces.msg import Time
-from jax_perception_node.grid_map import types_by_name
-from jax_perception_node.timing import (AutowareTiming, float64_stamped, FLOAT64_STAMPED_TYPE,
-                                        TIMING_TOPICS)
+from jax_perception_node.outputs.grid_map import types_by_name
+from jax_perception_node.ros.timing import (AutowareTiming, float64_stamped, FLOAT64_STAMPED_TYPE,
+                                            TIMING_TOPICS)
 import pytest
 from rclpy.serialization import serialize_message
 from rosbags.typesys import get_types_from_msg, get_typestore, Stores

@@ -2,9 +2,9 @@
 
 import math
 
-from jax_perception_node.rotations import matrix_quaternion
-from jax_perception_node.transforms import (CLOCK_JUMP_S, MAX_FRAMES, TransformBuffer,
-                                            TransformError)
+from jax_perception_node.geometry.rotations import matrix_quaternion
+from jax_perception_node.geometry.transforms import (CLOCK_JUMP_S, MAX_FRAMES, TransformBuffer,
+                                                     TransformError)
 import numpy as np
 import pytest
 from reference import quat_matrix

@@ -13,10 +13,10 @@ from configs import small_config
 from hypothesis import given, HealthCheck, settings
 from hypothesis import strategies as st
 import jax
-from jax_perception_node.buckets import BucketPadder
-from jax_perception_node.cloud import CloudFormatError, read_points
-from jax_perception_node.pipeline import compile_count
-from jax_perception_node.staging import aligned_zeros, ALIGNMENT, CameraStaging, DoubleBuffer
+from jax_perception_node.core.buckets import BucketPadder
+from jax_perception_node.core.pipeline import compile_count
+from jax_perception_node.core.staging import aligned_zeros, ALIGNMENT, CameraStaging, DoubleBuffer
+from jax_perception_node.sensors.cloud import CloudFormatError, read_points
 import numpy as np
 import pytest
 from reference import lift_ref, voxelize_ref

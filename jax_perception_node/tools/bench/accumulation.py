@@ -4,9 +4,9 @@ import time
 from typing import Callable
 
 from jax_perception_node import BevPipeline
-from jax_perception_node.config import config_from_parameters
-from jax_perception_node.pipeline import compile_count
-from jax_perception_node.rotations import pose_matrix
+from jax_perception_node.core.pipeline import compile_count
+from jax_perception_node.geometry.rotations import pose_matrix
+from jax_perception_node.settings.config import config_from_parameters
 import numpy as np
 
 from .common import bench_params, Inputs, Plan, rounded, summary_ms, SWEEP_T0, xyzi
@@ -35,7 +35,7 @@ def bench_accumulation(plan: Plan, log: Callable[[str], None]) -> dict:
     times = [SWEEP_T0 + k * SWEEP_PERIOD_S for k in range(frames)]
     clouds = [xyzi(inputs.sweep(t)) for t in times]
     if plan.tiny:
-        from jax_perception_node.cloud import keep_rows
+        from jax_perception_node.sensors.cloud import keep_rows
         clouds = [c[keep_rows(len(c), min(len(c), cfg.buckets[-1] // 2), 'subsample')]
                   for c in clouds]
     # The drive's odometry: base_link at the ego position, heading 0, in the world frame.

@@ -5,7 +5,7 @@ Differences are allowed only where float32 rounding decides, and only in a bound
 cells that are each shown to sit at such a border; anything else aborts the run.
 """
 
-from jax_perception_node.config import PipelineConfig
+from jax_perception_node.settings.config import PipelineConfig
 from jax_perception_node.tools import peers
 import numpy as np
 

@@ -14,7 +14,8 @@ import platform
 import subprocess
 import time
 
-from jax_perception_node.config import default_params_file, PipelineConfig, read_param_file
+from jax_perception_node.settings.config import (default_params_file, PipelineConfig,
+                                                 read_param_file)
 from jax_perception_node.tools import peers
 import numpy as np
 
@@ -168,7 +169,7 @@ class Inputs:
 
     def records(self, n: int, t0: float = SWEEP_T0) -> np.ndarray:
         """Exactly ``n`` structured points from the sweeps at t0, t0 + 0.1 s, ..."""
-        from jax_perception_node.cloud import keep_rows
+        from jax_perception_node.sensors.cloud import keep_rows
         parts, total, t = [], 0, t0
         while total < n:
             parts.append(self.sweep(t))

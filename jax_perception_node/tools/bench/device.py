@@ -14,7 +14,7 @@ import time
 from typing import Callable
 
 from jax_perception_node import BevPipeline
-from jax_perception_node.config import config_from_parameters
+from jax_perception_node.settings.config import config_from_parameters
 from jax_perception_node.tools import peers
 import numpy as np
 

@@ -22,10 +22,11 @@ from pathlib import Path
 import tempfile
 import time
 
-from jax_perception_node import bagio
+from jax_perception_node.bags import bagio
 
-from jax_perception_node.config import config_from_parameters, default_params_file, read_param_file
-from jax_perception_node.replay import replay_bag
+from jax_perception_node.bags.replay import replay_bag
+from jax_perception_node.settings.config import (config_from_parameters, default_params_file,
+                                                 read_param_file)
 from jax_perception_node.tools import fleet
 from jax_perception_node.tools.synthetic_drive import LidarModel, write_sample_bag
 
@@ -125,7 +126,7 @@ def fleet_benchmark(quick: bool) -> dict:
 
 
 def _in_process(bags: list[Path], out: Path, cfg) -> dict:
-    from jax_perception_node.pipeline import BevPipeline
+    from jax_perception_node.core.pipeline import BevPipeline
     out.mkdir()
     pipe = BevPipeline(cfg)
     started = time.perf_counter()

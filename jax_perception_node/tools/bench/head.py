@@ -5,8 +5,8 @@ from typing import Callable
 
 import jax
 from jax_perception_node import BevPipeline
-from jax_perception_node.config import config_from_parameters
-from jax_perception_node.pipeline import compile_count
+from jax_perception_node.core.pipeline import compile_count
+from jax_perception_node.settings.config import config_from_parameters
 import numpy as np
 
 from .common import bench_params, HEADLINE_POINTS, Inputs, Plan, rounded, summary_ms

@@ -20,13 +20,12 @@ import time
 from typing import Callable
 
 from jax_perception_node import BevPipeline, kernels
-from jax_perception_node.config import config_from_parameters
+from jax_perception_node.settings.config import config_from_parameters
 from jax_perception_node.tools import peers
 import numpy as np
 
 from .checks import border_cells, check_equal, edge_cells
-from .common import (bench_params, BenchError, HEADLINE_POINTS, Inputs, Plan, PLANS, rounded,
-                     RTOL)
+from .common import bench_params, BenchError, HEADLINE_POINTS, Inputs, Plan, PLANS, rounded, RTOL
 
 NUMBA_POINTS = (32768, 131072)   # the sizes of the speedup_vs_numba target (with 0 and 6 cameras)
 PINNED_TIMEOUT_S = 900           # the one-core child: compiles two rigs, then times them

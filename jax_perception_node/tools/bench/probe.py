@@ -4,7 +4,7 @@ import subprocess
 import threading
 import time
 
-from jax_perception_node.topics import LATENCY_TOPIC, POINTCLOUD_TOPIC
+from jax_perception_node.bags.topics import LATENCY_TOPIC, POINTCLOUD_TOPIC
 import numpy as np
 
 from .ros_processes import cloud_message, latency_record, set_stamp, spin_in_thread

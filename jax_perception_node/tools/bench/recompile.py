@@ -5,8 +5,8 @@ import time
 from typing import Callable
 
 from jax_perception_node import BevPipeline, kernels
-from jax_perception_node.config import config_from_parameters
-from jax_perception_node.pipeline import compile_count
+from jax_perception_node.core.pipeline import compile_count
+from jax_perception_node.settings.config import config_from_parameters
 import numpy as np
 
 from .checks import check_equal, edge_cells
@@ -31,7 +31,7 @@ def bench_recompile(plan: Plan, log: Callable[[str], None]) -> dict:
     clouds = [xyzi(inputs.sweep(t)) for t in times]
     if plan.tiny:
         # Scale the counts into the tiny buckets, keeping them distinct.
-        from jax_perception_node.cloud import keep_rows
+        from jax_perception_node.sensors.cloud import keep_rows
         scale = cfg.buckets[-1] / 120_000
         clouds = [c[keep_rows(len(c), max(1, int(len(c) * scale)), 'subsample')]
                   for c in clouds]

@@ -28,8 +28,8 @@ import sys
 import threading
 import time
 
-from jax_perception_node.topics import (camera_topic, FEATURES_TOPIC, LATENCY_TOPIC,
-                                        POINTCLOUD_TOPIC)
+from jax_perception_node.bags.topics import (camera_topic, FEATURES_TOPIC, LATENCY_TOPIC,
+                                             POINTCLOUD_TOPIC)
 import numpy as np
 
 # Header stamp of a raw CDR message: int32 sec, uint32 nanosec after the 4-byte encapsulation.
@@ -53,7 +53,7 @@ def cloud_message(raw: np.ndarray, num_points: int, stamp_ns: int = 0, frame_id:
 def features_message(fmap: np.ndarray, stamp_ns: int = 0, frame_id: str = 'camera'):
     """sensor_msgs/Image 32FC<C> (rclpy) of a float32[H_f, W_f, C] feature map."""
     from sensor_msgs.msg import Image
-    from jax_perception_node.camera import byte_array, features_image_fields
+    from jax_perception_node.sensors.camera import byte_array, features_image_fields
     fields = features_image_fields(fmap)
     msg = Image(height=fields['height'], width=fields['width'], encoding=fields['encoding'],
                 is_bigendian=fields['is_bigendian'], step=fields['step'])
@@ -252,7 +252,7 @@ def echo(height: int, width: int, channels: int, cameras: list[str]) -> int:
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
     from rclpy.qos import qos_profile_sensor_data, QoSProfile
     from sensor_msgs.msg import Image, PointCloud2
-    from jax_perception_node.camera import byte_array
+    from jax_perception_node.sensors.camera import byte_array
     rclpy.init()
     node = rclpy.create_node('bench_echo')
     reply = Image(height=height, width=width, encoding=f'32FC{channels}',
@@ -310,7 +310,7 @@ def startup_profile(params: Path, cache_dir: str, out: Path) -> int:
     timed('import_rclpy', lambda: (__import__('rclpy'), __import__('sensor_msgs.msg'),
                                    __import__('diagnostic_msgs.msg')))
     import rclpy
-    node_module = timed('import_node', lambda: __import__('jax_perception_node.node',
+    node_module = timed('import_node', lambda: __import__('jax_perception_node.ros.node',
                                                           fromlist=['JaxPerceptionNode']))
     args = ['bench_profile', '--ros-args', '--params-file', str(params),
             '-p', f'compilation_cache_dir:={cache_dir}', '--log-level', 'warn']

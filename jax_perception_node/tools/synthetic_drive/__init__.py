@@ -17,7 +17,7 @@ traffic uses the two inner lanes: oncoming vehicles at 11 m/s, and vehicles ahea
 per frame, each from its own seeded generator, so every frame is a pure function of (seed, t)
 whatever order frames are asked for in.
 
-Sensors, all taken from the :class:`~jax_perception_node.config.PipelineConfig`:
+Sensors, all taken from the :class:`~jax_perception_node.settings.config.PipelineConfig`:
 
 - LiDAR (frame ``lidar.frame_id``, mounted by ``cfg.lidar``): a spinning multi-beam scanner
   (:class:`LidarModel`), ray-cast analytically against the ground plane, boxes and vertical
@@ -39,7 +39,7 @@ scales to the configured intrinsics exactly.
 Ground truth (vision_msgs/Detection3DArray on ``/ground_truth/objects``, one per sweep, same
 stamp, frame ``grid.frame_id``): the vehicles, parked and moving, whose centre lies in the grid
 and that at least 5 of the sweep's returns hit (``SyntheticDrive.ground_truth``), as boxes with
-stable ids; see ``jax_perception_node.objects`` for the message layout.
+stable ids; see ``jax_perception_node.outputs.objects`` for the message layout.
 
 Only NumPy and ``rosbags`` are used (vision_msgs' definitions come from the installed
 interfaces): no ROS installation, no JAX.

@@ -6,7 +6,7 @@ camera pose ego(t) x calibration, against the ground plane, boxes and vertical c
 they are at t (global shutter). Channels are :data:`CAMERA_CHANNELS`.
 """
 
-from jax_perception_node.config import CameraConfig
+from jax_perception_node.settings.config import CameraConfig
 import numpy as np
 
 from .scene import (BCLS, BHX, BHY, BHZ, box_hits, BRHO, BX, BY, BYAW, BZ, CAMERA_CHANNELS,

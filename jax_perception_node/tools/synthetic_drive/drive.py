@@ -3,15 +3,14 @@
 from dataclasses import dataclass
 import math
 
-from jax_perception_node.config import CameraConfig, PipelineConfig
+from jax_perception_node.settings.config import CameraConfig, PipelineConfig
 import numpy as np
 
 from .camera_render import camera_rays, render
-from .scene import (BCLS, BHX, BHY, BHZ, box_hits, BRHO, BVX, BVY, BX, BY, BYAW, BZ,
-                    CAMERA_VIEW_M, CCLS, CR, CRHO, CVX, CVY, CX, CY, cylinder_hits, CZ0, CZ1,
-                    EGO_LANE_Y, EGO_SPEED, expand, GROUND, ground_reflectivity, make_tile,
-                    POINT_DTYPE, sweep_points_in_boxes, TILE, time_key, TRAFFIC, VEHICLE,
-                    vehicle)
+from .scene import (BCLS, BHX, BHY, BHZ, box_hits, BRHO, BVX, BVY, BX, BY, BYAW, BZ, CAMERA_VIEW_M,
+                    CCLS, CR, CRHO, CVX, CVY, CX, CY, cylinder_hits, CZ0, CZ1, EGO_LANE_Y,
+                    EGO_SPEED, expand, GROUND, ground_reflectivity, make_tile, POINT_DTYPE,
+                    sweep_points_in_boxes, TILE, time_key, TRAFFIC, VEHICLE, vehicle)
 
 
 @dataclass(frozen=True)
@@ -187,7 +186,7 @@ class SyntheticDrive:
         """
         Return the visible vehicles at time t (s), the LiDAR stamp: (float64[n, 9] rows, ids).
 
-        Rows (``objects.BOX_COLUMNS``): x, y, z (box centre, m, grid frame: base_link at t, whose
+        Rows (``boxes.BOX_COLUMNS``): x, y, z (box centre, m, grid frame: base_link at t, whose
         axes are the world's), length, width, height (m), yaw (rad, in (-pi, pi]), score 1,
         class 0 (vehicle), for the parked cars and the traffic whose centre at t lies in the
         grid's x and y range and that at least ``min_points`` returns of the sweep starting at

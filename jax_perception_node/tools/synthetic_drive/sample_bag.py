@@ -7,14 +7,14 @@ from pathlib import Path
 import shutil
 from typing import Callable, Mapping
 
-from jax_perception_node.bagio import (message_class, offered_qos, SAMPLE_SEED_KEY, TF_TYPE,
-                                       TYPESTORE)
-from jax_perception_node.config import PipelineConfig
-from jax_perception_node.objects import (DETECTION_ARRAY_TYPE, detections_message,
-                                         GROUND_TRUTH_TOPIC)
-from jax_perception_node.topics import (camera_info_topic, camera_topic, ODOMETRY_TOPIC,
-                                        POINTCLOUD_TOPIC)
-from jax_perception_node.transforms import TF_STATIC_TOPIC, TF_TOPIC
+from jax_perception_node.bags.bagio import (message_class, offered_qos, SAMPLE_SEED_KEY, TF_TYPE,
+                                            TYPESTORE)
+from jax_perception_node.bags.topics import (camera_info_topic, camera_topic, ODOMETRY_TOPIC,
+                                             POINTCLOUD_TOPIC)
+from jax_perception_node.geometry.transforms import TF_STATIC_TOPIC, TF_TOPIC
+from jax_perception_node.outputs.objects import (DETECTION_ARRAY_TYPE, detections_message,
+                                                 GROUND_TRUTH_TOPIC)
+from jax_perception_node.settings.config import PipelineConfig
 import numpy as np
 from rosbags.rosbag2 import StoragePlugin, Writer
 

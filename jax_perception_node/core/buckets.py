@@ -1,0 +1,83 @@
+"""Fixed-shape host buffers: each cloud is decoded or padded into the smallest bucket for it."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .staging import DoubleBuffer
+from ..sensors.cloud import keep_rows, point_count, read_points
+
+
+@dataclass(frozen=True)
+class PaddedCloud:
+    """A cloud in a bucket buffer; rows >= ``count`` are stale padding (masked)."""
+
+    buffer: np.ndarray     # float32[bucket, 4], 64-byte aligned, owned by the padder
+    count: int             # real rows
+    bucket: int            # capacity of the buffer
+    overflow: int          # points dropped by the overflow policy
+    num_points: int        # points in the input cloud
+
+
+class BucketPadder:
+    """
+    Decodes PointCloud2 messages, or pads (N, 4) float32 clouds, into per-bucket host buffers.
+
+    Sizes are static: each is one compiled executable. A cloud above the largest bucket is cut
+    to it by the overflow policy ('subsample': even stride over the whole cloud; 'truncate':
+    the first rows) and the dropped-point count is reported. Padding rows are not cleared: the
+    kernel masks every row at or past ``count``.
+
+    Each bucket has two 64-byte aligned buffers (``staging.DoubleBuffer``) used in turn, so the
+    CPU backend aliases them (the executable reads the buffer itself) and the next frame never
+    rewrites the buffer of one in flight: the caller says who reads a buffer with ``read_by``.
+    """
+
+    def __init__(self, sizes: tuple[int, ...], overflow_policy: str = 'subsample'):
+        self.sizes = tuple(sorted(sizes))
+        self.overflow_policy = overflow_policy
+        self._buffers = {size: DoubleBuffer((size, 4)) for size in self.sizes}
+
+    @property
+    def capacity(self) -> int:
+        """Return the largest bucket: no frame computes on more points."""
+        return self.sizes[-1]
+
+    def bucket_for(self, num_points: int) -> int:
+        """Smallest bucket holding ``num_points`` (the largest one when none does)."""
+        for size in self.sizes:
+            if num_points <= size:
+                return size
+        return self.capacity
+
+    def decode(self, msg) -> PaddedCloud:
+        """
+        Decode a PointCloud2 straight into its bucket's next buffer (no array of its own).
+
+        Raises CloudFormatError (``cloud.read_points``) before any buffer is touched.
+        """
+        n = point_count(msg)
+        bucket = self.bucket_for(n)
+        buffer = self._buffers[bucket].swap()
+        read_points(msg, bucket, self.overflow_policy, out=buffer)
+        kept = min(n, bucket)
+        return PaddedCloud(buffer, kept, bucket, n - kept, n)
+
+    def pad(self, points: np.ndarray) -> PaddedCloud:
+        """Copy ``points`` float32[N, 4] into its bucket's next buffer."""
+        n = points.shape[0]
+        bucket = self.bucket_for(n)
+        buffer = self._buffers[bucket].swap()
+        if n > bucket:
+            rows = keep_rows(n, bucket, self.overflow_policy)
+            if isinstance(rows, slice):
+                buffer[:] = points[rows]
+            else:
+                np.take(points, rows, axis=0, out=buffer)
+            return PaddedCloud(buffer, bucket, bucket, n - bucket, n)
+        buffer[:n] = points
+        return PaddedCloud(buffer, n, bucket, 0, n)
+
+    def read_by(self, padded: PaddedCloud, reader) -> None:
+        """Note that ``reader`` (``block_until_ready()``) reads ``padded``'s buffer."""
+        self._buffers[padded.bucket].read_by(reader, padded.buffer)

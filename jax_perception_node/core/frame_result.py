@@ -1,0 +1,87 @@
+"""What one frame returns: its FrameResult, and the PendingFrame of a frame still running."""
+
+from dataclasses import dataclass, replace
+import time
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class FrameResult:
+    """One frame through the pipeline."""
+
+    features: np.ndarray       # float32[H, W, C_out], row = x index, column = y index
+    num_points: int            # points in the input cloud
+    bucket: int                # capacity of the executable that ran
+    overflow_points: int       # points dropped by the overflow policy
+    cameras_used: int          # cameras that contributed (not masked)
+    nonfinite_features: int    # non-finite feature values replaced by 0 this frame
+    pad_ms: float              # host: padding, staging the camera maps (and their transfer)
+    compute_ms: float          # transfer_ms + device_ms + fetch_ms
+    compiles_after_warmup: int
+    # putting the inputs on the device (dispatch; may overlap compute); on the CPU only staging
+    # the frame's arguments: the executable reads the host arrays in place, within device_ms
+    transfer_ms: float = 0.0
+    device_ms: float = 0.0     # executable call until its result is ready
+    fetch_ms: float = 0.0      # result to a NumPy array
+    cameras_sent: bool = False  # the camera batch crossed to the device this frame
+    sweeps_used: int = 1       # sweeps voxelized, the current one included
+    # float32[n, 9] boxes (``boxes.BOX_COLUMNS``) scoring at least the threshold, best first;
+    # None without a head
+    objects: np.ndarray | None = None
+    # the head: its executable after the BEV is ready, the fetch of its K box rows and the
+    # threshold (compute_ms is the BEV's alone; the frame costs compute_ms + head_ms)
+    head_ms: float = 0.0
+    # decoded boxes with a NaN or inf value, never published (a checkpoint whose numbers
+    # overflow: a box of infinite size is no box)
+    nonfinite_objects: int = 0
+
+
+class PendingFrame:
+    """
+    A frame started on the device; ``result()`` waits for it and fetches its outputs.
+
+    ``output`` is the features, or (features, boxes float32[K, 9]) with a head; boxes scoring
+    below ``score_threshold``, and boxes with a non-finite value (counted), are dropped on the
+    host.
+    """
+
+    def __init__(self, output, times: tuple[float, float, float], score_threshold: float,
+                 stats: dict):
+        self._output, self._times, self._stats = output, times, stats
+        self._threshold = score_threshold
+        self._result: FrameResult | None = None
+
+    def result(self, features: bool = True) -> FrameResult:
+        """
+        Wait for the frame and return its FrameResult (the same one on every call).
+
+        ``features=False`` leaves the BEV where the executable wrote it (``features`` None),
+        for a caller that only wants the objects; a later call with True still fetches it.
+        """
+        if self._result is None:
+            start, staged, put = self._times
+            bev, boxes = self._output if isinstance(self._output, tuple) else (self._output, None)
+            bev.block_until_ready()
+            ready = time.perf_counter()
+            objects, nonfinite = None, 0
+            if boxes is not None:
+                rows = np.asarray(boxes)
+                score, finite = rows[:, 7], np.isfinite(rows).all(axis=1)
+                kept = (score >= self._threshold) & (score > 0)     # False for a NaN score
+                nonfinite = int(np.count_nonzero(~finite & (kept | np.isnan(score))))
+                objects = rows[kept & finite]
+            head = time.perf_counter()
+            fetched = np.asarray(bev) if features else None
+            done = time.perf_counter()
+            self._result = FrameResult(
+                features=fetched, pad_ms=(staged - start) * 1e3,
+                compute_ms=(done - staged) * 1e3 - (head - ready) * 1e3,
+                transfer_ms=(put - staged) * 1e3, device_ms=(ready - put) * 1e3,
+                fetch_ms=(done - head) * 1e3, objects=objects, head_ms=(head - ready) * 1e3,
+                nonfinite_objects=nonfinite, **self._stats)
+            self._output = None if features else bev
+        elif features and self._result.features is None:
+            self._result = replace(self._result, features=np.asarray(self._output))
+            self._output = None
+        return self._result

@@ -1,0 +1,170 @@
+"""
+Host-side builders of the kernels' traced inputs: calibration arrays, sweep history.
+
+``calibration_vector`` is the frame function's LiDAR calibration. ``calibration_arrays``
+stacks the cameras' calibration (intrinsics, lens model, pose) into the
+``lift.CameraCalibration`` the lift geometry takes, once per calibration; it also finds, in
+float64, where each lens model stops being monotonic (``monotonic_radius2``). ``SweepHistory``
+keeps, for the pipeline's device ring of earlier sweeps, what each slot holds and fills each
+frame's small accumulation inputs (``kernels.SweepArgs``). NumPy only: nothing here compiles.
+"""
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from .lift import CameraCalibration, DISTORTION_MODELS, DISTORTION_SIZE
+from ..geometry.odometry import sweep_transform
+from ..settings.config import CameraConfig, Pose
+from ..settings.parameters import ConfigError
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_COEFFICIENTS = {'none': 0, 'plumb_bob': 5, 'equidistant': 4}    # per DISTORTION_MODELS
+
+
+def calibration_vector(lidar: Pose, grid: np.ndarray) -> np.ndarray:
+    """float32[17]: the LiDAR rotation (row-major) and translation, then the grid vector."""
+    return np.concatenate([lidar.rotation_matrix().reshape(-1), lidar.translation,
+                           grid]).astype(np.float32)
+
+
+FAR_RADIUS2 = 1e12     # r^2 beyond which a lens is taken as monotonic (monotonic_radius2)
+
+
+def monotonic_radius2(model: str, coefficients: Sequence[float]) -> float:
+    """
+    Return the squared undistorted radius r^2 = x'^2 + y'^2 up to which a lens model is usable.
+
+    That is where the radial mapping stops increasing: beyond it the polynomial folds back
+    (OpenCV's does too) and a point far outside the field of view would land inside the image.
+    plumb_bob: the smallest r^2 > 0 where d/dr [r (1 + k1 r^2 + k2 r^4 + k3 r^6)] = 0 (the
+    tangential terms are left out). equidistant: the smallest theta > 0 where
+    d/dtheta [theta (1 + k1 theta^2 + .. + k4 theta^8)] = 0, as r^2 = tan^2(theta), if below
+    90 degrees. ``inf`` when the mapping never turns (none, all-zero coefficients).
+    """
+    c = [float(v) for v in coefficients]
+    if model == 'plumb_bob':
+        k1, k2, _, _, k3 = c
+        # In s = r^2, highest power first: 7 k3 s^3 + 5 k2 s^2 + 3 k1 s + 1.
+        derivative = [7 * k3, 5 * k2, 3 * k1, 1.0]
+    elif model == 'equidistant':
+        k1, k2, k3, k4 = c
+        derivative = [9 * k4, 7 * k3, 5 * k2, 3 * k1, 1.0]    # in t = theta^2
+    else:
+        return math.inf
+    # Solved in u = 1 / s: the same coefficients reversed, led by the constant 1. np.roots
+    # divides by the leading coefficient, and a tiny k (a subnormal k3 from a CameraInfo)
+    # overflowed its companion matrix; reversed, the small roots that matter here are the
+    # large ones, found to full precision. Roots within 1e-12 of u = 0 (k = 0 puts one at
+    # 0; a tiny k puts them where the eigenvalues' error, ~1e-16, decides their sign) turn
+    # beyond s = 1e12, r = 1e6 (89.99994 degrees off axis): never, for any camera.
+    inverse = np.roots(derivative[::-1])
+    roots = 1.0 / inverse[np.abs(inverse) > 1.0 / FAR_RADIUS2]
+    real = roots.real[(np.abs(roots.imag) <= 1e-9 * np.maximum(1.0, np.abs(roots.real)))
+                      & (roots.real > 0)]
+    if real.size == 0:
+        return math.inf
+    turn = float(real.min())
+    if model == 'plumb_bob':
+        return turn
+    theta = math.sqrt(turn)
+    return math.tan(theta) ** 2 if theta < math.pi / 2 else math.inf
+
+
+def calibration_arrays(cameras: Sequence[CameraConfig]) -> CameraCalibration:
+    """
+    Stack camera calibrations for the lift (NumPy arrays, N = ``len(cameras)``, may be 0).
+
+    Args
+    ----
+    cameras: the cameras' configs, in the pipeline's order.
+
+    Returns
+    -------
+    CameraCalibration: intrinsics float32[N, 4] (fx, fy, cx, cy in feature-map pixels),
+    distortion_model int32[N], distortion float32[N, 5] (equidistant's four coefficients then
+    0; zeros for none), max_radius2 float32[N] (``monotonic_radius2``), rotation
+    float32[N, 3, 3] and translation float32[N, 3] (m), with p_grid = R p_optical + t.
+
+    Raises
+    ------
+    ConfigError: an unknown model or the wrong number of coefficients, naming the camera.
+
+    """
+    n = len(cameras)
+    arrays = CameraCalibration(
+        intrinsics=np.zeros((n, 4), np.float32),
+        distortion_model=np.zeros(n, np.int32),
+        distortion=np.zeros((n, DISTORTION_SIZE), np.float32),
+        max_radius2=np.zeros(n, np.float32),
+        rotation=np.zeros((n, 3, 3), np.float32),
+        translation=np.zeros((n, 3), np.float32))
+    for k, camera in enumerate(cameras):
+        if len(camera.distortion) != _COEFFICIENTS.get(camera.distortion_model, -1):
+            raise ConfigError(f'cameras.{camera.name}.distortion: {camera.distortion} for '
+                              f'distortion_model {camera.distortion_model!r}; expected one of '
+                              f'{_COEFFICIENTS} coefficients')
+        arrays.intrinsics[k] = (camera.fx, camera.fy, camera.cx, camera.cy)
+        arrays.distortion_model[k] = DISTORTION_MODELS.index(camera.distortion_model)
+        arrays.distortion[k, :len(camera.distortion)] = camera.distortion
+        limit = monotonic_radius2(camera.distortion_model, camera.distortion)
+        arrays.max_radius2[k] = limit if limit < _FLOAT32_MAX else np.inf
+        arrays.rotation[k] = camera.pose.rotation_matrix()
+        arrays.translation[k] = camera.pose.translation
+    return arrays
+
+
+class SweepHistory:
+    """
+    The host side of the ring of P earlier sweeps: each slot's stamp, pose and real rows.
+
+    ``stage`` fills ``scalars`` int32[1 + P] (the slot the current sweep goes into, then the
+    rows to use of each slot) and ``motion`` float32[P, size] (each used slot's transform into
+    the current grid frame, row-major rotation then translation, then its lag in seconds) for
+    one frame; ``record`` then notes what the frame wrote into its slot.
+    """
+
+    def __init__(self, past: int, size: int):
+        self.past = past
+        self.scalars = np.zeros(1 + past, np.int32)
+        self.motion = np.zeros((past, size), np.float32)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every earlier sweep."""
+        self._slots: list[tuple[int, np.ndarray | None, int] | None] = [None] * self.past
+        self._next = 0
+
+    def stage(self, stamp: int | None, pose: np.ndarray | None, max_age_s: float,
+              lidar: np.ndarray) -> int:
+        """
+        Choose the earlier sweeps for a frame at ``stamp`` with ``pose``; returns sweeps used.
+
+        A slot counts when both it and this frame have a pose and it is 0 < age <= max_age_s
+        old. A slot newer than ``stamp`` (time went backwards) empties the history first.
+        """
+        if stamp is not None and any(s is not None and s[0] > stamp for s in self._slots):
+            self.reset()
+        self.scalars[:] = 0
+        self.scalars[0] = self._next
+        self.motion[:] = 0.0
+        used = 1
+        for index, slot in enumerate(self._slots):
+            if slot is None or slot[1] is None or pose is None or stamp is None:
+                continue
+            age_ns = stamp - slot[0]
+            if not 0 < age_ns <= max_age_s * 1e9:
+                continue
+            moved = sweep_transform(pose, slot[1], lidar)
+            self.motion[index, :9] = moved[:3, :3].reshape(-1)
+            self.motion[index, 9:12] = moved[:3, 3]
+            self.motion[index, 12] = age_ns * 1e-9
+            self.scalars[1 + index] = slot[2]
+            used += 1
+        return used
+
+    def record(self, stamp: int | None, pose: np.ndarray | None, rows: int) -> None:
+        """Note the sweep just written into the staged slot (without a stamp: never used)."""
+        self._slots[self._next] = None if stamp is None else (stamp, pose, rows)
+        self._next = (self._next + 1) % self.past

@@ -1,0 +1,449 @@
+"""
+BevPipeline: one ahead-of-time compiled executable per bucket, warmed at start-up.
+
+What is static (changing it recompiles) and what is traced, the per-frame path that cannot
+compile, the lift's slots per cell and the accumulation ring are described in docs/design.md
+("Static and traced", "One frame, end to end", "Kernels"). Executables come from the private
+executable store when a previous start left them there (executable_cache.py).
+"""
+
+import functools
+import time
+from typing import Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import kernels, lift
+from .box_decode import head_function
+from .buckets import BucketPadder, PaddedCloud
+from .compile_counter import compile_count, install_compile_counter
+from .executable_cache import ExecutableCache, private_cache_dir
+from .frame_result import FrameResult, PendingFrame
+from .kernel_inputs import calibration_arrays, calibration_vector, SweepHistory
+from .staging import CameraStaging, DoubleBuffer
+from ..detection.head import HeadInput, load_head
+from ..geometry.rotations import pose_matrix
+from ..settings.channels import lidar_channels
+from ..settings.config import CameraConfig, load_fusion_weights, PipelineConfig, Pose
+from ..settings.parameters import ConfigError
+
+
+class BevPipeline:
+    """
+    LiDAR + camera BEV fusion with one AOT executable per bucket; see the module doc.
+
+    Args
+    ----
+    cfg: the validated PipelineConfig; its static values are fixed for the pipeline's life.
+
+    Raises
+    ------
+    ConfigError: cameras with different feature-map shapes, or unreadable fusion weights.
+
+    """
+
+    def __init__(self, cfg: PipelineConfig):
+        self.cfg = cfg
+        self.cache_dir = private_cache_dir(cfg.compilation_cache_dir)
+        install_compile_counter()
+        grid = cfg.grid
+        self.height, self.width = grid.height, grid.width
+        self.padder = BucketPadder(cfg.buckets, cfg.overflow_policy)
+        self.camera_names = tuple(c.name for c in cfg.cameras)
+        self._grid = grid.vector()
+        weights = load_fusion_weights(cfg)
+        self._projection = None if weights is None else tuple(jax.device_put(w) for w in weights)
+        self.num_sweeps = cfg.accumulation.num_sweeps
+        self.max_sweep_age_s = cfg.accumulation.max_sweep_age_s     # live: set it any time
+        self.lidar_channels = lidar_channels(self.num_sweeps)
+        self.output_channels = cfg.fused_channels if weights is None else weights[0].shape[1]
+        self.projected = weights is not None     # output channels are no longer the raw ones
+        n = len(cfg.cameras)
+        if cfg.cameras:
+            first = cfg.cameras[0]
+            self._map_shape = (first.height, first.width, first.channels)
+            for cam in cfg.cameras:
+                if (cam.height, cam.width, cam.channels) != self._map_shape:
+                    raise ConfigError(f'cameras.{cam.name}: every camera needs the same feature-'
+                                      f'map shape, got {(cam.height, cam.width, cam.channels)} '
+                                      f'and {self._map_shape}')
+            self._staging = CameraStaging(self.camera_names, self._map_shape)
+        else:
+            self._map_shape, self._staging = None, None
+        # count of real rows, then one flag per camera: the per-frame scalars in one transfer
+        self._scalars = DoubleBuffer((1 + n,), np.int32)
+        self._camera_valid = np.zeros(n, bool)
+        self._features_device = None
+        self.head = load_head(cfg.head.module, cfg.head.weights, HeadInput(
+            self.height, self.width, self.output_channels, grid.resolution))
+        self.score_threshold = cfg.head.score_threshold      # live: set it any time
+        self.head_classes, self._head_params, self.head_weights = ((), None, None) if (
+            self.head is None) else (self.head.spec.classes, jax.device_put(self.head.params),
+                                     self.head.weights_path)
+        past = self.num_sweeps - 1
+        # The CPU backend reads aligned host arrays in place, through device_put or not: not
+        # saves its dispatch (README, "The rest of the CPU frame"). Other backends get device_put.
+        self.host_inputs = jax.devices()[0].platform == 'cpu'
+        self._frame_jit = jax.jit(functools.partial(
+            kernels.bev_frame, height=self.height, width=self.width,
+            activation=cfg.fusion.activation), donate_argnums=(1,) if past else (),
+            out_shardings=self._out_shardings(past))
+        self._head_executable = None
+        # Accumulation state: the device ring, and what each slot holds on the host.
+        self._ring = None
+        self._sweeps = SweepHistory(past, kernels.MOTION_SIZE)
+        self._sweep_staging = kernels.SweepArgs(
+            DoubleBuffer(self._sweeps.scalars.shape, np.int32),
+            DoubleBuffer(self._sweeps.motion.shape)) if past else None
+        self._executables: dict[int, jax.stages.Compiled] = {}
+        self.store = ExecutableCache(self.cache_dir)
+        self.lift_slots = 0          # static, set by warmup() (0 without cameras)
+        self._counts = self._geometry = self._tables = None
+        self._calibration_device = None
+        self._calibration = (cfg.lidar, cfg.cameras)
+        self._baseline: int | None = None
+        self.compile_seconds: dict[str, float] = {}
+
+    def _out_shardings(self, past: int):
+        """
+        Where the executable writes its results: the features into pinned host memory.
+
+        On a GPU the result then needs no device-to-host transfer of its own when fetched (an
+        H200 fetched the 3.9 MB result in 3.2-3.5 ms from device memory). With a head, the BEV
+        stays on the device for the head's executable, whose boxes go to pinned host memory.
+        """
+        device = jax.devices()[0]
+        kinds = {m.kind for m in device.addressable_memories()}
+        self.output_memory = 'pinned_host' if 'pinned_host' in kinds else None
+        self.features_memory = None if self.head is not None else self.output_memory
+        if self.features_memory is None:
+            return None
+        host = jax.sharding.SingleDeviceSharding(device, memory_kind='pinned_host')
+        return (host, jax.sharding.SingleDeviceSharding(device)) if past else host
+
+    def _static(self) -> str:
+        return repr((self.height, self.width, self.cfg.fusion.activation,
+                     self.cfg.fusion.num_heights, self._map_shape, self.lift_slots,
+                     self.num_sweeps, self.features_memory))
+
+    def head_key(self) -> str:
+        """Return what the head's stored executable is keyed on, beside its arguments' shapes."""
+        return repr((self.head.identity, self.cfg.head.max_objects, self.output_memory))
+
+    def _geometry_jit(self, function, **static):
+        map_h, map_w = self._map_shape[:2]
+        return jax.jit(functools.partial(
+            function, height=self.height, width=self.width,
+            num_heights=self.cfg.fusion.num_heights, map_height=map_h, map_width=map_w,
+            **static))
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def warmup(self) -> dict[str, float]:
+        """
+        Compile (or load) the calibration functions and every bucket, and run each once.
+
+        Sets ``lift_slots``; the compile counter's value after it is the baseline.
+
+        Returns
+        -------
+        dict[str, float]: seconds per part, keys 'calibration' and the bucket sizes as strings.
+
+        """
+        times = {}
+        start = time.perf_counter()
+        if self.cfg.cameras:
+            calibration = (calibration_arrays(self._calibration[1]), self._grid)
+            self._counts = self.store.get(
+                'lift_counts', self._static(), self._geometry_jit(lift.lift_sample_counts),
+                calibration, jax.tree.structure(0))
+            needed = int(np.asarray(self._counts(*calibration)).max())
+            self.lift_slots = self.cfg.fusion.max_samples_per_cell or max(needed, 1)
+            tables = lift.LiftTables(0, 0, 0)
+            self._geometry = self.store.get(
+                'geometry', self._static(),
+                self._geometry_jit(lift.lift_geometry, slots=self.lift_slots), calibration,
+                jax.tree.structure((tables, 0)))
+        times['calibration'] = time.perf_counter() - start
+        self.set_calibration(*self._calibration)
+        accumulating = self.num_sweeps > 1
+        ring = jax.ShapeDtypeStruct(self._ring_shape, jnp.float32)
+        if self.head is not None:
+            start = time.perf_counter()
+            self._head_executable = self.store.get('head', self.head_key(), *head_function(
+                self.head.spec, self.cfg.head.max_objects, self._head_params,
+                (self.height, self.width, self.output_channels), self.output_memory))
+            times['head'] = time.perf_counter() - start
+        for size in self.padder.sizes:
+            start = time.perf_counter()
+            specs = (self._frame_specs(size),) + ((ring,) if accumulating else ())
+            self._executables[size] = self.store.get(
+                'frame', self._static(), self._frame_jit, specs,
+                jax.tree.structure((0, 0) if accumulating else 0))
+            times[str(size)] = time.perf_counter() - start
+        # One real call per executable pays first-run costs now, not on the first frame.
+        self._features_device = None if self._staging is None else jax.device_put(
+            self._staging.batches.current)
+        if accumulating:
+            self._ring = jax.device_put(np.zeros(self._ring_shape, np.float32))
+        for size in self.padder.sizes:
+            jax.block_until_ready(self._launch(self.padder.pad(np.zeros((size, 4),
+                                                                        np.float32)))[0])
+        self.reset_sweeps()
+        self.compile_seconds = times
+        self._baseline = compile_count()
+        return times
+
+    @property
+    def _ring_shape(self) -> tuple[int, int, int]:
+        return (self.num_sweeps - 1, self.padder.capacity, 4)
+
+    def _frame_specs(self, bucket: int) -> kernels.FrameArgs:
+        spec = jax.ShapeDtypeStruct
+        shape_of = functools.partial(jax.tree.map, lambda a: spec(a.shape, a.dtype))
+        return kernels.FrameArgs(
+            points=spec((bucket, 4), jnp.float32),
+            scalars=spec(self._scalars.current.shape, jnp.int32),
+            calibration=spec((kernels.CALIBRATION_SIZE,), jnp.float32),
+            features=None if self._staging is None else spec(
+                self._staging.batches.current.shape, jnp.float32),
+            lift=None if self._tables is None else shape_of(self._tables),
+            projection=None if self._projection is None else shape_of(self._projection),
+            sweeps=None if self.num_sweeps == 1 else shape_of(
+                kernels.SweepArgs(self._sweeps.scalars, self._sweeps.motion)))
+
+    def frame_args(self, points: np.ndarray, count: int) -> kernels.FrameArgs:
+        """
+        Return the frame function's arguments for a padded cloud and the staged cameras.
+
+        Also for running ``kernels.bev_frame`` some other way (the benchmarks' naive jit and
+        no-jit rows) on exactly this pipeline's state. ``points``: float32[B, 4], a bucket-sized
+        buffer; ``count``: its real rows. Per-frame parts are on the host (the next of two
+        aligned arrays each, kept while a frame that reads them is in flight), the rest on the
+        device.
+        """
+        scalars = self._scalars.swap()
+        scalars[0] = count
+        scalars[1:] = self._camera_valid
+        sweeps = None
+        if self._sweep_staging is not None:
+            sweeps = kernels.SweepArgs(self._sweep_staging.scalars.swap(),
+                                       self._sweep_staging.motion.swap())
+            np.copyto(sweeps.scalars, self._sweeps.scalars)
+            np.copyto(sweeps.motion, self._sweeps.motion)
+        return kernels.FrameArgs(points, scalars, self._calibration_device,
+                                 self._features_device, self._tables, self._projection, sweeps)
+
+    def set_head_weights(self, path: str) -> None:
+        """
+        Load a checkpoint (same shapes) into the head for the next frame, without a compile.
+
+        '' takes the shipped weights (none shipped: the factory's). Raises ConfigError
+        (``head.weights``) for a file that cannot be read or does not fit; nothing changes then.
+        """
+        self.use_head_weights(*self.read_head_weights(path))
+
+    def read_head_weights(self, path: str):
+        """Read and check ``head.weights`` = ``path``; (file, parameters) for use_head_weights."""
+        if self.head is None:
+            raise ConfigError('head.weights: no head is configured (head.module is empty)')
+        return self.head.checkpoint(path)
+
+    def use_head_weights(self, target, params) -> None:
+        """Put checked parameters (``read_head_weights``) on the device for the next frame."""
+        self._head_params, self.head_weights = jax.device_put(params), target
+
+    def set_calibration(self, lidar: Pose | None = None,
+                        cameras: tuple[CameraConfig, ...] | None = None) -> None:
+        """
+        Set the LiDAR and camera calibration; recomputes the lift tables, never recompiles.
+
+        Intrinsics, lens models and their coefficients, and poses are all traced.
+
+        Args
+        ----
+        lidar: the LiDAR pose, or None to keep it.
+        cameras: all cameras (configured names, order, map shapes), or None to keep them.
+
+        Raises
+        ------
+        ConfigError: other camera names, or a camera calibration whose samples do not fit
+            the slots per cell fixed at warm-up (naming the camera); nothing changes then.
+
+        """
+        if cameras is not None and self.cfg.cameras:
+            if tuple(c.name for c in cameras) != self.camera_names:
+                raise ConfigError(f'cameras.names: calibration for {[c.name for c in cameras]}, '
+                                  f'the pipeline has {list(self.camera_names)}')
+            if self._geometry is None:
+                raise RuntimeError('set_calibration(cameras=...) needs warmup() first')
+            tables, dropped = self._geometry(calibration_arrays(cameras), self._grid)
+            dropped = np.asarray(dropped)
+            if dropped.any():
+                worst = int(np.argmax(dropped))
+                raise ConfigError(
+                    f'cameras.{self.camera_names[worst]}: this calibration puts more camera '
+                    f'samples in some cells than the {self.lift_slots} slots per cell fixed at '
+                    f'start-up ({int(dropped.sum())} samples would be lost); set '
+                    f'fusion.max_samples_per_cell (up to cameras x num_heights) and restart')
+            self._tables = tables
+        lidar = lidar or self._calibration[0]
+        self._calibration_device = jax.device_put(calibration_vector(lidar, self._grid))
+        self._calibration = (lidar, cameras or self._calibration[1])
+
+    def executable(self, bucket: int) -> jax.stages.Compiled:
+        """
+        Return a bucket's compiled frame: ``f(frame_args(...))`` -> float32[H, W, C_out].
+
+        With accumulation ``f(frame_args(...), ring) -> (features, ring)``, which consumes
+        (donates) the ring.
+        """
+        return self._executables[bucket]
+
+    def reset_sweeps(self) -> None:
+        """Forget the earlier sweeps: the next frame uses its own sweep only."""
+        self._sweeps.reset()
+
+    @property
+    def lift_samples(self) -> np.ndarray | None:
+        """Count valid camera samples per camera and cell, float32[N, H*W] (this calibration)."""
+        return None if self._tables is None else np.asarray(self._tables.samples)
+
+    # -- per frame -----------------------------------------------------------------------------
+
+    @property
+    def compiles_after_warmup(self) -> int:
+        """XLA compiles in this process since warmup() finished (0 is the only good value)."""
+        if self._baseline is None:
+            return 0
+        return compile_count() - self._baseline
+
+    def decode(self, msg) -> PaddedCloud:
+        """
+        Decode a PointCloud2 straight into its bucket's next host buffer, for ``process``.
+
+        Pass it to ``process`` or ``dispatch`` before the next decode: a bucket has two
+        buffers, and the one after next is this one again. Raises CloudFormatError
+        (``cloud.read_points``) before any buffer is touched.
+        """
+        return self.padder.decode(msg)
+
+    def process(self, points: np.ndarray | PaddedCloud,
+                cameras: Mapping[str, np.ndarray | None] | None = None,
+                num_points: int | None = None, stamp_ns: int | None = None,
+                pose: np.ndarray | None = None) -> FrameResult:
+        """
+        Run one frame: pad, transfer, compute, fetch (``dispatch(...).result()``).
+
+        Args
+        ----
+        points: float32[N, 4] x, y, z, intensity in the LiDAR frame (any N; above the largest
+            bucket the overflow policy applies), or what ``decode`` returned.
+        cameras: name -> float32[H_f, W_f, C] or None; a camera left out or None is masked.
+        num_points: the size of the original cloud when the caller already cut it to
+            capacity (``cloud.read_points(max_points=)``), so the dropped points are reported.
+        stamp_ns, pose: with accumulation, the sweep's stamp and the 4 x 4 pose of the grid
+            frame in the fixed frame then (``OdometryBuffer.pose_at``); without both, the
+            frame uses its own sweep only.
+
+        Returns
+        -------
+        FrameResult with the features float32[H, W, C_out] and the frame's statistics.
+
+        """
+        return self.dispatch(points, cameras, num_points, stamp_ns, pose).result()
+
+    def dispatch(self, points: np.ndarray | PaddedCloud,
+                 cameras: Mapping[str, np.ndarray | None] | None = None,
+                 num_points: int | None = None, stamp_ns: int | None = None,
+                 pose: np.ndarray | None = None) -> PendingFrame:
+        """
+        Stage one frame and start it on the device without waiting; arguments as ``process``.
+
+        The frame's host buffers are not rewritten until it has finished, however many frames
+        follow before its ``result()`` is fetched.
+        """
+        if not self._executables:
+            raise RuntimeError('BevPipeline.process() needs warmup() first')
+        start = time.perf_counter()
+        if isinstance(points, PaddedCloud):
+            padded = points
+        else:
+            points = np.asarray(points, np.float32)
+            if points.ndim != 2 or points.shape[1] != 4:
+                raise ValueError(f'points must be (N, 4), got {points.shape}')
+            padded = self.padder.pad(points)
+        total = padded.num_points if num_points is None else max(num_points, padded.num_points)
+        nonfinite, changed = self.stage_cameras(cameras or {})
+        used = 1
+        if self.num_sweeps > 1:
+            lidar = self._calibration[0]
+            used = self._sweeps.stage(stamp_ns, pose, self.max_sweep_age_s,
+                                      pose_matrix(lidar.rotation_matrix(), lidar.translation))
+        staged = time.perf_counter()
+        out, put = self._launch(padded)
+        if self.num_sweeps > 1:
+            self._sweeps.record(stamp_ns, pose, padded.count)
+        return PendingFrame(out, (start, staged, put), self.score_threshold, {
+            'num_points': total, 'bucket': padded.bucket,
+            'overflow_points': total - padded.count,
+            'cameras_used': int(self._camera_valid.sum()), 'nonfinite_features': nonfinite,
+            'compiles_after_warmup': self.compiles_after_warmup, 'cameras_sent': changed,
+            'sweeps_used': used})
+
+    def _launch(self, padded: PaddedCloud):
+        """Hand a frame's inputs to its executable; return (output, when they were handed)."""
+        args = call = self.frame_args(padded.buffer, padded.count)
+        if not self.host_inputs:
+            points, scalars, sweeps = jax.device_put((args.points, args.scalars, args.sweeps))
+            call = args._replace(points=points, scalars=scalars, sweeps=sweeps)
+        put = time.perf_counter()
+        if args.sweeps is None:
+            out = self._executables[padded.bucket](call)
+        else:
+            out, self._ring = self._executables[padded.bucket](call, self._ring)
+        # Until ``out`` is ready its host inputs (aliased on the CPU backend) must stay put.
+        self.padder.read_by(padded, out)
+        self._scalars.read_by(out, args.scalars)
+        if args.sweeps is not None:
+            self._sweep_staging.scalars.read_by(out, args.sweeps.scalars)
+            self._sweep_staging.motion.read_by(out, args.sweeps.motion)
+        if self._staging is not None:
+            self._staging.batches.read_by(out)
+        if self._head_executable is not None:
+            out = (out, self._head_executable(self._head_params, out, args.calibration))
+        return out, put
+
+    def stage_cameras(self, cameras: Mapping[str, np.ndarray | None]) -> tuple[int, bool]:
+        """
+        Stage the camera maps of the next frame (``staging.CameraStaging``).
+
+        ``process`` calls it; ``frame_args`` reads what it staged. A map equal to what its slot
+        holds is not copied again, and the batch crosses to the device only when a map changed
+        (on the CPU backend without a copy: the aligned batch is aliased). A masked camera
+        keeps its slot: its flag masks it.
+
+        Args
+        ----
+        cameras: as for ``process``.
+
+        Returns
+        -------
+        (int, bool): the non-finite values zeroed, and whether the batch was sent.
+
+        """
+        unknown = set(cameras) - set(self.camera_names)
+        if unknown:
+            raise ValueError(f'unknown camera {sorted(unknown)[0]!r}; '
+                             f'configured: {list(self.camera_names)}')
+        for i, name in enumerate(self.camera_names):
+            self._camera_valid[i] = cameras.get(name) is not None
+        if self._staging is None:
+            return 0, False
+        batch, nonfinite = self._staging.stage(cameras)
+        if batch is None:
+            return 0, False
+        self._features_device = jax.device_put(batch)
+        return nonfinite, True

@@ -1,0 +1,137 @@
+"""
+Detection quality against ground truth: average precision at a BEV centre distance, and recall.
+
+NumPy only, no ROS. Boxes are the rows of ``boxes.BOX_COLUMNS`` (x, y, z, length, width,
+height, yaw, score, class), predictions and ground truth in the same frame (``grid.frame_id``),
+one pair of arrays per LiDAR stamp.
+
+The definition (``evaluate``):
+
+- only rows of one class (column 8 == ``class_index``) whose BEV centre lies within
+  ``max_range_m`` of the grid frame's origin (sqrt(x^2 + y^2) <= max_range_m) take part, ground
+  truth and predictions alike;
+- per frame, predictions are matched greedily in descending score: each takes the nearest
+  ground-truth box (BEV centre distance) not yet taken, if that is at most ``match_m`` away (a
+  true positive); otherwise it is a false positive (a duplicate of a taken box is one too);
+- AP: all predictions of all frames sorted by score (descending; ties in frame, then score
+  order), precision and recall after each, precision made monotone (each point takes the best
+  precision at its recall or beyond), and the area under that curve from recall 0 (VOC's
+  all-point interpolation, as nuScenes' centre-distance AP without its 10 % cut-offs);
+- recall = true positives / ground truth, precision = true positives / predictions, over the
+  predictions given (those at or above the score threshold in force).
+"""
+
+import math
+from typing import Iterable
+
+import numpy as np
+
+from .boxes import NUM_COLUMNS
+
+EVALUATED_CLASS = 'vehicle'      # the class replay and the demo score: vehicle AP
+
+SCORE, CLASS = 7, 8
+
+
+def _rows(boxes, name: str) -> np.ndarray:
+    """Return ``boxes`` as float64[n, 9]; ValueError naming ``name`` for another shape."""
+    rows = np.asarray(boxes, np.float64)
+    if rows.ndim == 1 and rows.size == 0:
+        rows = rows.reshape(0, NUM_COLUMNS)
+    if rows.ndim != 2 or rows.shape[1] != NUM_COLUMNS:
+        raise ValueError(f'{name} must be (n, {NUM_COLUMNS}) box rows, got {rows.shape}')
+    return rows
+
+
+def _select(rows: np.ndarray, max_range_m: float, class_index: int) -> np.ndarray:
+    """Rows of the class within range."""
+    near = np.hypot(rows[:, 0], rows[:, 1]) <= max_range_m
+    return rows[near & (rows[:, CLASS] == class_index)]
+
+
+def match_frame(predictions: np.ndarray, truth: np.ndarray, match_m: float) -> np.ndarray:
+    """
+    Greedy matching of one frame: whether each prediction is a true positive, bool (n,).
+
+    Predictions are taken in descending score (stable: equal scores in row order), each
+    matching the nearest ground-truth row not yet matched within ``match_m`` (BEV centre
+    distance, m). The result is in the predictions' row order.
+    """
+    hits = np.zeros(len(predictions), bool)
+    if not len(truth):
+        return hits
+    taken = np.zeros(len(truth), bool)
+    for k in np.argsort(-predictions[:, SCORE], kind='stable'):
+        d = np.hypot(truth[:, 0] - predictions[k, 0], truth[:, 1] - predictions[k, 1])
+        d[taken] = np.inf
+        j = int(np.argmin(d))
+        if d[j] <= match_m:
+            taken[j] = hits[k] = True
+    return hits
+
+
+def average_precision(scores: np.ndarray, hits: np.ndarray, ground_truth: int) -> float:
+    """
+    Area under the monotone precision-recall curve (VOC all-point) of scored predictions.
+
+    scores (n,), hits (n,) bool: each prediction's score and whether it is a true positive;
+    ground_truth > 0: how many boxes there are to find. Sorted by descending score (stable).
+    """
+    order = np.argsort(-np.asarray(scores, np.float64), kind='stable')
+    tp = np.cumsum(np.asarray(hits, bool)[order])
+    precision = tp / np.arange(1, len(order) + 1)
+    recall = tp / ground_truth
+    # Monotone precision: the best precision at this recall or beyond.
+    precision = np.maximum.accumulate(precision[::-1])[::-1]
+    steps = np.diff(np.concatenate([[0.0], recall]))
+    return float(np.sum(steps * precision))
+
+
+def evaluate(frames: Iterable[tuple[np.ndarray, np.ndarray]], max_range_m: float = 40.0,
+             match_m: float = 2.0, class_index: int = 0) -> dict:
+    """
+    Evaluate predictions against ground truth over frames (see the module doc).
+
+    Args
+    ----
+    frames: (predicted rows float[n, 9], ground-truth rows float[m, 9]) per frame.
+    max_range_m: BEV distance (m) of a box centre from the grid origin, at most.
+    match_m: BEV centre distance (m) of a match, at most.
+    class_index: the class evaluated (column 8).
+
+    Returns
+    -------
+    {'ap', 'recall', 'precision', 'ground_truth', 'predictions', 'true_positives',
+    'max_range_m', 'match_m'}: 'ap' is the AP at the 'match_m' beside it; AP and recall None
+    without ground truth, precision None without predictions.
+
+    Raises
+    ------
+    ValueError: rows of another shape, or a range or distance that is not a positive number.
+
+    """
+    for key, value in (('max_range_m', max_range_m), ('match_m', match_m)):
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f'{key} must be a positive number, got {value!r}')
+    scores, hits, ground_truth = [], [], 0
+    for predicted, truth in frames:
+        predicted = _select(_rows(predicted, 'predictions'), max_range_m, class_index)
+        truth = _select(_rows(truth, 'ground truth'), max_range_m, class_index)
+        # Frame order, then score order: ties across frames resolve the same way every time.
+        order = np.argsort(-predicted[:, SCORE], kind='stable')
+        scores.append(predicted[order, SCORE])
+        hits.append(match_frame(predicted, truth, match_m)[order])
+        ground_truth += len(truth)
+    scores = np.concatenate(scores) if scores else np.zeros(0)
+    hits = np.concatenate(hits) if hits else np.zeros(0, bool)
+    true_positives = int(np.count_nonzero(hits))
+    return {
+        'ap': average_precision(scores, hits, ground_truth) if ground_truth else None,
+        'recall': true_positives / ground_truth if ground_truth else None,
+        'precision': true_positives / len(hits) if len(hits) else None,
+        'ground_truth': ground_truth,
+        'predictions': int(len(hits)),
+        'true_positives': true_positives,
+        'max_range_m': float(max_range_m),
+        'match_m': float(match_m),
+    }

@@ -1,0 +1,385 @@
+"""
+The one frame path: cloud and camera buffer -> pairing, pipeline, picture, latency record.
+
+The node and offline replay both drive a ``FramePath``, so replay is the node by construction.
+No ROS import: messages are read by attribute, outputs are NumPy arrays and a plain dict.
+The calibration it holds (parameters, CameraInfo, TF), its two locks and what each method
+raises are described in docs/design.md ("FramePath API").
+"""
+
+from dataclasses import dataclass, replace
+import threading
+import time
+
+import numpy as np
+
+from .sync import CameraSync
+from ..core.pipeline import BevPipeline, FrameResult
+from ..geometry.odometry import OdometryBuffer, TransformPoses
+from ..geometry.rotations import matrix_quaternion
+from ..geometry.stamps import stamp_ns
+from ..geometry.transforms import TransformBuffer, TransformError
+from ..outputs.render import bev_to_rgb
+from ..sensors.camera import FeatureMapError, read_features, scale_camera_info, with_intrinsics
+from ..sensors.cloud import CloudFormatError, has_valid_point
+from ..settings.config import PipelineConfig, Pose
+from ..settings.parameters import ConfigError
+
+MOVED = 1e-9        # a pose whose 4 x 4 matrix changed by more than this is applied again
+# A cloud stamped further than this ahead of the node's clock is refused: once taken, every
+# cloud after it would look like a jump back in time and reset the camera buffers.
+MAX_FUTURE_STAMP_S = 1.0
+
+
+@dataclass
+class Frame:
+    """One processed cloud: its stamp, the pipeline's result, the picture, the latency record."""
+
+    stamp_ns: int
+    result: FrameResult
+    rgb: np.ndarray | None      # uint8[H, W, 3] rgb8 picture, when asked for and meaningful
+    record: dict                # the per-frame latency keys (see ``latency.FRAME_KEYS``)
+    stale: tuple[str, ...]      # cameras masked for being too far from the LiDAR stamp
+    stamps_jumped: bool         # the LiDAR stamp went backwards: camera buffers were reset
+    started: float              # perf_counter at decode start
+    without_odometry: bool = False   # accumulating, but no pose at this stamp: own sweep only
+    cameras_without_tf: tuple[str, ...] = ()   # cameras masked for want of a TF pose
+    # cameras masked because their TF pose needs more lift slots than warm-up fixed; and the
+    # reason, on the frame that found it (the same pose is not tried again)
+    cameras_over_slots: tuple[str, ...] = ()
+    slots_refusal: str = ''
+    empty: bool = False      # no point with finite x, y, z and intensity in range: not valid
+
+
+class FramePath:
+    """
+    Decode, pair, process and describe frames for one warmed pipeline; see the module doc.
+
+    ``add_features`` feeds the camera buffer (raises ``FeatureMapError``); ``add_odometry``
+    the odometry buffer (raises ``OdometryError``); ``add_transforms`` the transform buffer
+    (raises ``TransformError``); ``process`` runs one PointCloud2 (raises ``CloudFormatError``,
+    or ``TransformError`` with TF extrinsics); ``finish`` completes the record once the outputs
+    are out.
+    ``update`` applies a new live configuration, ``apply_camera_info`` a CameraInfo.
+    """
+
+    def __init__(self, cfg: PipelineConfig, pipe: BevPipeline):
+        """
+        Serve the warmed ``pipe`` under ``cfg``, starting from the parameters' calibration.
+
+        The pipeline's calibration and head weights are set to ``cfg``'s (no compile), so a
+        pipeline reused from an earlier path (replay of the next bag) carries none of its
+        CameraInfo or live weights over.
+        """
+        pipe.set_calibration(cfg.lidar, cfg.cameras)
+        if pipe.head is not None:
+            pipe.set_head_weights(cfg.head.weights)
+            pipe.score_threshold = cfg.head.score_threshold
+        self.cfg, self.pipe = cfg, pipe
+        self.cameras = cfg.cameras          # the camera calibration in force
+        self._from_info: dict[str, tuple] = {}   # camera -> intrinsics a CameraInfo set
+        self._buffer_lock = threading.Lock()
+        self._pipe_lock = threading.Lock()
+        self.sync = CameraSync(pipe.camera_names, cfg.max_camera_lidar_delay_s)
+        self._shapes = {c.name: (c.height, c.width, c.channels) for c in cfg.cameras}
+        self.accumulating = pipe.num_sweeps > 1
+        self.odometry = OdometryBuffer(cfg.accumulation.max_odometry_gap_s, cfg.grid.frame_id)
+        self.transforms = TransformBuffer()
+        self._map_frames: dict[str, str] = {}        # camera -> frame of its newest map
+        self._info_frames: dict[str, str] = {}       # camera -> frame of its newest CameraInfo
+        self._tf_applied: dict[str, np.ndarray] = {}  # sensor -> the TF pose in force
+        self._tf_refused: dict[str, np.ndarray] = {}  # the camera poses the slots last refused
+        self.tf_calibrations = 0                     # TF poses applied (each without a compile)
+
+    # -- configuration and calibration ---------------------------------------------------------
+
+    def update(self, cfg: PipelineConfig, intrinsics_from_params=frozenset()) -> None:
+        """
+        Apply a new live configuration (the static keys must be unchanged: see live_params).
+
+        Calibration (only when it changed; never a compile), sync tolerance, odometry gap and
+        frame, sweep age, pose sources, the head's weights (only when the file named changed;
+        never a compile) and score threshold.
+
+        Args
+        ----
+        cfg: the new configuration.
+        intrinsics_from_params: cameras whose intrinsics or lens this change set; they take
+            the parameters', the other cameras keep those of their last CameraInfo (the
+            newest word wins).
+
+        Raises
+        ------
+        ConfigError: a calibration with more lift samples than slots, or head weights that
+            cannot be loaded; nothing changed.
+
+        """
+        weights = None      # read and checked before the lock: frames go on meanwhile
+        if self.pipe.head is not None and cfg.head.weights != self.cfg.head.weights:
+            weights = self.pipe.read_head_weights(cfg.head.weights)
+        with self._pipe_lock:     # a CameraInfo applied meanwhile must not be lost
+            from_info = {name: intrinsics for name, intrinsics in self._from_info.items()
+                         if name not in intrinsics_from_params}
+            cameras = cfg.cameras
+            for name, intrinsics in from_info.items():
+                cameras = with_intrinsics(cameras, name, intrinsics) or cameras
+            lidar = cfg.lidar if cfg.lidar != self.cfg.lidar else None
+            if cfg.extrinsics_source != self.cfg.extrinsics_source:
+                self._tf_applied = {}       # the poses in force are the parameters' again
+                lidar = cfg.lidar
+            elif cfg.extrinsics_source == 'tf':   # the poses in force are TF's: keep them
+                lidar = None
+                cameras = tuple(replace(c, pose=old.pose)
+                                for c, old in zip(cameras, self.cameras))
+            changed = cameras if cameras != self.cameras else None
+            if lidar is not None or changed is not None:
+                self.pipe.set_calibration(lidar, changed)
+            if weights is not None:
+                self.pipe.use_head_weights(*weights)
+            self.pipe.max_sweep_age_s = cfg.accumulation.max_sweep_age_s
+            self.pipe.score_threshold = cfg.head.score_threshold
+            self.cameras, self._from_info = cameras, from_info
+            self._tf_refused = {}     # new intrinsics or poses: a refused TF pose may fit now
+        with self._buffer_lock:
+            self.sync.tolerance_ns = int(round(cfg.max_camera_lidar_delay_s * 1e9))
+            self.odometry.set_max_gap(cfg.accumulation.max_odometry_gap_s)
+            self.odometry.child_frame_id = cfg.grid.frame_id
+            self.cfg = cfg
+
+    def apply_camera_info(self, name: str, msg):
+        """
+        Set camera ``name``'s intrinsics and lens from a CameraInfo, scaled to its feature map.
+
+        Args
+        ----
+        name: the camera (one of ``cameras.names``).
+        msg: a sensor_msgs/CameraInfo (rclpy or rosbags), K at image resolution.
+
+        Returns
+        -------
+        The ``camera.Intrinsics`` applied, or None when they equal those in force.
+
+        Raises
+        ------
+        CameraInfoError: a bad CameraInfo; ConfigError: more lift samples than the slots fixed
+        at warm-up. Either way the calibration in force is kept.
+
+        """
+        height, width, _ = self._shapes[name]
+        intrinsics = scale_camera_info(msg, height, width)
+        self._info_frames[name] = msg.header.frame_id   # with TF: for maps that name none
+        with self._pipe_lock:
+            updated = with_intrinsics(self.cameras, name, intrinsics)
+            if updated is None:
+                return None
+            self.pipe.set_calibration(cameras=updated)
+            self.cameras = updated
+            self._from_info[name] = intrinsics
+            self._tf_refused = {}     # new intrinsics: a refused TF pose may fit now
+        return intrinsics
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def add_features(self, name: str, msg) -> bool:
+        """
+        Decode a camera's feature Image into the buffer; True when its stamps jumped back.
+
+        Raises FeatureMapError for a map in another frame than ``cameras.<name>.frame_id``
+        (only with ``extrinsics.source: parameters``) or of the wrong shape or encoding.
+        """
+        expected = self._camera_frame(name)
+        # With TF extrinsics any frame will do: its pose is looked up at each frame.
+        if self.cfg.extrinsics_source != 'tf' and msg.header.frame_id != expected:
+            raise FeatureMapError(
+                f'header.frame_id "{msg.header.frame_id}" is not camera {name}\'s frame '
+                f'"{expected}" (parameter cameras.{name}.frame_id): feature maps must be in '
+                'the configured frame')
+        fmap = read_features(msg, *self._shapes[name])
+        with self._buffer_lock:
+            # A map naming no frame is in its CameraInfo's (the pose TF gives that frame).
+            self._map_frames[name] = msg.header.frame_id or self._info_frames.get(name, '')
+            return self.sync.add(name, stamp_ns(msg.header.stamp), fmap)
+
+    def add_transforms(self, msg, static: bool) -> int:
+        """Store a tf2_msgs/TFMessage (/tf_static: ``static``); see TransformBuffer.add_message."""
+        return self.transforms.add_message(msg, static)
+
+    def add_odometry(self, msg) -> None:
+        """Check and buffer a nav_msgs/Odometry message (pose of the grid frame)."""
+        with self._buffer_lock:
+            self.odometry.add(msg)
+
+    def process(self, msg, picture: bool = True, features: bool = True,
+                now_ns: int | None = None) -> Frame:
+        """
+        Decode a PointCloud2, pair the cameras, run the pipeline; the record lacks output times.
+
+        Args
+        ----
+        msg: a sensor_msgs/PointCloud2 (rclpy or rosbags).
+        picture: build the uint8[H, W, 3] rgb8 picture (never with a projection, whose
+            channels are no longer the raw LiDAR ones).
+        features: fetch the BEV to the host (``FrameResult.features``; None when neither it
+            nor the picture is wanted: a head's objects are fetched on their own).
+        now_ns: the node's clock (sim time when in use); a cloud stamped more than
+            ``MAX_FUTURE_STAMP_S`` after it is refused. None (offline, or a sim clock not
+            started yet): not checked.
+
+        Returns
+        -------
+        Frame: the pipeline's result (features float32[H, W, C_out]), the picture, the latency
+        record without its output times (``finish`` adds them), the masked cameras.
+
+        Raises
+        ------
+        CloudFormatError: a cloud in another frame than ``lidar.frame_id`` (with parameter
+        extrinsics) or one that cannot be decoded. TransformError: with TF extrinsics, a frame
+        TF cannot place in grid.frame_id at the cloud stamp. CloudFormatError also for a
+        stamp too far ahead of ``now_ns``.
+
+        """
+        cfg = self.cfg
+        stamp = stamp_ns(msg.header.stamp)
+        if now_ns is not None and stamp - now_ns > MAX_FUTURE_STAMP_S * 1e9:
+            raise CloudFormatError(
+                f"header.stamp is {(stamp - now_ns) / 1e9:.3f} s ahead of the node's clock "
+                f'(more than {MAX_FUTURE_STAMP_S:g} s): a sensor clock or a bag stamp is wrong')
+        use_tf = cfg.extrinsics_source == 'tf'
+        if use_tf:
+            lidar = self.transforms.lookup(cfg.grid.frame_id, msg.header.frame_id, stamp)
+        elif msg.header.frame_id != cfg.lidar_frame_id:
+            raise CloudFormatError(
+                f'header.frame_id "{msg.header.frame_id}" is not the LiDAR frame '
+                f'"{cfg.lidar_frame_id}" (parameter lidar.frame_id): clouds must be in the '
+                'configured frame')
+        started = time.perf_counter()
+        # The cloud is decoded straight into the pipeline's bucket buffer: under the pipe lock,
+        # which the buffer lock may nest in (never the other way round).
+        with self._pipe_lock:
+            padded = self.pipe.decode(msg)
+            empty = not has_valid_point(padded.buffer[:padded.count])
+            decoded = time.perf_counter()
+            with self._buffer_lock:
+                pairing, jumped = self.sync.pair(stamp)
+                map_frames = dict(self._map_frames)
+                poses = self.odometry if cfg.accumulation.pose_source == 'odometry' else \
+                    TransformPoses(self.transforms, cfg.accumulation.fixed_frame,
+                                   cfg.grid.frame_id)
+                pose = poses.pose_at(stamp) if self.accumulating else None
+            maps, without_tf, over_slots = pairing.maps, (), ((), '')
+            if use_tf:
+                maps, without_tf, over_slots = self._apply_tf_poses(lidar, maps, map_frames,
+                                                                    stamp)
+            pending = self.pipe.dispatch(padded, maps, stamp_ns=stamp, pose=pose)
+            result = pending.result(features=features or picture)
+        rgb = None
+        if picture and not self.pipe.projected:
+            rgb = bev_to_rgb(result.features, cfg.grid.z_min, cfg.grid.z_max)
+        record = {
+            'num_points': result.num_points, 'bucket': result.bucket,
+            'overflow_points': result.overflow_points, 'decode_ms': (decoded - started) * 1e3,
+            'pad_ms': result.pad_ms, 'compute_ms': result.compute_ms,
+            'head_ms': result.head_ms, 'cameras_used': result.cameras_used,
+            'objects': 0 if result.objects is None else len(result.objects),
+            'compiles_after_warmup': result.compiles_after_warmup,
+        }
+        return Frame(stamp, result, rgb, record, pairing.stale, jumped, started,
+                     self.accumulating and pose is None, without_tf, *over_slots, empty)
+
+    def _camera_frame(self, name: str) -> str:
+        return next(c.frame_id for c in self.cfg.cameras if c.name == name)
+
+    def _apply_tf_poses(self, lidar: np.ndarray, maps: dict, map_frames: dict, stamp: int):
+        """
+        Apply the TF poses of the LiDAR and the paired cameras that moved (under the pipe lock).
+
+        Returns the maps (a camera TF cannot place masked), the names of those cameras, and
+        (cameras masked for lift slots, the reason or ''): when the moved cameras' TF poses put
+        more lift samples in a cell than the slots of warm-up, they are masked (set
+        fusion.max_samples_per_cell to cover the TF poses). The same set of poses is not tried
+        again (each try runs the lift geometry on the frame's path); any other set is, a camera
+        on its own included: the slots are shared, so the pair may be what did not fit.
+        """
+        grid = self.cfg.grid.frame_id
+        maps, without_tf, moved = dict(maps), [], {}
+        for name, fmap in maps.items():
+            if fmap is None:
+                continue
+            try:
+                moved[name] = self.transforms.lookup(grid, map_frames[name], stamp)
+            except TransformError:
+                maps[name] = None
+                without_tf.append(name)
+        moved = {name: m for name, m in moved.items() if self._moved(name, m)}
+        over_slots = []
+        if moved and moved.keys() == self._tf_refused.keys() and not any(
+                self._moved(name, m, refused=True) for name, m in moved.items()):
+            # The very poses the slots refused together: the same try would fail the same way.
+            over_slots = list(moved)
+            for name in over_slots:
+                maps[name] = None
+            moved = {}
+        lidar_moved = self._moved(':lidar', lidar)      # no camera name has a colon
+        refusal = ''
+        if not moved and not lidar_moved:
+            return maps, tuple(without_tf), (tuple(over_slots), refusal)
+        cameras = tuple(replace(c, pose=pose_from_matrix(moved[c.name])) if c.name in moved
+                        else c for c in self.cameras)
+        lidar_pose = pose_from_matrix(lidar) if lidar_moved else None
+        try:
+            self.pipe.set_calibration(lidar_pose, cameras if moved else None)
+        except ConfigError as exc:  # more lift samples than the slots of warm-up: mask them
+            self.pipe.set_calibration(lidar_pose)
+            for name in moved:
+                maps[name] = None
+            self._tf_refused = dict(moved)
+            over_slots += list(moved)
+            refusal = str(exc)
+            moved, cameras = {}, self.cameras
+        self.cameras = cameras
+        self._tf_applied.update(moved)
+        if moved:
+            self._tf_refused = {}
+        if lidar_moved:
+            self._tf_applied[':lidar'] = lidar
+        self.tf_calibrations += 1
+        return maps, tuple(without_tf), (tuple(over_slots), refusal)
+
+    def _moved(self, sensor: str, m: np.ndarray, refused: bool = False) -> bool:
+        """Whether ``m`` differs from the pose in force (or the pose refused) for ``sensor``."""
+        before = (self._tf_refused if refused else self._tf_applied).get(sensor)
+        return before is None or float(np.abs(before - m).max()) > MOVED
+
+    @staticmethod
+    def finish(frame: Frame, publish_start: float, arrived: float,
+               age_ms: float | None = None) -> dict:
+        """
+        Add publish_ms, total_ms (``arrived`` to now) and age_ms; returns the full record.
+
+        ``age_ms`` None: the frame's total time (offline, a frame is available the moment it
+        is read).
+        """
+        done = time.perf_counter()
+        total_ms = (done - arrived) * 1e3
+        frame.record.update(publish_ms=(done - publish_start) * 1e3, total_ms=total_ms,
+                            age_ms=total_ms if age_ms is None else age_ms)
+        return frame.record
+
+
+def uses_tf(cfg: PipelineConfig) -> bool:
+    """Return True when ``cfg`` takes sensor poses or the ego pose from /tf_static and /tf."""
+    return cfg.extrinsics_source == 'tf' or (cfg.accumulation.pose_source == 'tf'
+                                             and cfg.accumulation.num_sweeps > 1)
+
+
+def pose_from_matrix(m: np.ndarray) -> Pose:
+    """Return the Pose (translation, unit quaternion) of a rigid 4 x 4 transform."""
+    return Pose(tuple(float(v) for v in m[:3, 3]),
+                tuple(float(v) for v in matrix_quaternion(m[:3, :3])))
+
+
+def rgb_image_fields(rgb: np.ndarray) -> dict:
+    """Image fields of an rgb8 picture (``camera.features_image_fields`` style)."""
+    h, w = rgb.shape[:2]
+    return {'height': h, 'width': w, 'encoding': 'rgb8', 'is_bigendian': 0, 'step': w * 3,
+            'data': rgb.reshape(-1)}

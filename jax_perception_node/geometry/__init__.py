@@ -1,0 +1,1 @@
+"""Geometry: rotations, the TF buffer, stamps and odometry. NumPy only, no ROS, no JAX."""

@@ -1,0 +1,1 @@
+"""Output builders: GridMap, objects, markers and pictures as plain fields. No rclpy."""

@@ -1,0 +1,102 @@
+"""
+The ROS 2 node: PointCloud2 and camera feature maps in, fused BEV and latency out.
+
+Thin by design: the serving core (serving.py) turns parameters into a warmed ``BevPipeline``,
+messages into NumPy and results into messages. This plain node configures and activates it at
+start-up; the managed variant (lifecycle_node.py) runs the same core on lifecycle transitions.
+"""
+
+import signal
+import sys
+import threading
+
+import rclpy
+from rclpy.exceptions import ParameterException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
+
+from .serving import PerceptionCore
+from ..settings.parameters import ConfigError
+
+NODE_NAME = 'jax_perception'
+
+
+class JaxPerceptionNode(Node):
+    """Node ``jax_perception``: warms every bucket, then subscribes and serves frames."""
+
+    def __init__(self, **kwargs):
+        super().__init__(NODE_NAME, **kwargs)
+        self.core = PerceptionCore(self, self.create_publisher, self.destroy_publisher)
+        self.core.declare()
+        self.core.configure()
+        self.core.activate()
+
+    @property
+    def pipe(self):
+        """Return the warmed BevPipeline."""
+        return self.core.pipe
+
+    @property
+    def cfg(self):
+        """Return the configuration in force (live parameters included)."""
+        return self.core.cfg
+
+    def diagnostic_status(self):
+        """Return the rolled-up /diagnostics status."""
+        return self.core.diagnostic_status()
+
+    def destroy_node(self) -> None:
+        """Stop the worker before the publishers go away."""
+        self.core.deactivate()
+        super().destroy_node()
+
+
+def run(program: str, make_node, args=None) -> int:
+    """
+    Create the node with ``make_node()`` and spin it until SIGINT / SIGTERM or ``node.done``.
+
+    Returns 1 with one line on stderr, and no traceback, for a bad parameter (the config
+    layer's checks, rclpy's type and range checks, a period no timer can wait) or a params
+    file rcl cannot parse. The worker finishes its frame and stops before the context shuts
+    down, so no frame is ever published into a dead context.
+    """
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except _rclpy.RCLError as exc:
+        # rcl's own parse of --params-file (a list mixing 0 and 0.0, say), before any node:
+        # its text, without the C source locations it appends.
+        print(f'{program}: cannot start: {str(exc).split(", at /")[0]}', file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        node = make_node()
+    except (ConfigError, ParameterException) as exc:
+        # ParameterException: rclpy's own checks (type, descriptor range) of the overrides.
+        print(f'{program}: bad parameter {" ".join(str(exc).split())}', file=sys.stderr)
+        rclpy.try_shutdown()
+        return 1
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    done = getattr(node, 'done', None)
+    try:
+        while not stop.is_set() and not (done is not None and done.is_set()):
+            executor.spin_once(timeout_sec=0.1)
+    except ExternalShutdownException:
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+def main(args=None) -> int:
+    """Console script ``jax_perception_node``: exit 1 with one line on a bad parameter."""
+    return run('jax_perception_node', JaxPerceptionNode, args)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

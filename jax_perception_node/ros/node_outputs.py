@@ -1,0 +1,155 @@
+"""
+The node's per-frame outputs: features, objects, picture, GridMap, latency, Autoware timing.
+
+``FrameOutputs`` owns the publishers of one configured node and turns a processed
+``frame_path.Frame`` into messages. The picture, the GridMap and the objects' markers are built
+only while someone subscribes; the rest is published every frame: ``~/output/bev_features``
+while ``output.bev_features`` is true (live), ``~/output/objects`` whenever a head is
+configured (an empty array when it finds nothing; no such publisher without a head). The BEV
+is fetched from the device only when the features, the picture or the GridMap are wanted
+(``wants_features``). The builders are ROS-free (camera.py, frame_path.py, grid_map.py,
+objects.py, object_markers.py, timing.py); this module only hands them rclpy's classes.
+"""
+
+import time
+
+from autoware_internal_debug_msgs.msg import Float64Stamped
+from builtin_interfaces.msg import Duration, Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import Point, Pose, PoseWithCovariance, Quaternion, Vector3
+from grid_map_msgs.msg import GridMap, GridMapInfo
+from rclpy.qos import QoSProfile
+from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import (ColorRGBA, Float32MultiArray, Header, MultiArrayDimension,
+                          MultiArrayLayout)
+from vision_msgs.msg import (BoundingBox3D, Detection3D, Detection3DArray, ObjectHypothesis,
+                             ObjectHypothesisWithPose)
+from visualization_msgs.msg import Marker, MarkerArray, MeshFile
+
+from .timing import AutowareTiming, float64_stamped, TIMING_TOPICS
+from ..frames.frame_path import Frame, FramePath, rgb_image_fields
+from ..frames.latency import format_value, FRAME_KEYS
+from ..outputs.grid_map import grid_map_message, GridMapLayers, types_by_name
+from ..outputs.object_markers import markers_message
+from ..outputs.objects import detections_message
+from ..sensors.camera import byte_array, features_image_fields
+
+# rclpy's classes of the messages the ROS-free builders make (grid_map.py, timing.py,
+# objects.py, object_markers.py).
+MESSAGE_TYPES = types_by_name(GridMap, GridMapInfo, Header, Time, Pose, Point, Quaternion,
+                              Float32MultiArray, MultiArrayLayout, MultiArrayDimension,
+                              Float64Stamped, Detection3DArray, Detection3D, BoundingBox3D,
+                              ObjectHypothesisWithPose, ObjectHypothesis, PoseWithCovariance,
+                              Vector3, MarkerArray, Marker, MeshFile, CompressedImage, ColorRGBA,
+                              Duration)
+
+
+class FrameOutputs:
+    """
+    Publishers and message building for processed frames (one configured pipeline).
+
+    ``layers`` names the GridMap layers and ``bev_features`` says whether the features are
+    published; ``update`` replaces both when ``cameras.channel_names`` or
+    ``output.bev_features`` change live. ``classes``: the head's class names (``()`` without a
+    head: no objects publishers). ``start`` resets the Autoware cycle clock (at activation).
+    """
+
+    def __init__(self, create_publisher, layers: GridMapLayers, classes: tuple[str, ...] = (),
+                 bev_features: bool = True):
+        """Create the publishers with ``create_publisher`` (the node's or lifecycle node's)."""
+        reliable = QoSProfile(depth=5)
+        self.layers, self.bev_features, self.classes = layers, bev_features, tuple(classes)
+        self._timing = AutowareTiming(time.perf_counter())
+        self.publishers = {
+            'features': create_publisher(Image, '~/output/bev_features', reliable),
+            'image': create_publisher(Image, '~/output/bev_image', reliable),
+            'grid_map': create_publisher(GridMap, '~/output/bev_grid_map', reliable),
+            'latency': create_publisher(DiagnosticArray, '~/debug/latency',
+                                        QoSProfile(depth=50)),
+            # Autoware's debug publisher: QoS depth 1, reliable, volatile.
+            **{key: create_publisher(Float64Stamped, topic, QoSProfile(depth=1))
+               for key, topic in TIMING_TOPICS.items()},
+        }
+        if self.classes:
+            self.publishers['objects'] = create_publisher(Detection3DArray, '~/output/objects',
+                                                          reliable)
+            self.publishers['markers'] = create_publisher(
+                MarkerArray, '~/output/objects_markers', reliable)
+
+    def update(self, layers: GridMapLayers, bev_features: bool) -> None:
+        """Take the GridMap layers and the features switch of a live parameter change."""
+        self.layers, self.bev_features = layers, bev_features
+
+    def start(self) -> None:
+        """Count the next frame's cyclic time from now (activation)."""
+        self._timing = AutowareTiming(time.perf_counter())
+
+    def wants_picture(self) -> bool:
+        """Return True while someone subscribes to the rgb8 picture."""
+        return self.publishers['image'].get_subscription_count() > 0
+
+    def wants_features(self) -> bool:
+        """
+        Return True when this frame's BEV must come to the host for the features or the GridMap.
+
+        It does while ``output.bev_features`` is on, or someone subscribes to the GridMap; a
+        picture fetches it too (``FramePath.process(picture=True)``); otherwise only the head's
+        objects are fetched.
+        """
+        return self.bev_features or self.publishers['grid_map'].get_subscription_count() > 0
+
+    def publish(self, frame: Frame, header, arrived: float, grid, clock) -> dict:
+        """
+        Publish one frame's messages; return its completed latency record.
+
+        ``header``: the cloud's header, relabelled to the grid frame by the caller; ``arrived``:
+        perf_counter when the cloud arrived; ``grid``: the GridConfig in force; ``clock``: the
+        node's clock (ages and the timing stamps use it, so ``use_sim_time`` works).
+        """
+        publish_start = time.perf_counter()
+        pubs, features = self.publishers, frame.result.features
+        # features None: not fetched (switched off, and no picture or GridMap subscriber then).
+        if self.bev_features and features is not None:
+            pubs['features'].publish(_image(header, features_image_fields(features)))
+        self._publish_objects(frame, header.frame_id)
+        if frame.rgb is not None:
+            pubs['image'].publish(_image(header, rgb_image_fields(frame.rgb)))
+        if features is not None and pubs['grid_map'].get_subscription_count() > 0:
+            pubs['grid_map'].publish(grid_map_message(MESSAGE_TYPES, self.layers, features,
+                                                      grid, frame.stamp_ns))
+        age_ms = (clock.now().nanoseconds - frame.stamp_ns) / 1e6
+        record = FramePath.finish(frame, publish_start, arrived, age_ms)
+        latency = DiagnosticArray(header=header)
+        latency.status.append(DiagnosticStatus(
+            level=DiagnosticStatus.OK, name='jax_perception: frame', hardware_id=header.frame_id,
+            values=[KeyValue(key=k, value=format_value(record[k])) for k in FRAME_KEYS]))
+        pubs['latency'].publish(latency)
+        now_ns = clock.now().nanoseconds
+        for key, value in self._timing.frame(record, frame.started, arrived).items():
+            pubs[key].publish(float64_stamped(MESSAGE_TYPES, now_ns, value))
+        return record
+
+    def _publish_objects(self, frame: Frame, frame_id: str) -> None:
+        """Publish the head's boxes on ~/output/objects, and as markers while subscribed."""
+        objects = frame.result.objects
+        if 'objects' not in self.publishers or objects is None:
+            return
+        self.publishers['objects'].publish(detections_message(
+            MESSAGE_TYPES, objects, self.classes, frame.stamp_ns, frame_id))
+        if self.publishers['markers'].get_subscription_count() > 0:
+            self.publishers['markers'].publish(markers_message(
+                MESSAGE_TYPES, objects, self.classes, frame.stamp_ns, frame_id))
+
+    def destroy(self, destroy_publisher) -> None:
+        """Release every publisher."""
+        for pub in self.publishers.values():
+            destroy_publisher(pub)
+        self.publishers = {}
+
+
+def _image(header, fields: dict) -> Image:
+    msg = Image(header=header, height=fields['height'], width=fields['width'],
+                encoding=fields['encoding'], is_bigendian=fields['is_bigendian'],
+                step=fields['step'])
+    msg.data = byte_array(fields['data'])
+    return msg

@@ -1,0 +1,127 @@
+"""
+ROS parameter declaration and reading for the node (plain and managed): rclpy side only.
+
+Every parameter is declared with its ROS type from the schema (parameters.py), never with
+dynamic typing, so ``ros2 param set`` of the wrong type is refused by rclpy and a parameter
+file with ``fx: 40`` for a double stops start-up with a :class:`ConfigError` naming the key.
+Static keys are not read-only: the managed node may take new values while unconfigured, and
+the parameter callback refuses them while a pipeline runs, with the reason.
+
+The schema's bounds become the descriptors' ``FloatingPointRange`` / ``IntegerRange`` (both
+inclusive, as the schema's bounds are), so rqt and Foxglove show them and rclpy refuses an
+out-of-range ``ros2 param set`` itself. ROS ranges apply to scalars only: an array's item bounds
+are in its description and checked by the config layer.
+"""
+
+import re
+
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.exceptions import (InvalidParameterTypeException, InvalidParameterValueException,
+                              ParameterUninitializedException)
+from rclpy.parameter import Parameter
+
+from ..settings.live_params import plain
+from ..settings.parameters import (camera_keys, check_value, ConfigError, is_camera_name,
+                                   NODE_KEYS, ParamSpec, ros_type_error, spec_for)
+
+ROS_TYPES = {
+    'bool': Parameter.Type.BOOL, 'integer': Parameter.Type.INTEGER,
+    'double': Parameter.Type.DOUBLE, 'string': Parameter.Type.STRING,
+    'integer_array': Parameter.Type.INTEGER_ARRAY, 'double_array': Parameter.Type.DOUBLE_ARRAY,
+    'string_array': Parameter.Type.STRING_ARRAY,
+}
+# rclpy's InvalidParameterTypeException says "... to '40' of type 'INTEGER', expecting ...".
+_GIVEN = re.compile(r"to '(?P<value>.*)' of type '(?P<type>\w+)'")
+# rclpy's InvalidParameterValueException says "Invalid parameter value (1e+300) ... Reason: ...".
+_REFUSED = re.compile(r'value \((?P<value>.*)\) for parameter\. Reason: (?P<reason>.*)', re.S)
+
+
+def descriptor(spec: ParamSpec) -> ParameterDescriptor:
+    """Return the typed descriptor: description, and type, unit, bounds and live/static as text."""
+    constraints = [f'type {spec.type_label}']
+    if spec.unit:
+        constraints.append(f'unit {spec.unit}')
+    if spec.bounds_text():
+        constraints.append(spec.bounds_text())
+    constraints.append(f'static ({spec.static}): read at configure, a restart is needed to '
+                       f'change it' if spec.static else 'live: applied at once, without a compile')
+    described = ParameterDescriptor(type=ROS_TYPES[spec.ros_type].value,
+                                    description=spec.summary,
+                                    additional_constraints=', '.join(constraints))
+    bounded = spec.minimum is not None and spec.maximum is not None
+    if bounded and spec.ros_type == 'double':
+        described.floating_point_range = [FloatingPointRange(
+            from_value=float(spec.minimum), to_value=float(spec.maximum), step=0.0)]
+    elif bounded and spec.ros_type == 'integer':
+        described.integer_range = [IntegerRange(
+            from_value=int(spec.minimum), to_value=int(spec.maximum), step=0)]
+    elif bounded:     # arrays: ROS ranges do not apply, say the item bounds in the description
+        described.description += f'; each item {spec.bounds_text()}'
+    return described
+
+
+def _refused(key: str, spec: ParamSpec, exc: InvalidParameterValueException) -> ConfigError:
+    """Return the config layer's message for an override the descriptor's range refused."""
+    match = _REFUSED.search(str(exc))
+    if match is None:
+        return ConfigError(f'{key}: {exc}')
+    try:
+        check_value(key, (int if spec.ros_type == 'integer' else float)(match['value']))
+    except ConfigError as error:      # names the key and the bound, as a params file does
+        return error
+    except ValueError:
+        pass
+    return ConfigError(f'{key}: {match["reason"].strip()}')
+
+
+def _declare(node, key: str) -> None:
+    if node.has_parameter(key):
+        return
+    spec = spec_for(key)
+    default = spec.default
+    # No default (camera keys) or an empty list (no element type): declare by type alone.
+    value = ROS_TYPES[spec.ros_type] if default is None or default == [] else default
+    try:
+        node.declare_parameter(key, value, descriptor(spec))
+    except InvalidParameterTypeException as exc:
+        given = _GIVEN.search(str(exc))
+        text = (f"{given['value']} ({given['type'].lower()})" if given
+                else 'a value of another type')
+        raise ConfigError(ros_type_error(key, text)) from None
+    except InvalidParameterValueException as exc:     # out of the descriptor's range
+        raise _refused(key, spec, exc) from None
+
+
+def _value(node, key: str):
+    try:
+        return plain(node.get_parameter(key).value)
+    except ParameterUninitializedException:    # declared by type only, never given a value
+        return None
+
+
+def declare_parameters(node) -> None:
+    """
+    Declare every parameter with its type and description, the camera blocks of cameras.names too.
+
+    Raises :class:`ConfigError` for a value of the wrong type in the parameter overrides.
+    """
+    for key in NODE_KEYS:
+        _declare(node, key)
+    read_parameters(node)
+
+
+def read_parameters(node) -> dict:
+    """
+    Return the flat parameter values (declaring any camera block not declared yet).
+
+    Unset keys are left out: the config layer fills defaults and reports camera keys as required.
+    """
+    keys = list(NODE_KEYS)
+    for camera in _value(node, 'cameras.names') or []:
+        if not is_camera_name(camera):
+            continue     # not a valid parameter name part: the config layer names the problem
+        for key in camera_keys(camera):
+            _declare(node, key)
+            keys.append(key)
+    values = {key: _value(node, key) for key in keys}
+    return {key: value for key, value in values.items() if value is not None}

@@ -1,0 +1,368 @@
+"""
+The node's serving core, shared by the plain node and the managed (lifecycle) node.
+
+``PerceptionCore`` is composed into an rclpy node and does everything the node does, in steps
+that map onto the ROS 2 lifecycle: ``declare`` (parameters and the parameter callback),
+``configure`` (validate, build and warm the pipeline, create publishers), ``activate``
+(subscriptions, diagnostics timer, worker), ``deactivate`` (stop serving, counters kept) and
+``cleanup`` (release publishers and pipeline). The plain node runs the first three at start-up.
+Latest wins, the worker thread, live parameters and the health rules: docs/design.md ("One
+frame, end to end") and the README ("The node").
+"""
+
+import threading
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from nav_msgs.msg import Odometry
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.clock import Clock, ClockType
+from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CameraInfo, Image, PointCloud2
+from tf2_msgs.msg import TFMessage
+
+from .health import assess, CloudTimes, COUNTS, PERIOD_COUNTS
+from .node_outputs import FrameOutputs
+from .node_params import declare_parameters, read_parameters
+from ..core.pipeline import BevPipeline
+from ..frames.frame_path import FramePath, uses_tf
+from ..frames.latency import format_value, LatencyWindow
+from ..geometry.odometry import OdometryError
+from ..geometry.transforms import TransformError
+from ..outputs.grid_map import GridMapLayers
+from ..sensors.camera import CameraInfoError, FeatureMapError
+from ..sensors.cloud import CloudFormatError
+from ..settings.config import config_from_parameters
+from ..settings.live_params import changed_intrinsics, check_update
+from ..settings.parameters import ConfigError
+
+# tf2_ros' listener QoS: /tf_static latched (transient local) so a late node still gets it.
+TF_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+TF_STATIC_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+class PerceptionCore:
+    """Parameters, pipeline, subscriptions, worker and diagnostics of one node; see module doc."""
+
+    def __init__(self, node, create_publisher, destroy_publisher):
+        """``create_publisher`` / ``destroy_publisher``: the node's (lifecycle) publisher API."""
+        self.node = node
+        self._create_publisher, self._destroy_publisher = create_publisher, destroy_publisher
+        self.values: dict = {}
+        self.cfg = self.pipe = self.path = self.window = None
+        self.outputs = None
+        self.counts = dict.fromkeys(COUNTS, 0)
+        self._period = dict.fromkeys(PERIOD_COUNTS, 0)    # since the last /diagnostics report
+        self._times = CloudTimes()
+        self._stale: tuple[str, ...] = ()
+        self._lock = threading.Lock()        # counts, times, pending cloud, window
+        self._pending = None
+        self._wake, self._stop = threading.Event(), threading.Event()
+        self._worker = self._timer = None
+        self._subscriptions, self._diagnostics_pub = [], None
+        self._tf_subscriptions = []
+
+    @property
+    def log(self):
+        """Return the node's logger."""
+        return self.node.get_logger()
+
+    # -- lifecycle steps -----------------------------------------------------------------------
+
+    def declare(self) -> None:
+        """Declare every parameter, then install the parameter callback."""
+        declare_parameters(self.node)
+        self.node.add_on_set_parameters_callback(self._on_set_parameters)
+
+    def configure(self) -> None:
+        """Validate the parameters, build and warm the pipeline; raises ConfigError."""
+        values = read_parameters(self.node)
+        cfg = config_from_parameters(values)
+        started = time.perf_counter()
+        pipe = BevPipeline(cfg)
+        layers = GridMapLayers.for_pipeline(cfg, pipe)    # ConfigError before the warm-up
+        times = pipe.warmup()
+        self.log.info('warm-up: ' + ', '.join(f'{k} {v * 1e3:.0f} ms' for k, v in times.items())
+                      + f'; total {time.perf_counter() - started:.2f} s'
+                      + (f', cache {pipe.cache_dir}' if pipe.cache_dir else ', no cache'))
+        for refusal in pipe.store.refused:   # an entry or folder someone else could write
+            self.log.warning(f'executable store: {refusal}')
+        self.values, self.cfg, self.pipe = values, cfg, pipe
+        self.path = FramePath(cfg, pipe)
+        self.window = LatencyWindow(cfg.diagnostics.window)
+        self.outputs = FrameOutputs(self._create_publisher, layers, pipe.head_classes,
+                                    cfg.output_bev_features)
+        self._diagnostics_pub = self._create_publisher(DiagnosticArray, '/diagnostics',
+                                                       QoSProfile(depth=5))
+
+    def activate(self) -> None:
+        """
+        Subscribe (only now: no frame can meet an unwarmed bucket) and start the worker.
+
+        Raises ConfigError, with nothing started, for a diagnostics period rclpy cannot time.
+        """
+        self._timer = self._make_timer(self.cfg.diagnostics.period_s)
+        node = self.node
+        subs = [node.create_subscription(PointCloud2, '~/input/pointcloud', self._on_cloud,
+                                         qos_profile_sensor_data)]
+        for name in self.pipe.camera_names:
+            subs.append(node.create_subscription(
+                Image, f'~/input/camera/{name}/features',
+                lambda msg, name=name: self._on_features(name, msg), qos_profile_sensor_data))
+            # Sensor-data QoS matches reliable and best-effort camera drivers alike.
+            subs.append(node.create_subscription(
+                CameraInfo, f'~/input/camera/{name}/camera_info',
+                lambda msg, name=name: self._on_camera_info(name, msg), qos_profile_sensor_data))
+        if self.pipe.num_sweeps > 1:
+            # Sensor-data QoS matches reliable and best-effort localization publishers alike.
+            subs.append(node.create_subscription(Odometry, '~/input/odometry',
+                                                 self._on_odometry, qos_profile_sensor_data))
+        self._subscriptions = subs
+        self._subscribe_tf()
+        with self._lock:
+            self._times = CloudTimes()    # the LiDAR timeout counts from this activation's clouds
+        self._stop.clear()
+        self.outputs.start()
+        self._worker = threading.Thread(target=self._serve, name='bev_worker', daemon=True)
+        self._worker.start()
+        pipe = self.pipe
+        self.log.info(f'ready: {pipe.height} x {pipe.width} grid, {pipe.output_channels} '
+                      f'channels, cameras {list(pipe.camera_names)}'
+                      + (f', {pipe.num_sweeps} sweeps on ~/input/odometry'
+                         if pipe.num_sweeps > 1 else ''))
+
+    def deactivate(self) -> None:
+        """Stop serving: no subscriptions, no timer; the frame in progress finishes first."""
+        for sub in self._subscriptions + self._tf_subscriptions:
+            self.node.destroy_subscription(sub)
+        self._subscriptions, self._tf_subscriptions = [], []
+        if self._timer is not None:
+            self.node.destroy_timer(self._timer)
+            self._timer = None
+        if self._worker is not None:
+            self._stop.set()
+            self._worker.join(timeout=10.0)
+            self._worker = None
+        with self._lock:
+            self._pending = None
+
+    def cleanup(self) -> None:
+        """Release the publishers and the pipeline (its executables and device buffers)."""
+        self.outputs.destroy(self._destroy_publisher)
+        self._destroy_publisher(self._diagnostics_pub)
+        self.outputs = self._diagnostics_pub = None
+        self.pipe = self.path = self.window = None
+
+    def _subscribe_tf(self) -> None:
+        """Subscribe to /tf_static and /tf once the configuration needs them (kept after)."""
+        if self._tf_subscriptions or not uses_tf(self.cfg):
+            return
+        node = self.node
+        self._tf_subscriptions = [
+            node.create_subscription(TFMessage, '/tf_static',
+                                     lambda msg: self._on_transforms(msg, True), TF_STATIC_QOS),
+            node.create_subscription(TFMessage, '/tf',
+                                     lambda msg: self._on_transforms(msg, False), TF_QOS)]
+
+    def _make_timer(self, period_s: float):
+        # Diagnostics run on the steady clock: a paused sim clock must not hide a dead LiDAR.
+        try:
+            return self.node.create_timer(period_s, self._publish_diagnostics,
+                                          clock=Clock(clock_type=ClockType.STEADY_TIME))
+        except (TypeError, ValueError, OverflowError):    # rclpy's answers to a huge period
+            raise ConfigError(f'diagnostics.period_s: {period_s:g} s is longer than a ROS '
+                              'timer can wait') from None
+
+    # -- parameters, calibration (executor thread) ---------------------------------------------
+
+    def _on_set_parameters(self, params) -> SetParametersResult:
+        """Apply a parameter set at once or refuse it whole; no exception ever leaves here."""
+        if self.pipe is None:
+            return SetParametersResult(successful=True)   # configure() validates them
+        changes = {p.name: p.value for p in params}
+        try:
+            values, cfg = check_update(self.values, changes)
+            self._apply(cfg, changed_intrinsics(changes))
+        except ConfigError as exc:
+            reason = str(exc)
+        except Exception as exc:    # noqa: B902 - rclpy would answer with a traceback
+            reason = f'unexpected error: {exc!r}'
+            self.log.error(f'parameter change {sorted(changes)} failed: {reason}')
+        else:
+            self.values = values
+            self.log.info('parameters set live: ' + ', '.join(sorted(changes)))
+            return SetParametersResult(successful=True)
+        self.log.warning(f'parameter change refused: {reason}')
+        return SetParametersResult(successful=False, reason=reason)
+
+    def _apply(self, cfg, intrinsics_from_params: set[str]) -> None:
+        """Apply a checked config whole; ConfigError leaves everything as it was."""
+        layers = GridMapLayers.for_pipeline(cfg, self.pipe)   # cameras.channel_names is live
+        timer = None
+        if cfg.diagnostics.period_s != self.cfg.diagnostics.period_s and self._timer is not None:
+            timer = self._make_timer(cfg.diagnostics.period_s)
+        try:
+            self.path.update(cfg, intrinsics_from_params)
+        except BaseException:
+            if timer is not None:
+                self.node.destroy_timer(timer)
+            raise
+        if timer is not None:
+            self.node.destroy_timer(self._timer)
+            self._timer = timer
+        if cfg.diagnostics.window != self.cfg.diagnostics.window:
+            with self._lock:
+                self.window = LatencyWindow(cfg.diagnostics.window)
+        self.cfg = cfg
+        self.outputs.update(layers, cfg.output_bev_features)
+        if self._subscriptions:     # active: a switch to TF subscribes at once
+            self._subscribe_tf()
+
+    def _on_camera_info(self, name: str, msg: CameraInfo) -> None:
+        try:
+            intrinsics = self.path.apply_camera_info(name, msg)
+        except (CameraInfoError, ConfigError) as exc:
+            self._count('rejected_camera_info')
+            self.log.warning(f'camera {name}: CameraInfo rejected: {exc}',
+                             throttle_duration_sec=2.0)
+            return
+        if intrinsics is None:
+            return
+        self._count('camera_info_applied')
+        self.log.info(f'camera {name}: intrinsics from CameraInfo ({msg.width} x {msg.height}) '
+                      'at feature-map resolution: fx {:.4g}, fy {:.4g}, cx {:.4g}, cy {:.4g}'
+                      .format(*intrinsics[:4]))
+
+    # -- inputs (executor thread): cheap, never block on a frame -------------------------------
+
+    def _on_cloud(self, msg: PointCloud2) -> None:
+        arrived = time.perf_counter()
+        now = time.monotonic()
+        with self._lock:
+            self._bump('received')
+            if self._pending is not None:
+                self._bump('dropped')
+            self._pending = (msg, arrived)
+            times = self._times
+            self._times = CloudTimes(times.first if times.first is not None else now, now,
+                                     times.valid)
+        self._wake.set()
+
+    def _on_odometry(self, msg: Odometry) -> None:
+        self._take(lambda: self.path.add_odometry(msg), 'odometry_received',
+                   'rejected_odometry', 'odometry rejected', OdometryError)
+
+    def _on_transforms(self, msg: TFMessage, static: bool) -> None:
+        self._take(lambda: self.path.add_transforms(msg, static), 'transforms_received',
+                   'rejected_transforms', '/tf_static' if static else '/tf', TransformError)
+
+    def _on_features(self, name: str, msg: Image) -> None:
+        jumped = self._take(lambda: self.path.add_features(name, msg), 'feature_maps_received',
+                            'rejected_feature_maps', f'camera {name}: feature map rejected',
+                            FeatureMapError)
+        if jumped:
+            self.log.info(f'camera {name}: stamp went backwards, its buffer was reset')
+
+    def _take(self, accept, taken: str, refused: str, what: str, error: type):
+        """Run ``accept()`` and count the message as ``taken``, or as ``refused`` with a log."""
+        try:
+            result = accept()
+        except error as exc:
+            self._count(refused)
+            self.log.warning(f'{what}: {exc}', throttle_duration_sec=2.0)
+            return None
+        self._count(taken)
+        return result
+
+    def _bump(self, key: str, n: int = 1) -> None:
+        """Add to a total and, for the per-report rules, to its count since the last report."""
+        self.counts[key] += n
+        if key in self._period:
+            self._period[key] += n
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self._bump(key)
+
+    # -- worker thread -------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self._wake.wait(timeout=0.1):
+                continue
+            with self._lock:
+                item, self._pending = self._pending, None
+                self._wake.clear()
+            if item is not None:
+                try:
+                    self._process(*item)
+                except Exception as exc:    # noqa: B902 - a bug must not kill the node silently
+                    self.log.error(f'frame failed: {exc!r}')
+
+    def _process(self, msg: PointCloud2, arrived: float) -> None:
+        now_ns = self.node.get_clock().now().nanoseconds
+        try:
+            frame = self.path.process(msg, picture=self.outputs.wants_picture(),
+                                      features=self.outputs.wants_features(),
+                                      now_ns=now_ns or None)   # 0: a sim clock not started
+        except CloudFormatError as exc:
+            self._count('rejected')
+            self.log.warning(f'point cloud rejected: {exc}', throttle_duration_sec=2.0)
+            return
+        except TransformError as exc:
+            self._count('frames_without_tf')
+            self.log.warning(f'point cloud skipped: {exc}', throttle_duration_sec=2.0)
+            return
+        if frame.stamps_jumped:
+            self.log.info('LiDAR stamp went backwards (bag loop?): camera buffers reset')
+        if frame.slots_refusal:       # once per refused set of poses; a moving edge: throttled
+            self.log.warning(f'TF poses of {", ".join(frame.cameras_over_slots)} not applied, '
+                             f'cameras masked: {frame.slots_refusal}',
+                             throttle_duration_sec=5.0)
+        header = msg.header
+        header.frame_id = self.cfg.grid.frame_id
+        record = self.outputs.publish(frame, header, arrived, self.cfg.grid,
+                                      self.node.get_clock())
+        result = frame.result
+        now = time.monotonic()
+        with self._lock:
+            self._bump('processed')
+            self._bump('overflowed', int(result.overflow_points > 0))
+            self._bump('nonfinite_features', result.nonfinite_features)
+            self._bump('nonfinite_objects', result.nonfinite_objects)
+            self._bump('frames_without_odometry', int(frame.without_odometry))
+            self._bump('cameras_without_tf', len(frame.cameras_without_tf))
+            self._bump('cameras_over_slots', len(frame.cameras_over_slots))
+            self._bump('empty_clouds', int(frame.empty))
+            if not frame.empty:     # published, but no sign of a working LiDAR
+                times = self._times
+                self._times = CloudTimes(times.first, times.last, now)
+            self._stale = frame.stale
+            self.window.add(record)
+
+    # -- diagnostics ---------------------------------------------------------------------------
+
+    def diagnostic_status(self) -> DiagnosticStatus:
+        """Roll up counts, latency percentiles, level and reason into one status (health.py)."""
+        diagnostics = self.cfg.diagnostics
+        node_name = self.node.get_fully_qualified_name()
+        with self._lock:
+            counts, period, times = dict(self.counts), self._period, self._times
+            self._period = dict.fromkeys(PERIOD_COUNTS, 0)
+            latency = {key: self.window.stats(key) for key in ('total_ms', 'age_ms')}
+            stale = self._stale
+        health = assess(counts, period, times, time.monotonic(), latency, stale,
+                        self.pipe.compiles_after_warmup, self.pipe.padder.capacity,
+                        diagnostics.lidar_timeout_s, diagnostics.latency_budget_ms)
+        return DiagnosticStatus(   # level is a ROS byte field: bytes, not int
+            level=bytes([health.level]), name=f'{node_name}: pipeline',
+            hardware_id=node_name, message=health.message,
+            values=[KeyValue(key=k, value=v if isinstance(v, str) else format_value(v))
+                    for k, v in health.values.items()])
+
+    def _publish_diagnostics(self) -> None:
+        array = DiagnosticArray()
+        array.header.stamp = self.node.get_clock().now().to_msg()
+        array.status.append(self.diagnostic_status())
+        self._diagnostics_pub.publish(array)

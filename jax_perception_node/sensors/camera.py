@@ -1,0 +1,317 @@
+"""
+Camera feature maps as sensor_msgs/Image <-> float32 arrays; CameraInfo intrinsics; no ROS.
+
+A feature map travels as an Image with encoding ``32FC<C>``: ``height`` x ``width`` pixels of
+``C`` float32 channels, row-major and channel-last, rows ``step`` bytes apart. Intrinsics come
+from the parameters or from a sensor_msgs/CameraInfo at image resolution, scaled here to the
+feature map together with the lens distortion (``Intrinsics``). Message fields are read by
+attribute, so rclpy and ``rosbags`` messages both work.
+
+CameraInfo bounds: every value is checked before it can become a float32 0 or inf in the lift
+(a focal length of 1e-300 or 1e300 would silently empty or break the coverage), with the
+parameters' bounds: focal lengths in [``MIN_FOCAL_PX``, ``MAX_FOCAL_PX``] at image and at
+feature-map resolution, principal points within ``MAX_PRINCIPAL_PX``, images up to
+``MAX_IMAGE_SIZE`` pixels a side, K of the form [fx 0 cx; 0 fy cy; 0 0 1], a finite P, and
+distortion coefficients within ``MAX_DISTORTION``.
+"""
+
+import array
+import dataclasses
+import re
+import sys
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from .cloud import byte_view
+from ..settings.config import CameraConfig
+from ..settings.parameters import DISTORTION, FOCAL_PX, PRINCIPAL_PX
+
+
+class FeatureMapError(ValueError):
+    """A camera feature Image cannot be used; the message names the problem."""
+
+
+class CameraInfoError(ValueError):
+    """A CameraInfo cannot give intrinsics for the feature map; the message names the field."""
+
+
+# Image size over feature-map size may differ this much (relative) between x and y: backbones
+# round odd sizes (900 / 16 = 56.25 rows -> 56), a different aspect ratio is a wrong pairing.
+SCALE_TOLERANCE = 0.02
+
+
+# The parameters' bounds (the same values must pass either way): focal lengths in FOCAL_PX at
+# image and at feature-map resolution, |cx|, |cy| <= PRINCIPAL_PX, |d[i]| <= DISTORTION.
+MIN_FOCAL_PX, MAX_FOCAL_PX = FOCAL_PX
+MAX_PRINCIPAL_PX = PRINCIPAL_PX
+MAX_DISTORTION = DISTORTION
+MAX_IMAGE_SIZE = 65536                   # width, height
+
+# [0-9], not \d, which also matches other scripts' digits.
+_ENCODING = re.compile(r'32FC([0-9]+)')
+
+
+def read_features(msg, height: int | None = None, width: int | None = None,
+                  channels: int | None = None) -> np.ndarray:
+    """
+    Image with encoding '32FC<C>' -> float32[H_f, W_f, C].
+
+    ``height``, ``width`` and ``channels``, when given, are the expected shape; a mismatch
+    raises :class:`FeatureMapError` naming it. Row padding (``step > W_f * C * 4``) is skipped
+    and big-endian data converted to native. The result is a view of ``msg.data`` when the byte
+    order is native (possibly read-only and strided), otherwise one copy. NaN and Inf are passed
+    through.
+    """
+    encoding = msg.encoding
+    match = _ENCODING.fullmatch(encoding) if isinstance(encoding, str) else None
+    if match is None or int(match.group(1)) < 1:
+        raise FeatureMapError(f'encoding {encoding!r} is not 32FC<C> with C >= 1')
+    num_channels = int(match.group(1))
+    rows, cols, step = int(msg.height), int(msg.width), int(msg.step)
+    if rows <= 0 or cols <= 0:
+        raise FeatureMapError(f'empty feature map: height {rows}, width {cols}')
+    for name, value, expected in (('height', rows, height), ('width', cols, width),
+                                  ('channels', num_channels, channels)):
+        if expected is not None and value != expected:
+            raise FeatureMapError(f'{name} {value}, expected {expected}')
+    row_bytes = cols * num_channels * 4
+    if step < row_bytes:
+        raise FeatureMapError(
+            f'step {step} < width {cols} * channels {num_channels} * 4 = {row_bytes} bytes')
+    raw = byte_view(msg.data, FeatureMapError)
+    if raw.size < step * rows:
+        raise FeatureMapError(
+            f'data has {raw.size} bytes, expected step {step} * height {rows} = '
+            f'{step * rows} bytes')
+    dtype = np.dtype('>f4' if msg.is_bigendian else '<f4')
+    features = np.ndarray((rows, cols, num_channels), dtype, buffer=raw,
+                          strides=(step, num_channels * 4, 4))
+    if dtype.isnative:
+        return features
+    return features.astype(np.float32)
+
+
+def features_image_fields(features: np.ndarray) -> dict:
+    """
+    float32[H, W, C] -> the Image fields that carry it, for rclpy or rosbags.
+
+    Returns ``height``, ``width``, ``encoding`` ('32FC<C>'), ``is_bigendian`` (the host's byte
+    order, as the data is not swapped), ``step`` (W * C * 4 bytes) and ``data``, a flat uint8
+    NumPy array that views ``features`` when it is already C-contiguous float32 (so do not change
+    ``features`` until the message is serialized). rosbags needs exactly that. rclpy accepts it
+    too, but its setter copies a NumPy array element by element (about 0.6 s for 8 MB, and an
+    AssertionError with ``ROS_PYTHON_CHECK_FIELDS=1``): give rclpy ``byte_array(data)``.
+    """
+    features = np.ascontiguousarray(features, dtype=np.float32)
+    if features.ndim != 3 or min(features.shape) < 1:
+        raise ValueError(f'features must be a non-empty (H, W, C) array, got {features.shape}')
+    rows, cols, num_channels = features.shape
+    return {
+        'height': rows,
+        'width': cols,
+        'encoding': f'32FC{num_channels}',
+        'is_bigendian': int(sys.byteorder == 'big'),
+        'step': cols * num_channels * 4,
+        'data': features.view(np.uint8).reshape(-1),
+    }
+
+
+def byte_array(data) -> array.array:
+    """
+    Bytes-like ``data`` -> ``array.array('B')``, the type rclpy stores message data as.
+
+    One memcpy; rclpy keeps an ``array.array('B')`` as is, where it would convert other
+    sequences one element at a time.
+    """
+    if isinstance(data, np.ndarray):
+        # Flat bytes: memoryview cannot cast a view with a zero in its shape (an empty cloud).
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    out = array.array('B')
+    out.frombytes(memoryview(data).cast('B'))
+    return out
+
+
+class Intrinsics(NamedTuple):
+    """
+    A camera's intrinsics at feature-map resolution and its lens distortion.
+
+    fx, fy, cx, cy in feature-map pixels (pixel centres at integer coordinates);
+    ``distortion_model`` 'none', 'plumb_bob' (k1, k2, p1, p2, k3) or 'equidistant'
+    (k1, k2, k3, k4), the coefficients in normalized image coordinates, so the same at any
+    resolution. The first four fields are the old (fx, fy, cx, cy) tuple.
+    """
+
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+    distortion_model: str = 'none'
+    distortion: tuple[float, ...] = ()
+
+
+# distortion_model (sensor_msgs/distortion_models.h) -> coefficient counts it may come with.
+_PLUMB_BOB_COUNTS = (5, 8)   # 8: k4..k6 of rational_polynomial, usable only when all zero
+
+
+def _checked_size(msg, map_height: int, map_width: int) -> tuple[float, float]:
+    """Check image size, binning and ROI; return the scale factors (s_x, s_y) to the map."""
+    width, height = int(msg.width), int(msg.height)
+    if width <= 0 or height <= 0 or max(width, height) > MAX_IMAGE_SIZE:
+        raise CameraInfoError(f'width {width}, height {height}: the image size must be in '
+                              f'1..{MAX_IMAGE_SIZE}')
+    binning = (int(msg.binning_x), int(msg.binning_y))
+    if max(binning) > 1:
+        raise CameraInfoError(f'binning_x, binning_y = {binning}: binned images are not '
+                              'supported, publish K for the image the features come from')
+    roi = msg.roi
+    if int(roi.width) or int(roi.height) or int(roi.x_offset) or int(roi.y_offset):
+        if (int(roi.x_offset), int(roi.y_offset), int(roi.width), int(roi.height)) != (
+                0, 0, width, height):
+            raise CameraInfoError('roi: a region of interest is not supported, publish K for '
+                                  'the image the features come from')
+    if width < map_width or height < map_height:
+        raise CameraInfoError(f'width {width}, height {height}: smaller than the '
+                              f'{map_width} x {map_height} feature map')
+    scale_x, scale_y = map_width / width, map_height / height
+    if abs(scale_x - scale_y) > SCALE_TOLERANCE * max(scale_x, scale_y):
+        raise CameraInfoError(
+            f'width {width}, height {height}: scales to the {map_width} x {map_height} '
+            f'feature map by {scale_x:.4g} in x but {scale_y:.4g} in y')
+    return scale_x, scale_y
+
+
+_K_ROLES = {0: 'fx', 1: 'skew', 2: 'cx', 4: 'fy', 5: 'cy'}
+
+
+def _checked_k(msg) -> tuple[float, float, float, float]:
+    """Check K (and that P is finite); return (fx, fy, cx, cy) at image resolution."""
+    k = [float(v) for v in msg.k]
+    if len(k) != 9:
+        raise CameraInfoError(f'k has {len(k)} values, expected 9')
+    p = [float(v) for v in msg.p]
+    for name, values in (('k', k), ('p', p)):
+        for i, value in enumerate(values):
+            if not np.isfinite(value):
+                role = f' ({_K_ROLES[i]})' if name == 'k' and i in _K_ROLES else ''
+                raise CameraInfoError(f'{name}[{i}]{role} = {value}: must be finite')
+    fx, cx, fy, cy = k[0], k[2], k[4], k[5]
+    for name, value in (('k[0] (fx)', fx), ('k[4] (fy)', fy)):
+        if not MIN_FOCAL_PX <= value <= MAX_FOCAL_PX:
+            raise CameraInfoError(f'{name} = {value}: the focal length must be in '
+                                  f'[{MIN_FOCAL_PX:g}, {MAX_FOCAL_PX:g}] px')
+    for name, value in (('k[2] (cx)', cx), ('k[5] (cy)', cy)):
+        if abs(value) > MAX_PRINCIPAL_PX:
+            raise CameraInfoError(f'{name} = {value}: the principal point must be within '
+                                  f'{MAX_PRINCIPAL_PX:g} px')
+    if k[1] != 0.0:
+        raise CameraInfoError(f'k[1] (skew) = {k[1]}: a skewed K is not supported')
+    if (k[3], k[6], k[7], k[8]) != (0.0, 0.0, 0.0, 1.0):
+        raise CameraInfoError(f'k = {k}: not a camera matrix [fx 0 cx; 0 fy cy; 0 0 1]')
+    return fx, fy, cx, cy
+
+
+def _distortion(msg) -> tuple[str, tuple[float, ...]]:
+    """Read distortion_model and D as (model, coefficients) of ``Intrinsics``."""
+    model = str(msg.distortion_model)
+    d = [float(v) for v in msg.d]
+    for i, value in enumerate(d):
+        if not abs(value) <= MAX_DISTORTION:
+            raise CameraInfoError(f'd[{i}] = {value}: distortion coefficients must be finite '
+                                  f'and within {MAX_DISTORTION:g}')
+    if model == 'equidistant':
+        if len(d) != 4:
+            raise CameraInfoError(f'd has {len(d)} values: distortion_model equidistant '
+                                  'takes 4 (k1, k2, k3, k4)')
+        return model, tuple(d)     # all zero is still a fisheye: theta_d = atan(r)
+    if model in ('', 'plumb_bob', 'rational_polynomial') and not any(d):
+        return 'none', ()          # zero polynomial terms: a pinhole, bit for bit
+    if model not in ('plumb_bob', 'rational_polynomial'):
+        raise CameraInfoError(f'distortion_model {model!r} is not supported (with d = {d}): '
+                              'use none, plumb_bob or equidistant')
+    if len(d) not in _PLUMB_BOB_COUNTS:
+        raise CameraInfoError(f'd has {len(d)} values: distortion_model {model} takes 5 '
+                              '(k1, k2, p1, p2, k3) or 8')
+    if any(d[5:]):
+        raise CameraInfoError(f'distortion_model {model} with k4, k5, k6 = {d[5:]}: the '
+                              'rational polynomial model is not supported')
+    return 'plumb_bob', tuple(d[:5])
+
+
+def scale_camera_info(msg, map_height: int, map_width: int) -> Intrinsics:
+    """
+    Scale a CameraInfo (K at image resolution) to the feature map, with its distortion.
+
+    With s_x = W_f / W and s_y = H_f / H: fx_f = fx s_x, cx_f = (cx + 0.5) s_x - 0.5, the same
+    for y (pixel centres stay at integer coordinates at both resolutions). The distortion
+    coefficients act on normalized coordinates and are taken as they are: plumb_bob with 5
+    coefficients (or 8 whose k4..k6 are 0, also under rational_polynomial), equidistant
+    with 4; '' or an all-zero plumb_bob is a pinhole ('none').
+
+    Args
+    ----
+    msg: sensor_msgs/CameraInfo (rclpy or rosbags).
+    map_height, map_width: the feature map's H_f x W_f.
+
+    Returns
+    -------
+    Intrinsics at feature-map resolution.
+
+    Raises
+    ------
+    CameraInfoError: naming the field, for values outside the module's bounds (not finite,
+        tiny or huge focal lengths, a huge image), a K that is not [fx 0 cx; 0 fy cy; 0 0 1],
+        a distortion_model other than plumb_bob / equidistant (rational_polynomial with
+        nonzero k4..k6 included) or the wrong number of coefficients, an image smaller than
+        the map, scale factors that differ between x and y by more than
+        ``SCALE_TOLERANCE``, or binning / ROI (K then describes another image than the one
+        the features were computed from).
+
+    """
+    scale_x, scale_y = _checked_size(msg, map_height, map_width)
+    fx, fy, cx, cy = _checked_k(msg)
+    model, distortion = _distortion(msg)
+    for name, value in (('k[0] (fx)', fx * scale_x), ('k[4] (fy)', fy * scale_y)):
+        if value < MIN_FOCAL_PX:
+            raise CameraInfoError(f'{name}: {value:.3g} px at feature-map resolution, below '
+                                  f'{MIN_FOCAL_PX:g} px')
+    return Intrinsics(fx * scale_x, fy * scale_y, (cx + 0.5) * scale_x - 0.5,
+                      (cy + 0.5) * scale_y - 0.5, model, distortion)
+
+
+def with_intrinsics(cameras: Sequence[CameraConfig], name: str,
+                    intrinsics: Sequence) -> tuple[CameraConfig, ...] | None:
+    """
+    Return ``cameras`` with camera ``name``'s intrinsics and lens replaced, or None if unchanged.
+
+    Values are compared at float32, the precision the lift uses, so a CameraInfo repeating the
+    calibration in force changes nothing (and costs no lift-table update).
+
+    Args
+    ----
+    cameras: the cameras' configs.
+    name: the camera to change.
+    intrinsics: an ``Intrinsics`` (all six fields apply), or four values (fx, fy, cx, cy),
+        which keep the camera's distortion.
+
+    Returns
+    -------
+    The new tuple of cameras, or None when nothing changes.
+
+    """
+    index = [c.name for c in cameras].index(name)
+    camera = cameras[index]
+    if len(intrinsics) == 4:
+        intrinsics = Intrinsics(*intrinsics, camera.distortion_model, camera.distortion)
+    new = Intrinsics(*intrinsics)
+    current = Intrinsics(camera.fx, camera.fy, camera.cx, camera.cy, camera.distortion_model,
+                         camera.distortion)
+    if (np.array_equal(np.float32(current[:4]), np.float32(new[:4]))
+            and current.distortion_model == new.distortion_model
+            and np.array_equal(np.float32(current.distortion), np.float32(new.distortion))):
+        return None
+    updated = dataclasses.replace(
+        camera, fx=float(new.fx), fy=float(new.fy), cx=float(new.cx), cy=float(new.cy),
+        distortion_model=new.distortion_model,
+        distortion=tuple(float(v) for v in new.distortion))
+    return tuple(cameras[:index]) + (updated,) + tuple(cameras[index + 1:])

@@ -1,0 +1,1 @@
+"""Settings: the one parameter schema, the validated configuration, checkpoint files."""

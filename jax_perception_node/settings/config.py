@@ -1,0 +1,445 @@
+"""
+Parameters of the node and the CLI: one YAML layout, validated into frozen dataclasses.
+
+The param file uses the ROS 2 layout (``/**: ros__parameters:``). ROS flattens nested keys to
+dotted names (``grid.x_min``); this module works on that flat form, so the node (which gets the
+values from rclpy) and the CLI (which reads the YAML itself) validate through the same code.
+Types, defaults and bounds come from the schema (parameters.py); this module adds the checks
+that involve several keys and builds the dataclasses. Every error is a :class:`ConfigError`
+that names the offending key.
+"""
+
+from dataclasses import dataclass
+import os
+from pathlib import Path
+import re
+import sys
+from typing import Any, Mapping
+
+import numpy as np
+import yaml
+
+from .channels import COVERAGE_CHANNEL, lidar_channels
+from .npz_file import read_npz
+from .parameters import (camera_defaults, camera_keys, check_ros_type, check_value, ConfigError,
+                         defaults, is_camera_name, NODE_KEYS, ros_value)
+from ..geometry.rotations import quaternion_matrix
+
+__all__ = ['AccumulationConfig', 'CameraConfig', 'config_from_parameters',
+           'default_params_file', 'DiagnosticsConfig', 'FusionConfig',
+           'GridConfig', 'load_config', 'load_fusion_weights', 'PipelineConfig', 'Pose',
+           'read_param_file', 'write_param_file']
+
+# |W|, |b| of the fusion projection: a 1x1 projection's weights are O(1); with inputs within
+# channels.MAX_ABS_INPUT and thousands of channels, the products stay far below float32's max.
+MAX_FUSION_WEIGHT = 1e6
+
+
+@dataclass(frozen=True)
+class Pose:
+    """Rigid transform from a sensor frame into the grid frame: p_grid = R p_sensor + t."""
+
+    translation: tuple[float, float, float]
+    rotation_xyzw: tuple[float, float, float, float]   # unit quaternion
+
+    def rotation_matrix(self) -> np.ndarray:
+        """(3, 3) float64 rotation matrix R."""
+        return quaternion_matrix(self.rotation_xyzw)
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    """The BEV grid in the grid frame; ``height`` and ``width`` are static (changes recompile)."""
+
+    frame_id: str
+    x_min: float
+    x_max: float
+    y_min: float
+    y_max: float
+    z_min: float
+    z_max: float
+    resolution: float
+
+    @property
+    def height(self) -> int:
+        """Rows H (x index)."""
+        return int(round((self.x_max - self.x_min) / self.resolution))
+
+    @property
+    def width(self) -> int:
+        """Columns W (y index)."""
+        return int(round((self.y_max - self.y_min) / self.resolution))
+
+    def vector(self) -> np.ndarray:
+        """float32[5] (x_min, y_min, z_min, z_max, resolution), the kernels' ``grid``."""
+        return np.array([self.x_min, self.y_min, self.z_min, self.z_max, self.resolution],
+                        np.float32)
+
+
+@dataclass(frozen=True)
+class CameraConfig:
+    """
+    One camera: feature-map shape (static) and calibration (traced), in feature-map pixels.
+
+    ``frame_id`` is the frame ``pose`` describes ('' resolves to ``<name>_optical``).
+    ``distortion`` holds the coefficients of ``distortion_model``: (k1, k2, p1, p2, k3) for
+    plumb_bob, (k1, k2, k3, k4) for equidistant, () for none.
+    """
+
+    name: str
+    height: int
+    width: int
+    channels: int
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+    pose: Pose
+    frame_id: str = ''
+    distortion_model: str = 'none'
+    distortion: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        """Resolve the default frame, so every constructor gets '<name>_optical' for ''."""
+        if not self.frame_id:
+            object.__setattr__(self, 'frame_id', f'{self.name}_optical')
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    """Camera lift and the optional 1x1 projection."""
+
+    num_heights: int
+    weights_file: str
+    activation: str
+    max_samples_per_cell: int = 0   # lift slots per cell; 0: derived at warm-up
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """The learned head (head.py); ``module`` and ``max_objects`` are static, the rest live."""
+
+    module: str = ''                # 'package.module:factory', '' for none
+    weights: str = ''               # checkpoint, '' for the head's shipped weights
+    max_objects: int = 64           # K boxes decoded per frame
+    score_threshold: float = 0.3    # boxes below are not published
+
+
+@dataclass(frozen=True)
+class DiagnosticsConfig:
+    """Rolled-up /diagnostics status."""
+
+    period_s: float
+    window: int
+    latency_budget_ms: float
+    lidar_timeout_s: float
+
+
+@dataclass(frozen=True)
+class AccumulationConfig:
+    """Multi-sweep accumulation on odometry; ``num_sweeps`` is static, the limits are live."""
+
+    num_sweeps: int               # sweeps per frame, the current one included; 1: off
+    max_sweep_age_s: float        # earlier sweeps older than this are left out
+    max_odometry_gap_s: float     # bracketing odometry samples further apart do not count
+    pose_source: str = 'odometry'     # odometry (~/input/odometry) or tf (/tf)
+    fixed_frame: str = 'map'          # with pose_source tf: grid.frame_id's pose in this frame
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Everything the pipeline and the node need, validated."""
+
+    grid: GridConfig
+    lidar: Pose
+    buckets: tuple[int, ...]
+    overflow_policy: str
+    cameras: tuple[CameraConfig, ...]
+    fusion: FusionConfig
+    max_camera_lidar_delay_s: float
+    compilation_cache_dir: str
+    diagnostics: DiagnosticsConfig
+    accumulation: AccumulationConfig
+    lidar_frame_id: str = 'lidar'   # the frame the ``lidar`` pose describes
+    extrinsics_source: str = 'parameters'   # sensor poses: parameters, or tf (/tf_static, /tf)
+    channel_names: tuple[str, ...] = ()     # camera feature channel names; () for the default
+    head: HeadConfig = HeadConfig()
+    output_bev_features: bool = True        # publish ~/output/bev_features
+
+    @property
+    def camera_channels(self) -> int:
+        """C, the camera feature channels (0 without cameras)."""
+        return self.cameras[0].channels if self.cameras else 0
+
+    @property
+    def camera_channel_names(self) -> tuple[str, ...]:
+        """Names of the C camera feature channels: ``channel_names`` or camera_0 .. camera_C-1."""
+        return self.channel_names or tuple(f'camera_{k}' for k in range(self.camera_channels))
+
+    @property
+    def fused_channels(self) -> int:
+        """Channels before the optional projection: LiDAR (6, or 7 with accumulation) + C + 1."""
+        return 6 + (self.accumulation.num_sweeps > 1) + self.camera_channels + 1
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
+    """Nested YAML mapping -> dotted keys, as ROS 2 does for parameters."""
+    flat = {}
+    for key, value in tree.items():
+        name = f'{prefix}{key}'
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name + '.'))
+        else:
+            flat[name] = value
+    return flat
+
+
+class _RosLoader(yaml.SafeLoader):
+    """
+    A safe YAML loader that reads numbers as ROS does: ``1e300`` and ``1.0e5`` are doubles.
+
+    PyYAML (YAML 1.1) wants a dot and a signed exponent (``1.0e+5``) and reads the rest as
+    strings; rcl's parser takes whatever strtod takes. Reading them alike means a value the CLI
+    refuses is the value the node would refuse, with the same message.
+    """
+
+
+_RosLoader.add_implicit_resolver(
+    'tag:yaml.org,2002:float',
+    re.compile(r'^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$'),
+    list('-+.0123456789'))
+
+
+def read_param_file(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a ROS 2 param YAML and return its flat ``ros__parameters`` (first node section)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding='utf-8')
+    except OSError as exc:
+        raise ConfigError(f'params file {path}: {exc.strerror or exc}') from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f'params file {path}: not UTF-8 text ({exc.reason} at byte '
+                          f'{exc.start})') from None
+    try:
+        doc = yaml.load(text, Loader=_RosLoader)   # a SafeLoader: builds plain data only
+    except yaml.YAMLError as exc:
+        raise ConfigError(f'params file {path}: not valid YAML ({exc})') from None
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f'params file {path}: expected a mapping of node names')
+    for section in doc.values():
+        if isinstance(section, Mapping) and isinstance(section.get('ros__parameters'), Mapping):
+            return flatten(section['ros__parameters'])
+    raise ConfigError(f'params file {path}: no "<node>: ros__parameters:" section')
+
+
+def write_param_file(params: Mapping[str, Any], path: str | os.PathLike) -> Path:
+    """
+    Write flat dotted parameters as a ROS 2 param file (``/**: ros__parameters:``).
+
+    Values are written with the types the node's typed parameters need (8 for a double is
+    written 8.0), so a file written here starts the node as it loads in Python.
+    """
+    tree: dict = {}
+    for key, value in params.items():
+        *parents, leaf = key.split('.')
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = ros_value(key, list(value) if isinstance(value, tuple) else value)
+    path = Path(path)
+    path.write_text(yaml.safe_dump({'/**': {'ros__parameters': tree}}))
+    return path
+
+
+def load_config(path: str | os.PathLike) -> PipelineConfig:
+    """
+    Load and validate a param YAML; raises ConfigError naming the bad key.
+
+    The file is held to the node's typed parameters (``fx: 40`` for a double is refused as the
+    node refuses it), so a file that loads here also starts the node.
+    """
+    params = read_param_file(path)
+    for key, value in params.items():
+        check_ros_type(key, value)
+    return config_from_parameters(params)
+
+
+def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
+    """Validate flat dotted parameters (missing keys take their defaults) into a PipelineConfig."""
+    p = {**defaults(), **params}
+    camera_names = check_value('cameras.names', p['cameras.names'])
+    if len(set(camera_names)) != len(camera_names):
+        raise ConfigError(f'cameras.names: duplicate names in {camera_names}')
+    for name in camera_names:
+        if not is_camera_name(name):
+            raise ConfigError(f'cameras.names: "{name}" must be letters, digits and underscores')
+        if name in ('names', 'channel_names'):
+            raise ConfigError(f'cameras.names: "{name}" is taken by the key cameras.{name}')
+    known = set(NODE_KEYS).union(*(camera_keys(name) for name in camera_names))
+    unknown = sorted(k for k in params if k not in known and k != 'use_sim_time')
+    if unknown:
+        raise ConfigError(f'{unknown[0]}: unknown parameter')
+    for name in camera_names:
+        p = {**camera_defaults(name), **p}
+    v = {key: check_value(key, p.get(key)) for key in sorted(known)}
+
+    grid = GridConfig(**{f: v[f'grid.{f}'] for f in (
+        'frame_id', 'x_min', 'x_max', 'y_min', 'y_max', 'z_min', 'z_max', 'resolution')})
+    for lo, hi in (('x_min', 'x_max'), ('y_min', 'y_max'), ('z_min', 'z_max')):
+        if getattr(grid, hi) <= getattr(grid, lo):
+            raise ConfigError(f'grid.{hi}: must be greater than grid.{lo}')
+    for axis, cells in (('x', grid.height), ('y', grid.width)):
+        span = getattr(grid, f'{axis}_max') - getattr(grid, f'{axis}_min')
+        if cells < 1 or abs(cells * grid.resolution - span) > 1e-6 * max(1.0, span):
+            raise ConfigError(f'grid.resolution: the {axis} range {span:g} m is not a whole '
+                              f'number of {grid.resolution:g} m cells')
+    if grid.height * grid.width > 4096 * 4096:
+        raise ConfigError(f'grid.resolution: {grid.height} x {grid.width} cells is too large')
+
+    buckets = v['buckets']
+    if not buckets or buckets != sorted(set(buckets)):
+        raise ConfigError(f'buckets: expected strictly ascending positive sizes, got {buckets}')
+
+    cameras = tuple(_camera(v, name) for name in camera_names)
+    if len({c.channels for c in cameras}) > 1:
+        raise ConfigError(f'cameras.{cameras[-1].name}.channels: every camera needs the same '
+                          f'channel count, got {[c.channels for c in cameras]}')
+
+    fusion = FusionConfig(
+        num_heights=v['fusion.num_heights'], weights_file=v['fusion.weights_file'],
+        activation=v['fusion.activation'],
+        max_samples_per_cell=v['fusion.max_samples_per_cell'])
+    if fusion.max_samples_per_cell > len(cameras) * fusion.num_heights:
+        raise ConfigError(f'fusion.max_samples_per_cell: at most cameras x num_heights = '
+                          f'{len(cameras) * fusion.num_heights}, got '
+                          f'{fusion.max_samples_per_cell}')
+
+    cfg = PipelineConfig(
+        grid=grid, lidar=_pose(v, 'lidar'), buckets=tuple(buckets),
+        overflow_policy=v['overflow_policy'], cameras=cameras, fusion=fusion,
+        max_camera_lidar_delay_s=v['sync.max_camera_lidar_delay_s'],
+        compilation_cache_dir=v['compilation_cache_dir'],
+        diagnostics=DiagnosticsConfig(**{f: v[f'diagnostics.{f}'] for f in (
+            'period_s', 'window', 'latency_budget_ms', 'lidar_timeout_s')}),
+        accumulation=AccumulationConfig(**{f: v[f'accumulation.{f}'] for f in (
+            'num_sweeps', 'max_sweep_age_s', 'max_odometry_gap_s', 'pose_source',
+            'fixed_frame')}),
+        lidar_frame_id=v['lidar.frame_id'], extrinsics_source=v['extrinsics.source'],
+        channel_names=_channel_names(v['cameras.channel_names'], cameras),
+        head=HeadConfig(**{f: v[f'head.{f}'] for f in (
+            'module', 'weights', 'max_objects', 'score_threshold')}),
+        output_bev_features=v['output.bev_features'])
+    if fusion.weights_file:
+        load_fusion_weights(cfg)   # validate now, not on the first frame
+    if cfg.head.weights and not cfg.head.module:
+        # Silently unused weights look like a head that runs; the live path refuses them too.
+        raise ConfigError(f'head.weights: {cfg.head.weights} given, but head.module is empty '
+                          f'(no head to load them into)')
+    return cfg
+
+
+def load_fusion_weights(cfg: PipelineConfig) -> tuple[np.ndarray, np.ndarray] | None:
+    """
+    Read ``W`` (C_in, C_out) and ``b`` (C_out,) float32 from the weights file, or None.
+
+    C_out is at most 4096; the file may hold W and b only, each inflating to at most that
+    many channels of 8-byte numbers (and an .npy header): a zip bomb is refused unread.
+    """
+    path = cfg.fusion.weights_file
+    if not path:
+        return None
+    key = 'fusion.weights_file'
+    c_in, max_out, max_item = cfg.fused_channels, 4096, 8
+    arrays = read_npz(path, key, {'W': c_in * max_out * max_item, 'b': max_out * max_item})
+    if 'W' not in arrays or 'b' not in arrays:
+        raise ConfigError(f'{key}: {path} needs arrays "W" and "b", has {sorted(arrays)}')
+    weights, bias = arrays['W'], arrays['b']
+    if weights.ndim != 2 or weights.shape[0] != c_in or weights.shape[1] < 1:
+        raise ConfigError(f'{key}: W must be ({c_in}, C_out) for {c_in} fused channels, '
+                          f'got {weights.shape}')
+    if weights.shape[1] > max_out:
+        raise ConfigError(f'{key}: W has {weights.shape[1]} output channels, at most '
+                          f'{max_out}')
+    if bias.shape != (weights.shape[1],):
+        raise ConfigError(f'{key}: b must be ({weights.shape[1]},), got {bias.shape}')
+    for name, arr in (('W', weights), ('b', bias)):
+        if not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)):
+            raise ConfigError(f'{key}: {name} must be finite numbers')
+        # With inputs bounded by MAX_ABS_INPUT, this keeps every projected value finite.
+        if arr.size and np.abs(arr).max() > MAX_FUSION_WEIGHT:
+            raise ConfigError(f'{key}: {name} has a value of magnitude '
+                              f'{float(np.abs(arr).max()):.3g}, more than {MAX_FUSION_WEIGHT:g}')
+    return weights.astype(np.float32), bias.astype(np.float32)
+
+
+def _camera(v: Mapping[str, Any], name: str) -> CameraConfig:
+    k = f'cameras.{name}.'
+    model = v[k + 'distortion_model']
+    return CameraConfig(name=name, pose=_pose(v, k[:-1]), frame_id=v[k + 'frame_id'],
+                        distortion_model=model,
+                        distortion=_distortion(k + 'distortion', model, v[k + 'distortion']),
+                        **{f: v[k + f] for f in (
+                            'height', 'width', 'channels', 'fx', 'fy', 'cx', 'cy')})
+
+
+def _channel_names(names: list[str], cameras: tuple[CameraConfig, ...]) -> tuple[str, ...]:
+    """Check the camera channel names: [] or one per channel, unique, identifier-like."""
+    key, channels = 'cameras.channel_names', cameras[0].channels if cameras else 0
+    if names and len(names) != channels:
+        raise ConfigError(f'{key}: {len(names)} names for {channels} camera feature channels '
+                          f'(cameras.<name>.channels); give one per channel or []')
+    for name in names:
+        if not is_camera_name(name):
+            raise ConfigError(f'{key}: "{name}" must be letters, digits and underscores')
+    if len(set(names)) != len(names):
+        raise ConfigError(f'{key}: duplicate names in {names}')
+    # They name GridMap layers beside the LiDAR channels and coverage.
+    clash = sorted((set(lidar_channels(2)) | {COVERAGE_CHANNEL}) & set(names))
+    if clash:
+        raise ConfigError(f'{key}: {clash} already name other BEV channels')
+    return tuple(names)
+
+
+DISTORTION_COUNTS = {'plumb_bob': 5, 'equidistant': 4}
+
+
+def _distortion(key: str, model: str, coefficients: list[float]) -> tuple[float, ...]:
+    """Check the coefficient count of ``model``; 'none' takes [] or zeros and keeps ()."""
+    if model == 'none':
+        if any(coefficients):
+            raise ConfigError(f'{key}: distortion_model none takes [] or zeros, got '
+                              f'{coefficients}')
+        return ()
+    count = DISTORTION_COUNTS[model]
+    if len(coefficients) != count:
+        raise ConfigError(f'{key}: {model} needs {count} coefficients, got {coefficients}')
+    return tuple(coefficients)
+
+
+def _pose(v: Mapping[str, Any], prefix: str) -> Pose:
+    q = np.array(v[f'{prefix}.rotation_xyzw'])
+    norm = float(np.linalg.norm(q))
+    if abs(norm - 1.0) > 1e-3:
+        raise ConfigError(f'{prefix}.rotation_xyzw: not a unit quaternion (norm {norm:.4f})')
+    return Pose(tuple(v[f'{prefix}.translation']), tuple(float(c) for c in q / norm))
+
+
+def default_params_file(filename: str = 'jax_perception.param.yaml') -> Path:
+    """
+    Return a shipped config file: the ament index's (a colcon install) first, else ours.
+
+    Ours: the source tree's (editable installs), else the one pip installed under sys.prefix.
+    """
+    name = Path('config') / filename
+    candidates = []
+    try:
+        from ament_index_python.packages import get_package_share_directory
+        candidates.append(Path(get_package_share_directory('jax_perception_node')) / name)
+    except (ImportError, LookupError, OSError):   # no index, not in it, AMENT_PREFIX_PATH unset
+        pass
+    candidates += [Path(__file__).resolve().parents[2] / name,
+                   Path(sys.prefix) / 'share' / 'jax_perception_node' / name]
+    for path in candidates:
+        if path.exists():
+            return path
+    raise ConfigError(f'params file: {name} not found in {[str(c.parent) for c in candidates]}')

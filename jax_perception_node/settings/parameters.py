@@ -1,0 +1,442 @@
+"""
+The parameter schema: one table gives every key its type, default, bounds, unit and meaning.
+
+Everything else about parameters comes from :data:`SCHEMA`: the node declares typed ROS
+parameters from it, the config layer checks types and bounds with it, the live parameter
+callback asks it which keys need a restart, and
+``python -m jax_perception_node.settings.schema_export`` writes the README table and
+``schema/jax_perception.schema.json`` from it (a test checks the shipped YAML against it).
+
+Types are ROS parameter types (``double``, ``integer_array``, ...). A key is *static* when it
+changes array shapes or what the executables were compiled with: a running node refuses to
+change it and says why. Every other key is *live* and applies at once, without a compile.
+Every numeric key has inclusive physical bounds (see the constants above :data:`SCHEMA`): the
+config layer checks them, the node exports them as the descriptors' ROS ranges.
+Camera keys are a template: ``cameras.<name>.fx`` stands for every name in ``cameras.names``.
+This module imports no ROS.
+"""
+
+from dataclasses import dataclass
+import math
+from typing import Any
+
+CAMERA_PREFIX = 'cameras.<name>.'
+
+# Why a static key needs a restart.
+SHAPES = 'changes array shapes'
+COMPILED = 'compiled into the executables'
+BUILT = 'fixed when the pipeline is built'
+
+SCALAR_TYPES = ('bool', 'integer', 'double', 'string')
+ARRAY_TYPES = ('integer_array', 'double_array', 'string_array')
+
+
+class ConfigError(ValueError):
+    """A parameter is missing, of the wrong type or out of range; the message names the key."""
+
+
+def number_text(value: float) -> str:
+    """Return a bound as people read it: 16777216, 86400, 0.001, 1e+06."""
+    if isinstance(value, int) or (value.is_integer() and abs(value) < 1e6):
+        return str(int(value))
+    return f'{value:g}'
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter: ROS type, default (None: required), bounds, unit, meaning, live or static."""
+
+    key: str
+    ros_type: str
+    default: Any
+    description: str
+    unit: str = ''
+    minimum: float | None = None     # inclusive; for arrays: of every item
+    maximum: float | None = None     # inclusive; for arrays: of every item
+    choices: tuple[str, ...] = ()
+    length: int | None = None        # fixed array length
+    nonempty: bool = False           # strings: '' is refused (arrays: as an item)
+    static: str | None = None        # why changing it needs a restart; None: live
+
+    @property
+    def item_type(self) -> str:
+        """Return the scalar type of the value or of its items."""
+        return self.ros_type.removesuffix('_array')
+
+    @property
+    def type_label(self) -> str:
+        """Return the type as people write it: 'double', 'double[3]', 'integer[]'."""
+        if self.ros_type in SCALAR_TYPES:
+            return self.ros_type
+        return f'{self.item_type}[{self.length or ""}]'
+
+    @property
+    def summary(self) -> str:
+        """Return unit and description in one line, as the YAML comment and ROS descriptor say."""
+        return f'{self.unit}, {self.description}' if self.unit else self.description
+
+    @property
+    def comment(self) -> str:
+        """Return the shipped YAML's comment for this key: the summary, and restart if static."""
+        return self.summary + (' (static: restart to change)' if self.static else '')
+
+    def bounds_text(self) -> str:
+        """Return the bounds as text ('>= 0', '1 .. 16', 'none | relu'), '' when unbounded."""
+        if self.choices:
+            return ' | '.join(self.choices)
+        lo, hi = self.minimum, self.maximum
+        if lo is not None and hi is not None:
+            return f'{number_text(lo)} .. {number_text(hi)}'
+        parts = []
+        if lo is not None:
+            parts.append(f'>= {number_text(lo)}')
+        if hi is not None:
+            parts.append(f'<= {number_text(hi)}')
+        if self.nonempty:
+            parts.append('not empty')
+        return ', '.join(parts)
+
+
+# Physical bounds (issue 16). Every numeric key is bounded, so a value the config accepts is a
+# normal float32 (the kernels' precision), converts to integer nanoseconds and timer periods
+# without overflow and is physically sensible. Every bound is inclusive: the ROS descriptors'
+# ranges (inclusive by definition) then say exactly what the config layer checks.
+SPAN_M = 1e4            # m: grid x/y edges and sensor translations (float32 keeps 1 mm at 10 km)
+HEIGHT_M = 1e3          # m: grid z edges
+DAY_S = 86400.0         # s: delays, gaps, ages and timeouts
+HOUR_S = 3600.0         # s: timer periods
+QUAT = 1.001            # quaternion components: unit length within the 1e-3 the config allows
+MAX_POINTS = 2 ** 24    # float32 counts points exactly up to 2^24
+MAX_PIXELS = 8192       # px: feature-map rows and columns
+FOCAL_PX = (1e-3, 1e6)  # px: float32-normal, and 1 / f and f * x stay finite in float32
+PRINCIPAL_PX = 1e6      # px: |cx|, |cy|
+DISTORTION = 1e3        # |k|, |p|: real lenses stay well below
+
+
+def _p(key, type_, default, description, **kwargs) -> ParamSpec:
+    return ParamSpec(key, type_, default, description, **kwargs)
+
+
+def _s(key, default, description, lo, hi, **kwargs) -> ParamSpec:
+    """Return a bounded double in seconds."""
+    return ParamSpec(key, 'double', default, description, unit='s', minimum=lo, maximum=hi,
+                     **kwargs)
+
+
+def _m(key, default, description, bound, **kwargs) -> ParamSpec:
+    """Return a double in metres within +-bound."""
+    return ParamSpec(key, 'double', default, description, unit='m', minimum=-bound,
+                     maximum=bound, **kwargs)
+
+
+_C = CAMERA_PREFIX
+_ROTATION = {'length': 4, 'minimum': -QUAT, 'maximum': QUAT}
+_TRANSLATION = {'unit': 'm', 'length': 3, 'minimum': -SPAN_M, 'maximum': SPAN_M}
+SCHEMA: tuple[ParamSpec, ...] = (
+    _p('grid.frame_id', 'string', 'base_link',
+       'frame of the BEV grid and of the published messages (REP-103: x forward, y left, z up)',
+       nonempty=True),
+    _m('grid.x_min', -51.2, 'lower x edge; rows H = round((x_max - x_min) / resolution)',
+       SPAN_M, static=SHAPES),
+    _m('grid.x_max', 51.2, 'upper x edge', SPAN_M, static=SHAPES),
+    _m('grid.y_min', -51.2, 'lower y edge; columns W = round((y_max - y_min) / resolution)',
+       SPAN_M, static=SHAPES),
+    _m('grid.y_max', 51.2, 'upper y edge', SPAN_M, static=SHAPES),
+    _m('grid.z_min', -2.0,
+       'points below are ignored; the lowest camera-lift level sits above it', HEIGHT_M,
+       static=BUILT),
+    _m('grid.z_max', 4.0, 'points at or above are ignored', HEIGHT_M, static=BUILT),
+    _p('grid.resolution', 'double', 0.4,
+       'the edge of a square cell; with the x/y ranges it fixes H and W', unit='m per cell',
+       minimum=1e-3, maximum=100.0, static=SHAPES),
+    _p('extrinsics.source', 'string', 'parameters',
+       'where the sensor poses come from: parameters (lidar.*, cameras.<name>.*; clouds and '
+       'maps must be in their configured frames) or tf (/tf_static and /tf: the pose of each '
+       "message's header.frame_id in grid.frame_id at its stamp)",
+       choices=('parameters', 'tf')),
+    _p('lidar.frame_id', 'string', 'lidar',
+       'frame the LiDAR pose describes; with extrinsics.source parameters a cloud stamped '
+       'with another frame is rejected',
+       nonempty=True),
+    _p('lidar.translation', 'double_array', [0.0, 0.0, 1.8],
+       'LiDAR origin in the grid frame', **_TRANSLATION),
+    _p('lidar.rotation_xyzw', 'double_array', [0.0, 0.0, 0.0, 1.0],
+       'LiDAR orientation in the grid frame, a unit quaternion (x, y, z, w)', **_ROTATION),
+    _p('buckets', 'integer_array', [16384, 32768, 65536, 131072],
+       'capacities, strictly ascending; one compiled executable each', unit='points',
+       minimum=1, maximum=MAX_POINTS, static=SHAPES),
+    _p('overflow_policy', 'string', 'subsample',
+       'above the largest bucket: subsample (even stride over the whole cloud) or truncate '
+       '(first points)', choices=('subsample', 'truncate'), static=BUILT),
+    _p('cameras.names', 'string_array', [],
+       'camera names (letters, digits, underscores); each needs a cameras.<name> block',
+       static=SHAPES),
+    _p('cameras.channel_names', 'string_array', [],
+       'names of the camera feature channels (letters, digits, underscores; unique), the '
+       'GridMap layers; [] for camera_0 .. camera_<C-1>; else one per channel',
+       nonempty=True),
+    _p(_C + 'height', 'integer', None, 'feature-map rows H_f', unit='px', minimum=1,
+       maximum=MAX_PIXELS, static=SHAPES),
+    _p(_C + 'width', 'integer', None, 'feature-map columns W_f', unit='px', minimum=1,
+       maximum=MAX_PIXELS, static=SHAPES),
+    _p(_C + 'channels', 'integer', None, 'feature channels C, the same for every camera',
+       minimum=1, maximum=1024, static=SHAPES),
+    _p(_C + 'fx', 'double', None, 'focal length at feature-map resolution', unit='px',
+       minimum=FOCAL_PX[0], maximum=FOCAL_PX[1]),
+    _p(_C + 'fy', 'double', None, 'focal length at feature-map resolution', unit='px',
+       minimum=FOCAL_PX[0], maximum=FOCAL_PX[1]),
+    _p(_C + 'cx', 'double', None,
+       'principal point column at feature-map resolution (pixel centres at integer '
+       'coordinates)', unit='px', minimum=-PRINCIPAL_PX, maximum=PRINCIPAL_PX),
+    _p(_C + 'cy', 'double', None, 'principal point row at feature-map resolution', unit='px',
+       minimum=-PRINCIPAL_PX, maximum=PRINCIPAL_PX),
+    _p(_C + 'translation', 'double_array', None,
+       'camera optical-frame origin in the grid frame', **_TRANSLATION),
+    _p(_C + 'rotation_xyzw', 'double_array', None,
+       'optical frame (z forward, x right, y down) orientation in the grid frame, a unit '
+       'quaternion (x, y, z, w)', **_ROTATION),
+    _p(_C + 'frame_id', 'string', '',
+       "frame the camera pose describes; '' for <name>_optical; with extrinsics.source "
+       'parameters a feature map stamped with another frame is rejected'),
+    _p(_C + 'distortion_model', 'string', 'none',
+       'lens distortion of the feature map: none, plumb_bob (distortion k1 k2 p1 p2 k3) or '
+       'equidistant (fisheye, k1 k2 k3 k4)', choices=('none', 'plumb_bob', 'equidistant')),
+    _p(_C + 'distortion', 'double_array', [],
+       'coefficients of distortion_model, in normalized image coordinates: 5 for plumb_bob, '
+       '4 for equidistant, none: [] or zeros', minimum=-DISTORTION, maximum=DISTORTION),
+    _p('fusion.num_heights', 'integer', 4, 'height levels per cell sampled by the camera lift',
+       minimum=1, maximum=64, static=SHAPES),
+    _p('fusion.max_samples_per_cell', 'integer', 0,
+       'camera-lift sample slots per cell; 0: the most any cell needs with the start-up '
+       'calibration', minimum=0, maximum=4096, static=SHAPES),
+    _p('fusion.weights_file', 'string', '',
+       'optional .npz with W (6 + C + 1, C_out) and b (C_out) and no other arrays, C_out <= '
+       "4096, every value within +-1e6, loaded with allow_pickle=False; '' for none",
+       static=SHAPES),
+    _p('fusion.activation', 'string', 'none',
+       'none or relu, applied after the projection (only with weights)', choices=('none', 'relu'),
+       static=COMPILED),
+    _p('accumulation.num_sweeps', 'integer', 1,
+       'LiDAR sweeps voxelized per frame, the current one included; 1: off (needs '
+       '~/input/odometry when above 1)', unit='sweeps', minimum=1, maximum=16, static=SHAPES),
+    _s('accumulation.max_sweep_age_s', 0.5,
+       'an earlier sweep older than this (from the current stamp) is left out', 1e-3, DAY_S),
+    _s('accumulation.max_odometry_gap_s', 0.2,
+       'odometry samples bracketing a cloud stamp further apart than this do not count',
+       1e-3, DAY_S),
+    _p('accumulation.pose_source', 'string', 'odometry',
+       'ego motion between sweeps: odometry (~/input/odometry) or tf (the pose of '
+       'grid.frame_id in accumulation.fixed_frame from /tf at each cloud stamp)',
+       choices=('odometry', 'tf')),
+    _p('accumulation.fixed_frame', 'string', 'map',
+       'the fixed frame of the ego motion with pose_source tf', nonempty=True),
+    _s('sync.max_camera_lidar_delay_s', 0.1,
+       'a feature map further than this from the LiDAR stamp is masked for that frame',
+       0.0, DAY_S),
+    _p('compilation_cache_dir', 'string', '~/.cache/jax_perception_node/xla',
+       "persistent XLA cache, created 0700; '' disables it", static=BUILT),
+    _p('head.module', 'string', '',
+       "learned head on the fused BEV, 'package.module:factory' (a CenterPoint-style head, "
+       "docs/design.md); '' for none", static=COMPILED),
+    _p('head.weights', 'string', '',
+       "the head's checkpoint (.npz, loaded with allow_pickle=False); '' for the weights the "
+       'head ships; a new file of the same shapes applies without a compile; refused '
+       'without head.module'),
+    _p('head.max_objects', 'integer', 64,
+       'K, the highest heatmap peaks decoded into boxes on the device per frame',
+       unit='boxes', minimum=1, maximum=1024, static=SHAPES),
+    _p('head.score_threshold', 'double', 0.3,
+       'boxes scoring below it are not published', minimum=0.0, maximum=1.0),
+    _p('output.bev_features', 'bool', True,
+       'publish ~/output/bev_features (3.9 MB a frame at the default grid); false for '
+       'deployments that only want objects (bev_image and bev_grid_map stay on demand)'),
+    _s('diagnostics.period_s', 1.0, 'time between /diagnostics messages', 1e-3, HOUR_S),
+    _p('diagnostics.window', 'integer', 300, 'length of the rolling latency window',
+       unit='frames', minimum=1, maximum=100000),
+    _p('diagnostics.latency_budget_ms', 'double', 100.0, 'WARN when total_ms p99 exceeds it',
+       unit='ms', minimum=1e-3, maximum=60000.0),
+    _s('diagnostics.lidar_timeout_s', 1.0, 'time without a LiDAR frame before ERROR',
+       1e-3, DAY_S),
+)
+
+BY_KEY: dict[str, ParamSpec] = {spec.key: spec for spec in SCHEMA}
+# Where the shipped parameter file differs from the schema's default, on purpose: it turns on
+# the reference head, whose weights fit the shipped grid and cameras (a config built in code,
+# with other shapes, has no head unless it names one).
+REFERENCE_HEAD = 'jax_perception_node.detection.heads.centerpoint:vehicle_head'
+SHIPPED_VALUES = {'head.module': REFERENCE_HEAD}
+NODE_KEYS = tuple(s.key for s in SCHEMA if not s.key.startswith(CAMERA_PREFIX))
+CAMERA_KEYS = tuple(s.key[len(CAMERA_PREFIX):] for s in SCHEMA
+                    if s.key.startswith(CAMERA_PREFIX))
+
+
+def spec_for(key: str) -> ParamSpec | None:
+    """Return the schema entry of a flat key (``cameras.front.fx`` finds the template)."""
+    if key in BY_KEY:
+        return BY_KEY[key]
+    parts = key.split('.')
+    if len(parts) == 3 and parts[0] == 'cameras' and parts[1] != 'names':
+        return BY_KEY.get(CAMERA_PREFIX + parts[2])
+    return None
+
+
+def camera_keys(name: str) -> list[str]:
+    """Return the flat keys of one camera block."""
+    return [f'cameras.{name}.{leaf}' for leaf in CAMERA_KEYS]
+
+
+def is_camera_name(name: str) -> bool:
+    """Return True for a usable camera name: letters, digits and underscores."""
+    return bool(name) and name.replace('_', '').isalnum() and name.isascii()
+
+
+def defaults() -> dict[str, Any]:
+    """Return the flat defaults of every non-camera key (lists copied)."""
+    return {key: _copy(BY_KEY[key].default) for key in NODE_KEYS}
+
+
+def camera_defaults(name: str) -> dict[str, Any]:
+    """Return the flat defaults of one camera block's optional keys (frame, distortion)."""
+    return {f'cameras.{name}.{leaf}': _copy(BY_KEY[CAMERA_PREFIX + leaf].default)
+            for leaf in CAMERA_KEYS if BY_KEY[CAMERA_PREFIX + leaf].default is not None}
+
+
+def _copy(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _as_float(value: Any) -> float | None:
+    """Return a number as a finite float, None for anything else (inf, nan, 10**400, 'x')."""
+    if not _is_number(value):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:          # an int beyond float range
+        return None
+    return value if math.isfinite(value) else None
+
+
+def check_value(key: str, value: Any) -> Any:
+    """
+    Check a value against the schema entry of ``key``; return it as plain Python.
+
+    Doubles come back as float (an integer is accepted: Python callers write 8 for 8.0; the
+    ROS node is stricter, its typed parameters refuse it), arrays as lists. Raises
+    :class:`ConfigError` ``'<key>: <problem>, got <value>'``; ``None`` means 'required'.
+    """
+    spec = spec_for(key)
+    if spec is None:
+        raise ConfigError(f'{key}: unknown parameter')
+    if value is None:
+        raise ConfigError(f'{key}: {"required" if spec.default is None else "missing"}')
+    if spec.ros_type in ARRAY_TYPES:
+        return _check_array(spec, key, value)
+    return _check_scalar(spec, key, value)
+
+
+def _check_scalar(spec: ParamSpec, key: str, value: Any) -> Any:
+    kind = spec.ros_type
+    if kind == 'bool':
+        if not isinstance(value, bool):
+            raise ConfigError(f'{key}: expected true or false, got {value!r}')
+        return value
+    if kind == 'string':
+        if not isinstance(value, str):
+            raise ConfigError(f'{key}: expected a string, got {value!r}')
+        if spec.nonempty and not value:
+            raise ConfigError(f'{key}: must not be empty')
+        if spec.choices and value not in spec.choices:
+            raise ConfigError(f'{key}: expected one of {" | ".join(spec.choices)}, '
+                              f'got {value!r}')
+        return value
+    if kind == 'integer' and not _is_int(value):
+        raise ConfigError(f'{key}: expected an integer, got {value!r}')
+    if kind == 'double':
+        if not _is_number(value):
+            raise ConfigError(f'{key}: expected a number, got {value!r}')
+        number = _as_float(value)
+        if number is None:
+            raise ConfigError(f'{key}: must be finite and within {spec.bounds_text()}, '
+                              f'got {_shown(value)}')
+        value = number
+    _check_bounds(spec, key, value, value)
+    return value
+
+
+def _shown(value: Any) -> str:
+    """Return a value for a message: floats as %g, huge integers shortened."""
+    if isinstance(value, float):
+        return f'{value:g}'
+    if isinstance(value, list):
+        return '[' + ', '.join(_shown(v) for v in value) + ']'
+    text = repr(value)
+    return text if len(text) <= 24 else f'{text[:8]}...({len(text)} digits)'
+
+
+def _check_bounds(spec: ParamSpec, key: str, value: float, shown: Any) -> None:
+    lo, hi = spec.minimum, spec.maximum
+    if lo is not None and value < lo:
+        raise ConfigError(f'{key}: must be >= {number_text(lo)}, got {_shown(shown)}')
+    if hi is not None and value > hi:
+        raise ConfigError(f'{key}: must be <= {number_text(hi)}, got {_shown(shown)}')
+
+
+def _check_array(spec: ParamSpec, key: str, value: Any) -> list:
+    if isinstance(value, (str, bytes)) or not hasattr(value, '__len__'):
+        raise ConfigError(f'{key}: expected a list, got {value!r}')
+    items = list(value)
+    kind = spec.item_type
+    if kind == 'double':
+        floats = [_as_float(v) for v in items]
+        if None in floats or (spec.length is not None and len(items) != spec.length):
+            count = f'{spec.length} finite numbers' if spec.length else 'finite numbers'
+            raise ConfigError(f'{key}: expected {count}, got {_shown(items)}')
+        items = floats
+    elif kind == 'integer' and not all(_is_int(v) for v in items):
+        raise ConfigError(f'{key}: expected a list of integers, got {items!r}')
+    elif kind == 'string' and not all(isinstance(v, str) for v in items):
+        raise ConfigError(f'{key}: expected a list of strings, got {items!r}')
+    elif kind == 'string' and spec.nonempty and not all(items):
+        raise ConfigError(f'{key}: an empty name in {items!r}')
+    if spec.length is not None and len(items) != spec.length:
+        raise ConfigError(f'{key}: expected {spec.length} items, got {items!r}')
+    for item in items:
+        _check_bounds(spec, key, item, items)
+    return items
+
+
+def ros_type_error(key: str, given: str) -> str:
+    """Return the message for a value of the wrong ROS type, e.g. an integer for a double."""
+    spec = spec_for(key)
+    hint = ' (ROS parameters are typed: write 40.0, not 40)' if spec.item_type == 'double' else ''
+    return f'{key}: expected {spec.type_label}{hint}, got {given}'
+
+
+def check_ros_type(key: str, value: Any) -> None:
+    """Refuse what a typed ROS parameter refuses and :func:`check_value` lets by: 40 for 40.0."""
+    spec = spec_for(key)
+    if spec is None or spec.item_type != 'double':
+        return
+    items = value if spec.ros_type == 'double_array' and isinstance(value, list) else [value]
+    if any(_is_int(v) for v in items):
+        raise ConfigError(ros_type_error(key, f'{value!r} (integer)'))
+
+
+def ros_value(key: str, value: Any) -> Any:
+    """Return ``value`` with the Python types a typed ROS parameter of ``key`` needs (8 -> 8.0)."""
+    spec = spec_for(key)
+    if spec is None or spec.item_type != 'double':
+        return value
+    if spec.ros_type == 'double':
+        return float(value) if _is_number(value) else value
+    if isinstance(value, (list, tuple)):
+        return [float(v) if _is_number(v) else v for v in value]
+    return value
