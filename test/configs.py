@@ -48,7 +48,7 @@ def small_config(cameras: int = 2, **overrides) -> PipelineConfig:
 
 def absolute_imports(module: str) -> set[str]:
     """Return the top-level packages a module of jax_perception_node imports (not relative)."""
-    source = REPO / 'jax_perception_node' / f'{module}.py'
+    source, = (REPO / 'jax_perception_node').glob(f'*/{module}.py')
     imported = set()
     for node in ast.walk(ast.parse(source.read_text())):
         if isinstance(node, ast.Import):
