@@ -4,7 +4,8 @@ Under ``CI=true``, a test skipped for a missing part of the project's environmen
 ``make venv`` installs the PyTorch peer, SciPy, Ray and the MCAP readers, and the vendor sources
 (sensor_msgs_py, launch) live in ``../shared``; a skip naming one of these means the environment
 is broken, which CI must not report as green. Other skips (a test that needs root) stay skips.
-Outside CI every skip stays a skip and ``-rs`` (pytest.ini) prints its reason.
+Outside CI every skip stays a skip and ``-rs`` (pytest.ini) prints its reason; the run then
+ends with one line per missing part naming what was not tested, so no skip passes unseen.
 """
 
 import os
@@ -58,3 +59,18 @@ def pytest_runtest_makereport(item, call):
     report.longrepr = (f'CI=true: skipped for a missing part of the project environment '
                        f'({part}): {reason}. `make venv` installs the Python parts; the vendor '
                        f'sources come from ../shared next to the repository.')
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per missing environment part: how many tests it kept from running, and where."""
+    missing: dict[str, list] = {}
+    for report in terminalreporter.stats.get('skipped', []):
+        part = environment_part(skip_reason(report))
+        if part is not None:
+            missing.setdefault(part, []).append(report)
+    for part, reports in sorted(missing.items()):
+        files = sorted({report.nodeid.split('::')[0] for report in reports})
+        why = skip_reason(reports[0]).removeprefix('Skipped: ')
+        terminalreporter.write_line(
+            f'NOT TESTED: {len(reports)} tests skipped, {part} missing ({", ".join(files)}): '
+            f'{why}')

@@ -15,19 +15,26 @@ def toy_outputs(params: dict, bev):
     Compute the toy head's outputs from float32[H, W, C] (NumPy or JAX, same arithmetic).
 
     heatmap logit = scale * (occupied cells in the stride x stride block) + bias;
-    offset = the block's occupied-cell share on both axes; z = params z; fixed size, yaw 0.3.
+    offset = the block's occupied-cell share on both axes. z, size and yaw differ from cell to
+    cell (by output row i and column j), so a decoding that reads them from another cell than
+    the peak's gives other boxes: z = params z + 0.1 i - 0.05 j; size = SIZE + (0.1 i, 0.05 j,
+    0.02 (i + j)); yaw = 0.3 + 0.2 i - 0.15 j.
     """
     xp = jnp if not isinstance(bev, np.ndarray) else np
     rows, cols = bev.shape[0] // STRIDE, bev.shape[1] // STRIDE
     block = bev[:, :, 0].reshape(rows, STRIDE, cols, STRIDE).sum(axis=(1, 3))
-    ones = xp.ones((rows, cols, 1), xp.float32)
+    i = xp.arange(rows, dtype=xp.float32)[:, None, None] * xp.ones((1, cols, 1), xp.float32)
+    j = xp.arange(cols, dtype=xp.float32)[None, :, None] * xp.ones((rows, 1, 1), xp.float32)
     share = block[..., None] / (STRIDE * STRIDE)
+    size = xp.asarray(SIZE, xp.float32) + xp.concatenate([0.1 * i, 0.05 * j, 0.02 * (i + j)],
+                                                         axis=-1)
+    yaw = 0.3 + 0.2 * i - 0.15 * j
     return {
         'heatmap': (params['scale'] * block + params['bias'])[..., None].astype(xp.float32),
         'offset': xp.concatenate([share, 1.0 - share], axis=-1).astype(xp.float32),
-        'z': (ones * params['z']).astype(xp.float32),
-        'size': (ones * xp.log(xp.asarray(SIZE, xp.float32))).astype(xp.float32),
-        'yaw': (ones * xp.asarray([np.sin(0.3), np.cos(0.3)], xp.float32)).astype(xp.float32),
+        'z': (params['z'] + 0.1 * i - 0.05 * j).astype(xp.float32),
+        'size': xp.log(size).astype(xp.float32),
+        'yaw': xp.concatenate([xp.sin(yaw), xp.cos(yaw)], axis=-1).astype(xp.float32),
     }
 
 
@@ -35,6 +42,22 @@ def occupancy_head(head_input):
     """Build a one-class head over the occupancy channel; no shipped weights."""
     params = {'scale': np.float32(2.0), 'bias': np.float32(-3.0), 'z': np.float32(0.75)}
     return HeadSpec(toy_outputs, jax_params(params), STRIDE, ('vehicle',))
+
+
+def size_gain_head(head_input):
+    """
+    Build the occupancy head with its log sizes shifted by a parameter, 0 by default.
+
+    A checkpoint with ``log_size_gain`` 100 is finite, but its boxes decode to exp(100) m:
+    inf in float32, which the pipeline must drop and count (``nonfinite_objects``).
+    """
+    def apply(params, bev):
+        out = toy_outputs(params, bev)
+        out['size'] = out['size'] + params['log_size_gain']
+        return out
+    params = {'scale': np.float32(2.0), 'bias': np.float32(-3.0), 'z': np.float32(0.75),
+              'log_size_gain': np.float32(0.0)}
+    return HeadSpec(apply, jax_params(params), STRIDE, ('vehicle',))
 
 
 def two_class_head(head_input):

@@ -64,10 +64,10 @@ def _rasterize(x, y, z, intensity, real, grid, lag=None, *, height: int,
     # size without a dump cell to slice off afterwards.
     cells = height * width
     cell = jnp.where(keep, row * width + col, cells).astype(jnp.int32)
-    # Measured on the CPU (README, "cheaper scatters"): the scatter-add is faster into one row
-    # per statistic, [3, cells], than into 12-byte rows [cells, 3], while 16-byte rows
-    # [cells, 4] are as fast as [4, cells]; an int32 max beats a float max. The keys order like
-    # the floats they encode, so the max of (key, ~key) gives z_max and z_min.
+    # Measured on the CPU (docs/performance.md, "Cheaper scatters"): the scatter-add is faster
+    # into one row per statistic, [3, cells], than into 12-byte rows [cells, 3], while 16-byte
+    # rows [cells, 4] are as fast as [4, cells]; an int32 max beats a float max. The keys order
+    # like the floats they encode, so the max of (key, ~key) gives z_max and z_min.
     summed = [jnp.ones_like(z), z, intensity] + ([] if lag is None else [lag])
     if lag is None:
         sums = jnp.zeros((3, cells), jnp.float32).at[:, cell].add(
@@ -190,9 +190,9 @@ def fuse(lidar: list[jax.Array], camera: jax.Array | None, coverage: jax.Array |
 
     One stack of single channels, because XLA's CPU backend interleaves channels one element
     at a time: a concatenation of stacked blocks (or a pad to add the coverage) ran that twice
-    over the whole output (README, "The rest of the CPU frame"). The projection runs at
-    HIGHEST precision: full float32 on every backend (NVIDIA GPUs default to TF32 for float32
-    dots).
+    over the whole output (docs/performance.md, "The rest of the CPU frame"). The projection
+    runs at HIGHEST precision: full float32 on every backend (NVIDIA GPUs default to TF32 for
+    float32 dots).
 
     Args
     ----

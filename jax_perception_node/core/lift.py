@@ -243,7 +243,8 @@ def lift_cameras(features: jax.Array, camera_valid: jax.Array,
     # Slot by slot, the four taps accumulated: XLA fuses this into one loop over the cells,
     # where a batched gather + reduce materializes [S, 4, H*W, C] and runs several times slower.
     # The taps are added in pairs, not one after the other: the shorter chain of dependent adds
-    # made the six-camera lift 1.3-1.5x faster on the CPU (README, "The rest of the CPU frame").
+    # made the six-camera lift 1.3-1.5x faster on the CPU (docs/performance.md, "The rest of the
+    # CPU frame").
     summed = jnp.zeros((tables.top.shape[1], channels), jnp.float32)
     for slot in range(tables.top.shape[0]):
         top, weight = tables.top[slot], tables.weights[slot]

@@ -84,7 +84,8 @@ class BevPipeline:
                                      self.head.weights_path)
         past = self.num_sweeps - 1
         # The CPU backend reads aligned host arrays in place, through device_put or not: not
-        # saves its dispatch (README, "The rest of the CPU frame"). Other backends get device_put.
+        # saves its dispatch (docs/performance.md, "The rest of the CPU frame"). Other backends
+        # get device_put.
         self.host_inputs = jax.devices()[0].platform == 'cpu'
         self._frame_jit = jax.jit(functools.partial(
             kernels.bev_frame, height=self.height, width=self.width,

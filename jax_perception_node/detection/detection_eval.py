@@ -18,7 +18,12 @@ The definition (``evaluate``):
   precision at its recall or beyond), and the area under that curve from recall 0 (VOC's
   all-point interpolation, as nuScenes' centre-distance AP without its 10 % cut-offs);
 - recall = true positives / ground truth, precision = true positives / predictions, over the
-  predictions given (those at or above the score threshold in force).
+  predictions given (those at or above the score threshold in force);
+- box errors, over the true positives and the ground-truth box each matched: the mean absolute
+  error of z, length, width and height (m), of the heading (``yaw_rad``: the yaw difference
+  wrapped into [0, pi], as nuScenes' AOE) and of the box's orientation (``orientation_rad``:
+  the same modulo pi, in [0, pi / 2], blind to a box turned end for end). AP scores centres
+  only; these say whether the rest of a box was read right.
 """
 
 import math
@@ -31,6 +36,9 @@ from .boxes import NUM_COLUMNS
 EVALUATED_CLASS = 'vehicle'      # the class replay and the demo score: vehicle AP
 
 SCORE, CLASS = 7, 8
+# Box errors reported (``evaluate``'s 'errors'): name -> column of a box row (yaw twice).
+ERROR_COLUMNS = {'z_m': 2, 'length_m': 3, 'width_m': 4, 'height_m': 5, 'yaw_rad': 6,
+                 'orientation_rad': 6}
 
 
 def _rows(boxes, name: str) -> np.ndarray:
@@ -51,23 +59,34 @@ def _select(rows: np.ndarray, max_range_m: float, class_index: int) -> np.ndarra
 
 def match_frame(predictions: np.ndarray, truth: np.ndarray, match_m: float) -> np.ndarray:
     """
-    Greedy matching of one frame: whether each prediction is a true positive, bool (n,).
+    Greedy matching of one frame: the ground-truth row each prediction matched, int (n,), -1 none.
 
     Predictions are taken in descending score (stable: equal scores in row order), each
     matching the nearest ground-truth row not yet matched within ``match_m`` (BEV centre
-    distance, m). The result is in the predictions' row order.
+    distance, m). The result is in the predictions' row order; ``>= 0`` marks true positives.
     """
-    hits = np.zeros(len(predictions), bool)
+    matched = np.full(len(predictions), -1, np.int64)
     if not len(truth):
-        return hits
+        return matched
     taken = np.zeros(len(truth), bool)
     for k in np.argsort(-predictions[:, SCORE], kind='stable'):
         d = np.hypot(truth[:, 0] - predictions[k, 0], truth[:, 1] - predictions[k, 1])
         d[taken] = np.inf
         j = int(np.argmin(d))
         if d[j] <= match_m:
-            taken[j] = hits[k] = True
-    return hits
+            taken[j], matched[k] = True, j
+    return matched
+
+
+def box_errors(predictions: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """Absolute errors of matched pairs (row k with row k), float64[n, 6] (``ERROR_COLUMNS``)."""
+    columns = list(ERROR_COLUMNS.values())
+    errors = np.abs(predictions[:, columns] - truth[:, columns])
+    turn = predictions[:, 6] - truth[:, 6]
+    names = list(ERROR_COLUMNS)
+    errors[:, names.index('yaw_rad')] = np.abs(np.angle(np.exp(1j * turn)))
+    errors[:, names.index('orientation_rad')] = np.abs(np.angle(np.exp(2j * turn))) / 2
+    return errors
 
 
 def average_precision(scores: np.ndarray, hits: np.ndarray, ground_truth: int) -> float:
@@ -102,8 +121,10 @@ def evaluate(frames: Iterable[tuple[np.ndarray, np.ndarray]], max_range_m: float
     Returns
     -------
     {'ap', 'recall', 'precision', 'ground_truth', 'predictions', 'true_positives',
-    'max_range_m', 'match_m'}: 'ap' is the AP at the 'match_m' beside it; AP and recall None
-    without ground truth, precision None without predictions.
+    'max_range_m', 'match_m', 'errors'}: 'ap' is the AP at the 'match_m' beside it; AP and
+    recall None without ground truth, precision None without predictions; 'errors' maps each
+    name of ``ERROR_COLUMNS`` to the mean absolute error over the true positives (None without
+    any).
 
     Raises
     ------
@@ -113,17 +134,20 @@ def evaluate(frames: Iterable[tuple[np.ndarray, np.ndarray]], max_range_m: float
     for key, value in (('max_range_m', max_range_m), ('match_m', match_m)):
         if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ValueError(f'{key} must be a positive number, got {value!r}')
-    scores, hits, ground_truth = [], [], 0
+    scores, hits, errors, ground_truth = [], [], [], 0
     for predicted, truth in frames:
         predicted = _select(_rows(predicted, 'predictions'), max_range_m, class_index)
         truth = _select(_rows(truth, 'ground truth'), max_range_m, class_index)
         # Frame order, then score order: ties across frames resolve the same way every time.
         order = np.argsort(-predicted[:, SCORE], kind='stable')
+        matched = match_frame(predicted, truth, match_m)
         scores.append(predicted[order, SCORE])
-        hits.append(match_frame(predicted, truth, match_m)[order])
+        hits.append(matched[order] >= 0)
+        errors.append(box_errors(predicted[matched >= 0], truth[matched[matched >= 0]]))
         ground_truth += len(truth)
     scores = np.concatenate(scores) if scores else np.zeros(0)
     hits = np.concatenate(hits) if hits else np.zeros(0, bool)
+    errors = np.concatenate(errors) if errors else np.zeros((0, len(ERROR_COLUMNS)))
     true_positives = int(np.count_nonzero(hits))
     return {
         'ap': average_precision(scores, hits, ground_truth) if ground_truth else None,
@@ -134,4 +158,6 @@ def evaluate(frames: Iterable[tuple[np.ndarray, np.ndarray]], max_range_m: float
         'true_positives': true_positives,
         'max_range_m': float(max_range_m),
         'match_m': float(match_m),
+        'errors': {name: float(errors[:, k].mean()) if len(errors) else None
+                   for k, name in enumerate(ERROR_COLUMNS)},
     }

@@ -5,7 +5,7 @@ No ROS import: the message is built from message classes passed in, keyed by the
 names (``'grid_map_msgs/msg/GridMap'``, ``'std_msgs/msg/Header'``, ...): rclpy's classes in the
 node (``types_by_name``), the ``rosbags`` type store's ``types`` in replay.
 
-Layers (``layer_names``): one per output channel, named as in the README's channel table; with a
+Layers (``layer_names``): one per output channel, named as in docs/users.md's channel table; with a
 fusion projection the channels are learned ones, ``feature_0`` ... Each layer is NaN where it
 has no data, as grid_map expects: the height and intensity statistics (and ``time_lag_mean``)
 where ``occupancy`` is 0, the camera channels where ``coverage`` is 0. ``occupancy``,

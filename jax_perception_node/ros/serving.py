@@ -7,7 +7,7 @@ that map onto the ROS 2 lifecycle: ``declare`` (parameters and the parameter cal
 (subscriptions, diagnostics timer, worker), ``deactivate`` (stop serving, counters kept) and
 ``cleanup`` (release publishers and pipeline). The plain node runs the first three at start-up.
 Latest wins, the worker thread, live parameters and the health rules: docs/design.md ("One
-frame, end to end") and the README ("The node").
+frame, end to end") and docs/users.md.
 """
 
 import threading

@@ -1,4 +1,4 @@
-"""The BEV channels' names (README "BEV channels") and density table; no JAX, so tools use them."""
+"""The BEV channels' names (docs/users.md, "BEV channels") and density table; no JAX."""
 
 import math
 

@@ -4,7 +4,7 @@ The parameter schema: one table gives every key its type, default, bounds, unit 
 Everything else about parameters comes from :data:`SCHEMA`: the node declares typed ROS
 parameters from it, the config layer checks types and bounds with it, the live parameter
 callback asks it which keys need a restart, and
-``python -m jax_perception_node.settings.schema_export`` writes the README table and
+``python -m jax_perception_node.settings.schema_export`` writes the docs/parameters.md table and
 ``schema/jax_perception.schema.json`` from it (a test checks the shipped YAML against it).
 
 Types are ROS parameter types (``double``, ``integer_array``, ...). A key is *static* when it

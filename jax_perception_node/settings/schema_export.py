@@ -1,8 +1,8 @@
 """
-Documents generated from the parameter schema: the README table and the JSON schema.
+Documents generated from the parameter schema: the parameter guide's table and the JSON schema.
 
-``python -m jax_perception_node.settings.schema_export --check`` exits 1 when ``README.md``
-(between ``<!-- parameters:begin -->`` and ``<!-- parameters:end -->``) or
+``python -m jax_perception_node.settings.schema_export --check`` exits 1 when
+``docs/parameters.md`` (between ``<!-- parameters:begin -->`` and ``<!-- parameters:end -->``) or
 ``schema/jax_perception.schema.json`` differ from what :data:`parameters.SCHEMA` generates;
 ``--write`` rewrites them. The JSON schema follows Autoware's layout (draft-07, the parameters
 under ``definitions/jax_perception``, nested like the YAML), so editors and Autoware's schema
@@ -18,7 +18,7 @@ from typing import Any
 from .parameters import CAMERA_PREFIX, ParamSpec, SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / 'README.md'
+PARAMETERS_DOC = ROOT / 'docs' / 'parameters.md'
 JSON_SCHEMA = ROOT / 'schema' / 'jax_perception.schema.json'
 BEGIN, END = '<!-- parameters:begin -->', '<!-- parameters:end -->'
 NODE = 'jax_perception'
@@ -51,7 +51,7 @@ def _cell(text: str) -> str:
     return text if text.startswith('`') else text.replace('<', '&lt;')
 
 
-def readme_table() -> str:
+def parameter_table() -> str:
     """Return the Markdown parameter table, one row per schema entry."""
     rows = ['| key | type | default | unit | bounds | changes | meaning |',
             '|---|---|---|---|---|---|---|']
@@ -137,20 +137,20 @@ def _read(path: Path) -> str:
         raise ExportError(f'{path}: {exc.strerror or exc}') from None
 
 
-def readme_with_table(text: str) -> str:
-    """Return README text with the generated table between the markers."""
+def with_table(text: str) -> str:
+    """Return the parameter guide's text with the generated table between the markers."""
     begin, end = text.find(BEGIN), text.find(END)
     if begin < 0 or end < begin:
-        raise ExportError(f'{README}: needs the markers {BEGIN} and {END}, in that order')
-    return text[:begin + len(BEGIN)] + '\n' + readme_table() + text[end:]
+        raise ExportError(f'{PARAMETERS_DOC}: needs the markers {BEGIN} and {END}, in that order')
+    return text[:begin + len(BEGIN)] + '\n' + parameter_table() + text[end:]
 
 
 def stale() -> list[str]:
     """Return the generated files that differ from the schema (empty when all are current)."""
     out = []
-    readme = _read(README)
-    if readme_with_table(readme) != readme:
-        out.append(str(README))
+    guide = _read(PARAMETERS_DOC)
+    if with_table(guide) != guide:
+        out.append(str(PARAMETERS_DOC))
     if not JSON_SCHEMA.exists() or _read(JSON_SCHEMA) != json_text():
         out.append(str(JSON_SCHEMA))
     return out
@@ -159,8 +159,8 @@ def stale() -> list[str]:
 def write() -> list[str]:
     """Rewrite the stale generated files; return their paths."""
     paths = stale()
-    if str(README) in paths:
-        README.write_text(readme_with_table(_read(README)))
+    if str(PARAMETERS_DOC) in paths:
+        PARAMETERS_DOC.write_text(with_table(_read(PARAMETERS_DOC)))
     if str(JSON_SCHEMA) in paths:
         JSON_SCHEMA.parent.mkdir(exist_ok=True)
         JSON_SCHEMA.write_text(json_text())

@@ -9,6 +9,7 @@ output paths that cannot be written or would land on an input (or on another out
 import math
 import os
 from pathlib import Path
+import tempfile
 
 
 class UsageError(Exception):
@@ -71,7 +72,8 @@ def check_writable(path: str, option: str, folder: bool) -> None:
     Fail before a long run when ``path`` (a file, or with ``folder`` a folder) cannot be made.
 
     Missing folders on the way are created later; the nearest existing one must be a folder
-    this user may write in. (Root may write anywhere: writes are checked again when done.)
+    this user may write in, checked by creating (and removing) a file there: permission bits
+    say nothing of a read-only mount or of /proc, where even root cannot create a file.
     """
     if not path:
         raise UsageError(f'{option}: an empty path')
@@ -89,6 +91,13 @@ def check_writable(path: str, option: str, folder: bool) -> None:
         raise UsageError(f'{option} {path}: {existing} is not a folder')
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f'{option} {path}: cannot write in {existing}')
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix='.jax-perception-probe-')
+    except OSError as exc:
+        raise UsageError(f'{option} {path}: cannot write in {existing}: '
+                         f'{exc.strerror or exc}') from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _bag_holding(path: Path) -> Path | None:

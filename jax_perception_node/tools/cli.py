@@ -11,6 +11,7 @@ import argparse
 import contextlib
 from dataclasses import replace
 import json
+import os
 from pathlib import Path
 import shutil
 import signal
@@ -75,10 +76,16 @@ def _topics(args) -> BagTopics:
 
 
 def _write_json(path: str, summary: dict) -> None:
+    """Write the summary beside ``path`` first, then rename it over: never half a file."""
+    target = Path(path)
+    part = target.with_name(f'.{target.name}.{os.getpid()}.part')
     try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(summary, indent=2) + '\n')
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part.write_text(json.dumps(summary, indent=2) + '\n')
+        os.replace(part, target)
     except OSError as exc:
+        with contextlib.suppress(OSError):     # its folder may be gone, or a file now
+            part.unlink(missing_ok=True)
         raise UsageError(f'--json {path}: cannot write: {exc.strerror or exc}') from None
 
 

@@ -33,13 +33,21 @@ def latency_table(records: Sequence[Mapping[str, float]],
 
 
 def detection_line(detection: Mapping) -> str:
-    """One line of a ``detection_eval.evaluate`` dict: AP, range, recall, counts, other classes."""
+    """One line of a ``detection_eval.evaluate`` dict: AP, recall, counts, box errors, others."""
     def number(value) -> str:
         return 'n/a' if value is None else f'{value:.2f}'
     others = ', '.join(f'{name!r} x{n}' for name, n in detection.get('other_classes', {}).items())
+    errors = detection.get('errors') or {}
+    error_text = ''
+    if errors.get('z_m') is not None:
+        error_text = ('; matched boxes, mean abs error: size {} / {} / {} m, z {} m, heading {} '
+                      'rad, orientation {} rad'.format(*(number(errors[k]) for k in (
+                          'length_m', 'width_m', 'height_m', 'z_m', 'yaw_rad',
+                          'orientation_rad'))))
     return (f'detection: AP@{detection["match_m"]:g}m {number(detection["ap"])} within '
             f'{detection["max_range_m"]:g} m, recall {number(detection["recall"])} '
             f'({detection["ground_truth"]} vehicles, {detection["predictions"]} boxes)'
+            + error_text
             + (f'; ground truth of classes the head does not know, left out: {others}'
                if others else ''))
 

@@ -168,20 +168,32 @@ PUBLISHER = """
 import sys, time
 import numpy as np
 import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import PointCloud2
 sys.path.insert(0, {test_dir!r})
-from ros_harness import make_cloud
+from ros_harness import make_cloud, stamp_of
 rclpy.init()
 node = rclpy.create_node('external_publisher')
 pub = node.create_publisher(PointCloud2, '/jax_perception/input/pointcloud',
                             qos_profile_sensor_data)
-deadline = time.monotonic() + 60
-while pub.get_subscription_count() == 0:
+served = set()
+node.create_subscription(DiagnosticArray, '/jax_perception/debug/latency',
+                         lambda m: served.add(stamp_of(m)), qos_profile_sensor_data)
+# The node's best-effort reader must match this new writer, which its own subscription count
+# cannot tell: ping until the node serves the newest ping (the earlier ones are then served
+# or lost for good: one writer's samples arrive in order), then say so and wait for the go.
+deadline, pings = time.monotonic() + 60, []
+while not pings or pings[-1] not in served:
     if time.monotonic() > deadline:
-        sys.exit('the node did not subscribe within 60 s')
-    time.sleep(0.02)
-time.sleep(1.0)   # the node's best-effort reader must match this new writer too
+        sys.exit('the node served no ping within 60 s')
+    pings.append({t0} - 10**9 + len(pings) * 10**6)
+    pub.publish(make_cloud(np.ones((40, 4), np.float32), pings[-1]))
+    wait = time.monotonic() + 0.2
+    while pings[-1] not in served and time.monotonic() < wait:
+        rclpy.spin_once(node, timeout_sec=0.02)
+print('ready', flush=True)
+sys.stdin.readline()
 for k in range({count}):
     pub.publish(make_cloud(np.ones((40, 4), np.float32), {t0} + k * 10**8))
     time.sleep(0.1)
@@ -193,17 +205,25 @@ rclpy.shutdown()
 
 def test_publisher_process_restart_and_exact_accounting(lidar_node):
     node, probe = lidar_node
-    before = settle(probe, balanced, 'a settled count')
     for run in range(2):
         script = PUBLISHER.format(test_dir=str(REPO / 'test'), count=8,
-                                  t0=T0 + (20 + run) * 10**9)
-        subprocess.run([sys.executable, '-c', script], check=True, timeout=120)
-    after = settle(probe, lambda v, s: balanced(v) and int(v['received'])
-                   >= int(before['received']) + 16, 'both publisher runs counted')
-    sent = 16
-    assert int(after['received']) - int(before['received']) == sent
-    assert int(after['processed']) + int(after['dropped']) - int(before['processed']) - int(
-        before['dropped']) == sent
+                                  t0=T0 + (20 + 2 * run) * 10**9)
+        publisher = subprocess.Popen([sys.executable, '-c', script], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        try:
+            assert publisher.stdout.readline().strip() == 'ready'
+            # Matched both ways; the pings' frames are done and counted before this count.
+            before = settle(probe, balanced, 'a settled count')
+            publisher.stdin.write('go\n')
+            publisher.stdin.flush()
+            assert publisher.wait(timeout=120) == 0
+        finally:
+            publisher.kill()
+        after = settle(probe, lambda v, s: balanced(v) and int(v['received'])
+                       >= int(before['received']) + 8, f'publisher run {run} counted')
+        assert int(after['received']) - int(before['received']) == 8
+        assert int(after['processed']) + int(after['dropped']) - int(before['processed']) - int(
+            before['dropped']) == 8
     assert node.alive()
 
 

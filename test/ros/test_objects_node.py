@@ -19,13 +19,14 @@ from jax_perception_node.outputs.objects import boxes_from_detections
 from jax_perception_node.settings.config import config_from_parameters
 import numpy as np
 import pytest
-from ros_harness import make_cloud, serving_node, set_parameters, stamp_of
+from ros_harness import make_cloud, serving_node, set_parameters, stamp_of, status_values
 
 T0 = 1_700_000_000 * 10**9
 NS = '/jax_perception'
 TEST_DIR = str(Path(__file__).resolve().parent.parent)
 PARAMS = small_params(cameras=0, **{
-    'head.module': 'toy_heads:occupancy_head', 'head.max_objects': 8,
+    # The occupancy head with a log-size shift (0 here): a checkpoint can make it overflow.
+    'head.module': 'toy_heads:size_gain_head', 'head.max_objects': 8,
     'head.score_threshold': 0.2, 'diagnostics.period_s': 0.2,
     'diagnostics.lidar_timeout_s': 60.0})
 
@@ -176,6 +177,32 @@ def test_bev_features_switch_off_and_on_live(running):
     probe.wait_for(lambda: any(stamp_of(m) == back for m in probe.features),
                    what='features again')
     assert node.alive()
+
+
+def test_boxes_a_live_checkpoint_decodes_to_inf_are_dropped_counted_and_warned(
+        running, tmp_path):
+    from jax_perception_node.detection.head import save_weights
+    node, probe, setter = running
+    weights = tmp_path / 'overflow.npz'         # finite; its sizes decode to exp(100) m = inf
+    save_weights(weights, {'scale': np.float32(2.0), 'bias': np.float32(-3.0),
+                           'z': np.float32(0.75), 'log_size_gain': np.float32(100.0)})
+    sane = send(probe, T0 + 300 * 10**9, clusters(10, 3))
+    assert len(sane.detections) > 0
+    [result] = set_parameters(probe, setter, head__weights=str(weights))
+    assert result.successful, result.reason
+    try:
+        stamp = T0 + 301 * 10**9
+        assert len(send(probe, stamp, clusters(10, 3)).detections) == 0
+        warned = f'{len(sane.detections)} decoded boxes with non-finite values dropped'
+
+        def counted():      # called holding probe.lock
+            return any(warned in m.status[0].message and m.status[0].level == m.status[0].WARN
+                       and int(status_values(m.status[0])['nonfinite_objects'])
+                       >= len(sane.detections) for m in probe.diagnostics)
+        probe.wait_for(counted, what='the nonfinite_objects WARN')
+    finally:
+        [result] = set_parameters(probe, setter, head__weights='')
+        assert result.successful, result.reason
 
 
 # -- FrameOutputs without a graph: what is built for whom ---------------------------------------

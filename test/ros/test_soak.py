@@ -4,7 +4,7 @@ Soaks: the node at its closed-loop peak rate, and under an open-loop 100 Hz load
 ``make soak`` sets JAX_PERCEPTION_SOAK_S=600 and runs each for that long; ``make test`` runs the
 closed-loop soak one minute and the load soak LOAD_TEST_S seconds. With
 JAX_PERCEPTION_SOAK_JSON set, both write their results into that file (``soak`` and
-``load_soak``; docs/soak.json is the committed run behind the README's soak section).
+``load_soak``; docs/soak.json is the committed run behind docs/reliability.md's soak section).
 
 - Closed loop: frames of varying size, 5 % malformed, the next one sent as soon as the previous
   one's output is back: the node's peak rate without drops.
@@ -219,7 +219,7 @@ def test_soak(tmp_path):
           f'{per_10k:+.2f} MiB per 10k frames over the second half), total_ms p99 '
           f'first {first:.1f} / last {last:.1f}')
     if os.environ.get('JAX_PERCEPTION_SOAK_JSON'):
-        # The run behind the README's soak table (make soak writes soak_out/soak.json).
+        # The run behind docs/reliability.md's soak table (make soak writes soak_out/soak.json).
         rates = per_window(progress, 20, lambda a, b: (b[1] - a[1]) / (b[0] - a[0]))
         write_soak_json(os.environ['JAX_PERCEPTION_SOAK_JSON'], 'soak', {
             'seconds': SOAK_S, 'frames': len(totals), 'rate_hz': round(len(totals) / SOAK_S, 1),

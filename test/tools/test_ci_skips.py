@@ -62,6 +62,13 @@ def test_outside_ci_every_skip_stays_a_skip_with_its_reason(tmp_path, ci):
     output = run_inner(tmp_path, ci)
     assert summary(output) == {'passed': 1, 'skipped': 4, 'xfailed': 1}, output
     assert 'PyTorch (optional extra bench) not installed' in output
+    # One line per missing part says what was not tested and why; a plain skip gets none.
+    loud = [line for line in output.splitlines() if line.startswith('NOT TESTED:')]
+    assert loud == [
+        'NOT TESTED: 1 tests skipped, ../shared missing (test_inner.py): ../shared is absent: '
+        'no vendor sources',
+        'NOT TESTED: 2 tests skipped, torch missing (test_inner.py): could not import '
+        "'torch_that_is_not_there': No module named 'torch_that_is_not_there'"], output
 
 
 def test_under_ci_a_missing_environment_part_fails(tmp_path):

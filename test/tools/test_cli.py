@@ -231,6 +231,10 @@ def test_replay_reads_sqlite3_bags_with_renamed_topics(sample, tmp_path):
      '--json {sample}/drive.mcap: would write over the input {sample}/drive.mcap'),
     (['replay', '{sample}', '--out', '{tmp}/o', '--json', '{tmp}/o'],
      '--out {tmp}/o and --json {tmp}/o: one would write over the other'),
+    # /proc passes a permission check as root, but no file can be created there: refused
+    # before the replay (it failed only when the summary was written, after the whole bag).
+    (['replay', '{sample}', '--out', '{tmp}/o', '--json', '/proc/jax_perception.json'],
+     '--json /proc/jax_perception.json: cannot write in /proc'),
     (['replay', '{sample}', '--out', '{tmp}/o', '--png', '{tmp}/o/pictures'],
      '--png {tmp}/o/pictures: would write inside the output bag --out {tmp}/o'),
     (['replay', '{sample}', '--out', ''], '--out: an empty path'),

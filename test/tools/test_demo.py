@@ -36,7 +36,10 @@ def test_demo_runs_and_writes_the_report(tmp_path, capsys):
     assert rows['rejected'] == '0'          # the sample drive holds no malformed cloud
     # The shipped parameters have a head: its objects scored against the drive's ground truth.
     assert re.search(r'^Head: detection: AP@2m (\d\.\d\d) within 40 m, recall (\d\.\d\d) '
-                     r'\(\d+ vehicles, \d+ boxes\) over \d+ frames', report, re.M), report
+                     r'\(\d+ vehicles, \d+ boxes\); matched boxes, mean abs error: size '
+                     r'(\d\.\d\d) / (\d\.\d\d) / (\d\.\d\d) m, z (\d\.\d\d) m, heading '
+                     r'(\d\.\d\d) rad, orientation (\d\.\d\d) rad over \d+ frames', report,
+                     re.M), report
 
 
 # -- boxes on the BEV picture (report.draw_boxes) -------------------------------------------------

@@ -1,4 +1,4 @@
-"""The README's figures come from committed runs: docs/bench.json and docs/soak.json."""
+"""The guides' figures are the committed runs: docs/bench.json, the GPU run, docs/soak.json."""
 
 import json
 from pathlib import Path
@@ -7,23 +7,36 @@ from jax_perception_node.tools.bench.report import markdown, targets
 from jax_perception_node.tools.bench.soak_report import soak_markdown
 
 REPO = Path(__file__).resolve().parents[2]
-README = (REPO / 'README.md').read_text()
+# Which guide holds each rendered block.
+PERFORMANCE, RELIABILITY = 'docs/performance.md', 'docs/reliability.md'
 
 
-def block(name: str) -> str:
-    """Return the README text between ``<!-- name:begin -->`` and ``<!-- name:end -->``."""
+def block(name: str, document: str) -> str:
+    """Return the text of ``document`` between ``<!-- name:begin -->`` and its end marker."""
+    text = (REPO / document).read_text()
     begin, end = f'<!-- {name}:begin -->\n', f'<!-- {name}:end -->'
-    assert begin in README and end in README, f'README lacks the {name} markers'
-    return README.split(begin, 1)[1].split(end, 1)[0]
+    assert begin in text and end in text, f'{document} lacks the {name} markers'
+    assert text.count(begin) == 1 and text.count(end) == 1, f'{document}: {name} twice'
+    return text.split(begin, 1)[1].split(end, 1)[0]
+
+
+def test_each_block_lives_in_one_document_only():
+    # The rendered runs are kept once: in their guide, not also in the README or another guide.
+    documents = ['README.md'] + sorted(p.relative_to(REPO).as_posix()
+                                       for p in (REPO / 'docs').glob('*.md'))
+    homes = {'bench': PERFORMANCE, 'bench-device': PERFORMANCE, 'soak': RELIABILITY}
+    for name, home in homes.items():
+        holders = [d for d in documents if f'<!-- {name}:begin -->' in (REPO / d).read_text()]
+        assert holders == [home], f'{name} markers in {holders}, expected only in {home}'
 
 
 def test_performance_section_is_the_committed_bench_run():
     results = json.loads((REPO / 'docs' / 'bench.json').read_text())
     results['targets'] = targets(results)
     assert results['plan'] == 'full' and not results['errors']
-    # The report's title line is replaced by the README's own heading.
+    # The report's title line is replaced by the guide's own heading.
     expected = markdown(results, nested=True).split('\n', 2)[2]
-    assert block('bench') == expected
+    assert block('bench', PERFORMANCE) == expected
 
 
 def test_device_section_is_the_committed_gpu_run():
@@ -31,13 +44,13 @@ def test_device_section_is_the_committed_gpu_run():
     results['targets'] = targets(results)
     assert results['parts'] == ['device'] and not results['errors']
     assert results['device']['device']['platform'] == 'gpu'
-    assert block('bench-device') == markdown(results, nested=True).split('\n', 2)[2]
+    assert block('bench-device', PERFORMANCE) == markdown(results, nested=True).split('\n', 2)[2]
 
 
 def test_soak_section_is_the_committed_soak_run():
     results = json.loads((REPO / 'docs' / 'soak.json').read_text())
     assert results['soak']['seconds'] >= 600
-    assert block('soak') == soak_markdown(results)
+    assert block('soak', RELIABILITY) == soak_markdown(results)
 
 
 def test_soak_section_adds_the_load_soak_and_slope_when_the_run_has_them():

@@ -1,14 +1,18 @@
 """
-Every repository path that README.md and docs/design.md name exists.
+Every repository path that README.md and the guides in docs/ name exists; every guide is linked.
+
+The documents are README.md and every ``docs/*.md`` (the guides); each guide must be linked from
+README.md, so a newcomer reaches it in one click.
 
 What counts as a named path (the rules, kept simple on purpose):
 
 1. Inline code (`...` outside fenced blocks): each whitespace-separated token.
    - A token with a ``/`` is a path when its first component is one of ``ROOTS`` (relative to
-     the repository) or ``PACKAGE_ROOTS`` (relative to ``jax_perception_node/``, as in
-     ``tools/live.py``); it must exist there. Other tokens with a ``/`` are ROS names, message
-     types or paths outside the repository (``~/input/pointcloud``, ``sensor_msgs/Image``,
-     ``../shared/vendor``), and are not checked.
+     the repository) or ``PACKAGE_ROOTS`` (the package's folders, relative to
+     ``jax_perception_node/``, as in ``tools/live.py`` or ``core/``); it must exist there.
+     Other tokens with a ``/`` are ROS names, message types or paths outside the repository
+     (``~/input/pointcloud``, ``sensor_msgs/Image``, ``../shared/vendor``), and are not
+     checked.
    - A whole span that is one bare file name with an ``EXTENSIONS`` suffix (``serving.py``,
      ``test_schema.py``) must be the name of some file in the repository.
 2. Markdown links and images ``[text](target)``: the target, relative to the document's folder,
@@ -32,9 +36,13 @@ import shlex
 from configs import REPO
 import pytest
 
-DOCUMENTS = ('README.md', 'docs/design.md')
-ROOTS = ('jax_perception_node', 'test', 'docs', 'config', 'launch', 'schema', 'resource', '.ci')
-PACKAGE_ROOTS = ('tools',)
+GUIDES = tuple(sorted(p.relative_to(REPO).as_posix() for p in (REPO / 'docs').glob('*.md')))
+DOCUMENTS = ('README.md',) + GUIDES
+ROOTS = ('jax_perception_node', 'test', 'docs', 'config', 'launch', 'schema', 'resource', '.ci',
+         'interfaces', 'foxglove')
+# The package's own folders (the layers and the tools), named without the package in front.
+PACKAGE_ROOTS = tuple(sorted(p.name for p in (REPO / 'jax_perception_node').iterdir()
+                             if p.is_dir() and p.name != '__pycache__'))
 EXTENSIONS = ('.py', '.md', '.json', '.yaml', '.xml', '.txt', '.cfg', '.ini', '.lock', '.png')
 PLACEHOLDERS = ('<', '*', '{', '[')
 SKIPPED_FOLDERS = {'.git', '__pycache__', '.pytest_cache', '.venv'}
@@ -131,6 +139,33 @@ def exists(kind: str, name: str, names: set[str]) -> bool:
     if name.split('/')[0] in PACKAGE_ROOTS:
         return (REPO / 'jax_perception_node' / name).exists()
     return (REPO / name).exists()
+
+
+def unlinked_guides(readme: str, guides: tuple[str, ...]) -> list[str]:
+    """Return the guides that no markdown link of the README text points to."""
+    linked = {name for part_kind, part in split_fences(readme) if part_kind == 'prose'
+              for _, name in link_paths(part, '')}
+    return [guide for guide in guides if guide not in linked]
+
+
+def test_the_documents_are_the_readme_and_every_guide():
+    assert DOCUMENTS[0] == 'README.md' and 'docs/design.md' in DOCUMENTS
+    assert {'docs/users.md', 'docs/integrators.md', 'docs/parameters.md', 'docs/performance.md',
+            'docs/reliability.md'} <= set(GUIDES)
+    assert {'tools', 'core', 'ros'} <= set(PACKAGE_ROOTS)
+
+
+def test_every_guide_is_linked_from_the_readme():
+    missing = unlinked_guides((REPO / 'README.md').read_text(), GUIDES)
+    assert not missing, f'README.md links no {missing}: every guide must be one click away'
+
+
+def test_the_link_check_finds_a_guide_left_out():
+    # Positive control: a guide named only in code, or only in a fenced block, is not linked.
+    readme = ('See [users](docs/users.md) and `docs/design.md`.\n'
+              '```\n[perf](docs/performance.md)\n```\n')
+    guides = ('docs/design.md', 'docs/performance.md', 'docs/users.md')
+    assert unlinked_guides(readme, guides) == ['docs/design.md', 'docs/performance.md']
 
 
 @pytest.mark.parametrize('document', DOCUMENTS)

@@ -148,6 +148,27 @@ def test_ground_truth_of_classes_the_head_does_not_know_is_left_out_and_counted(
         "'pedestrian' x1")
 
 
+def test_boxes_a_finite_checkpoint_decodes_to_inf_are_counted_and_never_written(
+        tmp_path, drive, warmed):
+    # The same toy head twice: log sizes shifted by 0, then by 100 (exp(100) m is inf).
+    from jax_perception_node.detection.head import save_weights
+    params = {**HEAD_PARAMS, 'head.module': 'toy_heads:size_gain_head'}
+    counts = {}
+    for gain in (0.0, 100.0):
+        weights = tmp_path / f'gain{gain:g}.npz'
+        save_weights(weights, {'scale': np.float32(2.0), 'bias': np.float32(-3.0),
+                               'z': np.float32(0.75), 'log_size_gain': np.float32(gain)})
+        cfg = config_from_parameters({**params, 'head.weights': str(weights)})
+        result = replay_bag(drive, tmp_path / f'out{gain:g}', cfg, pipeline=warmed(cfg))
+        written = [m for _, m in read_all(tmp_path / f'out{gain:g}', [bagio.OBJECTS_TOPIC])]
+        counts[gain] = (sum(len(m.detections) for m in written),
+                        result.summary()['nonfinite_objects'])
+    boxes, dropped = counts[0.0]
+    assert boxes > 0 and dropped == 0
+    # Every box the sane checkpoint published is a non-finite box of the other: counted, unsent.
+    assert counts[100.0] == (0, boxes)
+
+
 def test_without_a_head_neither_objects_nor_detection(tmp_path, drive, warmed):
     cfg = config_from_parameters(dict(HEAD_PARAMS, **{'head.module': ''}))
     result = replay_bag(drive, tmp_path / 'out', cfg, pipeline=warmed(cfg))
@@ -165,8 +186,12 @@ def test_cli_replay_prints_the_detection_line_and_writes_it_to_json(tmp_path, dr
     detection = json.loads((tmp_path / 'summary.json').read_text())['detection']
     line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith('detection:'))
     ap, recall = detection['ap'], detection['recall']
+    errors = [f'{detection["errors"][k]:.2f}'
+              for k in ('length_m', 'width_m', 'height_m', 'z_m', 'yaw_rad', 'orientation_rad')]
     assert line == (f'detection: AP@2m {ap:.2f} within 40 m, recall {recall:.2f} '
-                    f'({detection["ground_truth"]} vehicles, {detection["predictions"]} boxes)')
+                    f'({detection["ground_truth"]} vehicles, {detection["predictions"]} boxes); '
+                    'matched boxes, mean abs error: size {} / {} / {} m, z {} m, heading {} rad, '
+                    'orientation {} rad'.format(*errors))
 
 
 def test_the_shipped_head_finds_the_vehicles_of_a_drive_it_never_saw(tmp_path):
@@ -175,7 +200,9 @@ def test_the_shipped_head_finds_the_vehicles_of_a_drive_it_never_saw(tmp_path):
     from jax_perception_node.settings.config import load_config
     from jax_perception_node.bags.replay import replay_bag
     from jax_perception_node.tools.synthetic_drive import write_sample_bag
-    cfg = load_config(PARAMS_FILE)
+    from dataclasses import replace
+    # Tests never write the user's executable store (~/.cache/jax_perception_node/xla).
+    cfg = replace(load_config(PARAMS_FILE), compilation_cache_dir=str(tmp_path / 'xla'))
     bag = tmp_path / 'seed3'
     write_sample_bag(bag, cfg, seconds=2.0, seed=3)
     result = replay_bag(bag, tmp_path / 'out', cfg)
@@ -184,3 +211,11 @@ def test_the_shipped_head_finds_the_vehicles_of_a_drive_it_never_saw(tmp_path):
     assert detection['other_classes'] == {}          # sample drives hold vehicles only
     assert detection['ap'] >= 0.7 and detection['recall'] >= 0.7
     assert result.compiles_after_warmup == 0
+    assert any((tmp_path / 'xla').iterdir())
+    # The rest of each matched box (measured: length 0.39 m, width 0.06, height 0.13, z 0.07,
+    # orientation 0.015 rad). The heading is another matter: about a third of the matched
+    # boxes face the other way (0 for pi), 1.0 rad on average, so it is only reported.
+    errors = detection['errors']
+    assert errors['length_m'] <= 0.6 and errors['width_m'] <= 0.2
+    assert errors['height_m'] <= 0.25 and errors['z_m'] <= 0.2
+    assert errors['orientation_rad'] <= 0.1 and errors['yaw_rad'] is not None

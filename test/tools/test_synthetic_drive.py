@@ -295,7 +295,7 @@ def test_tf_and_camera_info_describe_the_drive(bag, cfg):
         info = infos[0]
         assert (info.width, info.height) == (8 * cam.width, 8 * cam.height)
         assert info.header.frame_id == f'{cam.name}_optical'
-        # The README formula by hand: fx_f = fx / 8, cx_f = (cx + 0.5) / 8 - 0.5.
+        # The formula of docs/users.md by hand: fx_f = fx / 8, cx_f = (cx + 0.5) / 8 - 0.5.
         fx, cx, fy, cy = info.k[0], info.k[2], info.k[4], info.k[5]
         assert (fx / 8, fy / 8, (cx + 0.5) / 8 - 0.5, (cy + 0.5) / 8 - 0.5) == (
             cam.fx, cam.fy, cam.cx, cam.cy)

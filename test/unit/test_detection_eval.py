@@ -43,6 +43,25 @@ def test_two_frames_worked_by_hand():
     assert (other['ap'], other['recall'], other['predictions']) == (1.0, 1.0, 1)
 
 
+def test_box_errors_of_the_matched_pairs_worked_by_hand():
+    # p1 (score 0.9) matches A, p2 matches B; p3 matches nothing (an FP): its box never counts.
+    #   z: |1.2 - 0.9| = 0.3, |0.4 - 0.9| = 0.5 -> 0.4; length |5.0 - 4.5| = 0.5, 0 -> 0.25
+    #   width 0, |2.2 - 1.8| = 0.4 -> 0.2; height 0, |1.0 - 1.5| = 0.5 -> 0.25
+    #   yaw 3.1 against -3.1: 0.0832 the short way round, heading and orientation alike;
+    #   0.5 + pi against 0: heading pi - 0.5, but the box is only turned by 0.5 (end for end)
+    truth = rows([10, 0, 0.9, 4.5, 1.8, 1.5, -3.1, 1, 0], [20, 5, 0.9, 4.5, 1.8, 1.5, 0.0, 1, 0])
+    predicted = rows([10.5, 0, 1.2, 5.0, 1.8, 1.5, 3.1, 0.9, 0],
+                     [20, 5.5, 0.4, 4.5, 2.2, 1.0, 0.5 + math.pi, 0.8, 0],
+                     [-30, 0, 9.0, 9.0, 9.0, 9.0, 2.0, 0.7, 0])
+    errors = evaluate([(predicted, truth)])['errors']
+    wrap = 2 * math.pi - 6.2
+    assert errors == pytest.approx({'z_m': 0.4, 'length_m': 0.25, 'width_m': 0.2,
+                                    'height_m': 0.25, 'yaw_rad': (wrap + math.pi - 0.5) / 2,
+                                    'orientation_rad': (wrap + 0.5) / 2}, abs=1e-5)
+    # No true positive, no error to report.
+    assert set(evaluate([(rows(box(-30, 0)), truth)])['errors'].values()) == {None}
+
+
 def test_ranking_order_matters():
     # Same matches as above but the false positives ranked first:
     #   FP 0.9, FP 0.8, TP 0.7, TP 0.6 of 2 ground truth boxes

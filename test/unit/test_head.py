@@ -98,8 +98,8 @@ def test_a_live_weights_swap_compiles_nothing_and_takes_effect(head_pipe, tmp_pa
     finally:
         head_pipe.set_head_weights('')   # back to the factory's parameters
     assert compile_count() == before
-    np.testing.assert_array_equal(new[:, 2], -1.25)
-    np.testing.assert_array_equal(old[:, 2], 0.75)
+    # z = params z + a term of the cell: the same cells, moved by the new z minus the old.
+    np.testing.assert_allclose(new[:, 2] - old[:, 2], -2.0, atol=1e-6)
     np.testing.assert_array_equal(new[:, [0, 1, 7]], old[:, [0, 1, 7]])
 
 
@@ -281,8 +281,12 @@ def test_a_live_parameter_change_swaps_the_weights_through_the_frame_path(tmp_pa
     path.update(replace(cfg, head=replace(cfg.head, weights=str(tmp_path / 'w.npz'),
                                           score_threshold=0.5)))
     assert pipe.head_weights == tmp_path / 'w.npz' and pipe.score_threshold == 0.5
-    objects = pipe.process(cluster_cloud(np.random.default_rng(9), [[1.0, 2.0, 0.0]])).objects
-    assert len(objects) and (objects[:, 2] == -0.5).all() and (objects[:, 7] >= 0.5).all()
+    out = pipe.process(cluster_cloud(np.random.default_rng(9), [[1.0, 2.0, 0.0]]))
+    new = {'scale': np.float32(2.0), 'bias': np.float32(-3.0), 'z': np.float32(-0.5)}
+    want = decode_reference(toy_heads.toy_outputs(new, out.features), cfg.grid,
+                            toy_heads.STRIDE, 8, 0.5)
+    assert len(out.objects) and (out.objects[:, 7] >= 0.5).all()
+    np.testing.assert_allclose(out.objects, want, rtol=1e-5, atol=1e-5)
     # A refused change (bad weights) changes nothing, the threshold included.
     bad = replace(cfg, head=replace(cfg.head, weights=str(tmp_path / 'absent.npz'),
                                     score_threshold=0.9))

@@ -1,4 +1,4 @@
-"""The parameter schema: shipped YAML, README table, JSON schema and typed ROS parameters."""
+"""The parameter schema: shipped YAML, the parameter guide's table, JSON schema, ROS types."""
 
 import copy
 import json
@@ -80,12 +80,14 @@ def test_schema_entries_are_consistent():
     assert spec_for('cameras.rear.nothing') is None and spec_for('grid.nothing') is None
 
 
-def test_readme_table_is_the_generated_one():
-    text = (REPO / 'README.md').read_text()
+def test_parameter_guide_table_is_the_generated_one():
+    text = (REPO / 'docs' / 'parameters.md').read_text()
+    assert schema_export.PARAMETERS_DOC == REPO / 'docs' / 'parameters.md'
+    assert 'parameters.md' in (REPO / 'README.md').read_text()   # one click from the README
     begin, end = text.index(schema_export.BEGIN), text.index(schema_export.END)
     block = text[begin + len(schema_export.BEGIN):end].strip('\n')
     rows = block.splitlines()
-    assert block + '\n' == schema_export.readme_table()
+    assert block + '\n' == schema_export.parameter_table()
     assert len(rows) == 2 + len(SCHEMA)
     assert '| `accumulation.num_sweeps` | integer | `1` | sweeps | 1 .. 16 | restart' in block
     assert '| `cameras.<name>.fx` | double | required | px | 0.001 .. 1e+06 | live |' in block
@@ -113,17 +115,17 @@ def test_committed_json_schema_is_the_generated_one():
 
 def test_check_and_write_keep_the_generated_files_current(tmp_path, monkeypatch, capsys):
     assert schema_export.main(['--check']) == 0
-    readme, json_file = tmp_path / 'README.md', tmp_path / 'schema' / 'x.schema.json'
-    readme.write_text(f'intro\n{schema_export.BEGIN}\n| old |\n{schema_export.END}\nrest\n')
-    monkeypatch.setattr(schema_export, 'README', readme)
+    guide, json_file = tmp_path / 'parameters.md', tmp_path / 'schema' / 'x.schema.json'
+    guide.write_text(f'intro\n{schema_export.BEGIN}\n| old |\n{schema_export.END}\nrest\n')
+    monkeypatch.setattr(schema_export, 'PARAMETERS_DOC', guide)
     monkeypatch.setattr(schema_export, 'JSON_SCHEMA', json_file)
     assert schema_export.main(['--check']) == 1
     assert 'is stale' in capsys.readouterr().err
     assert schema_export.main(['--write']) == 0
     assert schema_export.main(['--check']) == 0
-    assert readme.read_text() == (f'intro\n{schema_export.BEGIN}\n{schema_export.readme_table()}'
-                                  f'{schema_export.END}\nrest\n')
-    readme.write_text('no markers\n')
+    assert guide.read_text() == (f'intro\n{schema_export.BEGIN}\n{schema_export.parameter_table()}'
+                                 f'{schema_export.END}\nrest\n')
+    guide.write_text('no markers\n')
     assert schema_export.main(['--check']) == 1
     assert 'needs the markers' in capsys.readouterr().err
 

@@ -19,7 +19,8 @@ on a shared machine are noisy:
 
 ``report.py`` renders the targets and tables, ``plot.py`` the plot, from the results JSON;
 ``run.py`` runs it all.
-``soak_report.py`` renders the soak runs (``make soak``, ``docs/soak.json``) for the README.
+``soak_report.py`` renders the soak runs (``make soak``, ``docs/soak.json``) for
+docs/reliability.md.
 """
 
 from .run import render, run_benchmarks

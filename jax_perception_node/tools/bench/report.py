@@ -1,7 +1,7 @@
 """
 The benchmark report: targets and markdown tables from the results JSON (``plot.py``: the plot).
 
-``markdown(results)`` is what the README's performance section holds (``docs/bench.json`` is
+``markdown(results)`` is what docs/performance.md holds (``docs/bench.json`` is
 the run behind it; a test checks that they agree).
 """
 
@@ -91,7 +91,7 @@ def markdown(results: dict, nested: bool = False) -> str:
     Render the report: machine, targets, then one table per part (a part not run is left out).
 
     ``nested``: the parts' headings one level down, for a section of another document (the
-    README's performance section).
+    docs/performance.md).
     """
     lines = _header(results)
     for part in (_recompile_part, _pipeline_part, _ros_part, _startup_part, _memory_part,

@@ -1,15 +1,17 @@
 """
-The soak report: ``make soak`` writes ``soak_out/soak.json``, this renders it for the README.
+The soak report: ``make soak`` writes ``soak_out/soak.json``; this renders it as tables.
 
-``docs/soak.json`` is the committed run behind the README's soak section (a test checks that
-they agree). ``soak`` is the closed-loop soak; ``load_soak``, rendered when present, the
-open-loop load soak; both come from ``test/ros/test_soak.py``.
+The tables go in docs/reliability.md; ``docs/soak.json`` is the committed run behind them (a
+test checks that they agree). ``soak`` is the closed-loop soak; ``load_soak``, rendered when
+present, the open-loop load soak; both come from ``test/ros/test_soak.py``.
 """
 
 
 def soak_markdown(results: dict) -> str:
     """
-    Render the soak runs' results (``make soak`` -> ``soak_out/soak.json``) as README tables.
+    Render the soak runs' results (``make soak`` -> ``soak_out/soak.json``) as tables.
+
+    They are docs/reliability.md's soak tables.
 
     ``soak``: the closed-loop soak; ``load_soak`` (rendered when present): the open-loop load.
     """
