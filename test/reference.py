@@ -101,6 +101,12 @@ def voxelize_ref(points, cfg) -> np.ndarray:
         xyz = pts[:, :3] @ rot.T + np.asarray(cfg.lidar.translation)
         # The contract's bound on intensity, written out: beyond 1e12 a point is invalid.
         finite = np.isfinite(xyz).all(axis=1) & (np.abs(pts[:, 3]) <= 1e12)
+        # The LiDAR filter: a range band around the LiDAR origin, and no point in the ego box.
+        crop = cfg.lidar_filter
+        distance = np.linalg.norm(pts[:, :3], axis=1)
+        box = np.asarray(crop.ego_box).reshape(3, 2)
+        inside = ((xyz >= box[:, 0]) & (xyz < box[:, 1])).all(axis=1)
+        finite &= (distance >= crop.min_range_m) & (distance <= crop.max_range_m) & ~inside
         i = np.floor((xyz[:, 0] - x_min) / res)
         j = np.floor((xyz[:, 1] - y_min) / res)
         ok = (finite & (i >= 0) & (i < h) & (j >= 0) & (j < w)

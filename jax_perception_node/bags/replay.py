@@ -65,6 +65,7 @@ class ReplayResult:
     cameras_over_slots: int = 0       # camera maps masked: their TF pose needs more lift slots
     nonfinite_objects: int = 0        # decoded boxes with a non-finite value, not written
     empty_clouds: int = 0             # frames whose cloud held no valid point (all NaN, empty)
+    clouds_without_intensity: int = 0  # frames whose cloud lacked lidar.intensity_field
     overflowed: int = 0
     compiles_after_warmup: int = 0
     warmup_s: float = 0.0
@@ -97,6 +98,7 @@ class ReplayResult:
             'cameras_over_slots': self.cameras_over_slots,
             'nonfinite_objects': self.nonfinite_objects,
             'empty_clouds': self.empty_clouds,
+            'clouds_without_intensity': self.clouds_without_intensity,
             'overflowed_frames': self.overflowed, 'warmup_s': round(self.warmup_s, 3),
             'cameras_used': percentiles(r['cameras_used'] for r in self.records),
             **detection,
@@ -342,6 +344,7 @@ class _Replay(BagFrames):
         result.frames += 1
         result.frames_without_odometry += frame.without_odometry
         result.empty_clouds += frame.empty
+        result.clouds_without_intensity += bool(frame.fields_without_intensity)
         result.cameras_without_tf += len(frame.cameras_without_tf)
         result.cameras_over_slots += len(frame.cameras_over_slots)
         result.nonfinite_objects += out.nonfinite_objects

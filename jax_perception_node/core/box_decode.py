@@ -60,7 +60,7 @@ def head_function(spec, max_objects: int, params, bev_shape: tuple[int, int, int
     Build the head's executable to compile: ``f(params, bev, calibration) -> float32[K, 9]``.
 
     ``apply`` and ``decode_boxes`` in one function; ``spec`` is the head's ``head.HeadSpec``,
-    ``calibration`` the frame's float32[17] (``kernels.FrameArgs.calibration``, the grid its
+    ``calibration`` the frame's float32[25] (``kernels.FrameArgs.calibration``, the grid its
     last 5 values). One executable for every bucket (the BEV's shape is the same), called on
     the frame executable's BEV without it leaving the device. Traced into the frame
     executable instead, the head changed how XLA's CPU backend fused the camera lift (its slot

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .staging import DoubleBuffer
-from ..sensors.cloud import keep_rows, point_count, read_points
+from ..sensors.cloud import keep_rows, read_points, returns
 
 
 @dataclass(frozen=True)
@@ -16,16 +16,19 @@ class PaddedCloud:
     count: int             # real rows
     bucket: int            # capacity of the buffer
     overflow: int          # points dropped by the overflow policy
-    num_points: int        # points in the input cloud
+    num_points: int        # points in the input cloud (returns: no-return slots left out)
+    intensity: bool = True  # the cloud had the intensity field (else intensity reads 0)
 
 
 class BucketPadder:
     """
     Decodes PointCloud2 messages, or pads (N, 4) float32 clouds, into per-bucket host buffers.
 
-    Sizes are static: each is one compiled executable. A cloud above the largest bucket is cut
-    to it by the overflow policy ('subsample': even stride over the whole cloud; 'truncate':
-    the first rows) and the dropped-point count is reported. Padding rows are not cleared: the
+    Sizes are static: each is one compiled executable. A decoded cloud's bucket is chosen on
+    its returns: the no-return (NaN) slots of an organized or non-dense cloud never take a
+    row. A cloud above the largest bucket is cut to it by the overflow policy ('subsample':
+    even stride over the whole cloud; 'truncate': the first rows) and the dropped-point count
+    is reported. Padding rows are not cleared: the
     kernel masks every row at or past ``count``.
 
     Each bucket has two 64-byte aligned buffers (``staging.DoubleBuffer``) used in turn, so the
@@ -50,18 +53,22 @@ class BucketPadder:
                 return size
         return self.capacity
 
-    def decode(self, msg) -> PaddedCloud:
+    def decode(self, msg, intensity_field: str = 'intensity') -> PaddedCloud:
         """
         Decode a PointCloud2 straight into its bucket's next buffer (no array of its own).
 
-        Raises CloudFormatError (``cloud.read_points``) before any buffer is touched.
+        The intensity is the field named ``intensity_field``. Raises CloudFormatError
+        (``cloud.read_points``) before any buffer is touched.
         """
-        n = point_count(msg)
+        rows = returns(msg, intensity_field)
+        n = int(msg.height) * int(msg.width) if rows is None else len(rows)
         bucket = self.bucket_for(n)
         buffer = self._buffers[bucket].swap()
-        read_points(msg, bucket, self.overflow_policy, out=buffer)
+        read_points(msg, bucket, self.overflow_policy, out=buffer,
+                    intensity_field=intensity_field, rows=rows)
         kept = min(n, bucket)
-        return PaddedCloud(buffer, kept, bucket, n - kept, n)
+        return PaddedCloud(buffer, kept, bucket, n - kept, n,
+                           any(f.name == intensity_field for f in msg.fields))
 
     def pad(self, points: np.ndarray) -> PaddedCloud:
         """Copy ``points`` float32[N, 4] into its bucket's next buffer."""

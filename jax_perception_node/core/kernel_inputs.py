@@ -23,9 +23,9 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _COEFFICIENTS = {'none': 0, 'plumb_bob': 5, 'equidistant': 4}    # per DISTORTION_MODELS
 
 
-def calibration_vector(lidar: Pose, grid: np.ndarray) -> np.ndarray:
-    """float32[17]: the LiDAR rotation (row-major) and translation, then the grid vector."""
-    return np.concatenate([lidar.rotation_matrix().reshape(-1), lidar.translation,
+def calibration_vector(lidar: Pose, crop: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """float32[25]: the LiDAR rotation (row-major), translation, filter (8), the grid (5)."""
+    return np.concatenate([lidar.rotation_matrix().reshape(-1), lidar.translation, crop,
                            grid]).astype(np.float32)
 
 

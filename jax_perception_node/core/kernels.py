@@ -94,13 +94,14 @@ def _rasterize(x, y, z, intensity, real, grid, lag=None, *, height: int,
 
 
 def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
-             lidar_translation: jax.Array, grid: jax.Array, *, height: int,
-             width: int) -> list[jax.Array]:
+             lidar_translation: jax.Array, grid: jax.Array, crop: jax.Array | None = None, *,
+             height: int, width: int) -> list[jax.Array]:
     """
     Rasterize a padded cloud into the six LiDAR BEV channels.
 
-    Non-finite points, points outside the grid or z range and points whose |intensity|
-    exceeds ``channels.MAX_ABS_INPUT`` are dropped.
+    Non-finite points, points outside the grid or z range, points whose |intensity|
+    exceeds ``channels.MAX_ABS_INPUT`` and points the LiDAR filter ``crop`` drops (float32[8],
+    ``kept_by_crop``; None: no filter) are dropped.
 
     Args
     ----
@@ -119,7 +120,35 @@ def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
     x, y, z = _to_grid(points[:, 0], points[:, 1], points[:, 2], lidar_rotation,
                        lidar_translation)
     real = jnp.arange(points.shape[0]) < num_valid
+    if crop is not None:
+        real = real & kept_by_crop(points, x, y, z, crop)
     return _rasterize(x, y, z, points[:, 3], real, grid, height=height, width=width)
+
+
+def kept_by_crop(points: jax.Array, x: jax.Array, y: jax.Array, z: jax.Array,
+                 crop: jax.Array) -> jax.Array:
+    """
+    bool[B]: the rows the LiDAR filter keeps.
+
+    points: float32[B, 4] in the LiDAR frame, x, y, z: their grid-frame coordinates.
+    crop: float32[8] (``LidarFilter.vector``): kept when min range <= |p| <= max range (LiDAR
+    frame) and outside the ego box [x_min, x_max) x [y_min, y_max) x [z_min, z_max) in the grid
+    frame (all 0: empty).
+    """
+    px, py, pz = points[:, 0], points[:, 1], points[:, 2]
+    range2 = px * px + py * py + pz * pz
+    box = crop[2:8]
+    inside = ((x >= box[0]) & (x < box[1]) & (y >= box[2]) & (y < box[3])
+              & (z >= box[4]) & (z < box[5]))
+    return (range2 >= crop[0] * crop[0]) & (range2 <= crop[1] * crop[1]) & ~inside
+
+
+def crop_points(points: jax.Array, lidar_rotation: jax.Array, lidar_translation: jax.Array,
+                crop: jax.Array) -> jax.Array:
+    """Turn the rows the LiDAR filter drops (``kept_by_crop``) into NaN rows, the others kept."""
+    x, y, z = _to_grid(points[:, 0], points[:, 1], points[:, 2], lidar_rotation,
+                       lidar_translation)
+    return jnp.where(kept_by_crop(points, x, y, z, crop)[:, None], points, jnp.nan)
 
 
 class SweepArgs(NamedTuple):
@@ -221,7 +250,8 @@ def fuse(lidar: list[jax.Array], camera: jax.Array | None, coverage: jax.Array |
     return jax.nn.relu(out) if activation == 'relu' else out
 
 
-CALIBRATION_SIZE = 17   # LiDAR rotation (9, row-major), translation (3), grid (5)
+# LiDAR rotation (9, row-major), translation (3), filter (8: LidarFilter.vector), grid (5)
+CALIBRATION_SIZE = 25
 
 
 class FrameArgs(NamedTuple):
@@ -231,7 +261,8 @@ class FrameArgs(NamedTuple):
     points: float32[B, 4] x, y, z, intensity in the LiDAR frame (per frame).
     scalars: int32[1 + N] the count of real point rows, then 1 or 0 per camera: valid for this
     frame or masked (per frame, one small transfer).
-    calibration: float32[17] LiDAR rotation (row-major), LiDAR translation, ``grid``
+    calibration: float32[25] LiDAR rotation (row-major), LiDAR translation, the LiDAR filter
+    (``crop_points``), ``grid``
     (per calibration; stays on the device).
     features: float32[N, H_f, W_f, C] or None without cameras (only when a map changed).
     lift: LiftTables or None without cameras (per calibration).
@@ -273,12 +304,15 @@ def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, wi
     """
     calibration = args.calibration
     rotation, translation = calibration[:9].reshape(3, 3), calibration[9:12]
+    grid, crop = calibration[20:25], calibration[12:20]
     if ring is None:
-        lidar = voxelize(args.points, args.scalars[0], rotation, translation,
-                         calibration[12:17], height=height, width=width)
+        lidar = voxelize(args.points, args.scalars[0], rotation, translation, grid, crop,
+                         height=height, width=width)
     else:
-        lidar = voxelize_sweeps(args.points, args.scalars[0], ring, args.sweeps, rotation,
-                                translation, calibration[12:17], height=height, width=width)
+        # Cropped before it enters the ring: a past sweep is cropped in the frame it was taken.
+        points = crop_points(args.points, rotation, translation, crop)
+        lidar = voxelize_sweeps(points, args.scalars[0], ring, args.sweeps, rotation,
+                                translation, grid, height=height, width=width)
     camera = coverage = None
     if args.features is not None:
         # Materialized before the stack: fused into it, the slot loop ran once per output
@@ -290,5 +324,5 @@ def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, wi
     if ring is None:
         return features
     update = jax.lax.dynamic_update_slice(
-        ring, args.points[None], (args.sweeps.scalars[0], jnp.int32(0), jnp.int32(0)))
+        ring, points[None], (args.sweeps.scalars[0], jnp.int32(0), jnp.int32(0)))  # cropped
     return features, update

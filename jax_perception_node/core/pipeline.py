@@ -27,6 +27,7 @@ from ..detection.head import HeadInput, load_head
 from ..geometry.rotations import pose_matrix
 from ..settings.channels import lidar_channels
 from ..settings.config import CameraConfig, load_fusion_weights, PipelineConfig, Pose
+from ..settings.lidar_filter import LidarFilter
 from ..settings.parameters import ConfigError
 
 
@@ -53,6 +54,7 @@ class BevPipeline:
         self.padder = BucketPadder(cfg.buckets, cfg.overflow_policy)
         self.camera_names = tuple(c.name for c in cfg.cameras)
         self._grid = grid.vector()
+        self.lidar_filter = cfg.lidar_filter     # the crop in force (set_calibration)
         weights = load_fusion_weights(cfg)
         self._projection = None if weights is None else tuple(jax.device_put(w) for w in weights)
         self.num_sweeps = cfg.accumulation.num_sweeps
@@ -257,7 +259,8 @@ class BevPipeline:
         self._head_params, self.head_weights = jax.device_put(params), target
 
     def set_calibration(self, lidar: Pose | None = None,
-                        cameras: tuple[CameraConfig, ...] | None = None) -> None:
+                        cameras: tuple[CameraConfig, ...] | None = None,
+                        lidar_filter: LidarFilter | None = None) -> None:
         """
         Set the LiDAR and camera calibration; recomputes the lift tables, never recompiles.
 
@@ -267,6 +270,7 @@ class BevPipeline:
         ----
         lidar: the LiDAR pose, or None to keep it.
         cameras: all cameras (configured names, order, map shapes), or None to keep them.
+        lidar_filter: the range band and ego box (``LidarFilter``), or None to keep them.
 
         Raises
         ------
@@ -291,7 +295,9 @@ class BevPipeline:
                     f'fusion.max_samples_per_cell (up to cameras x num_heights) and restart')
             self._tables = tables
         lidar = lidar or self._calibration[0]
-        self._calibration_device = jax.device_put(calibration_vector(lidar, self._grid))
+        self.lidar_filter = lidar_filter or self.lidar_filter
+        self._calibration_device = jax.device_put(
+            calibration_vector(lidar, self.lidar_filter.vector(), self._grid))
         self._calibration = (lidar, cameras or self._calibration[1])
 
     def executable(self, bucket: int) -> jax.stages.Compiled:
@@ -321,7 +327,7 @@ class BevPipeline:
             return 0
         return compile_count() - self._baseline
 
-    def decode(self, msg) -> PaddedCloud:
+    def decode(self, msg, intensity_field: str = 'intensity') -> PaddedCloud:
         """
         Decode a PointCloud2 straight into its bucket's next host buffer, for ``process``.
 
@@ -329,7 +335,7 @@ class BevPipeline:
         buffers, and the one after next is this one again. Raises CloudFormatError
         (``cloud.read_points``) before any buffer is touched.
         """
-        return self.padder.decode(msg)
+        return self.padder.decode(msg, intensity_field)
 
     def process(self, points: np.ndarray | PaddedCloud,
                 cameras: Mapping[str, np.ndarray | None] | None = None,
@@ -419,21 +425,13 @@ class BevPipeline:
 
     def stage_cameras(self, cameras: Mapping[str, np.ndarray | None]) -> tuple[int, bool]:
         """
-        Stage the camera maps of the next frame (``staging.CameraStaging``).
+        Stage the next frame's maps (``cameras`` as for ``process``); return (zeroed, sent).
 
         ``process`` calls it; ``frame_args`` reads what it staged. A map equal to what its slot
         holds is not copied again, and the batch crosses to the device only when a map changed
         (on the CPU backend without a copy: the aligned batch is aliased). A masked camera
-        keeps its slot: its flag masks it.
-
-        Args
-        ----
-        cameras: as for ``process``.
-
-        Returns
-        -------
-        (int, bool): the non-finite values zeroed, and whether the batch was sent.
-
+        keeps its slot: its flag masks it. Returns the non-finite or out-of-range values zeroed
+        and whether the batch was sent.
         """
         unknown = set(cameras) - set(self.camera_names)
         if unknown:

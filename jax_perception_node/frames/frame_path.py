@@ -49,6 +49,8 @@ class Frame:
     cameras_over_slots: tuple[str, ...] = ()
     slots_refusal: str = ''
     empty: bool = False      # no point with finite x, y, z and intensity in range: not valid
+    # the cloud's field names when it has no lidar.intensity_field (intensity read as 0)
+    fields_without_intensity: tuple[str, ...] = ()
 
 
 class FramePath:
@@ -71,7 +73,7 @@ class FramePath:
         pipeline reused from an earlier path (replay of the next bag) carries none of its
         CameraInfo or live weights over.
         """
-        pipe.set_calibration(cfg.lidar, cfg.cameras)
+        pipe.set_calibration(cfg.lidar, cfg.cameras, cfg.lidar_filter)
         if pipe.head is not None:
             pipe.set_head_weights(cfg.head.weights)
             pipe.score_threshold = cfg.head.score_threshold
@@ -132,8 +134,9 @@ class FramePath:
                 cameras = tuple(replace(c, pose=old.pose)
                                 for c, old in zip(cameras, self.cameras))
             changed = cameras if cameras != self.cameras else None
-            if lidar is not None or changed is not None:
-                self.pipe.set_calibration(lidar, changed)
+            crop = cfg.lidar_filter if cfg.lidar_filter != self.cfg.lidar_filter else None
+            if lidar is not None or changed is not None or crop is not None:
+                self.pipe.set_calibration(lidar, changed, crop)
             if weights is not None:
                 self.pipe.use_head_weights(*weights)
             self.pipe.max_sweep_age_s = cfg.accumulation.max_sweep_age_s
@@ -256,7 +259,7 @@ class FramePath:
         # The cloud is decoded straight into the pipeline's bucket buffer: under the pipe lock,
         # which the buffer lock may nest in (never the other way round).
         with self._pipe_lock:
-            padded = self.pipe.decode(msg)
+            padded = self.pipe.decode(msg, cfg.lidar_filter.intensity_field)
             empty = not has_valid_point(padded.buffer[:padded.count])
             decoded = time.perf_counter()
             with self._buffer_lock:
@@ -283,8 +286,9 @@ class FramePath:
             'objects': 0 if result.objects is None else len(result.objects),
             'compiles_after_warmup': result.compiles_after_warmup,
         }
+        fields = () if padded.intensity else tuple(f.name for f in msg.fields)
         return Frame(stamp, result, rgb, record, pairing.stale, jumped, started,
-                     self.accumulating and pose is None, without_tf, *over_slots, empty)
+                     self.accumulating and pose is None, without_tf, *over_slots, empty, fields)
 
     def _camera_frame(self, name: str) -> str:
         return next(c.frame_id for c in self.cfg.cameras if c.name == name)

@@ -14,9 +14,9 @@ and ERROR, and the node turns a :class:`Health` into a DiagnosticStatus. Rules, 
 - Rejected clouds since the last report: ERROR when every cloud taken since then was rejected
   (none processed), WARN when some were.
 - WARN: total p99 over ``latency_budget_ms``, a stale (masked) camera, and since the last
-  report any cloud without a valid point, overflowed cloud, non-finite or out-of-range
-  feature values, rejected feature map, CameraInfo,
-  odometry or TF message, frame without odometry, cloud skipped for want of its TF pose
+  report any cloud without a valid point or without its intensity field, overflowed cloud,
+  non-finite or out-of-range feature values, rejected feature map, CameraInfo, odometry or TF
+  message, frame without odometry, cloud skipped for want of its TF pose
   (``extrinsics.source: tf``) or camera masked for want of its TF pose.
 """
 
@@ -30,16 +30,20 @@ COUNTS = ('received', 'processed', 'dropped', 'rejected', 'feature_maps_received
           'rejected_feature_maps', 'rejected_camera_info', 'camera_info_applied', 'overflowed',
           'nonfinite_features', 'nonfinite_objects', 'odometry_received', 'rejected_odometry',
           'frames_without_odometry', 'transforms_received', 'rejected_transforms',
-          'frames_without_tf', 'cameras_without_tf', 'cameras_over_slots', 'empty_clouds')
+          'frames_without_tf', 'cameras_without_tf', 'cameras_over_slots', 'empty_clouds',
+          'clouds_without_intensity')
 # Counts also kept since the last report (the same names), for the per-report rules.
 PERIOD_COUNTS = ('processed', 'rejected', 'rejected_feature_maps', 'rejected_camera_info',
                  'overflowed', 'nonfinite_features', 'nonfinite_objects', 'rejected_odometry',
                  'frames_without_odometry', 'rejected_transforms', 'frames_without_tf',
-                 'cameras_without_tf', 'cameras_over_slots', 'empty_clouds')
+                 'cameras_without_tf', 'cameras_over_slots', 'empty_clouds',
+                 'clouds_without_intensity')
 
 # Per-report WARNs: count name -> message after the number.
 _PERIOD_WARNINGS = (
     ('empty_clouds', 'clouds without a single valid point (all NaN, out of range or empty)'),
+    ('clouds_without_intensity', 'clouds without the lidar.intensity_field field (intensity '
+                                 'read as 0)'),
     ('nonfinite_features', 'non-finite or out-of-range feature values zeroed'),
     ('nonfinite_objects', 'decoded boxes with non-finite values dropped (check head.weights)'),
     ('rejected_feature_maps', 'feature maps rejected'),

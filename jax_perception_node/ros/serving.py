@@ -316,6 +316,11 @@ class PerceptionCore:
             return
         if frame.stamps_jumped:
             self.log.info('LiDAR stamp went backwards (bag loop?): camera buffers reset')
+        if frame.fields_without_intensity:
+            self.log.warning(
+                f'point cloud has no field "{self.cfg.lidar_filter.intensity_field}" '
+                f'(lidar.intensity_field): intensity read as 0; its fields are '
+                f'{list(frame.fields_without_intensity)}', throttle_duration_sec=10.0)
         if frame.slots_refusal:       # once per refused set of poses; a moving edge: throttled
             self.log.warning(f'TF poses of {", ".join(frame.cameras_over_slots)} not applied, '
                              f'cameras masked: {frame.slots_refusal}',
@@ -335,6 +340,7 @@ class PerceptionCore:
             self._bump('cameras_without_tf', len(frame.cameras_without_tf))
             self._bump('cameras_over_slots', len(frame.cameras_over_slots))
             self._bump('empty_clouds', int(frame.empty))
+            self._bump('clouds_without_intensity', int(bool(frame.fields_without_intensity)))
             if not frame.empty:     # published, but no sign of a working LiDAR
                 times = self._times
                 self._times = CloudTimes(times.first, times.last, now)

@@ -7,7 +7,8 @@ anything with the same attributes and a bytes-like ``data``.
 
 The layout is validated from the header alone before anything sized from it is allocated, so a
 corrupt or hostile header costs a :class:`CloudFormatError`, never a huge allocation. Fields are
-found by name (``x``, ``y``, ``z`` required, ``intensity`` optional), may have any PointField
+found by name (``x``, ``y``, ``z`` required, the intensity optional: ``intensity`` unless the
+caller names another field, as Ouster's ``signal`` or ``reflectivity``), may have any PointField
 datatype and either byte order, and may sit anywhere inside a padded ``point_step``; organized
 clouds (``height > 1``) are flattened row-major, skipping any padding at the end of each row.
 Fields other than these four are ignored, whatever they contain.
@@ -52,15 +53,40 @@ def point_count(msg) -> int:
     return layout.height * layout.width
 
 
+def returns(msg, intensity_field: str = 'intensity') -> np.ndarray | None:
+    """
+    Validate the layout and return the rows holding a return, int64 ascending; None: all of them.
+
+    A cloud that is organized (height > 1) or not ``is_dense`` may hold no-return slots, which
+    drivers fill with NaN (an Ouster 128 x 2048 has 262 144 slots and usually far fewer
+    returns): their rows are those whose x is not finite, found in one pass over x alone;
+    when every x is finite the answer is None, and the rows are copied as one run. A dense
+    unorganized cloud is taken at its word (no pass), as is one whose x is an integer type.
+    """
+    raw = byte_view(msg.data)
+    layout = _layout(msg, raw.size, intensity_field)
+    height, width, point_step, row_step = layout[:4]
+    offset, dtype = layout.dtypes['x']
+    if (height <= 1 and msg.is_dense) or dtype.kind != 'f' or not height * width:
+        return None
+    x = np.ndarray((height, width), dtype, buffer=raw, offset=offset,
+                   strides=(row_step, point_step))
+    finite = np.isfinite(x)
+    return None if finite.all() else np.flatnonzero(finite)
+
+
 def read_points(msg, max_points: int | None = None, policy: str = 'subsample',
-                out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+                out: np.ndarray | None = None, intensity_field: str = 'intensity',
+                rows: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """
     Decode to float32[M, 4] (x, y, z, intensity) and return (points, N).
 
-    N = height * width is the number of points in the message. When N > ``max_points`` only
-    M = ``max_points`` rows are converted, chosen by ``keep_rows(N, max_points, policy)``, so a
-    huge cloud never allocates more than ``max_points * 16`` bytes of output; otherwise M = N.
-    A missing ``intensity`` field reads as 0; NaN and Inf are passed through.
+    N = height * width is the number of points in the message, or with ``rows`` (ascending row
+    indices, such as :func:`returns` gives) N = len(rows) and only those rows are read. When
+    N > ``max_points`` only M = ``max_points`` rows are converted, chosen by
+    ``keep_rows(N, max_points, policy)``, so a huge cloud never allocates more than
+    ``max_points * 16`` bytes of output; otherwise M = N. The intensity is the field named
+    ``intensity_field``; without one it reads as 0. NaN and Inf are passed through.
 
     For the common layout (native float32 x, y, z, intensity at offsets 0, 4, 8, 12, point_step
     a multiple of 4, rows not padded) the result is a view of ``msg.data`` when the selected rows
@@ -78,19 +104,17 @@ def read_points(msg, max_points: int | None = None, policy: str = 'subsample',
     if max_points is not None and max_points < 0:
         raise ValueError(f'max_points must be >= 0, got {max_points}')
     raw = byte_view(msg.data)
-    layout = _layout(msg, raw.size)
+    layout = _layout(msg, raw.size, intensity_field)
     height, width, point_step, row_step = layout[:4]
-    num_points = height * width
+    selected = rows
+    num_points = height * width if selected is None else len(selected)
     kept = num_points if max_points is None else min(num_points, max_points)
     if out is not None:
         _check_out(out, kept)
     if num_points == 0:
         return (np.empty((0, 4), np.float32) if out is None else out[:0]), 0
 
-    # rows: None for all of them, else what keep_rows selects (a slice or an index array).
-    rows = None
-    if max_points is not None and num_points > max_points:
-        rows = keep_rows(num_points, max_points, policy)
+    rows = _rows_read(num_points, max_points, policy, selected)
     # Unpadded rows (or a single row) make the cloud one run of points with a fixed stride.
     flat = height == 1 or row_step == width * point_step
 
@@ -99,7 +123,7 @@ def read_points(msg, max_points: int | None = None, policy: str = 'subsample',
         _copy_xyzi(raw, layout, start, rows, out[:kept].view(_POINT).reshape(kept))
         return out[:kept], num_points
     if flat and start == 0 and point_step % 4 == 0:
-        view = np.ndarray((num_points, 4), np.float32, buffer=raw, strides=(point_step, 4))
+        view = np.ndarray((height * width, 4), np.float32, buffer=raw, strides=(point_step, 4))
         return (view if rows is None else view[rows]), num_points
 
     dtype = np.dtype({
@@ -109,7 +133,7 @@ def read_points(msg, max_points: int | None = None, policy: str = 'subsample',
         'itemsize': point_step,
     })
     if flat:
-        records = np.ndarray((num_points,), dtype, buffer=raw, strides=(point_step,))
+        records = np.ndarray((height * width,), dtype, buffer=raw, strides=(point_step,))
         index = slice(None) if rows is None else rows
     else:
         records = np.ndarray((height, width), dtype, buffer=raw, strides=(row_step, point_step))
@@ -129,6 +153,17 @@ def read_points(msg, max_points: int | None = None, policy: str = 'subsample',
             else:
                 points[:, k] = records[name][index]
     return points, num_points
+
+
+def _rows_read(num_points: int, max_points: int | None, policy: str,
+               selected: np.ndarray | None) -> slice | np.ndarray | None:
+    """Return the rows to read: None for all, else a slice or index array of the message's."""
+    rows = None
+    if max_points is not None and num_points > max_points:
+        rows = keep_rows(num_points, max_points, policy)
+    if selected is not None:
+        rows = selected if rows is None else selected[rows]
+    return rows
 
 
 def has_valid_point(points: np.ndarray) -> bool:
@@ -203,8 +238,13 @@ def byte_view(data, error: type[Exception] = CloudFormatError) -> np.ndarray:
             raise error(f'data of type {type(data).__name__} is not a byte buffer') from None
 
 
-def _layout(msg, num_bytes: int) -> _Layout:
-    """Check the header against the data size; every failure is a CloudFormatError."""
+def _layout(msg, num_bytes: int, intensity_field: str = 'intensity') -> _Layout:
+    """
+    Check the header against the data size; every failure is a CloudFormatError.
+
+    The field named ``intensity_field`` is read as the intensity (a field named ``intensity``
+    is then ignored, like any other).
+    """
     # int() first: NumPy scalars from a foreign message would wrap around in the products.
     height, width = int(msg.height), int(msg.width)
     point_step, row_step = int(msg.point_step), int(msg.row_step)
@@ -218,20 +258,20 @@ def _layout(msg, num_bytes: int) -> _Layout:
     endian = '>' if msg.is_bigendian else '<'
     dtypes = {}
     for field in msg.fields:
-        name = field.name
-        if name not in OUTPUT_FIELDS:
+        name = 'intensity' if field.name == intensity_field else field.name
+        if name not in OUTPUT_FIELDS or (name == 'intensity' and field.name != intensity_field):
             continue
         if name in dtypes:
-            raise CloudFormatError(f'duplicate field "{name}"')
+            raise CloudFormatError(f'duplicate field "{field.name}"')
         datatype, offset, count = int(field.datatype), int(field.offset), int(field.count)
         if datatype not in POINTFIELD_DTYPES:
-            raise CloudFormatError(f'field "{name}": unknown datatype {datatype}')
+            raise CloudFormatError(f'field "{field.name}": unknown datatype {datatype}')
         if count != 1:
-            raise CloudFormatError(f'field "{name}": count {count}, expected 1')
+            raise CloudFormatError(f'field "{field.name}": count {count}, expected 1')
         dtype = np.dtype(endian + POINTFIELD_DTYPES[datatype])
         if offset < 0 or offset + dtype.itemsize > point_step:
             raise CloudFormatError(
-                f'field "{name}": bytes {offset}..{offset + dtype.itemsize} extend past '
+                f'field "{field.name}": bytes {offset}..{offset + dtype.itemsize} extend past '
                 f'point_step {point_step}')
         dtypes[name] = (offset, dtype)
     for name in REQUIRED_FIELDS:

@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from .channels import COVERAGE_CHANNEL, lidar_channels
+from .lidar_filter import lidar_filter, LidarFilter
 from .npz_file import read_npz
 from .parameters import (camera_defaults, camera_keys, check_ros_type, check_value, ConfigError,
                          defaults, is_camera_name, NODE_KEYS, ros_value)
@@ -165,6 +166,7 @@ class PipelineConfig:
     channel_names: tuple[str, ...] = ()     # camera feature channel names; () for the default
     head: HeadConfig = HeadConfig()
     output_bev_features: bool = True        # publish ~/output/bev_features
+    lidar_filter: LidarFilter = LidarFilter()   # intensity field, range band, ego box (live)
 
     @property
     def camera_channels(self) -> int:
@@ -328,7 +330,7 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
         channel_names=_channel_names(v['cameras.channel_names'], cameras),
         head=HeadConfig(**{f: v[f'head.{f}'] for f in (
             'module', 'weights', 'max_objects', 'score_threshold')}),
-        output_bev_features=v['output.bev_features'])
+        output_bev_features=v['output.bev_features'], lidar_filter=lidar_filter(v))
     if fusion.weights_file:
         load_fusion_weights(cfg)   # validate now, not on the first frame
     if cfg.head.weights and not cfg.head.module:

@@ -10,10 +10,8 @@ callback asks it which keys need a restart, and
 Types are ROS parameter types (``double``, ``integer_array``, ...). A key is *static* when it
 changes array shapes or what the executables were compiled with: a running node refuses to
 change it and says why. Every other key is *live* and applies at once, without a compile.
-Every numeric key has inclusive physical bounds (see the constants above :data:`SCHEMA`): the
-config layer checks them, the node exports them as the descriptors' ROS ranges.
-Camera keys are a template: ``cameras.<name>.fx`` stands for every name in ``cameras.names``.
-This module imports no ROS.
+Every numeric key has inclusive physical bounds (the constants above :data:`SCHEMA`), which
+the node exports as ROS ranges. ``cameras.<name>.fx`` stands for every name in ``cameras.names``.
 """
 
 from dataclasses import dataclass
@@ -132,6 +130,7 @@ def _m(key, default, description, bound, **kwargs) -> ParamSpec:
 _C = CAMERA_PREFIX
 _ROTATION = {'length': 4, 'minimum': -QUAT, 'maximum': QUAT}
 _TRANSLATION = {'unit': 'm', 'length': 3, 'minimum': -SPAN_M, 'maximum': SPAN_M}
+_BOX = {**_TRANSLATION, 'length': 6}
 SCHEMA: tuple[ParamSpec, ...] = (
     _p('grid.frame_id', 'string', 'base_link',
        'frame of the BEV grid and of the published messages (REP-103: x forward, y left, z up)',
@@ -162,6 +161,15 @@ SCHEMA: tuple[ParamSpec, ...] = (
        'LiDAR origin in the grid frame', **_TRANSLATION),
     _p('lidar.rotation_xyzw', 'double_array', [0.0, 0.0, 0.0, 1.0],
        'LiDAR orientation in the grid frame, a unit quaternion (x, y, z, w)', **_ROTATION),
+    _p('lidar.intensity_field', 'string', 'intensity', 'the PointCloud2 field read as the '
+       'intensity (intensity, signal, reflectivity, i); a cloud without it reads 0, warned',
+       nonempty=True),
+    _p('lidar.min_range_m', 'double', 0.0, 'points nearer the LiDAR origin are dropped',
+       unit='m', minimum=0.0, maximum=SPAN_M),
+    _p('lidar.max_range_m', 'double', SPAN_M, 'points further from the LiDAR origin are dropped',
+       unit='m', minimum=1e-3, maximum=SPAN_M),
+    _p('lidar.ego_box', 'double_array', [0.0] * 6, 'the body in the grid frame, x_min x_max '
+       'y_min y_max z_min z_max: points inside are dropped; all 0 for none', **_BOX),
     _p('buckets', 'integer_array', [16384, 32768, 65536, 131072],
        'capacities, strictly ascending; one compiled executable each', unit='points',
        minimum=1, maximum=MAX_POINTS, static=SHAPES),

@@ -15,7 +15,8 @@ from jax_perception_node.settings.channels import LIDAR_CHANNELS
 import numpy as np
 import pytest
 from sweep_scenes import (accumulating_config, check_lidar_block, drive, DT, expected_channels,
-                          expected_drive, pose_odometry, SWEEPS, T0, two_sweeps, yaw_pose)
+                          expected_drive, lidar_extrinsic, pose_odometry, SWEEPS, T0, two_sweeps,
+                          yaw_pose)
 
 
 @pytest.fixture(scope='module')
@@ -52,6 +53,36 @@ def test_two_sweeps_equal_the_union_moved_into_the_current_frame(pipe, single):
     plain = single.process(current, {'front': fmap}).features
     np.testing.assert_array_equal(out.features[..., 7:], plain[..., 6:])
     assert compile_count() == compiles
+
+
+def test_past_sweeps_are_cropped_in_the_frame_they_were_taken_in(pipe):
+    # The ego box and the range band move with the vehicle: a past sweep's hits on the body
+    # are where the body was, so it is cropped before it enters the ring, never afterwards.
+    from dataclasses import replace
+    cfg = pipe.cfg
+    crop = replace(cfg.lidar_filter, min_range_m=2.0, ego_box=(-4.0, 4.0, -3.0, 3.0, -9.0, 9.0))
+    current, previous, before, now = two_sweeps(cfg, seed=2)
+
+    def cropped(points):
+        lidar = lidar_extrinsic(cfg)
+        xyz = points[:, :3].astype(np.float64) @ lidar[:3, :3].T + lidar[:3, 3]
+        box = np.reshape(crop.ego_box, (3, 2))
+        inside = ((xyz >= box[:, 0]) & (xyz < box[:, 1])).all(axis=1)
+        near = np.linalg.norm(points[:, :3].astype(np.float64), axis=1) < crop.min_range_m
+        return points[~inside & ~near]
+    assert len(cropped(previous)) < len(previous) and len(cropped(current)) < len(current)
+    compiles = compile_count()
+    pipe.reset_sweeps()
+    pipe.set_calibration(lidar_filter=crop)
+    try:
+        pipe.process(previous, stamp_ns=T0, pose=before)
+        out = pipe.process(current, stamp_ns=T0 + DT, pose=now)
+    finally:
+        pipe.set_calibration(lidar_filter=cfg.lidar_filter)
+        pipe.reset_sweeps()
+    assert out.sweeps_used == 2 and compile_count() == compiles
+    check_lidar_block(out.features, expected_channels(cfg, cropped(current), cropped(previous),
+                                                      before, now, 0.1))
 
 
 def test_frame_path_interpolates_odometry_for_each_cloud(pipe):

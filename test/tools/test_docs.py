@@ -82,3 +82,22 @@ def test_soak_section_adds_the_load_soak_and_slope_when_the_run_has_them():
             '(+0.7 %) | +0.35 MiB/min | 20.5 / 41.25 ms | 30 / 55.5 ms |') in load
     assert 'RSS at the end of each minute (MiB): 519.5, 520, 523.5.' in load
     assert 'over the second half of the run: +0.12 MiB per 10k frames' in load
+
+
+def test_the_output_sizes_the_docs_give_follow_from_the_shipped_file_and_the_schema():
+    # Issue 33: 256 x 256 x 15 holds for the shipped file, not for the schema's defaults.
+    from jax_perception_node.settings.config import config_from_parameters, load_config
+    from jax_perception_node.settings.parameters import SCHEMA
+    shipped = load_config(REPO / 'config' / 'jax_perception.param.yaml')
+    defaults = config_from_parameters({s.key: s.default for s in SCHEMA
+                                       if not s.key.startswith('cameras.<name>.')})
+    for cfg, channels, megabytes in ((shipped, 15, '3.9'), (defaults, 7, '1.8')):
+        g = cfg.grid
+        shape = f'{g.height} x {g.width} x {cfg.fused_channels}'
+        assert (g.height, g.width, cfg.fused_channels) == (256, 256, channels)
+        assert f'{g.height * g.width * channels * 4 / 1e6:.1f}' == megabytes
+        parameters = (REPO / 'docs' / 'parameters.md').read_text()
+        assert f'{shape} float32 = {megabytes} MB' in parameters or (
+            f'{shape} (6 LiDAR channels and the coverage), {megabytes} MB' in parameters), shape
+    readme = (REPO / 'README.md').read_text()
+    assert '256 x 256 x 15 = 3.9 MB with the shipped parameters' in readme

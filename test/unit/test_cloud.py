@@ -9,7 +9,8 @@ from cloud_reference import (as_flavour, Cloud, encode, Field, FLAVOURS, FLOAT32
                              reference_decode, reference_rows, sample_values, standard_cloud,
                              TYPES, UINT16, UINT32, UINT8, XYZI)
 from configs import absolute_imports
-from jax_perception_node.sensors.cloud import CloudFormatError, keep_rows, point_count, read_points
+from jax_perception_node.sensors.cloud import (CloudFormatError, keep_rows, point_count,
+                                               read_points, returns)
 import numpy as np
 import pytest
 
@@ -69,6 +70,46 @@ def test_missing_intensity_reads_as_zero(flavour):
     assert n == 6
     np.testing.assert_array_equal(points[:, 3], 0.0)
     np.testing.assert_array_equal(points[:, 0], np.arange(6))
+
+
+@pytest.mark.parametrize('name, datatype',
+                         [('signal', UINT16), ('reflectivity', UINT8), ('i', FLOAT32)])
+def test_the_intensity_is_the_field_named_by_the_caller(name, datatype):
+    # Ouster native: no 'intensity', its 'signal' (u16) or only 'reflectivity' (u8); others 'i'.
+    fields = [Field('x', 0, FLOAT32), Field('y', 4, FLOAT32), Field('z', 8, FLOAT32),
+              Field(name, 12, datatype), Field('intensity', 16, FLOAT32)]
+    values = {'x': range(5), 'y': range(5), 'z': range(5), name: [3, 40, 7, 200, 0],
+              'intensity': [9.0] * 5}
+    cloud = encode(1, 5, fields, values)
+    points, _ = read_points(cloud, intensity_field=name)
+    np.testing.assert_array_equal(points[:, 3], [3, 40, 7, 200, 0])
+    # The field named 'intensity' is then just another field; the default still reads it.
+    np.testing.assert_array_equal(read_points(cloud)[0][:, 3], 9.0)
+    # A cloud without the named field reads 0, like one without any intensity.
+    np.testing.assert_array_equal(read_points(cloud, intensity_field='ambient')[0][:, 3], 0.0)
+
+
+@pytest.mark.parametrize('row_step', [4 * 16, 4 * 16 + 12])
+def test_returns_are_the_finite_rows_of_an_organized_or_non_dense_cloud(row_step):
+    fields = [Field(name, 4 * k, FLOAT32) for k, name in enumerate(XYZI)]
+    x = [float(i) for i in range(12)]
+    for gap in (1, 4, 5, 11):
+        x[gap] = float('nan')                 # no-return slots
+    values = {'x': x, 'y': range(12), 'z': range(12), 'intensity': range(12)}
+    cloud = encode(3, 4, fields, values, row_step=row_step)
+    rows = returns(cloud)
+    np.testing.assert_array_equal(rows, [0, 2, 3, 6, 7, 8, 9, 10])
+    # Read through the rows: the returns only, in order; a cut applies to them, not the slots.
+    points, n = read_points(cloud, rows=rows)
+    assert n == 8
+    np.testing.assert_array_equal(points[:, 1], rows)
+    points, n = read_points(cloud, max_points=4, rows=rows)
+    np.testing.assert_array_equal(points[:, 1], rows[keep_rows(8, 4, 'subsample')])
+    # Every x finite, or a dense unorganized cloud: no row list (one run, no index).
+    values['x'] = range(12)
+    assert returns(encode(3, 4, fields, values, row_step=row_step)) is None
+    dense = replace(encode(1, 12, fields, {**values, 'x': x}), is_dense=True)
+    assert returns(dense) is None
 
 
 def test_organized_cloud_is_row_major():

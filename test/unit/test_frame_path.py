@@ -88,6 +88,41 @@ def test_a_cloud_without_a_valid_point_is_processed_but_flagged_empty(path, rows
     assert not path.process(cloud(T0 + 2 * 10**8)).empty
 
 
+def test_an_organized_cloud_takes_its_bucket_by_its_returns_not_its_slots(path):
+    # An Ouster-like organized cloud: 2 x 1024 slots, 800 returns, NaN elsewhere. The largest
+    # bucket holds 1024 points: chosen on the slots, 1024 rows of returns were cut.
+    rng = np.random.default_rng(5)
+    slots = np.full((2048, 4), np.nan, np.float32)
+    at = np.sort(rng.choice(2048, 800, replace=False))
+    slots[at] = np.abs(rng.normal(scale=4.0, size=(800, 4))) + [1, -4, -1, 0]
+    msg = bag_messages.cloud(slots, T0)
+    msg.header.frame_id, msg.height, msg.width = 'lidar', 2, 1024
+    msg.row_step = 1024 * msg.point_step
+    result = path.process(msg).result
+    assert (result.num_points, result.bucket, result.overflow_points) == (800, 1024, 0)
+    plain = path.process(cloud_of(slots[at], T0 + 10**8)).result
+    np.testing.assert_array_equal(result.features, plain.features)
+
+
+def cloud_of(points, stamp):
+    msg = bag_messages.cloud(points.astype(np.float32), stamp)
+    msg.header.frame_id = 'lidar'
+    return msg
+
+
+def test_a_cloud_without_the_intensity_field_is_served_with_zeros_and_named(path):
+    from dataclasses import replace
+    cfg = path.cfg
+    assert path.process(cloud(T0)).fields_without_intensity == ()
+    path.update(replace(cfg, lidar_filter=replace(cfg.lidar_filter, intensity_field='signal')))
+    try:
+        frame = path.process(cloud(T0 + 10**8))
+    finally:
+        path.update(cfg)
+    assert frame.fields_without_intensity == ('x', 'y', 'z', 'intensity')
+    assert frame.result.features[..., 0].any() and not frame.result.features[..., 5].any()
+
+
 def test_the_lidar_frame_is_the_parameter(pipe):
     cfg = small_config(**{'lidar.frame_id': 'velodyne'})
     path = FramePath(cfg, pipe)

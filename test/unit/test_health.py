@@ -112,6 +112,12 @@ def test_period_warnings_use_one_spelling_per_count():
     assert set(PERIOD_COUNTS) <= set(COUNTS)
 
 
+def test_clouds_without_their_intensity_field_warn():
+    result = run(period={'processed': 5, 'clouds_without_intensity': 5})
+    assert (result.level, result.message) == (
+        WARN, '5 clouds without the lidar.intensity_field field (intensity read as 0)')
+
+
 def test_compiles_budget_and_stale_cameras():
     result = run(period={'processed': 1}, compiles=2, p99=60.0, stale=('front', 'rear'))
     assert result.level == ERROR

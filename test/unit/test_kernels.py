@@ -100,6 +100,32 @@ def test_huge_intensities_are_dropped_like_nan_so_every_cell_stays_finite(lidar_
     assert lidar_part(out)[..., 5].max() > 1e10
 
 
+def test_the_lidar_filter_crops_range_and_ego_box_live_without_a_compile(lidar_pipe):
+    from dataclasses import replace
+    cfg = lidar_pipe.cfg
+    rng = np.random.default_rng(12)
+    points = random_cloud(700, cfg, rng)       # with the body's, within the 1024 bucket
+    # Hits on the sensor and the body: near the LiDAR, and inside a box around the origin.
+    body = rng.uniform([-1.9, -0.8, -1.3], [1.9, 0.8, -0.4], (200, 3))      # grid frame
+    body = (body - cfg.lidar.translation) @ quat_matrix(cfg.lidar.rotation_xyzw)  # LiDAR frame
+    cloud = np.vstack([points, np.c_[body, np.full(200, 7.0)]]).astype(np.float32)
+    crop = replace(cfg.lidar_filter, min_range_m=1.0, max_range_m=9.0,
+                   ego_box=(-2.0, 2.0, -1.0, 1.0, -1.5, 0.0))
+    before = compile_count()
+    lidar_pipe.set_calibration(lidar_filter=crop)
+    try:
+        out = lidar_part(lidar_pipe.process(cloud).features)
+    finally:
+        lidar_pipe.set_calibration(lidar_filter=cfg.lidar_filter)
+    assert compile_count() == before
+    want = voxelize_ref(cloud, replace(cfg, lidar_filter=crop))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    # The crop took something away, and it is the default (no crop) once set back.
+    assert want[..., 0].sum() < voxelize_ref(cloud, cfg)[..., 0].sum()
+    np.testing.assert_allclose(lidar_part(lidar_pipe.process(cloud).features),
+                               voxelize_ref(cloud, cfg), rtol=1e-5, atol=1e-5)
+
+
 def test_voxelize_edges_range_and_nonfinite(warmed):
     # Identity extrinsic and a power-of-two resolution: every edge is exact in float32 too.
     cfg = small_config(cameras=0, **{'lidar.translation': [0.0, 0.0, 0.0]})
