@@ -28,8 +28,7 @@ class BucketPadder:
     its returns: the no-return (NaN) slots of an organized or non-dense cloud never take a
     row. A cloud above the largest bucket is cut to it by the overflow policy ('subsample':
     even stride over the whole cloud; 'truncate': the first rows) and the dropped-point count
-    is reported. Padding rows are not cleared: the
-    kernel masks every row at or past ``count``.
+    is reported. Padding rows are not cleared: the kernel masks every row at or past ``count``.
 
     Each bucket has two 64-byte aligned buffers (``staging.DoubleBuffer``) used in turn, so the
     CPU backend aliases them (the executable reads the buffer itself) and the next frame never
