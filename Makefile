@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# tf2_msgs, grid_map_msgs, vision_msgs, autoware_internal_debug_msgs have no wheels: built from
-# interfaces/ into the venv, again only when a file there or the ROS wheels change.
+# tf2_msgs, grid_map_msgs, vision_msgs, autoware_internal_debug_msgs, autoware_perception_msgs,
+# autoware_internal_msgs and bond have no wheels: built from interfaces/ into the venv, again
+# only when a file there or the ROS wheels change.
 INTERFACES_STAMP := $(VENV)/.interfaces
 INTERFACES := $(shell find interfaces -type f -not -path '*/__pycache__/*')
 # Every ROS process we start stays on loopback; tests, demo and benchmarks each pick a

@@ -13,7 +13,8 @@ setup(
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),
-        ('share/' + package_name + '/launch', glob('launch/*.launch.py')),
+        ('share/' + package_name + '/launch',
+         glob('launch/*.launch.py') + glob('launch/*.launch.xml')),
         ('share/' + package_name + '/config', glob('config/*.yaml') + glob('config/*.xml')),
         ('share/' + package_name + '/schema', glob('schema/*.json')),
         ('share/' + package_name + '/foxglove', glob('foxglove/*.json')),

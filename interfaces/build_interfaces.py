@@ -2,11 +2,12 @@
 """
 Build the interface packages in this folder into a Python prefix (the venv) with rosidl.
 
-tf2_msgs, grid_map_msgs, vision_msgs and autoware_internal_debug_msgs have no wheels. On a real
-ROS install they come from apt; here every sub-folder with a package.xml is a plain ament_cmake
-project, configured with cmake against the ROS wheels' own generator toolchain and installed into
-the prefix itself: the libraries carry no RPATH, and the venv's start-up hook already puts
-<prefix>/lib on LD_LIBRARY_PATH. A stamp in the prefix holds a hash of the definitions and of the
+tf2_msgs, grid_map_msgs, vision_msgs, autoware_internal_debug_msgs, autoware_perception_msgs,
+autoware_internal_msgs and bond have no wheels. On a real ROS install they come from apt; here
+every sub-folder with a package.xml is a plain ament_cmake project, configured with cmake
+against the ROS wheels' own generator toolchain and installed into the prefix itself: the
+libraries carry no RPATH, and the venv's start-up hook already puts <prefix>/lib on
+LD_LIBRARY_PATH. A stamp in the prefix holds a hash of the definitions and of the
 toolchain versions; while it matches, nothing is rebuilt (``--force`` rebuilds anyway).
 
 Run with the venv's python: ``.venv/bin/python interfaces/build_interfaces.py``.

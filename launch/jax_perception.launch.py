@@ -1,16 +1,24 @@
 """
-Launch the jax_perception node with its parameter file and its input topics.
+Launch the jax_perception node with its parameter file, its topics and its name.
 
 ros2 launch jax_perception_node jax_perception.launch.py \
     pointcloud_topic:=/sensing/lidar/top/pointcloud odometry_topic:=/localization/kinematic_state \
     front_features_topic:=/perception/front/features \
-    front_camera_info_topic:=/sensing/camera/front/camera_info use_sim_time:=true
+    front_camera_info_topic:=/sensing/camera/front/camera_info \
+    bev_features_topic:=/perception/bev/features objects_topic:=/perception/objects \
+    node_name:=bev_fusion use_sim_time:=true
 
-Every input has an argument, as Autoware launch files pass topics: ``pointcloud_topic``,
-``odometry_topic`` and, for each camera ``<name>`` in the params file's ``cameras.names``,
-``<name>_features_topic`` and ``<name>_camera_info_topic``. The camera names are only known once
-the params file is read, so the node is made in an OpaqueFunction; a camera argument that names
-no configured camera is logged as a warning (a typo would otherwise remap nothing).
+Every topic has an argument, as Autoware launch files pass topics. Inputs: ``pointcloud_topic``,
+``odometry_topic``, for each camera ``<name>`` in the params file's ``cameras.names``
+``<name>_features_topic`` and ``<name>_camera_info_topic``, and for each LiDAR ``<name>`` in
+``lidars.names`` ``<name>_pointcloud_topic``. The sensor names are only known once the params
+file is read, so the node is made in an OpaqueFunction; a sensor argument that names no
+configured sensor is logged as a warning (a typo would otherwise remap nothing). Outputs: one
+argument each (``OUTPUTS``), defaulting to the node's own name;
+``objects_published_time_topic`` left empty follows ``objects_topic`` with
+``/debug/published_time`` appended, the name Autoware's PublishedTimePublisher gives it.
+``node_name`` names the node (default jax_perception). jax_perception.launch.xml wraps this file
+with Autoware's argument names (``input/pointcloud``, ``output/objects``, ``param_file``).
 
 managed:=true starts the lifecycle variant (jax_perception_lifecycle_node). With autostart:=true
 (the default) this launch file configures it once its process starts and activates it once it
@@ -40,31 +48,63 @@ PACKAGE = 'jax_perception_node'
 EXECUTABLE = 'jax_perception_node'
 MANAGED_EXECUTABLE = 'jax_perception_lifecycle_node'
 PARAMS_FILE = os.path.join('config', 'jax_perception.param.yaml')
-# Launch argument suffix -> the node's own input name of camera <name>.
-CAMERA_INPUTS = {'_features_topic': '~/input/camera/{}/features',
-                 '_camera_info_topic': '~/input/camera/{}/camera_info'}
+DEFAULT_NODE_NAME = 'jax_perception'
+# Launch argument -> the node's own input it remaps.
+INPUTS = {'pointcloud_topic': '~/input/pointcloud', 'odometry_topic': '~/input/odometry'}
+# Per-sensor arguments, <name><suffix>: the params file's list of names -> (what the warning
+# calls such a sensor, suffix -> the node's own input of sensor <name>).
+SENSOR_INPUTS = {
+    'cameras.names': ('camera', {'_features_topic': '~/input/camera/{}/features',
+                                 '_camera_info_topic': '~/input/camera/{}/camera_info'}),
+    'lidars.names': ('LiDAR', {'_pointcloud_topic': '~/input/{}/pointcloud'}),
+}
+# Launch argument -> the node's own output it remaps (node_outputs.py, timing.py).
+OUTPUTS = {
+    'bev_features_topic': '~/output/bev_features',
+    'bev_image_topic': '~/output/bev_image',
+    'bev_grid_map_topic': '~/output/bev_grid_map',
+    'objects_topic': '~/output/objects',
+    'objects_markers_topic': '~/output/objects_markers',
+    'objects_published_time_topic': '~/output/objects/debug/published_time',
+    'latency_topic': '~/debug/latency',
+    'processing_time_ms_topic': '~/debug/processing_time_ms',
+    'cyclic_time_ms_topic': '~/debug/cyclic_time_ms',
+    'pipeline_latency_ms_topic': '~/debug/pipeline_latency_ms',
+}
+PUBLISHED_TIME_SUFFIX = '/debug/published_time'
 
 
-def camera_names(params_file: str) -> list:
-    """Return ``cameras.names`` of a params file (the node's own reader: same rules)."""
-    from jax_perception_node.settings.config import read_param_file
-    return list(read_param_file(params_file).get('cameras.names', []))
+def read_params(params_file: str) -> dict:
+    """Return the flat parameters of a params file (the node's own reader: same rules)."""
+    from jax_perception_node.settings.param_file import read_param_file
+    return read_param_file(params_file)
 
 
 def remappings(context) -> tuple[list, list]:
     """Return (remappings, warnings) from the topic arguments given to this launch."""
     given = context.launch_configurations
-    rules = [('~/input/pointcloud', given['pointcloud_topic']),
-             ('~/input/odometry', given['odometry_topic'])]
-    names = camera_names(given['params_file'])
-    for name in names:
-        for suffix, input_topic in CAMERA_INPUTS.items():
-            if given.get(name + suffix):
-                rules.append((input_topic.format(name), given[name + suffix]))
-    warnings = [f'{key}:={value} names no camera of {given["params_file"]} (cameras.names: '
-                f'{names}); ignored'
-                for key, value in given.items() for suffix in CAMERA_INPUTS
-                if key.endswith(suffix) and key[:-len(suffix)] not in names]
+    rules = [(own, given[arg]) for arg, own in INPUTS.items()]
+    outputs = dict(given, objects_published_time_topic=(
+        given['objects_published_time_topic']
+        or given['objects_topic'] + PUBLISHED_TIME_SUFFIX))
+    rules += [(own, outputs[arg]) for arg, own in OUTPUTS.items()]
+    declared = set(INPUTS) | set(OUTPUTS)
+    params, warnings = read_params(given['params_file']), []
+    for key, (kind, suffixes) in SENSOR_INPUTS.items():
+        names = list(params.get(key, []))       # lidars.names may be absent: none then
+        for name in names:
+            for suffix, own in suffixes.items():
+                arg = name + suffix
+                if arg in declared:     # a camera named 'bev': bev_features_topic is an output's
+                    warnings.append(f'{kind} {name}: its argument {arg} is taken by another '
+                                    f'topic; remap {own.format(name)} otherwise')
+                elif given.get(arg):
+                    rules.append((own.format(name), given[arg]))
+        warnings += [f'{arg}:={value} names no {kind} of {given["params_file"]} ({key}: '
+                     f'{names}); ignored'
+                     for arg, value in given.items() for suffix in suffixes
+                     if arg.endswith(suffix) and arg not in declared
+                     and arg[:-len(suffix)] not in names]
     return rules, warnings
 
 
@@ -74,7 +114,7 @@ def make_node(context):
     given = context.launch_configurations
     common = {
         'package': PACKAGE,
-        'name': 'jax_perception',
+        'name': given['node_name'],
         'namespace': given['namespace'],
         'output': 'screen',
         'parameters': [given['params_file'],
@@ -113,20 +153,28 @@ def is_true(value: str) -> bool:
 
 
 def generate_launch_description():
+    """Declare the arguments; the node itself is made when the launch runs (make_node)."""
     default_params = os.path.join(get_package_share_directory(PACKAGE), PARAMS_FILE)
     args = [
         DeclareLaunchArgument('params_file', default_value=default_params,
                               description='ROS 2 parameter file of the node'),
+        DeclareLaunchArgument('node_name', default_value=DEFAULT_NODE_NAME,
+                              description='name of the node'),
         DeclareLaunchArgument('namespace', default_value='',
                               description='namespace of the node'),
         DeclareLaunchArgument('use_sim_time', default_value='false',
                               description='use /clock (rosbag replay, simulation)'),
         DeclareLaunchArgument('log_level', default_value='info',
                               description='debug | info | warn | error'),
-        DeclareLaunchArgument('pointcloud_topic', default_value='~/input/pointcloud',
+        DeclareLaunchArgument('pointcloud_topic', default_value=INPUTS['pointcloud_topic'],
                               description='LiDAR PointCloud2 topic to subscribe to'),
-        DeclareLaunchArgument('odometry_topic', default_value='~/input/odometry',
+        DeclareLaunchArgument('odometry_topic', default_value=INPUTS['odometry_topic'],
                               description='nav_msgs/Odometry topic (accumulation.num_sweeps > 1)'),
+        *[DeclareLaunchArgument(arg, default_value=own, description=f'topic of {own}')
+          for arg, own in OUTPUTS.items() if arg != 'objects_published_time_topic'],
+        DeclareLaunchArgument('objects_published_time_topic', default_value='',
+                              description='topic of ~/output/objects/debug/published_time; '
+                                          'empty: <objects_topic>/debug/published_time'),
         DeclareLaunchArgument('managed', default_value='false',
                               description='true: the lifecycle node (jax_perception_lifecycle_'
                                           'node)'),
@@ -134,6 +182,7 @@ def generate_launch_description():
                               description='with managed:=true: configure and activate on launch; '
                                           'false: wait unconfigured for a lifecycle manager'),
     ]
-    # <name>_features_topic and <name>_camera_info_topic per camera are read in make_node: the
-    # camera names come from the params file, known only when the launch runs.
+    # The per-sensor arguments (<name>_features_topic, <name>_camera_info_topic,
+    # <name>_pointcloud_topic) are read in make_node: the sensor names come from the params
+    # file, known only when the launch runs.
     return LaunchDescription(args + [OpaqueFunction(function=make_node)])

@@ -9,7 +9,7 @@ import threading
 import time
 
 import bag_messages
-from jax_perception_node.settings.config import write_param_file as write_params  # noqa: F401
+from jax_perception_node.settings.param_file import write_param_file as write_params  # noqa: F401
 from jax_perception_node.tools.cloud_messages import rclpy_types
 from jax_perception_node.tools.processes import console_script, stop_process
 import numpy as np

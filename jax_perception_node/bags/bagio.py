@@ -33,12 +33,13 @@ from .topics import (camera_info_topic, camera_topic, DIAGNOSTICS_TOPIC,  # noqa
                      FEATURES_TOPIC, GRID_MAP_TOPIC, IMAGE_TOPIC, LATENCY_TOPIC, NAMESPACE,
                      OBJECTS_MARKERS_TOPIC, OBJECTS_TOPIC, ODOMETRY_TOPIC, POINTCLOUD_TOPIC)
 from ..geometry.stamps import NS_PER_S, split_ns
+from ..outputs.detected_objects import DETECTED_OBJECTS_TYPE
 from ..outputs.object_markers import MARKER_ARRAY_TYPE  # noqa: F401
-from ..outputs.objects import DETECTION_ARRAY_TYPE as DETECTIONS_TYPE  # noqa: F401
+from ..outputs.objects import DETECTION_ARRAY_TYPE as DETECTIONS_TYPE
 
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
-# grid_map_msgs, vision_msgs and autoware_internal_debug_msgs from their installed .msg text;
-# the msgtypes of those not installed (``message_class`` names them when asked for).
+# The interface packages built in interfaces/ (message_types.INTERFACE_MESSAGES) from their
+# installed .msg text; the msgtypes of those not installed (``message_class`` names them).
 MISSING_TYPES = tuple(register_interface_types(TYPESTORE))
 POINTCLOUD_TYPE = 'sensor_msgs/msg/PointCloud2'
 IMAGE_TYPE = 'sensor_msgs/msg/Image'
@@ -48,6 +49,9 @@ DIAGNOSTICS_TYPE = 'diagnostic_msgs/msg/DiagnosticArray'
 TF_TYPE = 'tf2_msgs/msg/TFMessage'
 GRID_MAP_TYPE = 'grid_map_msgs/msg/GridMap'
 FLOAT64_STAMPED_TYPE = 'autoware_internal_debug_msgs/msg/Float64Stamped'
+PUBLISHED_TIME_TYPE = 'autoware_internal_msgs/msg/PublishedTime'
+# output.objects_type -> the msgtype of ~/output/objects
+OBJECTS_TYPES = {'vision_msgs': DETECTIONS_TYPE, 'autoware': DETECTED_OBJECTS_TYPE}
 
 
 # Where a sample drive's metadata.yaml (rosbag2's custom_data) keeps its seed.

@@ -1,9 +1,11 @@
 """
 The message types beyond rosbags' Jazzy store, read from their installed .msg definitions.
 
-rosbags knows tf2_msgs and visualization_msgs already; grid_map_msgs, vision_msgs and
-autoware_internal_debug_msgs it learns here from the same .msg text rclpy's bindings were
-generated from, so a bag written offline carries the type hashes (RIHS01) a live node offers.
+rosbags knows tf2_msgs and visualization_msgs already; grid_map_msgs, vision_msgs,
+autoware_internal_debug_msgs, autoware_perception_msgs (DetectedObjects and what it holds),
+autoware_internal_msgs (PublishedTime) and bond (Nav2's heartbeats) it learns here from the same
+.msg text rclpy's bindings were generated from, so a bag written offline carries the type hashes
+(RIHS01) a live node offers.
 The text comes from the installed packages' ``share/<package>/msg`` folders: on a ROS install
 the prefixes of AMENT_PREFIX_PATH, in this project's venv the venv itself (``make venv`` builds
 the packages into it from ``interfaces/``). No ROS import: this is plain file reading.
@@ -21,6 +23,10 @@ INTERFACE_MESSAGES = {
     'vision_msgs': ('ObjectHypothesis', 'ObjectHypothesisWithPose', 'BoundingBox3D',
                     'Detection3D', 'Detection3DArray'),
     'autoware_internal_debug_msgs': ('Float64Stamped',),
+    'autoware_perception_msgs': ('ObjectClassification', 'DetectedObjectKinematics', 'Shape',
+                                 'DetectedObject', 'DetectedObjects'),
+    'autoware_internal_msgs': ('PublishedTime',),
+    'bond': ('Constants', 'Status'),
 }
 
 

@@ -2,15 +2,15 @@
 Offline replay: every LiDAR frame of a bag through BevPipeline, outputs into a new bag.
 
 No ROS graph is needed. Cameras pair with LiDAR through the node's own ``CameraSync``, fed in
-bag-time order, which is the order a live node receives them in. CameraInfo messages in the bag
-set the intrinsics the way they do in the node: scaled to the feature map, applied without a
-compile, and counted when rejected. With accumulation, nav_msgs/Odometry messages in the bag
-feed the node's odometry buffer the same way, in bag-time order. With ``extrinsics.source: tf``
-or ``accumulation.pose_source: tf``, /tf_static and /tf (tf2_msgs/TFMessage) feed the frame
-path's transform buffer the same way; a cloud TF cannot place is skipped and counted
-(``frames_without_tf``), a camera masked and counted (``cameras_without_tf``). Otherwise TF in
-the bag is not read, and a bag without TF replays as before. A message whose bytes do not
-deserialize is rejected and counted like a malformed one of its kind, and the replay goes on.
+bag-time order, which is the order a live node receives them in. CameraInfo messages in the bag set
+the intrinsics the way they do in the node: scaled to the feature map, applied without a compile,
+and counted when rejected. With accumulation or deskew, nav_msgs/Odometry messages in the bag feed
+the node's odometry buffer the same way, in bag-time order. With ``extrinsics.source: tf`` or
+``accumulation.pose_source: tf``, /tf_static and /tf (tf2_msgs/TFMessage) feed the frame path's
+transform buffer the same way; a cloud TF cannot place is skipped and counted
+(``frames_without_tf``), a camera masked and counted (``cameras_without_tf``). Otherwise TF in the
+bag is not read, and a bag without TF replays as before. A message whose bytes do not deserialize
+is rejected and counted like a malformed one of its kind, and the replay goes on.
 
 The output bag is written under a temporary folder next to it and renamed into place only when
 the replay completes (``bagio.writing_bag``), so it is whole or absent.
@@ -26,11 +26,12 @@ from typing import Callable
 from . import bagio
 from ..core.pipeline import BevPipeline
 from ..detection.detection_eval import evaluate, EVALUATED_CLASS
-from ..frames.frame_path import Frame, FramePath, rgb_image_fields, uses_tf
+from ..frames.frame_path import Frame, FramePath, needs_ego_poses, rgb_image_fields, uses_tf
 from ..frames.latency import format_value, FRAME_KEYS, percentiles, STAGES
 from ..geometry.odometry import OdometryError
 from ..geometry.stamps import stamp_ns
 from ..geometry.transforms import TF_STATIC_TOPIC, TF_TOPIC, TransformError
+from ..outputs.detected_objects import detected_objects_message
 from ..outputs.grid_map import grid_map_message, GridMapLayers
 from ..outputs.object_markers import markers_message
 from ..outputs.objects import boxes_from_detections, detections_message, GROUND_TRUTH_TOPIC
@@ -39,11 +40,12 @@ from ..sensors.cloud import CloudFormatError
 from ..settings.config import PipelineConfig
 from ..settings.parameters import ConfigError
 
-# The output topics, their types and the publisher depth the node offers them with.
+# The output topics, their types and the publisher depth the node offers them with; the
+# objects' type is output.objects_type's (bagio.OBJECTS_TYPES).
 OUTPUTS = ((bagio.FEATURES_TOPIC, bagio.IMAGE_TYPE, 5), (bagio.IMAGE_TOPIC, bagio.IMAGE_TYPE, 5),
            (bagio.GRID_MAP_TOPIC, bagio.GRID_MAP_TYPE, 5),
            (bagio.LATENCY_TOPIC, bagio.DIAGNOSTICS_TYPE, 50))
-HEAD_OUTPUTS = ((bagio.OBJECTS_TOPIC, bagio.DETECTIONS_TYPE, 5),
+HEAD_OUTPUTS = ((bagio.OBJECTS_TOPIC, None, 5),
                 (bagio.OBJECTS_MARKERS_TOPIC, bagio.MARKER_ARRAY_TYPE, 5))
 
 
@@ -66,6 +68,9 @@ class ReplayResult:
     nonfinite_objects: int = 0        # decoded boxes with a non-finite value, not written
     empty_clouds: int = 0             # frames whose cloud held no valid point (all NaN, empty)
     clouds_without_intensity: int = 0  # frames whose cloud lacked lidar.intensity_field
+    deskewed: int = 0                 # frames whose points were moved to their stamp
+    clouds_without_time: int = 0      # deskew on, but the cloud lacked lidar.time_field
+    frames_without_motion: int = 0    # deskew on, but no ego motion at the cloud stamp
     overflowed: int = 0
     compiles_after_warmup: int = 0
     warmup_s: float = 0.0
@@ -99,6 +104,8 @@ class ReplayResult:
             'nonfinite_objects': self.nonfinite_objects,
             'empty_clouds': self.empty_clouds,
             'clouds_without_intensity': self.clouds_without_intensity,
+            'deskewed': self.deskewed, 'clouds_without_time': self.clouds_without_time,
+            'frames_without_motion': self.frames_without_motion,
             'overflowed_frames': self.overflowed, 'warmup_s': round(self.warmup_s, 3),
             'cameras_used': percentiles(r['cameras_used'] for r in self.records),
             **detection,
@@ -117,8 +124,8 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
     an interrupt neither it nor its temporary folder is left. A message that does not
     deserialize is rejected and counted like a malformed one. Each replay starts a given
     pipeline from the parameters' calibration, so one bag's CameraInfo or sweeps never carry
-    over to the next. Odometry is read only with accumulation, TF only when a pose source is
-    ``tf``.
+    over to the next. Odometry is read only with accumulation or deskew (``needs_ego_poses``),
+    TF only when a pose source is ``tf``.
 
     Args
     ----
@@ -136,8 +143,9 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
 
     Raises
     ------
-    BagError: the input cannot be read or lacks the LiDAR topic, grid_map_msgs is not
-        installed, or ``dst`` exists or cannot be written.
+    BagError: the input cannot be read or lacks the LiDAR topic, grid_map_msgs (or the
+        objects' package of ``output.objects_type``) is not installed, or ``dst`` exists or
+        cannot be written.
 
     """
     reader = bagio.open_reader(src)
@@ -145,6 +153,8 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
         types = bagio.topic_types(reader)
         total = cloud_count(reader, types, topics, src)
         bagio.message_class(bagio.GRID_MAP_TYPE)   # BagError naming the package if not installed
+        if cfg.head.module:
+            bagio.message_class(bagio.OBJECTS_TYPES[cfg.output.objects_type])
         # Before the warm-up: an output that cannot be written fails at once.
         with bagio.writing_bag(dst) as path:
             pipe = pipeline or BevPipeline(cfg)
@@ -228,7 +238,7 @@ class BagFrames:
                     if types.get(topics.camera(c.name)) == bagio.IMAGE_TYPE}
         infos = {topics.camera_info(c.name): c.name for c in cameras
                  if types.get(topics.camera_info(c.name)) == bagio.CAMERA_INFO_TYPE}
-        odometry = [topics.odometry] if (self.path.accumulating and types.get(
+        odometry = [topics.odometry] if (needs_ego_poses(self.path.cfg) and types.get(
             topics.odometry) == bagio.ODOMETRY_TYPE) else []
         tf = [t for t in (TF_STATIC_TOPIC, TF_TOPIC)
               if uses_tf(self.path.cfg) and types.get(t) == bagio.TF_TYPE]
@@ -312,9 +322,10 @@ class _Replay(BagFrames):
         self.paired: list[tuple] = []      # (objects, ground truth) of each frame with both
         self.head = path.pipe.head is not None
         # The QoS the node's publishers offer, as a recording of the live node would keep it.
+        objects_type = bagio.OBJECTS_TYPES[path.cfg.output.objects_type]
         for topic, msgtype, depth in OUTPUTS + (HEAD_OUTPUTS if self.head else ()):
             if topic != bagio.FEATURES_TOPIC or path.cfg.output_bev_features:
-                writer.add_topic(topic, msgtype, [bagio.offered_qos(depth=depth)])
+                writer.add_topic(topic, msgtype or objects_type, [bagio.offered_qos(depth=depth)])
 
     def write(self, frame: Frame, timestamp: int) -> None:
         """Write a frame's features, objects, picture and latency record; count it."""
@@ -345,6 +356,9 @@ class _Replay(BagFrames):
         result.frames_without_odometry += frame.without_odometry
         result.empty_clouds += frame.empty
         result.clouds_without_intensity += bool(frame.fields_without_intensity)
+        result.deskewed += frame.deskewed
+        result.clouds_without_time += bool(frame.fields_without_time)
+        result.frames_without_motion += frame.without_motion
         result.cameras_without_tf += len(frame.cameras_without_tf)
         result.cameras_over_slots += len(frame.cameras_over_slots)
         result.nonfinite_objects += out.nonfinite_objects
@@ -354,10 +368,14 @@ class _Replay(BagFrames):
 
     def write_objects(self, objects, stamp: int, timestamp: int) -> None:
         """Write a frame's objects and markers; pair them with the ground truth of its stamp."""
-        classes, frame_id = self.path.pipe.head_classes, self.path.cfg.grid.frame_id
-        types = bagio.TYPESTORE.types
-        self.writer.write(bagio.OBJECTS_TOPIC, detections_message(
-            types, objects, classes, stamp, frame_id), timestamp)
+        classes, cfg = self.path.pipe.head_classes, self.path.cfg
+        frame_id, types = cfg.grid.frame_id, bagio.TYPESTORE.types
+        if cfg.output.objects_type == 'autoware':
+            msg = detected_objects_message(types, objects, classes, cfg.output.autoware_labels,
+                                           stamp, frame_id)
+        else:
+            msg = detections_message(types, objects, classes, stamp, frame_id)
+        self.writer.write(bagio.OBJECTS_TOPIC, msg, timestamp)
         self.writer.write(bagio.OBJECTS_MARKERS_TOPIC, markers_message(
             types, objects, classes, stamp, frame_id), timestamp)
         truth = None if self.truth is None else self.truth.get(stamp)

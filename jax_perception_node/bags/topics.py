@@ -7,9 +7,13 @@ FEATURES_TOPIC = f'{NAMESPACE}/output/bev_features'
 IMAGE_TOPIC = f'{NAMESPACE}/output/bev_image'
 LATENCY_TOPIC = f'{NAMESPACE}/debug/latency'
 GRID_MAP_TOPIC = f'{NAMESPACE}/output/bev_grid_map'                # grid_map_msgs/GridMap
-# With a head (head.module): vision_msgs/Detection3DArray, and visualization_msgs/MarkerArray.
+# With a head (head.module): vision_msgs/Detection3DArray or autoware_perception_msgs/
+# DetectedObjects (output.objects_type), and visualization_msgs/MarkerArray.
 OBJECTS_TOPIC = f'{NAMESPACE}/output/objects'
 OBJECTS_MARKERS_TOPIC = f'{NAMESPACE}/output/objects_markers'
+# autoware_internal_msgs/PublishedTime of each objects message, only while subscribed: the name
+# Autoware's PublishedTimePublisher gives (the topic + /debug/published_time).
+OBJECTS_PUBLISHED_TIME_TOPIC = f'{OBJECTS_TOPIC}/debug/published_time'
 # autoware_internal_debug_msgs/Float64Stamped, ms: Autoware's timing topics.
 PROCESSING_TIME_TOPIC = f'{NAMESPACE}/debug/processing_time_ms'
 CYCLIC_TIME_TOPIC = f'{NAMESPACE}/debug/cyclic_time_ms'
@@ -29,5 +33,6 @@ def camera_info_topic(name: str) -> str:
 
 # Everything the node publishes (camera-free: no topic name depends on the configuration).
 PUBLISHED_TOPICS = (FEATURES_TOPIC, IMAGE_TOPIC, GRID_MAP_TOPIC, OBJECTS_TOPIC,
-                    OBJECTS_MARKERS_TOPIC, LATENCY_TOPIC, PROCESSING_TIME_TOPIC,
-                    CYCLIC_TIME_TOPIC, PIPELINE_LATENCY_TOPIC, DIAGNOSTICS_TOPIC)
+                    OBJECTS_MARKERS_TOPIC, OBJECTS_PUBLISHED_TIME_TOPIC, LATENCY_TOPIC,
+                    PROCESSING_TIME_TOPIC, CYCLIC_TIME_TOPIC, PIPELINE_LATENCY_TOPIC,
+                    DIAGNOSTICS_TOPIC)

@@ -3,6 +3,7 @@
 from dataclasses import dataclass, replace
 import time
 
+import jax
 import numpy as np
 
 
@@ -26,6 +27,7 @@ class FrameResult:
     fetch_ms: float = 0.0      # result to a NumPy array
     cameras_sent: bool = False  # the camera batch crossed to the device this frame
     sweeps_used: int = 1       # sweeps voxelized, the current one included
+    deskewed: bool = False     # the points were moved to the stamp (times and an ego twist)
     # float32[n, 9] boxes (``boxes.BOX_COLUMNS``) scoring at least the threshold, best first;
     # None without a head
     objects: np.ndarray | None = None
@@ -85,3 +87,24 @@ class PendingFrame:
             self._result = replace(self._result, features=np.asarray(self._output))
             self._output = None
         return self._result
+
+
+def result_placement(head: bool, past: int):
+    """
+    Where a frame executable writes its results: (output memory, features memory, shardings).
+
+    The features go into pinned host memory where the device has it: on a GPU the result then
+    needs no device-to-host transfer of its own when fetched (an H200 fetched the 3.9 MB result
+    in 3.2-3.5 ms from device memory). With a ``head``, the BEV stays on the device for the
+    head's executable, whose boxes go to pinned host memory. ``past``: accumulated sweeps (the
+    ring stays on the device). Shardings None: the backend's default.
+    """
+    device = jax.devices()[0]
+    kinds = {m.kind for m in device.addressable_memories()}
+    output_memory = 'pinned_host' if 'pinned_host' in kinds else None
+    features_memory = None if head else output_memory
+    if features_memory is None:
+        return output_memory, features_memory, None
+    host = jax.sharding.SingleDeviceSharding(device, memory_kind='pinned_host')
+    return output_memory, features_memory, (
+        (host, jax.sharding.SingleDeviceSharding(device)) if past else host)

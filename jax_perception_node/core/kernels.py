@@ -93,15 +93,39 @@ def _rasterize(x, y, z, intensity, real, grid, lag=None, *, height: int,
     return channels
 
 
+# A per-point time this far from the stamp or further (or NaN) is no time within a sweep: 0.
+MAX_POINT_TIME_S = 1.0
+
+
+def deskew(x: jax.Array, y: jax.Array, z: jax.Array, times: jax.Array,
+           twist: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """
+    Move points measured ``times`` s after the stamp to where they were at the stamp.
+
+    x, y, z: float32[...] in a frame rigidly attached to the vehicle; times: float32[...] (s,
+    relative to the stamp; |t| >= ``MAX_POINT_TIME_S`` or NaN counts as 0); twist:
+    float32[6] (v m/s, w rad/s) of that frame, constant over the sweep
+    (``ego_motion.deskew_motion``). q + t (v + w x q), first order in t; all zero: unchanged.
+    """
+    dt = jnp.where(jnp.abs(times) < MAX_POINT_TIME_S, times, 0.0)
+    v, w = twist[:3], twist[3:6]
+    return (x + dt * (v[0] + w[1] * z - w[2] * y),
+            y + dt * (v[1] + w[2] * x - w[0] * z),
+            z + dt * (v[2] + w[0] * y - w[1] * x))
+
+
 def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
-             lidar_translation: jax.Array, grid: jax.Array, crop: jax.Array | None = None, *,
+             lidar_translation: jax.Array, grid: jax.Array, crop: jax.Array | None = None,
+             times: jax.Array | None = None, twist: jax.Array | None = None, *,
              height: int, width: int) -> list[jax.Array]:
     """
     Rasterize a padded cloud into the six LiDAR BEV channels.
 
     Non-finite points, points outside the grid or z range, points whose |intensity|
     exceeds ``channels.MAX_ABS_INPUT`` and points the LiDAR filter ``crop`` drops (float32[8],
-    ``kept_by_crop``; None: no filter) are dropped.
+    ``kept_by_crop``; None: no filter) are dropped. With ``times`` (float32[B], s after the
+    stamp) and ``twist`` (float32[6], the grid frame's), the kept points are deskewed
+    (``deskew``) after the filter: the ego box holds the body where it was at each point's time.
 
     Args
     ----
@@ -122,6 +146,8 @@ def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
     real = jnp.arange(points.shape[0]) < num_valid
     if crop is not None:
         real = real & kept_by_crop(points, x, y, z, crop)
+    if times is not None:
+        x, y, z = deskew(x, y, z, times, twist)
     return _rasterize(x, y, z, points[:, 3], real, grid, height=height, width=width)
 
 
@@ -261,6 +287,10 @@ class FrameArgs(NamedTuple):
     points: float32[B, 4] x, y, z, intensity in the LiDAR frame (per frame).
     scalars: int32[1 + N] the count of real point rows, then 1 or 0 per camera: valid for this
     frame or masked (per frame, one small transfer).
+    times: float32[B] each point's time, s after the stamp (per frame), or None: a frame
+    function without deskew (the benchmarks' baseline).
+    motion: float32[12] the ego twist for deskew, in the grid frame then in the LiDAR frame
+    (``ego_motion.deskew_motion``; zeros: no deskew) (per frame, one small transfer).
     calibration: float32[25] LiDAR rotation (row-major), LiDAR translation, the LiDAR filter
     (``crop_points``), ``grid``
     (per calibration; stays on the device).
@@ -272,6 +302,8 @@ class FrameArgs(NamedTuple):
 
     points: jax.Array
     scalars: jax.Array
+    times: jax.Array
+    motion: jax.Array
     calibration: jax.Array
     features: jax.Array | None
     lift: LiftTables | None
@@ -307,10 +339,16 @@ def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, wi
     grid, crop = calibration[20:25], calibration[12:20]
     if ring is None:
         lidar = voxelize(args.points, args.scalars[0], rotation, translation, grid, crop,
+                         args.times, None if args.times is None else args.motion[:6],
                          height=height, width=width)
     else:
-        # Cropped before it enters the ring: a past sweep is cropped in the frame it was taken.
+        # Cropped, then deskewed in the LiDAR frame, before it enters the ring: a past sweep is
+        # cropped in the frame it was taken and moved to its own stamp.
         points = crop_points(args.points, rotation, translation, crop)
+        if args.times is not None:
+            x, y, z = deskew(points[:, 0], points[:, 1], points[:, 2], args.times,
+                             args.motion[6:12])
+            points = jnp.stack([x, y, z, points[:, 3]], axis=1)
         lidar = voxelize_sweeps(points, args.scalars[0], ring, args.sweeps, rotation,
                                 translation, grid, height=height, width=width)
     camera = coverage = None

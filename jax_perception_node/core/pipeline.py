@@ -20,10 +20,11 @@ from .box_decode import head_function
 from .buckets import BucketPadder, PaddedCloud
 from .compile_counter import compile_count, install_compile_counter
 from .executable_cache import ExecutableCache, private_cache_dir
-from .frame_result import FrameResult, PendingFrame
+from .frame_result import FrameResult, PendingFrame, result_placement
 from .kernel_inputs import calibration_arrays, calibration_vector, SweepHistory
 from .staging import CameraStaging, DoubleBuffer
 from ..detection.head import HeadInput, load_head
+from ..geometry.ego_motion import MOTION_SIZE, STILL
 from ..geometry.rotations import pose_matrix
 from ..settings.channels import lidar_channels
 from ..settings.config import CameraConfig, load_fusion_weights, PipelineConfig, Pose
@@ -76,6 +77,7 @@ class BevPipeline:
             self._map_shape, self._staging = None, None
         # count of real rows, then one flag per camera: the per-frame scalars in one transfer
         self._scalars = DoubleBuffer((1 + n,), np.int32)
+        self._motion = DoubleBuffer((MOTION_SIZE,))      # the deskew twist, per frame
         self._camera_valid = np.zeros(n, bool)
         self._features_device = None
         self.head = load_head(cfg.head.module, cfg.head.weights, HeadInput(
@@ -85,6 +87,8 @@ class BevPipeline:
             self.head is None) else (self.head.spec.classes, jax.device_put(self.head.params),
                                      self.head.weights_path)
         past = self.num_sweeps - 1
+        self.output_memory, self.features_memory, shardings = result_placement(
+            self.head is not None, past)
         # The CPU backend reads aligned host arrays in place, through device_put or not: not
         # saves its dispatch (docs/performance.md, "The rest of the CPU frame"). Other backends
         # get device_put.
@@ -92,7 +96,7 @@ class BevPipeline:
         self._frame_jit = jax.jit(functools.partial(
             kernels.bev_frame, height=self.height, width=self.width,
             activation=cfg.fusion.activation), donate_argnums=(1,) if past else (),
-            out_shardings=self._out_shardings(past))
+            out_shardings=shardings)
         self._head_executable = None
         # Accumulation state: the device ring, and what each slot holds on the host.
         self._ring = None
@@ -108,23 +112,6 @@ class BevPipeline:
         self._calibration = (cfg.lidar, cfg.cameras)
         self._baseline: int | None = None
         self.compile_seconds: dict[str, float] = {}
-
-    def _out_shardings(self, past: int):
-        """
-        Where the executable writes its results: the features into pinned host memory.
-
-        On a GPU the result then needs no device-to-host transfer of its own when fetched (an
-        H200 fetched the 3.9 MB result in 3.2-3.5 ms from device memory). With a head, the BEV
-        stays on the device for the head's executable, whose boxes go to pinned host memory.
-        """
-        device = jax.devices()[0]
-        kinds = {m.kind for m in device.addressable_memories()}
-        self.output_memory = 'pinned_host' if 'pinned_host' in kinds else None
-        self.features_memory = None if self.head is not None else self.output_memory
-        if self.features_memory is None:
-            return None
-        host = jax.sharding.SingleDeviceSharding(device, memory_kind='pinned_host')
-        return (host, jax.sharding.SingleDeviceSharding(device)) if past else host
 
     def _static(self) -> str:
         return repr((self.height, self.width, self.cfg.fusion.activation,
@@ -209,6 +196,7 @@ class BevPipeline:
         return kernels.FrameArgs(
             points=spec((bucket, 4), jnp.float32),
             scalars=spec(self._scalars.current.shape, jnp.int32),
+            times=spec((bucket,), jnp.float32), motion=spec((MOTION_SIZE,), jnp.float32),
             calibration=spec((kernels.CALIBRATION_SIZE,), jnp.float32),
             features=None if self._staging is None else spec(
                 self._staging.batches.current.shape, jnp.float32),
@@ -217,26 +205,32 @@ class BevPipeline:
             sweeps=None if self.num_sweeps == 1 else shape_of(
                 kernels.SweepArgs(self._sweeps.scalars, self._sweeps.motion)))
 
-    def frame_args(self, points: np.ndarray, count: int) -> kernels.FrameArgs:
+    def frame_args(self, points: np.ndarray, count: int, times: np.ndarray | None = None,
+                   motion: np.ndarray | None = None) -> kernels.FrameArgs:
         """
         Return the frame function's arguments for a padded cloud and the staged cameras.
 
         Also for running ``kernels.bev_frame`` some other way (the benchmarks' naive jit and
         no-jit rows) on exactly this pipeline's state. ``points``: float32[B, 4], a bucket-sized
-        buffer; ``count``: its real rows. Per-frame parts are on the host (the next of two
-        aligned arrays each, kept while a frame that reads them is in flight), the rest on the
-        device.
+        buffer; ``count``: its real rows; ``times``: float32[B] s after the stamp (None: 0);
+        ``motion``: the deskew twist (``ego_motion.deskew_motion``; None: no deskew). Per-frame
+        parts are on the host (the next of two aligned arrays each, kept while a frame that
+        reads them is in flight), the rest on the device.
         """
         scalars = self._scalars.swap()
         scalars[0] = count
         scalars[1:] = self._camera_valid
+        twist = self._motion.swap()
+        twist[:] = STILL if motion is None else motion
+        if times is None:
+            times = np.zeros(points.shape[0], np.float32)
         sweeps = None
         if self._sweep_staging is not None:
             sweeps = kernels.SweepArgs(self._sweep_staging.scalars.swap(),
                                        self._sweep_staging.motion.swap())
             np.copyto(sweeps.scalars, self._sweeps.scalars)
             np.copyto(sweeps.motion, self._sweeps.motion)
-        return kernels.FrameArgs(points, scalars, self._calibration_device,
+        return kernels.FrameArgs(points, scalars, times, twist, self._calibration_device,
                                  self._features_device, self._tables, self._projection, sweeps)
 
     def set_head_weights(self, path: str) -> None:
@@ -264,19 +258,11 @@ class BevPipeline:
         """
         Set the LiDAR and camera calibration; recomputes the lift tables, never recompiles.
 
-        Intrinsics, lens models and their coefficients, and poses are all traced.
-
-        Args
-        ----
-        lidar: the LiDAR pose, or None to keep it.
-        cameras: all cameras (configured names, order, map shapes), or None to keep them.
-        lidar_filter: the range band and ego box (``LidarFilter``), or None to keep them.
-
-        Raises
-        ------
-        ConfigError: other camera names, or a camera calibration whose samples do not fit
-            the slots per cell fixed at warm-up (naming the camera); nothing changes then.
-
+        ``lidar`` (its pose), ``cameras`` (all of them: configured names, order, map shapes;
+        intrinsics, lens models and poses are all traced) and ``lidar_filter`` (range band and
+        ego box): None keeps the one in force. Raises ConfigError for other camera names, or a
+        camera calibration whose samples do not fit the slots per cell fixed at warm-up
+        (naming the camera); nothing changes then.
         """
         if cameras is not None and self.cfg.cameras:
             if tuple(c.name for c in cameras) != self.camera_names:
@@ -301,13 +287,13 @@ class BevPipeline:
         self._calibration = (lidar, cameras or self._calibration[1])
 
     def executable(self, bucket: int) -> jax.stages.Compiled:
-        """
-        Return a bucket's compiled frame: ``f(frame_args(...))`` -> float32[H, W, C_out].
-
-        With accumulation ``f(frame_args(...), ring) -> (features, ring)``, which consumes
-        (donates) the ring.
-        """
+        """Return a bucket's frame ``f(args)``; accumulating ``f(args, ring)``, ring donated."""
         return self._executables[bucket]
+
+    @property
+    def lidar_pose(self) -> Pose:
+        """Return the LiDAR pose in force (parameters or the last TF pose applied)."""
+        return self._calibration[0]
 
     def reset_sweeps(self) -> None:
         """Forget the earlier sweeps: the next frame uses its own sweep only."""
@@ -327,20 +313,23 @@ class BevPipeline:
             return 0
         return compile_count() - self._baseline
 
-    def decode(self, msg, intensity_field: str = 'intensity') -> PaddedCloud:
+    def decode(self, msg, intensity_field: str = 'intensity',
+               time: tuple[str, str, str] | None = None) -> PaddedCloud:
         """
-        Decode a PointCloud2 straight into its bucket's next host buffer, for ``process``.
+        Decode a PointCloud2 straight into its bucket's next host buffers, for ``process``.
 
-        Pass it to ``process`` or ``dispatch`` before the next decode: a bucket has two
-        buffers, and the one after next is this one again. Raises CloudFormatError
+        ``time``: (field, unit, reference) of the per-point times, None for none. Pass the
+        result to ``process`` or ``dispatch`` before the next decode: a bucket has two buffers,
+        and the one after next is this one again. Raises CloudFormatError
         (``cloud.read_points``) before any buffer is touched.
         """
-        return self.padder.decode(msg, intensity_field)
+        return self.padder.decode(msg, intensity_field, time)
 
     def process(self, points: np.ndarray | PaddedCloud,
                 cameras: Mapping[str, np.ndarray | None] | None = None,
                 num_points: int | None = None, stamp_ns: int | None = None,
-                pose: np.ndarray | None = None) -> FrameResult:
+                pose: np.ndarray | None = None, times: np.ndarray | None = None,
+                motion: np.ndarray | None = None) -> FrameResult:
         """
         Run one frame: pad, transfer, compute, fetch (``dispatch(...).result()``).
 
@@ -354,18 +343,22 @@ class BevPipeline:
         stamp_ns, pose: with accumulation, the sweep's stamp and the 4 x 4 pose of the grid
             frame in the fixed frame then (``OdometryBuffer.pose_at``); without both, the
             frame uses its own sweep only.
+        times: float32[N] s after the stamp, with ``points`` an array (decoded: its own).
+        motion: float32[12] the deskew twist (``ego_motion.deskew_motion``); None: not moved.
 
         Returns
         -------
         FrameResult with the features float32[H, W, C_out] and the frame's statistics.
 
         """
-        return self.dispatch(points, cameras, num_points, stamp_ns, pose).result()
+        return self.dispatch(points, cameras, num_points, stamp_ns, pose, times,
+                             motion).result()
 
     def dispatch(self, points: np.ndarray | PaddedCloud,
                  cameras: Mapping[str, np.ndarray | None] | None = None,
                  num_points: int | None = None, stamp_ns: int | None = None,
-                 pose: np.ndarray | None = None) -> PendingFrame:
+                 pose: np.ndarray | None = None, times: np.ndarray | None = None,
+                 motion: np.ndarray | None = None) -> PendingFrame:
         """
         Stage one frame and start it on the device without waiting; arguments as ``process``.
 
@@ -381,16 +374,18 @@ class BevPipeline:
             points = np.asarray(points, np.float32)
             if points.ndim != 2 or points.shape[1] != 4:
                 raise ValueError(f'points must be (N, 4), got {points.shape}')
-            padded = self.padder.pad(points)
+            padded = self.padder.pad(points, None if times is None else np.asarray(
+                times, np.float32).reshape(-1))
         total = padded.num_points if num_points is None else max(num_points, padded.num_points)
         nonfinite, changed = self.stage_cameras(cameras or {})
         used = 1
         if self.num_sweeps > 1:
-            lidar = self._calibration[0]
+            lidar = self.lidar_pose
             used = self._sweeps.stage(stamp_ns, pose, self.max_sweep_age_s,
                                       pose_matrix(lidar.rotation_matrix(), lidar.translation))
         staged = time.perf_counter()
-        out, put = self._launch(padded)
+        motion = motion if padded.timed else None
+        out, put = self._launch(padded, motion)
         if self.num_sweeps > 1:
             self._sweeps.record(stamp_ns, pose, padded.count)
         return PendingFrame(out, (start, staged, put), self.score_threshold, {
@@ -398,14 +393,15 @@ class BevPipeline:
             'overflow_points': total - padded.count,
             'cameras_used': int(self._camera_valid.sum()), 'nonfinite_features': nonfinite,
             'compiles_after_warmup': self.compiles_after_warmup, 'cameras_sent': changed,
-            'sweeps_used': used})
+            'sweeps_used': used, 'deskewed': motion is not None})
 
-    def _launch(self, padded: PaddedCloud):
+    def _launch(self, padded: PaddedCloud, motion: np.ndarray | None = None):
         """Hand a frame's inputs to its executable; return (output, when they were handed)."""
-        args = call = self.frame_args(padded.buffer, padded.count)
+        args = call = self.frame_args(padded.buffer, padded.count, padded.times, motion)
         if not self.host_inputs:
-            points, scalars, sweeps = jax.device_put((args.points, args.scalars, args.sweeps))
-            call = args._replace(points=points, scalars=scalars, sweeps=sweeps)
+            per_frame = ('points', 'scalars', 'times', 'motion', 'sweeps')
+            call = args._replace(**dict(zip(per_frame, jax.device_put(
+                tuple(getattr(args, name) for name in per_frame)))))
         put = time.perf_counter()
         if args.sweeps is None:
             out = self._executables[padded.bucket](call)
@@ -414,6 +410,7 @@ class BevPipeline:
         # Until ``out`` is ready its host inputs (aliased on the CPU backend) must stay put.
         self.padder.read_by(padded, out)
         self._scalars.read_by(out, args.scalars)
+        self._motion.read_by(out, args.motion)
         if args.sweeps is not None:
             self._sweep_staging.scalars.read_by(out, args.sweeps.scalars)
             self._sweep_staging.motion.read_by(out, args.sweeps.motion)

@@ -15,6 +15,7 @@ import numpy as np
 
 from .sync import CameraSync
 from ..core.pipeline import BevPipeline, FrameResult
+from ..geometry.ego_motion import deskew_motion, twist_at
 from ..geometry.odometry import OdometryBuffer, TransformPoses
 from ..geometry.rotations import matrix_quaternion
 from ..geometry.stamps import stamp_ns
@@ -51,6 +52,11 @@ class Frame:
     empty: bool = False      # no point with finite x, y, z and intensity in range: not valid
     # the cloud's field names when it has no lidar.intensity_field (intensity read as 0)
     fields_without_intensity: tuple[str, ...] = ()
+    deskewed: bool = False          # the points were moved to the stamp
+    # deskew on, but not done: the cloud's field names when it has no lidar.time_field; or
+    # without_motion, no ego pose at the stamp and BASELINE_S before it
+    fields_without_time: tuple[str, ...] = ()
+    without_motion: bool = False
 
 
 class FramePath:
@@ -248,6 +254,7 @@ class FramePath:
                 f"header.stamp is {(stamp - now_ns) / 1e9:.3f} s ahead of the node's clock "
                 f'(more than {MAX_FUTURE_STAMP_S:g} s): a sensor clock or a bag stamp is wrong')
         use_tf = cfg.extrinsics_source == 'tf'
+        timing = cfg.lidar_timing
         if use_tf:
             lidar = self.transforms.lookup(cfg.grid.frame_id, msg.header.frame_id, stamp)
         elif msg.header.frame_id != cfg.lidar_frame_id:
@@ -259,7 +266,8 @@ class FramePath:
         # The cloud is decoded straight into the pipeline's bucket buffer: under the pipe lock,
         # which the buffer lock may nest in (never the other way round).
         with self._pipe_lock:
-            padded = self.pipe.decode(msg, cfg.lidar_filter.intensity_field)
+            padded = self.pipe.decode(msg, cfg.lidar_filter.intensity_field, (
+                timing.field, timing.unit, timing.reference) if timing.active else None)
             empty = not has_valid_point(padded.buffer[:padded.count])
             decoded = time.perf_counter()
             with self._buffer_lock:
@@ -269,26 +277,26 @@ class FramePath:
                     TransformPoses(self.transforms, cfg.accumulation.fixed_frame,
                                    cfg.grid.frame_id)
                 pose = poses.pose_at(stamp) if self.accumulating else None
+                twist = twist_at(poses, stamp) if padded.timed else None
             maps, without_tf, over_slots = pairing.maps, (), ((), '')
             if use_tf:
                 maps, without_tf, over_slots = self._apply_tf_poses(lidar, maps, map_frames,
                                                                     stamp)
-            pending = self.pipe.dispatch(padded, maps, stamp_ns=stamp, pose=pose)
+            lidar_pose = self.pipe.lidar_pose      # after TF: the pose of this frame
+            motion = None if twist is None else deskew_motion(
+                twist, lidar_pose.rotation_matrix(), np.asarray(lidar_pose.translation))
+            pending = self.pipe.dispatch(padded, maps, stamp_ns=stamp, pose=pose, motion=motion)
             result = pending.result(features=features or picture)
         rgb = None
         if picture and not self.pipe.projected:
             rgb = bev_to_rgb(result.features, cfg.grid.z_min, cfg.grid.z_max)
-        record = {
-            'num_points': result.num_points, 'bucket': result.bucket,
-            'overflow_points': result.overflow_points, 'decode_ms': (decoded - started) * 1e3,
-            'pad_ms': result.pad_ms, 'compute_ms': result.compute_ms,
-            'head_ms': result.head_ms, 'cameras_used': result.cameras_used,
-            'objects': 0 if result.objects is None else len(result.objects),
-            'compiles_after_warmup': result.compiles_after_warmup,
-        }
-        fields = () if padded.intensity else tuple(f.name for f in msg.fields)
-        return Frame(stamp, result, rgb, record, pairing.stale, jumped, started,
-                     self.accumulating and pose is None, without_tf, *over_slots, empty, fields)
+        names = tuple(f.name for f in msg.fields)
+        return Frame(stamp, result, rgb, frame_record(result, (decoded - started) * 1e3),
+                     pairing.stale, jumped, started,
+                     self.accumulating and pose is None, without_tf, *over_slots, empty,
+                     () if padded.intensity else names, result.deskewed,
+                     names if timing.active and not padded.timed else (),
+                     padded.timed and twist is None)
 
     def _camera_frame(self, name: str) -> str:
         return next(c.frame_id for c in self.cfg.cameras if c.name == name)
@@ -370,10 +378,27 @@ class FramePath:
         return frame.record
 
 
+def frame_record(result: FrameResult, decode_ms: float) -> dict:
+    """Return the latency record of a frame, less its output times (``FramePath.finish``)."""
+    return {
+        'num_points': result.num_points, 'bucket': result.bucket,
+        'overflow_points': result.overflow_points, 'decode_ms': decode_ms,
+        'pad_ms': result.pad_ms, 'compute_ms': result.compute_ms,
+        'head_ms': result.head_ms, 'cameras_used': result.cameras_used,
+        'objects': 0 if result.objects is None else len(result.objects),
+        'compiles_after_warmup': result.compiles_after_warmup,
+    }
+
+
 def uses_tf(cfg: PipelineConfig) -> bool:
     """Return True when ``cfg`` takes sensor poses or the ego pose from /tf_static and /tf."""
     return cfg.extrinsics_source == 'tf' or (cfg.accumulation.pose_source == 'tf'
-                                             and cfg.accumulation.num_sweeps > 1)
+                                             and needs_ego_poses(cfg))
+
+
+def needs_ego_poses(cfg: PipelineConfig) -> bool:
+    """Return True when ``cfg`` uses the ego pose: accumulation, or deskew with a time field."""
+    return cfg.accumulation.num_sweeps > 1 or cfg.lidar_timing.active
 
 
 def pose_from_matrix(m: np.ndarray) -> Pose:

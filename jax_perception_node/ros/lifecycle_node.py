@@ -9,6 +9,12 @@ state and ends the process. Drive it with the lifecycle_msgs services ``<node>/c
 and ``<node>/get_state`` (``ros2 lifecycle set /jax_perception configure``), or launch it with
 ``managed:=true``: the launch file configures and activates it unless ``autostart:=false`` (the
 node never transitions itself, so a lifecycle manager that owns it sees only its own requests).
+
+With ``bond.enabled`` (the default) each activation starts a bond (bond.py) with Nav2's
+lifecycle manager, which waits for it after ACTIVATE: heartbeats every
+``bond.heartbeat_period_s`` on ``bond``, id = the node's name. Deactivate, cleanup, shutdown,
+an error and the end of the process break it cleanly. A manager gone silent is logged, and the
+node serves on; a manager that breaks the bond is answered, and the node serves on too.
 """
 
 import sys
@@ -18,11 +24,15 @@ from rclpy.exceptions import ParameterException
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 
+from .bond import Bond
 from .node import NODE_NAME, run
 from .serving import PerceptionCore
 from ..settings.parameters import ConfigError
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
+# How long the bond's "active: false" may take to reach the manager before the bond is released
+# (cleanup, shutdown, the end of the process: nothing repeats it afterwards).
+BOND_FLUSH_S = 0.5
 
 
 class JaxPerceptionLifecycleNode(LifecycleNode):
@@ -35,6 +45,7 @@ class JaxPerceptionLifecycleNode(LifecycleNode):
         self.core.declare()
         self.done = threading.Event()      # set once finalized: the process may end
         self._active = False
+        self._bond = None
         # rclpy's handler raises RCLError out of the executor, ending the process, for a
         # transition the current state does not offer; rclcpp answers success=false.
         service = self._service_change_state
@@ -70,25 +81,29 @@ class JaxPerceptionLifecycleNode(LifecycleNode):
         return super().on_configure(state)
 
     def on_activate(self, state) -> TransitionCallbackReturn:
-        """Enable the lifecycle publishers, then subscribe and start the worker."""
+        """Enable the lifecycle publishers, subscribe and start the worker, then the bond."""
         result = super().on_activate(state)
         if result == SUCCESS:
             self.core.activate()
             self._active = True
+            self._start_bond()
         return result
 
     def on_deactivate(self, state) -> TransitionCallbackReturn:
-        """Stop serving (the frame in progress finishes), then disable the publishers."""
+        """Break the bond, stop serving (a frame in progress finishes), disable the publishers."""
+        self._break_bond()
         self._stop_serving()
         return super().on_deactivate(state)
 
     def on_cleanup(self, state) -> TransitionCallbackReturn:
-        """Release publishers and pipeline; configure builds them afresh."""
+        """Release the bond, publishers and pipeline; configure builds them afresh."""
+        self._end_bond()
         self.core.cleanup()
         return super().on_cleanup(state)
 
     def on_shutdown(self, state) -> TransitionCallbackReturn:
-        """From any state: stop serving, release everything, and let the process end."""
+        """From any state: break the bond, stop serving, release everything, end the process."""
+        self._end_bond()
         self._release()
         self.done.set()
         return super().on_shutdown(state)
@@ -96,8 +111,33 @@ class JaxPerceptionLifecycleNode(LifecycleNode):
     def on_error(self, state) -> TransitionCallbackReturn:
         """Release everything after a failed transition and return to unconfigured."""
         self.get_logger().error(f'error in state {state.label}: releasing the pipeline')
+        self._end_bond()
         self._release()
         return SUCCESS
+
+    def _start_bond(self) -> None:
+        """Start a new bond (a new instance id) when bond.enabled; an earlier one ends first."""
+        bond = self.core.cfg.bond
+        if not bond.enabled:
+            return
+        if self._bond is not None:
+            self._bond.close()
+        # Nav2's nodes bond with get_name(): the name the manager lists in node_names.
+        self._bond = Bond(self, self.get_name(), bond.heartbeat_period_s,
+                          bond.heartbeat_timeout_s)
+        self._bond.start()
+
+    def _break_bond(self) -> None:
+        """Break the bond cleanly; its "active: false" repeats from the executor for a while."""
+        if self._bond is not None:
+            self._bond.break_bond()
+
+    def _end_bond(self) -> None:
+        """Break the bond and release it once the manager has the break (or BOND_FLUSH_S)."""
+        if self._bond is not None:
+            self._bond.break_bond()
+            self._bond.close(flush_s=BOND_FLUSH_S)
+            self._bond = None
 
     def _stop_serving(self) -> None:
         if self._active:
@@ -110,7 +150,8 @@ class JaxPerceptionLifecycleNode(LifecycleNode):
             self.core.cleanup()
 
     def destroy_node(self) -> None:
-        """Stop the worker before the publishers go away."""
+        """Break the bond and stop the worker before the publishers go away."""
+        self._end_bond()
         self._stop_serving()
         super().destroy_node()
 

@@ -5,19 +5,31 @@ The node's per-frame outputs: features, objects, picture, GridMap, latency, Auto
 ``frame_path.Frame`` into messages. The picture, the GridMap and the objects' markers are built
 only while someone subscribes; the rest is published every frame: ``~/output/bev_features``
 while ``output.bev_features`` is true (live), ``~/output/objects`` whenever a head is
-configured (an empty array when it finds nothing; no such publisher without a head). The BEV
-is fetched from the device only when the features, the picture or the GridMap are wanted
-(``wants_features``). The builders are ROS-free (camera.py, frame_path.py, grid_map.py,
-objects.py, object_markers.py, timing.py); this module only hands them rclpy's classes.
+configured (an empty array when it finds nothing; no such publisher without a head), as
+vision_msgs/Detection3DArray or autoware_perception_msgs/DetectedObjects
+(``output.objects_type``, static; the labels of ``output.autoware_labels``, live). With it,
+``~/output/objects/debug/published_time`` (autoware_internal_msgs/PublishedTime) while
+subscribed, as Autoware's PublishedTimePublisher: header = the objects' header, published_stamp
+= the system clock just after the objects went out (rclcpp::Clock() there, so wall time even
+under ``use_sim_time``); QoS depth 1, reliable, volatile. The BEV is fetched from the
+device only when the features, the picture or the GridMap are wanted (``wants_features``).
+The builders are ROS-free (camera.py, frame_path.py, grid_map.py, objects.py,
+detected_objects.py, object_markers.py, timing.py); this module only hands them rclpy's
+classes.
 """
 
 import time
 
 from autoware_internal_debug_msgs.msg import Float64Stamped
+from autoware_internal_msgs.msg import PublishedTime
+from autoware_perception_msgs.msg import (DetectedObject, DetectedObjectKinematics,
+                                          DetectedObjects, ObjectClassification, Shape)
 from builtin_interfaces.msg import Duration, Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from geometry_msgs.msg import Point, Pose, PoseWithCovariance, Quaternion, Vector3
+from geometry_msgs.msg import (Point, Polygon, Pose, PoseWithCovariance, Quaternion, Twist,
+                               TwistWithCovariance, Vector3)
 from grid_map_msgs.msg import GridMap, GridMapInfo
+from rclpy.clock import Clock
 from rclpy.qos import QoSProfile
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import (ColorRGBA, Float32MultiArray, Header, MultiArrayDimension,
@@ -29,19 +41,25 @@ from visualization_msgs.msg import Marker, MarkerArray, MeshFile
 from .timing import AutowareTiming, float64_stamped, TIMING_TOPICS
 from ..frames.frame_path import Frame, FramePath, rgb_image_fields
 from ..frames.latency import format_value, FRAME_KEYS
+from ..outputs.detected_objects import detected_objects_message
 from ..outputs.grid_map import grid_map_message, GridMapLayers, types_by_name
 from ..outputs.object_markers import markers_message
 from ..outputs.objects import detections_message
 from ..sensors.camera import byte_array, features_image_fields
+from ..settings.config import OutputConfig
 
 # rclpy's classes of the messages the ROS-free builders make (grid_map.py, timing.py,
-# objects.py, object_markers.py).
+# objects.py, detected_objects.py, object_markers.py).
 MESSAGE_TYPES = types_by_name(GridMap, GridMapInfo, Header, Time, Pose, Point, Quaternion,
                               Float32MultiArray, MultiArrayLayout, MultiArrayDimension,
                               Float64Stamped, Detection3DArray, Detection3D, BoundingBox3D,
                               ObjectHypothesisWithPose, ObjectHypothesis, PoseWithCovariance,
                               Vector3, MarkerArray, Marker, MeshFile, CompressedImage, ColorRGBA,
-                              Duration)
+                              Duration, DetectedObjects, DetectedObject, ObjectClassification,
+                              DetectedObjectKinematics, Shape, TwistWithCovariance, Twist,
+                              Polygon)
+# output.objects_type -> the message class of ~/output/objects
+OBJECTS_CLASSES = {'vision_msgs': Detection3DArray, 'autoware': DetectedObjects}
 
 
 class FrameOutputs:
@@ -49,16 +67,20 @@ class FrameOutputs:
     Publishers and message building for processed frames (one configured pipeline).
 
     ``layers`` names the GridMap layers and ``bev_features`` says whether the features are
-    published; ``update`` replaces both when ``cameras.channel_names`` or
-    ``output.bev_features`` change live. ``classes``: the head's class names (``()`` without a
-    head: no objects publishers). ``start`` resets the Autoware cycle clock (at activation).
+    published; ``update`` replaces both (and the Autoware labels of ``output``) when
+    ``cameras.channel_names``, ``output.bev_features`` or ``output.autoware_labels`` change
+    live. ``classes``: the head's class names (``()`` without a head: no objects publishers).
+    ``output``: the objects' type (static) and labels. ``start`` resets the Autoware cycle
+    clock (at activation).
     """
 
     def __init__(self, create_publisher, layers: GridMapLayers, classes: tuple[str, ...] = (),
-                 bev_features: bool = True):
+                 bev_features: bool = True, output: OutputConfig = OutputConfig()):
         """Create the publishers with ``create_publisher`` (the node's or lifecycle node's)."""
         reliable = QoSProfile(depth=5)
         self.layers, self.bev_features, self.classes = layers, bev_features, tuple(classes)
+        self.output = output
+        self._wall = Clock()    # the system clock, as PublishedTimePublisher's rclcpp::Clock()
         self._timing = AutowareTiming(time.perf_counter())
         self.publishers = {
             'features': create_publisher(Image, '~/output/bev_features', reliable),
@@ -71,14 +93,20 @@ class FrameOutputs:
                for key, topic in TIMING_TOPICS.items()},
         }
         if self.classes:
-            self.publishers['objects'] = create_publisher(Detection3DArray, '~/output/objects',
-                                                          reliable)
+            self.publishers['objects'] = create_publisher(
+                OBJECTS_CLASSES[output.objects_type], '~/output/objects', reliable)
             self.publishers['markers'] = create_publisher(
                 MarkerArray, '~/output/objects_markers', reliable)
+            # Autoware's PublishedTimePublisher: QoS depth 1, reliable, volatile.
+            self.publishers['published_time'] = create_publisher(
+                PublishedTime, '~/output/objects/debug/published_time', QoSProfile(depth=1))
 
-    def update(self, layers: GridMapLayers, bev_features: bool) -> None:
-        """Take the GridMap layers and the features switch of a live parameter change."""
+    def update(self, layers: GridMapLayers, bev_features: bool,
+               output: OutputConfig | None = None) -> None:
+        """Take the GridMap layers, the features switch and the labels of a live change."""
         self.layers, self.bev_features = layers, bev_features
+        if output is not None:     # its objects_type is static: the same as before
+            self.output = output
 
     def start(self) -> None:
         """Count the next frame's cyclic time from now (activation)."""
@@ -134,8 +162,17 @@ class FrameOutputs:
         objects = frame.result.objects
         if 'objects' not in self.publishers or objects is None:
             return
-        self.publishers['objects'].publish(detections_message(
-            MESSAGE_TYPES, objects, self.classes, frame.stamp_ns, frame_id))
+        if self.output.objects_type == 'autoware':
+            msg = detected_objects_message(MESSAGE_TYPES, objects, self.classes,
+                                           self.output.autoware_labels, frame.stamp_ns, frame_id)
+        else:
+            msg = detections_message(MESSAGE_TYPES, objects, self.classes, frame.stamp_ns,
+                                     frame_id)
+        self.publishers['objects'].publish(msg)
+        published_time = self.publishers['published_time']
+        if published_time.get_subscription_count() > 0:
+            published_time.publish(PublishedTime(header=msg.header,
+                                                 published_stamp=self._wall.now().to_msg()))
         if self.publishers['markers'].get_subscription_count() > 0:
             self.publishers['markers'].publish(markers_message(
                 MESSAGE_TYPES, objects, self.classes, frame.stamp_ns, frame_id))

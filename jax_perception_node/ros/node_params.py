@@ -21,8 +21,9 @@ from rclpy.exceptions import (InvalidParameterTypeException, InvalidParameterVal
 from rclpy.parameter import Parameter
 
 from ..settings.live_params import plain
-from ..settings.parameters import (camera_keys, check_value, ConfigError, is_camera_name,
-                                   NODE_KEYS, ParamSpec, ros_type_error, spec_for)
+from ..settings.param_checks import check_value, ros_type_error
+from ..settings.parameters import (camera_keys, ConfigError, is_camera_name, NODE_KEYS,
+                                   ParamSpec, spec_for)
 
 ROS_TYPES = {
     'bool': Parameter.Type.BOOL, 'integer': Parameter.Type.INTEGER,

@@ -21,7 +21,7 @@ from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile, Rel
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from tf2_msgs.msg import TFMessage
 
-from .health import assess, CloudTimes, COUNTS, PERIOD_COUNTS
+from .health import assess, CloudTimes, COUNTS, PERIOD_COUNTS, RecentLatency
 from .node_outputs import FrameOutputs
 from .node_params import declare_parameters, read_parameters
 from ..core.pipeline import BevPipeline
@@ -90,9 +90,9 @@ class PerceptionCore:
             self.log.warning(f'executable store: {refusal}')
         self.values, self.cfg, self.pipe = values, cfg, pipe
         self.path = FramePath(cfg, pipe)
-        self.window = LatencyWindow(cfg.diagnostics.window)
+        self.window = LatencyWindow(cfg.diagnostics.window, cfg.diagnostics.latency_window_s)
         self.outputs = FrameOutputs(self._create_publisher, layers, pipe.head_classes,
-                                    cfg.output_bev_features)
+                                    cfg.output_bev_features, cfg.output)
         self._diagnostics_pub = self._create_publisher(DiagnosticArray, '/diagnostics',
                                                        QoSProfile(depth=5))
 
@@ -114,10 +114,11 @@ class PerceptionCore:
             subs.append(node.create_subscription(
                 CameraInfo, f'~/input/camera/{name}/camera_info',
                 lambda msg, name=name: self._on_camera_info(name, msg), qos_profile_sensor_data))
-        if self.pipe.num_sweeps > 1:
-            # Sensor-data QoS matches reliable and best-effort localization publishers alike.
-            subs.append(node.create_subscription(Odometry, '~/input/odometry',
-                                                 self._on_odometry, qos_profile_sensor_data))
+        # Accumulation and deskew take the ego motion from it with pose_source odometry (live,
+        # as are lidar.time_field and lidar.deskew: so always). Sensor-data QoS matches reliable
+        # and best-effort publishers alike.
+        subs.append(node.create_subscription(Odometry, '~/input/odometry', self._on_odometry,
+                                             qos_profile_sensor_data))
         self._subscriptions = subs
         self._subscribe_tf()
         with self._lock:
@@ -213,9 +214,13 @@ class PerceptionCore:
             self._timer = timer
         if cfg.diagnostics.window != self.cfg.diagnostics.window:
             with self._lock:
-                self.window = LatencyWindow(cfg.diagnostics.window)
+                self.window = LatencyWindow(cfg.diagnostics.window,
+                                            cfg.diagnostics.latency_window_s)
+        elif cfg.diagnostics.latency_window_s != self.cfg.diagnostics.latency_window_s:
+            with self._lock:
+                self.window.seconds = cfg.diagnostics.latency_window_s
         self.cfg = cfg
-        self.outputs.update(layers, cfg.output_bev_features)
+        self.outputs.update(layers, cfg.output_bev_features, cfg.output)
         if self._subscriptions:     # active: a switch to TF subscribes at once
             self._subscribe_tf()
 
@@ -321,6 +326,16 @@ class PerceptionCore:
                 f'point cloud has no field "{self.cfg.lidar_filter.intensity_field}" '
                 f'(lidar.intensity_field): intensity read as 0; its fields are '
                 f'{list(frame.fields_without_intensity)}', throttle_duration_sec=10.0)
+        if frame.fields_without_time:
+            self.log.warning(
+                f'point cloud has no field "{self.cfg.lidar_timing.field}" (lidar.time_field): '
+                f'not deskewed; its fields are {list(frame.fields_without_time)}',
+                throttle_duration_sec=10.0)
+        elif frame.without_motion:
+            source = self.cfg.accumulation.pose_source
+            self.log.warning(
+                f'no ego motion at the cloud stamp from {source} (accumulation.pose_source): not '
+                'deskewed', throttle_duration_sec=10.0)
         if frame.slots_refusal:       # once per refused set of poses; a moving edge: throttled
             self.log.warning(f'TF poses of {", ".join(frame.cameras_over_slots)} not applied, '
                              f'cameras masked: {frame.slots_refusal}',
@@ -341,11 +356,14 @@ class PerceptionCore:
             self._bump('cameras_over_slots', len(frame.cameras_over_slots))
             self._bump('empty_clouds', int(frame.empty))
             self._bump('clouds_without_intensity', int(bool(frame.fields_without_intensity)))
+            self._bump('deskewed', int(frame.deskewed))
+            self._bump('clouds_without_time', int(bool(frame.fields_without_time)))
+            self._bump('frames_without_motion', int(frame.without_motion))
             if not frame.empty:     # published, but no sign of a working LiDAR
                 times = self._times
                 self._times = CloudTimes(times.first, times.last, now)
             self._stale = frame.stale
-            self.window.add(record)
+            self.window.add(record, now)
 
     # -- diagnostics ---------------------------------------------------------------------------
 
@@ -353,14 +371,17 @@ class PerceptionCore:
         """Roll up counts, latency percentiles, level and reason into one status (health.py)."""
         diagnostics = self.cfg.diagnostics
         node_name = self.node.get_fully_qualified_name()
+        now = time.monotonic()
         with self._lock:
             counts, period, times = dict(self.counts), self._period, self._times
             self._period = dict.fromkeys(PERIOD_COUNTS, 0)
             latency = {key: self.window.stats(key) for key in ('total_ms', 'age_ms')}
+            recent = RecentLatency(self.window.recent('total_ms', now)['p99'],
+                                   self.window.seconds)
             stale = self._stale
-        health = assess(counts, period, times, time.monotonic(), latency, stale,
+        health = assess(counts, period, times, now, latency, stale,
                         self.pipe.compiles_after_warmup, self.pipe.padder.capacity,
-                        diagnostics.lidar_timeout_s, diagnostics.latency_budget_ms)
+                        diagnostics.lidar_timeout_s, diagnostics.latency_budget_ms, recent)
         return DiagnosticStatus(   # level is a ROS byte field: bytes, not int
             level=bytes([health.level]), name=f'{node_name}: pipeline',
             hardware_id=node_name, message=health.message,

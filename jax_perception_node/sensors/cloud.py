@@ -1,55 +1,51 @@
 """
-PointCloud2 -> float32 (x, y, z, intensity) rows, without ROS.
+PointCloud2 -> float32 (x, y, z, intensity) rows and per-point times, without ROS.
 
 Message fields are read by attribute, so an rclpy ``sensor_msgs.msg.PointCloud2`` (``data`` an
 ``array.array('B')``) and a ``rosbags`` message (``data`` a uint8 NumPy array) both work, as does
 anything with the same attributes and a bytes-like ``data``.
 
-The layout is validated from the header alone before anything sized from it is allocated, so a
-corrupt or hostile header costs a :class:`CloudFormatError`, never a huge allocation. Fields are
-found by name (``x``, ``y``, ``z`` required, the intensity optional: ``intensity`` unless the
-caller names another field, as Ouster's ``signal`` or ``reflectivity``), may have any PointField
-datatype and either byte order, and may sit anywhere inside a padded ``point_step``; organized
-clouds (``height > 1``) are flattened row-major, skipping any padding at the end of each row.
-Fields other than these four are ignored, whatever they contain.
+The layout is validated from the header alone before anything sized from it is allocated
+(``cloud_layout``), so a corrupt or hostile header costs a :class:`CloudFormatError`, never a
+huge allocation. Fields are found by name (``x``, ``y``, ``z`` required, the intensity optional:
+``intensity`` unless the caller names another field, as Ouster's ``signal`` or
+``reflectivity``), may have any PointField datatype and either byte order, and may sit anywhere
+inside a padded ``point_step``; organized clouds (``height > 1``) are flattened row-major,
+skipping any padding at the end of each row. Fields other than these (and a time field asked
+for by name) are ignored, whatever they contain. Each cloud is read through one structured view
+of its bytes with a constant few vectorized copies, whatever its layout.
 """
-
-from collections import namedtuple
 
 import numpy as np
 
+from .cloud_layout import (byte_view, check_layout, CloudFormatError, copy_points, gather,
+                           is_flat, POINTFIELD_DTYPES, records, row_index)
 from ..settings.channels import MAX_ABS_INPUT
 
-
-class CloudFormatError(ValueError):
-    """A PointCloud2 cannot be decoded; the message names the problem (field, sizes)."""
-
-
-# sensor_msgs/PointField datatype constant -> NumPy (and struct) type character.
-POINTFIELD_DTYPES: dict[int, str] = {
-    1: 'b',   # INT8
-    2: 'B',   # UINT8
-    3: 'h',   # INT16
-    4: 'H',   # UINT16
-    5: 'i',   # INT32
-    6: 'I',   # UINT32
-    7: 'f',   # FLOAT32
-    8: 'd',   # FLOAT64
-}
+__all__ = ['byte_view', 'CloudFormatError', 'has_valid_point', 'keep_rows', 'OVERFLOW_POLICIES',
+           'point_count', 'POINTFIELD_DTYPES', 'read_points', 'read_times', 'returns',
+           'TIME_FIELDS', 'TIME_REFERENCES', 'UNITS_PER_SECOND']
 
 OVERFLOW_POLICIES = ('subsample', 'truncate')
-OUTPUT_FIELDS = ('x', 'y', 'z', 'intensity')
-REQUIRED_FIELDS = ('x', 'y', 'z')
-
-# One native x, y, z, intensity point as an opaque 16-byte item.
-_POINT = np.dtype((np.void, 16))
-# What the header says, checked: dtypes maps each present output field to (offset, dtype).
-_Layout = namedtuple('_Layout', 'height width point_step row_step dtypes')
+# Time units -> units per second (exact integers: the stamp in units is then exact).
+UNITS_PER_SECOND = {'s': 1, 'ms': 10 ** 3, 'us': 10 ** 6, 'ns': 10 ** 9}
+TIME_REFERENCES = ('stamp', 'absolute')
+# The per-point time of the common drivers: driver -> (field, unit, reference). 'stamp': the
+# values are offsets from header.stamp; 'absolute': times since the epoch.
+TIME_FIELDS: dict[str, tuple[str, str, str]] = {
+    'velodyne': ('time', 's', 'stamp'),              # velodyne_pointcloud XYZIRT, float32
+    'ouster': ('t', 'ns', 'stamp'),                  # ouster-ros, every point type, uint32
+    'hesai': ('timestamp', 's', 'absolute'),         # HesaiLidar_ROS_2.0, float64
+    'robosense': ('timestamp', 's', 'absolute'),     # rslidar_sdk XYZIRT, float64
+    'livox': ('timestamp', 'ns', 'absolute'),        # livox_ros_driver2, float64
+    'autoware_xyzircaedt': ('time_stamp', 'ns', 'stamp'),   # PointXYZIRCAEDT, uint32
+}
+_NS_PER_S = 10 ** 9
 
 
 def point_count(msg) -> int:
     """Validate the layout like :func:`read_points` and return height * width."""
-    layout = _layout(msg, byte_view(msg.data).size)
+    layout = check_layout(msg, byte_view(msg.data).size)
     return layout.height * layout.width
 
 
@@ -64,14 +60,11 @@ def returns(msg, intensity_field: str = 'intensity') -> np.ndarray | None:
     unorganized cloud is taken at its word (no pass), as is one whose x is an integer type.
     """
     raw = byte_view(msg.data)
-    layout = _layout(msg, raw.size, intensity_field)
-    height, width, point_step, row_step = layout[:4]
-    offset, dtype = layout.dtypes['x']
-    if (height <= 1 and msg.is_dense) or dtype.kind != 'f' or not height * width:
+    layout = check_layout(msg, raw.size, intensity_field)
+    height, width = layout.height, layout.width
+    if (height <= 1 and msg.is_dense) or layout.dtypes['x'][1].kind != 'f' or not height * width:
         return None
-    x = np.ndarray((height, width), dtype, buffer=raw, offset=offset,
-                   strides=(row_step, point_step))
-    finite = np.isfinite(x)
+    finite = np.isfinite(records(raw, layout)['x'])
     return None if finite.all() else np.flatnonzero(finite)
 
 
@@ -95,64 +88,127 @@ def read_points(msg, max_points: int | None = None, policy: str = 'subsample',
 
     With ``out`` (a C-contiguous float32[B, 4] with B >= M, such as a bucket buffer) the rows
     are converted straight into ``out[:M]``, which is returned: no array of its own, and rows
-    at or past M are left as they are. The header is checked before ``out`` is touched. There,
-    x, y, z and intensity as 16 contiguous native float32 bytes at any offset of a point are
-    copied as one 16-byte item per point; other layouts are converted field by field.
+    at or past M are left as they are. The header is checked before ``out`` is touched.
+    Float32 x, y, z at 4-byte steps (any offset, either byte order) are copied as one 16-byte
+    item per point with whatever follows them, then the intensity is written; other layouts
+    take one cast per field (``cloud_layout.copy_points``).
     """
-    if policy not in OVERFLOW_POLICIES:
-        raise ValueError(f'policy must be one of {OVERFLOW_POLICIES}, got {policy!r}')
-    if max_points is not None and max_points < 0:
-        raise ValueError(f'max_points must be >= 0, got {max_points}')
+    _check_selection(policy, max_points)
     raw = byte_view(msg.data)
-    layout = _layout(msg, raw.size, intensity_field)
-    height, width, point_step, row_step = layout[:4]
-    selected = rows
-    num_points = height * width if selected is None else len(selected)
+    layout = check_layout(msg, raw.size, intensity_field)
+    num_points = layout.height * layout.width if rows is None else len(rows)
     kept = num_points if max_points is None else min(num_points, max_points)
     if out is not None:
         _check_out(out, kept)
     if num_points == 0:
         return (np.empty((0, 4), np.float32) if out is None else out[:0]), 0
 
-    rows = _rows_read(num_points, max_points, policy, selected)
-    # Unpadded rows (or a single row) make the cloud one run of points with a fixed stride.
-    flat = height == 1 or row_step == width * point_step
-
-    start = _xyzi_start(layout)
-    if out is not None and start is not None:
-        _copy_xyzi(raw, layout, start, rows, out[:kept].view(_POINT).reshape(kept))
-        return out[:kept], num_points
-    if flat and start == 0 and point_step % 4 == 0:
-        view = np.ndarray((height * width, 4), np.float32, buffer=raw, strides=(point_step, 4))
-        return (view if rows is None else view[rows]), num_points
-
-    dtype = np.dtype({
-        'names': list(layout.dtypes),
-        'formats': [dt for _, dt in layout.dtypes.values()],
-        'offsets': [offset for offset, _ in layout.dtypes.values()],
-        'itemsize': point_step,
-    })
-    if flat:
-        records = np.ndarray((height * width,), dtype, buffer=raw, strides=(point_step,))
-        index = slice(None) if rows is None else rows
-    else:
-        records = np.ndarray((height, width), dtype, buffer=raw, strides=(row_step, point_step))
-        if isinstance(rows, slice):
-            rows = np.arange(*rows.indices(num_points))
-        # All rows: assign through a (height, width) view of each output column instead.
-        index = None if rows is None else np.divmod(rows, width)
-
+    rows = _rows_read(num_points, max_points, policy, rows)
+    if out is None:
+        view = _xyzi_view(raw, layout)
+        if view is not None:
+            return (view if rows is None else view[rows]), num_points
     points = np.empty((kept, 4), np.float32) if out is None else out[:kept]
-    # float64 -> float32 overflow becomes Inf, which the kernel drops like any non-finite value.
-    with np.errstate(over='ignore', invalid='ignore'):
-        for k, name in enumerate(OUTPUT_FIELDS):
-            if name not in layout.dtypes:
-                points[:, k] = 0.0
-            elif index is None:
-                points[:, k].reshape(height, width)[...] = records[name]
-            else:
-                points[:, k] = records[name][index]
+    copy_points(raw, layout, rows, points)
     return points, num_points
+
+
+def read_times(msg, field: str, unit: str, reference: str, max_points: int | None = None,
+               policy: str = 'subsample', out: np.ndarray | None = None,
+               rows: np.ndarray | None = None) -> bool:
+    """
+    Write each kept point's time, float32 seconds after ``header.stamp``, into ``out[:M]``.
+
+    The rows are those :func:`read_points` keeps with the same ``max_points``, ``policy`` and
+    ``rows``, in the same order, so ``out[k]`` is the time of decoded point k. ``field`` names
+    the time field (any PointField datatype, either byte order; ``TIME_FIELDS`` lists the
+    common drivers'), ``unit`` is 's', 'ms', 'us' or 'ns', ``reference`` 'stamp' (the values
+    are offsets from header.stamp) or 'absolute' (times since the epoch: header.stamp is
+    subtracted in int64 for integer fields, else in float64 with the stamp's whole seconds
+    first, so 1.7e9 s or 1.7e18 ns keep their sub-microsecond offsets before the float32 cast).
+    NaN and Inf pass through: the deskew kernel moves a point whose time is NaN or
+    ``|t| >= 1`` s as if it were 0 (not at all).
+
+    Returns False, ``out`` untouched, when the cloud has no field named ``field``; True once
+    written. ``out`` is a C-contiguous float32[B] with B >= M; with None nothing is written and
+    the answer only says whether the field is there. The layout (x, y, z and the time field:
+    count 1, inside ``point_step``) is checked first: a CloudFormatError names the field.
+    """
+    if unit not in UNITS_PER_SECOND:
+        raise ValueError(f'unit must be one of {tuple(UNITS_PER_SECOND)}, got {unit!r}')
+    if reference not in TIME_REFERENCES:
+        raise ValueError(f'reference must be one of {TIME_REFERENCES}, got {reference!r}')
+    _check_selection(policy, max_points)
+    raw = byte_view(msg.data)
+    layout = check_layout(msg, raw.size, None, field)
+    if 'time' not in layout.dtypes:
+        return False
+    if out is None:
+        return True
+    num_points = layout.height * layout.width if rows is None else len(rows)
+    kept = num_points if max_points is None else min(num_points, max_points)
+    if not (isinstance(out, np.ndarray) and out.dtype == np.float32 and out.ndim == 1
+            and out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError('out must be a writeable C-contiguous float32[B] array, got '
+                         f'{getattr(out, "dtype", type(out).__name__)} {np.shape(out)}')
+    if out.shape[0] < kept:
+        raise ValueError(f'out has {out.shape[0]} rows, the cloud needs {kept}')
+    if kept:
+        index = row_index(layout, _rows_read(num_points, max_points, policy, rows))
+        stamp = msg.header.stamp if reference == 'absolute' else None
+        _seconds(records(raw, layout)['time'], index, UNITS_PER_SECOND[unit], stamp,
+                 out[:kept])
+    return True
+
+
+def _seconds(times: np.ndarray, index, per_s: int, stamp, into: np.ndarray) -> None:
+    """
+    Write ``times[index]`` (``per_s`` units a second) into ``into`` as seconds after ``stamp``.
+
+    ``stamp`` None: the times are offsets already. The stamp in units is split into whole
+    units (subtracted exactly: int64, or a float64 that holds sec * per_s exactly) and the
+    rest, so an absolute time keeps the precision of its offset from the stamp.
+    """
+    with np.errstate(over='ignore', invalid='ignore'):
+        if stamp is None and per_s == 1:
+            gather(into, times, index)
+            return
+        integer = times.dtype.kind in 'iu'
+        values = np.empty(len(into), np.int64 if integer else np.float64)
+        gather(values, times, index)
+        if stamp is not None:
+            sec, nanosec = int(stamp.sec), int(stamp.nanosec)
+            whole, part = divmod(nanosec * per_s, _NS_PER_S)
+            if integer:
+                values -= sec * per_s + whole
+                values = values.astype(np.float64)
+            else:
+                values -= float(sec * per_s)
+                if whole:
+                    values -= whole
+            if part:
+                values -= part / _NS_PER_S
+        np.divide(values, float(per_s), out=into, casting='same_kind')
+
+
+def _check_selection(policy: str, max_points: int | None) -> None:
+    """Refuse an unknown overflow policy or a negative ``max_points`` (a caller's bug)."""
+    if policy not in OVERFLOW_POLICIES:
+        raise ValueError(f'policy must be one of {OVERFLOW_POLICIES}, got {policy!r}')
+    if max_points is not None and max_points < 0:
+        raise ValueError(f'max_points must be >= 0, got {max_points}')
+
+
+def _xyzi_view(raw: np.ndarray, layout) -> np.ndarray | None:
+    """float32[N, 4] view of the message when x, y, z, intensity are native float32 at 0..16."""
+    native = np.dtype(np.float32)
+    if (list(layout.dtypes) == ['x', 'y', 'z', 'intensity'] and is_flat(layout)
+            and layout.point_step % 4 == 0
+            and all(layout.dtypes[name] == (4 * k, native)
+                    for k, name in enumerate(('x', 'y', 'z', 'intensity')))):
+        return np.ndarray((layout.height * layout.width, 4), np.float32, buffer=raw,
+                          strides=(layout.point_step, 4))
+    return None
 
 
 def _rows_read(num_points: int, max_points: int | None, policy: str,
@@ -217,110 +273,3 @@ def keep_rows(num_points: int, capacity: int, policy: str) -> slice | np.ndarray
     quotient, remainder = divmod(num_points, capacity)
     i = np.arange(capacity, dtype=np.int64)
     return i * quotient + (i * remainder) // capacity
-
-
-def byte_view(data, error: type[Exception] = CloudFormatError) -> np.ndarray:
-    """
-    Return ``msg.data`` as a flat uint8 array without copying (bytes, array.array, NumPy).
-
-    Raises ``error`` (the caller's layer's exception) when ``data`` is no byte buffer.
-    """
-    if isinstance(data, np.ndarray):
-        # A rosbags array may be a strided slice, which the buffer protocol cannot export.
-        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    try:
-        return np.frombuffer(memoryview(data).cast('B'), np.uint8)
-    except TypeError:
-        # A plain sequence of ints (a hand-built message): one copy.
-        try:
-            return np.asarray(data, dtype=np.uint8).reshape(-1)
-        except (TypeError, ValueError, OverflowError):
-            raise error(f'data of type {type(data).__name__} is not a byte buffer') from None
-
-
-def _layout(msg, num_bytes: int, intensity_field: str = 'intensity') -> _Layout:
-    """
-    Check the header against the data size; every failure is a CloudFormatError.
-
-    The field named ``intensity_field`` is read as the intensity (a field named ``intensity``
-    is then ignored, like any other).
-    """
-    # int() first: NumPy scalars from a foreign message would wrap around in the products.
-    height, width = int(msg.height), int(msg.width)
-    point_step, row_step = int(msg.point_step), int(msg.row_step)
-    for name, value in (('height', height), ('width', width), ('point_step', point_step),
-                        ('row_step', row_step)):
-        if value < 0:
-            raise CloudFormatError(f'{name} {value} is negative')
-    if point_step == 0:
-        raise CloudFormatError('point_step is 0')
-
-    endian = '>' if msg.is_bigendian else '<'
-    dtypes = {}
-    for field in msg.fields:
-        name = 'intensity' if field.name == intensity_field else field.name
-        if name not in OUTPUT_FIELDS or (name == 'intensity' and field.name != intensity_field):
-            continue
-        if name in dtypes:
-            raise CloudFormatError(f'duplicate field "{field.name}"')
-        datatype, offset, count = int(field.datatype), int(field.offset), int(field.count)
-        if datatype not in POINTFIELD_DTYPES:
-            raise CloudFormatError(f'field "{field.name}": unknown datatype {datatype}')
-        if count != 1:
-            raise CloudFormatError(f'field "{field.name}": count {count}, expected 1')
-        dtype = np.dtype(endian + POINTFIELD_DTYPES[datatype])
-        if offset < 0 or offset + dtype.itemsize > point_step:
-            raise CloudFormatError(
-                f'field "{field.name}": bytes {offset}..{offset + dtype.itemsize} extend past '
-                f'point_step {point_step}')
-        dtypes[name] = (offset, dtype)
-    for name in REQUIRED_FIELDS:
-        if name not in dtypes:
-            raise CloudFormatError(f'missing field "{name}"')
-
-    if row_step < width * point_step:
-        raise CloudFormatError(
-            f'row_step {row_step} < width {width} * point_step {point_step}')
-    if num_bytes < row_step * height:
-        raise CloudFormatError(
-            f'data has {num_bytes} bytes, expected row_step {row_step} * height {height} = '
-            f'{row_step * height} bytes')
-    # Keep the output order x, y, z, intensity whatever order the message lists them in.
-    ordered = {name: dtypes[name] for name in OUTPUT_FIELDS if name in dtypes}
-    return _Layout(height, width, point_step, row_step, ordered)
-
-
-def _xyzi_start(layout: _Layout) -> int | None:
-    """Offset of x when x, y, z, intensity are native float32 at 4-byte steps from it."""
-    if list(layout.dtypes) != list(OUTPUT_FIELDS):
-        return None
-    start, native = layout.dtypes['x'][0], np.dtype(np.float32)
-    if all(layout.dtypes[name] == (start + 4 * k, native)
-           for k, name in enumerate(OUTPUT_FIELDS)):
-        return start
-    return None
-
-
-def _copy_xyzi(raw: np.ndarray, layout: _Layout, start: int, rows, into: np.ndarray) -> None:
-    """
-    Copy the kept points, whole 16-byte x, y, z, intensity runs, into ``into`` (_POINT[M]).
-
-    Copied as opaque items (bit for bit, alignment free): a strided float32 copy is ~8x slower.
-    """
-    height, width, point_step, row_step = layout[:4]
-    if height == 1 or row_step == width * point_step:
-        whole = np.ndarray((height * width,), _POINT, buffer=raw, offset=start,
-                           strides=(point_step,))
-        if isinstance(rows, np.ndarray):
-            np.take(whole, rows, out=into)
-        else:
-            into[...] = whole if rows is None else whole[rows]
-        return
-    whole = np.ndarray((height, width), _POINT, buffer=raw, offset=start,
-                       strides=(row_step, point_step))
-    if rows is None:
-        into.reshape(height, width)[...] = whole
-        return
-    if isinstance(rows, slice):
-        rows = np.arange(*rows.indices(height * width))
-    into[...] = whole[np.divmod(rows, width)]

@@ -12,28 +12,33 @@ that names the offending key.
 from dataclasses import dataclass
 import os
 from pathlib import Path
-import re
 import sys
 from typing import Any, Mapping
 
 import numpy as np
-import yaml
 
 from .channels import COVERAGE_CHANNEL, lidar_channels
 from .lidar_filter import lidar_filter, LidarFilter
+from .lidar_timing import lidar_timing, LidarTiming
 from .npz_file import read_npz
-from .parameters import (camera_defaults, camera_keys, check_ros_type, check_value, ConfigError,
-                         defaults, is_camera_name, NODE_KEYS, ros_value)
+from .param_checks import check_ros_type, check_value
+from .param_file import read_param_file
+from .parameters import (camera_defaults, camera_keys, ConfigError, defaults, is_camera_name,
+                         NODE_KEYS)
 from ..geometry.rotations import quaternion_matrix
 
-__all__ = ['AccumulationConfig', 'CameraConfig', 'config_from_parameters',
+__all__ = ['AccumulationConfig', 'autoware_labels', 'BondConfig', 'CameraConfig',
+           'config_from_parameters',
            'default_params_file', 'DiagnosticsConfig', 'FusionConfig',
-           'GridConfig', 'load_config', 'load_fusion_weights', 'PipelineConfig', 'Pose',
-           'read_param_file', 'write_param_file']
+           'GridConfig', 'load_config', 'load_fusion_weights', 'OutputConfig', 'PipelineConfig',
+           'Pose']
 
 # |W|, |b| of the fusion projection: a 1x1 projection's weights are O(1); with inputs within
 # channels.MAX_ABS_INPUT and thousands of channels, the products stay far below float32's max.
 MAX_FUSION_WEIGHT = 1e6
+# autoware_perception_msgs/ObjectClassification labels, in the message's order (0 .. 7).
+AUTOWARE_LABELS = ('UNKNOWN', 'CAR', 'TRUCK', 'BUS', 'TRAILER', 'MOTORCYCLE', 'BICYCLE',
+                   'PEDESTRIAN')
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,25 @@ class DiagnosticsConfig:
     window: int
     latency_budget_ms: float
     lidar_timeout_s: float
+    latency_window_s: float = 5.0     # the latency rule judges the frames of this recent time
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """What the node publishes besides the BEV: the objects' message type and labels."""
+
+    objects_type: str = 'vision_msgs'     # vision_msgs or autoware (static)
+    # head class -> Autoware ObjectClassification label name; classes not listed are UNKNOWN
+    autoware_labels: tuple[tuple[str, str], ...] = (('vehicle', 'CAR'),)
+
+
+@dataclass(frozen=True)
+class BondConfig:
+    """The bond the managed node keeps with Nav2's lifecycle manager once active (static)."""
+
+    enabled: bool = True
+    heartbeat_period_s: float = 0.1
+    heartbeat_timeout_s: float = 4.0
 
 
 @dataclass(frozen=True)
@@ -167,6 +191,9 @@ class PipelineConfig:
     head: HeadConfig = HeadConfig()
     output_bev_features: bool = True        # publish ~/output/bev_features
     lidar_filter: LidarFilter = LidarFilter()   # intensity field, range band, ego box (live)
+    lidar_timing: LidarTiming = LidarTiming()   # per-point time field and deskew (live)
+    output: OutputConfig = OutputConfig()
+    bond: BondConfig = BondConfig()
 
     @property
     def camera_channels(self) -> int:
@@ -182,75 +209,6 @@ class PipelineConfig:
     def fused_channels(self) -> int:
         """Channels before the optional projection: LiDAR (6, or 7 with accumulation) + C + 1."""
         return 6 + (self.accumulation.num_sweeps > 1) + self.camera_channels + 1
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
-    """Nested YAML mapping -> dotted keys, as ROS 2 does for parameters."""
-    flat = {}
-    for key, value in tree.items():
-        name = f'{prefix}{key}'
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, name + '.'))
-        else:
-            flat[name] = value
-    return flat
-
-
-class _RosLoader(yaml.SafeLoader):
-    """
-    A safe YAML loader that reads numbers as ROS does: ``1e300`` and ``1.0e5`` are doubles.
-
-    PyYAML (YAML 1.1) wants a dot and a signed exponent (``1.0e+5``) and reads the rest as
-    strings; rcl's parser takes whatever strtod takes. Reading them alike means a value the CLI
-    refuses is the value the node would refuse, with the same message.
-    """
-
-
-_RosLoader.add_implicit_resolver(
-    'tag:yaml.org,2002:float',
-    re.compile(r'^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$'),
-    list('-+.0123456789'))
-
-
-def read_param_file(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a ROS 2 param YAML and return its flat ``ros__parameters`` (first node section)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding='utf-8')
-    except OSError as exc:
-        raise ConfigError(f'params file {path}: {exc.strerror or exc}') from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f'params file {path}: not UTF-8 text ({exc.reason} at byte '
-                          f'{exc.start})') from None
-    try:
-        doc = yaml.load(text, Loader=_RosLoader)   # a SafeLoader: builds plain data only
-    except yaml.YAMLError as exc:
-        raise ConfigError(f'params file {path}: not valid YAML ({exc})') from None
-    if not isinstance(doc, Mapping):
-        raise ConfigError(f'params file {path}: expected a mapping of node names')
-    for section in doc.values():
-        if isinstance(section, Mapping) and isinstance(section.get('ros__parameters'), Mapping):
-            return flatten(section['ros__parameters'])
-    raise ConfigError(f'params file {path}: no "<node>: ros__parameters:" section')
-
-
-def write_param_file(params: Mapping[str, Any], path: str | os.PathLike) -> Path:
-    """
-    Write flat dotted parameters as a ROS 2 param file (``/**: ros__parameters:``).
-
-    Values are written with the types the node's typed parameters need (8 for a double is
-    written 8.0), so a file written here starts the node as it loads in Python.
-    """
-    tree: dict = {}
-    for key, value in params.items():
-        *parents, leaf = key.split('.')
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = ros_value(key, list(value) if isinstance(value, tuple) else value)
-    path = Path(path)
-    path.write_text(yaml.safe_dump({'/**': {'ros__parameters': tree}}))
-    return path
 
 
 def load_config(path: str | os.PathLike) -> PipelineConfig:
@@ -322,7 +280,8 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
         max_camera_lidar_delay_s=v['sync.max_camera_lidar_delay_s'],
         compilation_cache_dir=v['compilation_cache_dir'],
         diagnostics=DiagnosticsConfig(**{f: v[f'diagnostics.{f}'] for f in (
-            'period_s', 'window', 'latency_budget_ms', 'lidar_timeout_s')}),
+            'period_s', 'window', 'latency_budget_ms', 'lidar_timeout_s',
+            'latency_window_s')}),
         accumulation=AccumulationConfig(**{f: v[f'accumulation.{f}'] for f in (
             'num_sweeps', 'max_sweep_age_s', 'max_odometry_gap_s', 'pose_source',
             'fixed_frame')}),
@@ -330,7 +289,11 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
         channel_names=_channel_names(v['cameras.channel_names'], cameras),
         head=HeadConfig(**{f: v[f'head.{f}'] for f in (
             'module', 'weights', 'max_objects', 'score_threshold')}),
-        output_bev_features=v['output.bev_features'], lidar_filter=lidar_filter(v))
+        output_bev_features=v['output.bev_features'], lidar_filter=lidar_filter(v),
+        lidar_timing=lidar_timing(v), output=OutputConfig(
+            v['output.objects_type'], autoware_labels(v['output.autoware_labels'])),
+        bond=BondConfig(**{f: v[f'bond.{f}'] for f in (
+            'enabled', 'heartbeat_period_s', 'heartbeat_timeout_s')}))
     if fusion.weights_file:
         load_fusion_weights(cfg)   # validate now, not on the first frame
     if cfg.head.weights and not cfg.head.module:
@@ -372,6 +335,20 @@ def load_fusion_weights(cfg: PipelineConfig) -> tuple[np.ndarray, np.ndarray] | 
             raise ConfigError(f'{key}: {name} has a value of magnitude '
                               f'{float(np.abs(arr).max()):.3g}, more than {MAX_FUSION_WEIGHT:g}')
     return weights.astype(np.float32), bias.astype(np.float32)
+
+
+def autoware_labels(items: list[str]) -> tuple[tuple[str, str], ...]:
+    """Return the (head class, Autoware label) pairs of ``output.autoware_labels`` items."""
+    pairs = []
+    for item in items:
+        name, _, label = item.partition(':')
+        if not name or label not in AUTOWARE_LABELS:
+            raise ConfigError(f'output.autoware_labels: {item!r} is not class:LABEL with LABEL '
+                              f'one of {" | ".join(AUTOWARE_LABELS)}')
+        if name in dict(pairs):
+            raise ConfigError(f'output.autoware_labels: class {name!r} mapped twice')
+        pairs.append((name, label))
+    return tuple(pairs)
 
 
 def _camera(v: Mapping[str, Any], name: str) -> CameraConfig:

@@ -15,7 +15,6 @@ the node exports as ROS ranges. ``cameras.<name>.fx`` stands for every name in `
 """
 
 from dataclasses import dataclass
-import math
 from typing import Any
 
 CAMERA_PREFIX = 'cameras.<name>.'
@@ -170,6 +169,17 @@ SCHEMA: tuple[ParamSpec, ...] = (
        unit='m', minimum=1e-3, maximum=SPAN_M),
     _p('lidar.ego_box', 'double_array', [0.0] * 6, 'the body in the grid frame, x_min x_max '
        'y_min y_max z_min z_max: points inside are dropped; all 0 for none', **_BOX),
+    _p('lidar.time_field', 'string', '',
+       "the PointCloud2 field of each point's time (time, t, timestamp, time_stamp: "
+       "docs/integrators.md lists the drivers'); '' for none (no deskew)"),
+    _p('lidar.time_unit', 'string', 's', 'the unit of lidar.time_field',
+       choices=('s', 'ms', 'us', 'ns')),
+    _p('lidar.time_reference', 'string', 'stamp',
+       'lidar.time_field counts from the header stamp (stamp) or from the epoch (absolute)',
+       choices=('stamp', 'absolute')),
+    _p('lidar.deskew', 'bool', True,
+       "move each point to where it was at the cloud's stamp, by the ego motion over its time "
+       '(lidar.time_field; the motion from accumulation.pose_source)'),
     _p('buckets', 'integer_array', [16384, 32768, 65536, 131072],
        'capacities, strictly ascending; one compiled executable each', unit='points',
        minimum=1, maximum=MAX_POINTS, static=SHAPES),
@@ -258,11 +268,32 @@ SCHEMA: tuple[ParamSpec, ...] = (
     _p('output.bev_features', 'bool', True,
        'publish ~/output/bev_features (3.9 MB a frame at the default grid); false for '
        'deployments that only want objects (bev_image and bev_grid_map stay on demand)'),
+    _p('output.objects_type', 'string', 'vision_msgs',
+       'the type of ~/output/objects: vision_msgs (Detection3DArray) or autoware '
+       '(autoware_perception_msgs/DetectedObjects)', choices=('vision_msgs', 'autoware'),
+       static=BUILT),
+    _p('output.autoware_labels', 'string_array',
+       ['vehicle:CAR', 'car:CAR', 'truck:TRUCK', 'bus:BUS', 'trailer:TRAILER',
+        'motorcycle:MOTORCYCLE', 'bicycle:BICYCLE', 'cyclist:BICYCLE',
+        'pedestrian:PEDESTRIAN'],
+       "head class to Autoware label, 'class:LABEL' each; a class not listed is UNKNOWN",
+       nonempty=True),
+    _p('bond.enabled', 'bool', True,
+       "the managed node keeps a bond with Nav2's lifecycle manager once active (topic /bond)",
+       static=BUILT),
+    _s('bond.heartbeat_period_s', 0.1, 'time between bond heartbeats', 1e-3, HOUR_S,
+       static=BUILT),
+    _s('bond.heartbeat_timeout_s', 4.0, 'the peer is gone after this long without its heartbeat',
+       1e-3, HOUR_S, static=BUILT),
     _s('diagnostics.period_s', 1.0, 'time between /diagnostics messages', 1e-3, HOUR_S),
     _p('diagnostics.window', 'integer', 300, 'length of the rolling latency window',
        unit='frames', minimum=1, maximum=100000),
-    _p('diagnostics.latency_budget_ms', 'double', 100.0, 'WARN when total_ms p99 exceeds it',
+    _p('diagnostics.latency_budget_ms', 'double', 100.0,
+       'WARN when the p99 of total_ms over diagnostics.latency_window_s exceeds it',
        unit='ms', minimum=1e-3, maximum=60000.0),
+    _s('diagnostics.latency_window_s', 5.0,
+       'the latency rule judges the frames of this recent time: an outlier clears after it',
+       1e-3, DAY_S),
     _s('diagnostics.lidar_timeout_s', 1.0, 'time without a LiDAR frame before ERROR',
        1e-3, DAY_S),
 )
@@ -311,140 +342,3 @@ def camera_defaults(name: str) -> dict[str, Any]:
 
 def _copy(value: Any) -> Any:
     return list(value) if isinstance(value, list) else value
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _as_float(value: Any) -> float | None:
-    """Return a number as a finite float, None for anything else (inf, nan, 10**400, 'x')."""
-    if not _is_number(value):
-        return None
-    try:
-        value = float(value)
-    except OverflowError:          # an int beyond float range
-        return None
-    return value if math.isfinite(value) else None
-
-
-def check_value(key: str, value: Any) -> Any:
-    """
-    Check a value against the schema entry of ``key``; return it as plain Python.
-
-    Doubles come back as float (an integer is accepted: Python callers write 8 for 8.0; the
-    ROS node is stricter, its typed parameters refuse it), arrays as lists. Raises
-    :class:`ConfigError` ``'<key>: <problem>, got <value>'``; ``None`` means 'required'.
-    """
-    spec = spec_for(key)
-    if spec is None:
-        raise ConfigError(f'{key}: unknown parameter')
-    if value is None:
-        raise ConfigError(f'{key}: {"required" if spec.default is None else "missing"}')
-    if spec.ros_type in ARRAY_TYPES:
-        return _check_array(spec, key, value)
-    return _check_scalar(spec, key, value)
-
-
-def _check_scalar(spec: ParamSpec, key: str, value: Any) -> Any:
-    kind = spec.ros_type
-    if kind == 'bool':
-        if not isinstance(value, bool):
-            raise ConfigError(f'{key}: expected true or false, got {value!r}')
-        return value
-    if kind == 'string':
-        if not isinstance(value, str):
-            raise ConfigError(f'{key}: expected a string, got {value!r}')
-        if spec.nonempty and not value:
-            raise ConfigError(f'{key}: must not be empty')
-        if spec.choices and value not in spec.choices:
-            raise ConfigError(f'{key}: expected one of {" | ".join(spec.choices)}, '
-                              f'got {value!r}')
-        return value
-    if kind == 'integer' and not _is_int(value):
-        raise ConfigError(f'{key}: expected an integer, got {value!r}')
-    if kind == 'double':
-        if not _is_number(value):
-            raise ConfigError(f'{key}: expected a number, got {value!r}')
-        number = _as_float(value)
-        if number is None:
-            raise ConfigError(f'{key}: must be finite and within {spec.bounds_text()}, '
-                              f'got {_shown(value)}')
-        value = number
-    _check_bounds(spec, key, value, value)
-    return value
-
-
-def _shown(value: Any) -> str:
-    """Return a value for a message: floats as %g, huge integers shortened."""
-    if isinstance(value, float):
-        return f'{value:g}'
-    if isinstance(value, list):
-        return '[' + ', '.join(_shown(v) for v in value) + ']'
-    text = repr(value)
-    return text if len(text) <= 24 else f'{text[:8]}...({len(text)} digits)'
-
-
-def _check_bounds(spec: ParamSpec, key: str, value: float, shown: Any) -> None:
-    lo, hi = spec.minimum, spec.maximum
-    if lo is not None and value < lo:
-        raise ConfigError(f'{key}: must be >= {number_text(lo)}, got {_shown(shown)}')
-    if hi is not None and value > hi:
-        raise ConfigError(f'{key}: must be <= {number_text(hi)}, got {_shown(shown)}')
-
-
-def _check_array(spec: ParamSpec, key: str, value: Any) -> list:
-    if isinstance(value, (str, bytes)) or not hasattr(value, '__len__'):
-        raise ConfigError(f'{key}: expected a list, got {value!r}')
-    items = list(value)
-    kind = spec.item_type
-    if kind == 'double':
-        floats = [_as_float(v) for v in items]
-        if None in floats or (spec.length is not None and len(items) != spec.length):
-            count = f'{spec.length} finite numbers' if spec.length else 'finite numbers'
-            raise ConfigError(f'{key}: expected {count}, got {_shown(items)}')
-        items = floats
-    elif kind == 'integer' and not all(_is_int(v) for v in items):
-        raise ConfigError(f'{key}: expected a list of integers, got {items!r}')
-    elif kind == 'string' and not all(isinstance(v, str) for v in items):
-        raise ConfigError(f'{key}: expected a list of strings, got {items!r}')
-    elif kind == 'string' and spec.nonempty and not all(items):
-        raise ConfigError(f'{key}: an empty name in {items!r}')
-    if spec.length is not None and len(items) != spec.length:
-        raise ConfigError(f'{key}: expected {spec.length} items, got {items!r}')
-    for item in items:
-        _check_bounds(spec, key, item, items)
-    return items
-
-
-def ros_type_error(key: str, given: str) -> str:
-    """Return the message for a value of the wrong ROS type, e.g. an integer for a double."""
-    spec = spec_for(key)
-    hint = ' (ROS parameters are typed: write 40.0, not 40)' if spec.item_type == 'double' else ''
-    return f'{key}: expected {spec.type_label}{hint}, got {given}'
-
-
-def check_ros_type(key: str, value: Any) -> None:
-    """Refuse what a typed ROS parameter refuses and :func:`check_value` lets by: 40 for 40.0."""
-    spec = spec_for(key)
-    if spec is None or spec.item_type != 'double':
-        return
-    items = value if spec.ros_type == 'double_array' and isinstance(value, list) else [value]
-    if any(_is_int(v) for v in items):
-        raise ConfigError(ros_type_error(key, f'{value!r} (integer)'))
-
-
-def ros_value(key: str, value: Any) -> Any:
-    """Return ``value`` with the Python types a typed ROS parameter of ``key`` needs (8 -> 8.0)."""
-    spec = spec_for(key)
-    if spec is None or spec.item_type != 'double':
-        return value
-    if spec.ros_type == 'double':
-        return float(value) if _is_number(value) else value
-    if isinstance(value, (list, tuple)):
-        return [float(v) if _is_number(v) else v for v in value]
-    return value

@@ -9,7 +9,6 @@ end with one line too (exit 130 and 143), after the replay removed its unfinishe
 
 import argparse
 import contextlib
-from dataclasses import replace
 import json
 import os
 from pathlib import Path
@@ -118,17 +117,16 @@ def _replaceable_bag(out: Path) -> None:
 
 def cmd_sample_bag(args) -> int:
     """Write the synthetic drive as an MCAP bag."""
-    from .synthetic_drive import LidarModel, write_sample_bag
+    from .synthetic_drive import EGO_SPEED, MAX_EGO_SPEED, sensor_model, write_sample_bag
     out = Path(args.out)
     number(args.seconds, '--seconds', 0.0, low_open=True, unit=' s')
+    number(args.speed, '--speed', 0.0, MAX_EGO_SPEED, low_open=True, unit=' m/s')
     cfg = _load(args)
     if args.cameras is not None and not 0 <= args.cameras <= len(cfg.cameras):
         raise UsageError(f'--cameras {args.cameras}: the params configure {len(cfg.cameras)}')
-    changes = {k: v for k, v in (('beams', args.beams), ('azimuth_steps', args.azimuth_steps),
-                                 ('range_noise_m', args.range_noise),
-                                 ('dropout', args.dropout)) if v is not None}
     try:
-        lidar = replace(LidarModel(), **changes)
+        lidar = sensor_model(args.lidar, args.beams, azimuth_steps=args.azimuth_steps,
+                             range_noise_m=args.range_noise, dropout=args.dropout)
     except ValueError as exc:
         raise UsageError(f'sample-bag: {exc}') from None
     # Everything is checked before an old bag is deleted: a refused run loses nothing.
@@ -142,12 +140,13 @@ def cmd_sample_bag(args) -> int:
         shutil.rmtree(out) if out.is_dir() and not out.is_symlink() else out.unlink()
     try:
         summary = write_sample_bag(out, cfg, seconds=args.seconds, num_cameras=args.cameras,
-                                   seed=args.seed, lidar=lidar)
+                                   seed=args.seed, lidar=lidar, ego_speed=args.speed or EGO_SPEED,
+                                   instant_sweep=args.instant_sweep, lidars=args.lidars)
     except ValueError as exc:
         raise UsageError(f'sample-bag: {exc}') from None
     except OSError as exc:
         raise UsageError(f'{out}: cannot write: {exc.strerror or exc}') from None
-    print(f'wrote {out}: ' + ', '.join(f'{k} {v}' for k, v in summary.items()))
+    print(f'wrote {out}: ' + ', '.join(f'{k} {v}' for k, v in summary.items() if k != 'lidars'))
     return 0
 
 
@@ -337,17 +336,7 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
         p.add_argument('--params', help='ROS 2 param file (default: the shipped one)')
         return p
 
-    p = with_params(sub.add_parser('sample-bag', help='write the synthetic drive bag'))
-    p.add_argument('out')
-    p.add_argument('--seconds', type=float, default=8.0)
-    p.add_argument('--cameras', type=int, default=None, help='first N configured cameras')
-    p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--force', action='store_true', help='replace OUT if it exists')
-    p.add_argument('--beams', type=int, help='LiDAR beams (default 64)')
-    p.add_argument('--azimuth-steps', type=int, help='LiDAR columns per turn (default 2048)')
-    p.add_argument('--range-noise', type=float, help='LiDAR range noise sigma, m (0.02)')
-    p.add_argument('--dropout', type=float, help='probability a return is lost (0.02)')
-    p.set_defaults(func=cmd_sample_bag)
+    _add_sample_bag(with_params(sub.add_parser('sample-bag', help='write the synthetic drive')))
 
     p = _with_topics(with_params(sub.add_parser(
         'replay', help='offline replay of a bag, or of many on a Ray cluster')))
@@ -402,6 +391,23 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
         train.add_arguments(p)
         p.set_defaults(func=train.cmd_train)
     return parser
+
+
+def _add_sample_bag(p: argparse.ArgumentParser) -> None:
+    p.add_argument('out')
+    p.add_argument('--seconds', type=float, default=8.0)
+    p.add_argument('--cameras', type=int, default=None, help='first N configured cameras')
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--force', action='store_true', help='replace OUT if it exists')
+    p.add_argument('--lidar', metavar='PRESET', help='VLP-16, HDL-32E, HDL-64E, OS1-128, Pandar64')
+    p.add_argument('--lidars', choices=('one', 'three'), default='one', help='three: top+sides')
+    p.add_argument('--speed', type=float, metavar='M/S', help='ego speed, <= 25 m/s (10)')
+    p.add_argument('--instant-sweep', action='store_true', help='all columns fire at the stamp')
+    p.add_argument('--beams', type=int, help="LiDAR beams, even over the preset's field (64)")
+    p.add_argument('--azimuth-steps', type=int, help='LiDAR columns per turn (default 2048)')
+    p.add_argument('--range-noise', type=float, help='LiDAR range noise sigma, m (0.02)')
+    p.add_argument('--dropout', type=float, help='probability a return is lost (0.02)')
+    p.set_defaults(func=cmd_sample_bag)
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:

@@ -29,14 +29,18 @@ from .processes import console_script, local_ros_env, stop_process
 RECORDED_TOPICS = {bagio.FEATURES_TOPIC: bagio.IMAGE_TYPE,
                    bagio.LATENCY_TOPIC: bagio.DIAGNOSTICS_TYPE,
                    bagio.DIAGNOSTICS_TOPIC: bagio.DIAGNOSTICS_TYPE}
-# Recorded too when a head is configured: its objects, and the ground truth played beside them.
-HEAD_TOPICS = {bagio.OBJECTS_TOPIC: bagio.DETECTIONS_TYPE,
-               GROUND_TRUTH_TOPIC: bagio.DETECTIONS_TYPE}
 
 
 def recorded_topics(cfg) -> dict[str, str]:
-    """Return topic -> msgtype of what the demo records for ``cfg``."""
-    return {**RECORDED_TOPICS, **(HEAD_TOPICS if cfg.head.module else {})}
+    """
+    Return topic -> msgtype of what the demo records for ``cfg``.
+
+    With a head also its objects (of ``output.objects_type``) and the ground truth played
+    beside them.
+    """
+    head = {bagio.OBJECTS_TOPIC: bagio.OBJECTS_TYPES[cfg.output.objects_type],
+            GROUND_TRUTH_TOPIC: bagio.DETECTIONS_TYPE}
+    return {**RECORDED_TOPICS, **(head if cfg.head.module else {})}
 
 
 def sample_bag(out: Path, params: Path, seconds: float) -> Path:
@@ -150,7 +154,7 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
     for topic, _, raw, msgtype in bagio.iter_messages(reader, list(recorded_topics(cfg))):
         msg = bagio.TYPESTORE.deserialize_cdr(raw, msgtype)
         if topic in boxes:
-            boxes[topic][stamp_ns(msg.header.stamp)] = _vehicle_rows(msg)
+            boxes[topic][stamp_ns(msg.header.stamp)] = _vehicle_rows(msg, msgtype, cfg)
         elif topic == bagio.LATENCY_TOPIC:
             values = {kv.key: float(kv.value) for kv in msg.status[0].values}
             records.append(values)
@@ -217,10 +221,14 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
     return 0
 
 
-def _vehicle_rows(msg):
-    """Box rows of a Detection3DArray's vehicles, the class scored (others are left out)."""
-    from jax_perception_node.outputs.objects import boxes_from_detections
+def _vehicle_rows(msg, msgtype: str, cfg):
+    """Box rows of a Detection3DArray's or DetectedObjects' vehicles (others left out)."""
     from jax_perception_node.detection.detection_eval import EVALUATED_CLASS
+    if msgtype == bagio.DETECTED_OBJECTS_TYPE:
+        from jax_perception_node.outputs.detected_objects import boxes_from_detected_objects
+        return boxes_from_detected_objects(msg, (EVALUATED_CLASS,), cfg.output.autoware_labels,
+                                           Counter())
+    from jax_perception_node.outputs.objects import boxes_from_detections
     return boxes_from_detections(msg, (EVALUATED_CLASS,), Counter())
 
 

@@ -1,12 +1,14 @@
 """
-launch/jax_perception.launch.py under the real ROS 2 launch system (launch, launch_ros: Jazzy).
+The package's launch files (.py, .xml) under the real ROS 2 launch system (Jazzy).
 
-Those packages are not on the package index; their sources sit in ../shared/vendor (see its
-README). They are installed once into a folder of the venv, never into the repository, and an
-install prefix like ``colcon build``'s is laid out in a temporary folder, so launch_ros finds the
-package and its executables through the ament index exactly as on a ROS install.
+launch, launch_xml and launch_ros run them as ``ros2 launch`` would. Those packages are not on
+the package index; their sources sit in ../shared/vendor (see its README). They are installed
+once into a folder of the venv, never into the repository, and an install prefix like ``colcon
+build``'s is laid out in a temporary folder, so launch_ros finds the package and its executables
+through the ament index exactly as on a ROS install.
 """
 
+import json
 import os
 from pathlib import Path
 import shutil
@@ -30,16 +32,17 @@ OSRF_PYCOMMON = 'osrf-pycommon==2.0.2'
 PACKAGE = 'jax_perception_node'
 EXECUTABLES = ('jax_perception_node', 'jax_perception_lifecycle_node')
 CLOUD_TOPIC = '/sensing/lidar/top/pointcloud'
+TEST_DIR = Path(__file__).resolve().parents[1]      # toy_heads.py, for the launched node
 
 RUN_LAUNCH = """
 import sys
 from launch import LaunchService
 from launch.actions import IncludeLaunchDescription
-from launch.launch_description_sources import PythonLaunchDescriptionSource
+from launch.launch_description_sources import AnyLaunchDescriptionSource
 path, *pairs = sys.argv[1:]
 service = LaunchService(argv=[])
 service.include_launch_description(IncludeLaunchDescription(
-    PythonLaunchDescriptionSource(path),
+    AnyLaunchDescriptionSource(path),
     launch_arguments=[tuple(p.split(':=', 1)) for p in pairs]))
 sys.exit(service.run())
 """
@@ -106,17 +109,26 @@ def launch_site():
     return install_launch()
 
 
-class Launch:
-    """``jax_perception.launch.py`` run by launch.LaunchService in its own process."""
+def launch_env(site: Path, prefix: Path, tmp: Path) -> dict:
+    """Return the environment of a launch process: the launch packages, the package's prefix."""
+    # The launch packages' folder is a prefix too: launch_xml's parser finds launch's grammar
+    # through the ament index.
+    env = dict(os.environ, AMENT_PREFIX_PATH=os.pathsep.join([str(prefix), str(site)]),
+               PYTHONUNBUFFERED='1', ROS_LOG_DIR=str(tmp / 'ros_log'))
+    env['PYTHONPATH'] = os.pathsep.join(
+        [str(site), str(VENDOR / 'composition_interfaces_stub'), str(TEST_DIR)]
+        + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
+    return env
 
-    def __init__(self, site: Path, tmp: Path, **arguments):
+
+class Launch:
+    """A launch file of the package run by launch.LaunchService in its own process."""
+
+    def __init__(self, site: Path, tmp: Path, file: str = 'jax_perception.launch.py',
+                 **arguments):
         prefix = install_prefix(tmp / 'install')
-        launch_file = prefix / 'share' / PACKAGE / 'launch' / 'jax_perception.launch.py'
-        env = dict(os.environ, AMENT_PREFIX_PATH=str(prefix), PYTHONUNBUFFERED='1',
-                   ROS_LOG_DIR=str(tmp / 'ros_log'))
-        env['PYTHONPATH'] = os.pathsep.join(
-            [str(site), str(VENDOR / 'composition_interfaces_stub')]
-            + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
+        launch_file = prefix / 'share' / PACKAGE / 'launch' / file
+        env = launch_env(site, prefix, tmp)
         self.log_path = tmp / 'launch.log'
         self._log = open(self.log_path, 'w')
         self.proc = subprocess.Popen(
@@ -126,6 +138,10 @@ class Launch:
 
     def log(self) -> str:
         return self.log_path.read_text()
+
+    def running(self) -> bool:
+        """Return True while launch and its node run."""
+        return self.proc.poll() is None and 'process has died' not in self.log()
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -141,36 +157,63 @@ class Launch:
         return self.proc.returncode
 
 
-# Launch argument -> the topic it names, and the node's own input it replaces.
+# Launch argument -> the topic it names, and the node's own input it replaces (node-relative).
 REMAPPED = {
-    'pointcloud_topic': (CLOUD_TOPIC, '/jax_perception/input/pointcloud'),
-    'odometry_topic': ('/localization/kinematic_state', '/jax_perception/input/odometry'),
-    'front_features_topic': ('/perception/front/features',
-                             '/jax_perception/input/camera/front/features'),
+    'pointcloud_topic': (CLOUD_TOPIC, 'input/pointcloud'),
+    'odometry_topic': ('/localization/kinematic_state', 'input/odometry'),
+    'front_features_topic': ('/perception/front/features', 'input/camera/front/features'),
     'front_camera_info_topic': ('/sensing/camera/front/camera_info',
-                                '/jax_perception/input/camera/front/camera_info'),
+                                'input/camera/front/camera_info'),
 }
+# The same for the outputs (objects_published_time_topic is left to follow objects_topic).
+OUTPUTS = {
+    'bev_features_topic': ('/perception/bev/features', 'output/bev_features'),
+    'bev_image_topic': ('/perception/bev/image', 'output/bev_image'),
+    'bev_grid_map_topic': ('/perception/bev/grid_map', 'output/bev_grid_map'),
+    'objects_topic': ('/perception/bev/objects', 'output/objects'),
+    'objects_markers_topic': ('/perception/bev/objects/markers', 'output/objects_markers'),
+    'latency_topic': ('/perception/bev/debug/latency', 'debug/latency'),
+    'processing_time_ms_topic': ('/perception/bev/debug/processing_time_ms',
+                                 'debug/processing_time_ms'),
+    'cyclic_time_ms_topic': ('/perception/bev/debug/cyclic_time_ms', 'debug/cyclic_time_ms'),
+    'pipeline_latency_ms_topic': ('/perception/bev/debug/pipeline_latency_ms',
+                                  'debug/pipeline_latency_ms'),
+}
+PUBLISHED_TIME = '/debug/published_time'    # Autoware's PublishedTimePublisher suffix
+FOLLOWING = {'objects_published_time_topic': (OUTPUTS['objects_topic'][0] + PUBLISHED_TIME,
+                                              'output/objects' + PUBLISHED_TIME)}
+NODE_NAME = 'bev_fusion'
+STAMP = 1_700_000_000 * 10**9
 
 
 def wait_serving(launch, probe, cloud_pub) -> None:
     """Until the launched node subscribes to the cloud topic (it does once active)."""
-    probe.wait_for(lambda: cloud_pub.get_subscription_count() > 0 or launch.proc.poll()
-                   is not None, timeout=120.0, what='the node subscribing')
-    assert launch.proc.poll() is None, launch.log()
+    # launch outlives a node that dies: its log says so.
+    probe.wait_for(lambda: cloud_pub.get_subscription_count() > 0 or not launch.running(),
+                   timeout=120.0, what='the node subscribing')
+    assert launch.running(), launch.log()
 
 
-def assert_output(launch, probe, cloud_pub) -> None:
-    """Check that a cloud on the remapped topic comes out as bev_features with its stamp."""
-    stamp = 1_700_000_000 * 10**9
+def listen(probe, msg_type, topic: str) -> list:
+    """Keep every message on ``topic`` in the returned list (under the probe's lock)."""
+    from rclpy.qos import QoSProfile
+    store = []
+    probe.node.create_subscription(msg_type, topic, lambda m: probe._keep(store, m),
+                                   QoSProfile(depth=10))
+    return store
+
+
+def assert_output(launch, probe, cloud_pub, *stores) -> None:
+    """Check that a cloud on the remapped topic comes out on every store's topic, its stamp."""
     for _ in range(20):      # best effort: a cloud sent while discovery settles may be lost
-        cloud_pub.publish(make_cloud(np.ones((4, 4), np.float32), stamp))
+        cloud_pub.publish(make_cloud(np.ones((4, 4), np.float32), STAMP))
         deadline = time.monotonic() + 1.5
-        while not probe.features and time.monotonic() < deadline:
+        while not all(stores) and time.monotonic() < deadline:
             time.sleep(0.01)
-        if probe.features:
+        if all(stores):
             break
-    assert probe.features, 'no output from the launched node:\n' + launch.log()
-    assert stamp_of(probe.features[0]) == stamp
+    assert all(stores), 'no output from the launched node:\n' + launch.log()
+    assert all(stamp_of(store[0]) == STAMP for store in stores)
 
 
 def cloud_publisher(probe):
@@ -179,10 +222,10 @@ def cloud_publisher(probe):
     return probe.node.create_publisher(PointCloud2, CLOUD_TOPIC, qos_profile_sensor_data)
 
 
-def get_use_sim_time(probe) -> bool:
+def get_use_sim_time(probe, node: str = 'jax_perception') -> bool:
     from rcl_interfaces.srv import GetParameters
     from rclpy.parameter import parameter_value_to_python
-    client = probe.node.create_client(GetParameters, '/jax_perception/get_parameters')
+    client = probe.node.create_client(GetParameters, f'/{node}/get_parameters')
     assert client.wait_for_service(timeout_sec=10)
     future = client.call_async(GetParameters.Request(names=['use_sim_time']))
     probe.wait_for(future.done, what='get_parameters')
@@ -202,7 +245,6 @@ def send_inputs(probe) -> None:
     from rclpy.qos import qos_profile_sensor_data
     from ros_harness import MAP_COUNTS, ODOMETRY_COUNTS
     from sensor_msgs.msg import CameraInfo, Image
-    stamp = 1_700_000_000 * 10**9
     # Another focal length than the params' (an unchanged one is not counted as applied).
     info = CameraInfo(width=40, height=24, k=[20.0, 0.0, 19.5, 0.0, 20.0, 11.5, 0.0, 0.0, 1.0])
     info.header.frame_id = 'front_optical'
@@ -212,7 +254,7 @@ def send_inputs(probe) -> None:
     sends = []
     for arg, msg_type, msg in (
             ('front_features_topic', Image,
-             make_features(np.ones((12, 20, 3), np.float32), stamp, 'front')),
+             make_features(np.ones((12, 20, 3), np.float32), STAMP, 'front')),
             ('front_camera_info_topic', CameraInfo, info), ('odometry_topic', Odometry, odometry)):
         pub = probe.node.create_publisher(msg_type, REMAPPED[arg][0], qos_profile_sensor_data)
         probe.wait_for(lambda: pub.get_subscription_count() > 0, what=f'a reader on {arg}')
@@ -223,46 +265,79 @@ def send_inputs(probe) -> None:
                         + ('camera_info_applied', 'rejected_camera_info'), 'remapped inputs')
 
 
-def test_launch_arguments_remap_every_input(launch_site, tmp_path):
-    params = write_params(small_params(1, **{'accumulation.num_sweeps': 2}),
+def test_launch_arguments_remap_every_topic_and_name_the_node(launch_site, tmp_path):
+    from sensor_msgs.msg import Image
+    from vision_msgs.msg import Detection3DArray
+    params = write_params(small_params(1, **{'accumulation.num_sweeps': 2,
+                                             'head.module': 'toy_heads:occupancy_head'}),
                           tmp_path / 'params.yaml')
-    launch = Launch(launch_site, tmp_path, params_file=params, back_features_topic='/typo',
-                    **{arg: topic for arg, (topic, _) in REMAPPED.items()})
-    probe = Probe()
+    launch = Launch(launch_site, tmp_path, params_file=params, node_name=NODE_NAME,
+                    back_features_topic='/typo', rear_pointcloud_topic='/typo',
+                    **{arg: topic for arg, (topic, _) in {**REMAPPED, **OUTPUTS}.items()})
+    probe = Probe(features=False)
     try:
         cloud_pub = cloud_publisher(probe)
+        features = listen(probe, Image, OUTPUTS['bev_features_topic'][0])
+        objects = listen(probe, Detection3DArray, OUTPUTS['objects_topic'][0])
         wait_serving(launch, probe, cloud_pub)
         for arg, (topic, own) in REMAPPED.items():
             probe.wait_for(lambda: probe.node.count_subscribers(topic) > 0,
                            what=f'a reader on {topic} ({arg})')
-            assert probe.node.count_subscribers(own) == 0, f'{arg}: still reads {own}'
-        assert_output(launch, probe, cloud_pub)
+            assert probe.node.count_subscribers(f'/{NODE_NAME}/{own}') == 0, f'{arg}: {own}'
+        for arg, (topic, own) in {**OUTPUTS, **FOLLOWING}.items():
+            probe.wait_for(lambda: probe.node.count_publishers(topic) > 0,
+                           what=f'a writer on {topic} ({arg})')
+            assert probe.node.count_publishers(f'/{NODE_NAME}/{own}') == 0, f'{arg}: {own}'
+        assert_output(launch, probe, cloud_pub, features, objects)
         send_inputs(probe)
-        assert get_use_sim_time(probe) is False
+        assert get_use_sim_time(probe, NODE_NAME) is False
+    except BaseException:
+        launch.stop()       # launch would outlive the test
+        raise
     finally:
         probe.close()
     log = assert_clean_exit(launch)
     assert 'jax_perception_node' in log and 'ready:' in log
     assert 'back_features_topic:=/typo names no camera' in log
+    assert 'rear_pointcloud_topic:=/typo names no LiDAR' in log
 
 
-def test_launch_managed_autostart_configures_and_activates(launch_site, tmp_path):
+def test_xml_launch_with_autoware_arguments_managed_autostart(launch_site, tmp_path):
+    from autoware_internal_debug_msgs.msg import Float64Stamped
     from lifecycle_msgs.msg import Transition
-    params = write_params(small_params(0), tmp_path / 'params.yaml')
-    launch = Launch(launch_site, tmp_path, pointcloud_topic=CLOUD_TOPIC, params_file=params,
-                    use_sim_time='true', managed='true')
-    probe = Probe()
+    from sensor_msgs.msg import Image
+    params = write_params(small_params(0, **{'diagnostics.period_s': 0.2}),
+                          tmp_path / 'params.yaml')
+    topics = {'input/pointcloud': CLOUD_TOPIC,
+              'output/bev_features': '/perception/bev/features',
+              'debug/processing_time_ms': '/perception/bev/debug/processing_time_ms'}
+    launch = Launch(launch_site, tmp_path, file='jax_perception.launch.xml', param_file=params,
+                    node_name=NODE_NAME, use_sim_time='true', managed='true', **topics)
+    probe = Probe(features=False)
     try:
         cloud_pub = cloud_publisher(probe)
+        features = listen(probe, Image, topics['output/bev_features'])
+        timing = listen(probe, Float64Stamped, topics['debug/processing_time_ms'])
         wait_serving(launch, probe, cloud_pub)       # no transition requested by anyone here
-        client = LifecycleClient(probe)
+        client = LifecycleClient(probe, f'/{NODE_NAME}')
         client.wait_for_services(timeout=30.0)
         assert client.state() == 'active'
-        assert_output(launch, probe, cloud_pub)
-        assert get_use_sim_time(probe) is True
+        assert_output(launch, probe, cloud_pub, features)
+        probe.wait_for(lambda: timing, what='processing_time_ms on its remapped topic')
+        for own in ('input/pointcloud', 'output/bev_features', 'debug/processing_time_ms'):
+            assert not probe.node.get_subscriptions_info_by_topic(f'/{NODE_NAME}/{own}')
+            assert not probe.node.get_publishers_info_by_topic(f'/{NODE_NAME}/{own}')
+        # The node itself knows its name: its /diagnostics status is named after it.
+        probe.wait_for(lambda: any(s.name == f'/{NODE_NAME}: pipeline'
+                                   for m in probe.diagnostics for s in m.status),
+                       what=f'a /diagnostics status of /{NODE_NAME}')
+        assert get_use_sim_time(probe, NODE_NAME) is True
         # Autostart activates after configure only: a deactivated node stays inactive.
         assert client.transition(Transition.TRANSITION_DEACTIVATE)
         assert client.state() == 'inactive'
+    except BaseException:
+        launch.stop()       # launch would outlive the test
+        raise
     finally:
         probe.close()
     assert 'jax_perception_lifecycle_node' in assert_clean_exit(launch)
@@ -270,12 +345,14 @@ def test_launch_managed_autostart_configures_and_activates(launch_site, tmp_path
 
 def test_launch_managed_without_autostart_waits_unconfigured(launch_site, tmp_path):
     from lifecycle_msgs.msg import Transition
+    from sensor_msgs.msg import Image
     params = write_params(small_params(0), tmp_path / 'params.yaml')
     launch = Launch(launch_site, tmp_path, pointcloud_topic=CLOUD_TOPIC, params_file=params,
                     managed='true', autostart='false')
-    probe = Probe()
+    probe = Probe(features=False)
     try:
         cloud_pub = cloud_publisher(probe)
+        features = listen(probe, Image, '/jax_perception/output/bev_features')
         client = LifecycleClient(probe)
         client.wait_for_services(timeout=120.0)
         assert client.state() == 'unconfigured'
@@ -283,7 +360,65 @@ def test_launch_managed_without_autostart_waits_unconfigured(launch_site, tmp_pa
         assert client.transition(Transition.TRANSITION_CONFIGURE)
         assert client.transition(Transition.TRANSITION_ACTIVATE)
         wait_serving(launch, probe, cloud_pub)
-        assert_output(launch, probe, cloud_pub)
+        assert_output(launch, probe, cloud_pub, features)
+    except BaseException:
+        launch.stop()       # launch would outlive the test
+        raise
     finally:
         probe.close()
     assert 'jax_perception_lifecycle_node' in assert_clean_exit(launch)
+
+
+# Evaluates remappings() of the launch file as launch would: the arguments given, then every
+# declared argument's default for the rest.
+RULES = """
+import json, runpy, sys
+from launch import LaunchContext
+from launch.actions import DeclareLaunchArgument
+module = runpy.run_path(sys.argv[1])
+results = []
+for given in json.loads(sys.argv[2]):
+    context = LaunchContext()
+    context.launch_configurations.update(given)
+    for entity in module['generate_launch_description']().entities:
+        if isinstance(entity, DeclareLaunchArgument):
+            entity.visit(context)
+    results.append(module['remappings'](context))
+print(json.dumps(results))
+"""
+
+
+def test_launch_rules_per_lidar_and_published_time(launch_site, tmp_path):
+    # lidars.names may be newer than the node's schema: the launch file reads the file alone.
+    params = tmp_path / 'params.yaml'
+    params.write_text('/**:\n  ros__parameters:\n    lidars:\n      names: [top, left]\n'
+                      '    cameras:\n      names: [front]\n')
+    prefix = install_prefix(tmp_path / 'install')
+    common = {'params_file': str(params)}
+    given = [
+        dict(common, top_pointcloud_topic='/sensing/lidar/top/pointcloud',
+             rear_pointcloud_topic='/typo', front_features_topic='/perception/front/features',
+             objects_topic='/perception/objects'),
+        dict(common, objects_published_time_topic='/perception/objects_published_time'),
+    ]
+    result = subprocess.run(
+        [sys.executable, '-c', RULES,
+         str(prefix / 'share' / PACKAGE / 'launch' / 'jax_perception.launch.py'),
+         json.dumps(given)], env=launch_env(launch_site, prefix, tmp_path),
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    (rules, warnings), (default_rules, _) = json.loads(result.stdout.splitlines()[-1])
+    rules, default_rules = dict(map(tuple, rules)), dict(map(tuple, default_rules))
+    assert rules['~/input/top/pointcloud'] == '/sensing/lidar/top/pointcloud'
+    assert '~/input/left/pointcloud' not in rules          # not given: the node's own name
+    assert rules['~/input/camera/front/features'] == '/perception/front/features'
+    assert rules['~/output/objects'] == '/perception/objects'
+    # Autoware's PublishedTimePublisher name: the objects topic + /debug/published_time.
+    assert rules['~/output/objects/debug/published_time'] == (
+        '/perception/objects/debug/published_time')
+    assert default_rules['~/output/objects/debug/published_time'] == (
+        '/perception/objects_published_time')
+    assert default_rules['~/output/bev_features'] == '~/output/bev_features'
+    lidars = ['top', 'left']
+    assert warnings == [f'rear_pointcloud_topic:=/typo names no LiDAR of {params} '
+                        f'(lidars.names: {lidars}); ignored']

@@ -1,10 +1,13 @@
 """
 The head's outputs in the live node: ~/output/objects, its markers, the output.bev_features switch.
 
-The node runs as its own process with the toy head (test/toy_heads.py, on its PYTHONPATH); the
-same clouds go through replay, and the two must give the same objects.
+The node runs as its own process with the toy head (test/toy_heads.py, on its PYTHONPATH) and
+``output.objects_type: autoware``, so ~/output/objects is autoware_perception_msgs/
+DetectedObjects (the launch test listens to the default vision_msgs type live); the same clouds
+go through replay of both types, and all must give the same objects.
 """
 
+from dataclasses import replace
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +18,7 @@ from jax_perception_node.bags import bagio
 from jax_perception_node.bags.replay import replay_bag
 from jax_perception_node.frames.frame_path import FramePath
 from jax_perception_node.geometry.stamps import stamp_ns
+from jax_perception_node.outputs.detected_objects import boxes_from_detected_objects
 from jax_perception_node.outputs.objects import boxes_from_detections
 from jax_perception_node.settings.config import config_from_parameters
 import numpy as np
@@ -28,7 +32,10 @@ PARAMS = small_params(cameras=0, **{
     # The occupancy head with a log-size shift (0 here): a checkpoint can make it overflow.
     'head.module': 'toy_heads:size_gain_head', 'head.max_objects': 8,
     'head.score_threshold': 0.2, 'diagnostics.period_s': 0.2,
-    'diagnostics.lidar_timeout_s': 60.0})
+    'diagnostics.lidar_timeout_s': 60.0, 'output.objects_type': 'autoware'})
+LABELS = (('vehicle', 'CAR'),)      # what the default output.autoware_labels gives 'vehicle'
+CAR, TRUCK = 1, 2                   # ObjectClassification's labels
+PUBLISHED_TIME = f'{NS}/output/objects/debug/published_time'
 
 
 def clusters(seed: int, count: int) -> np.ndarray:
@@ -43,9 +50,9 @@ def clusters(seed: int, count: int) -> np.ndarray:
 @pytest.fixture(scope='module')
 def running(tmp_path_factory):
     """Start the node with the toy head and a probe that also listens to the objects."""
+    from autoware_perception_msgs.msg import DetectedObjects
     from rcl_interfaces.srv import SetParameters
     from rclpy.qos import QoSProfile
-    from vision_msgs.msg import Detection3DArray
     before = os.environ.get('PYTHONPATH')
     os.environ['PYTHONPATH'] = os.pathsep.join(filter(None, [TEST_DIR, before]))
     try:
@@ -58,7 +65,7 @@ def running(tmp_path_factory):
             os.environ['PYTHONPATH'] = before
     try:
         probe.objects, probe.markers = [], []
-        probe.node.create_subscription(Detection3DArray, f'{NS}/output/objects',
+        probe.node.create_subscription(DetectedObjects, f'{NS}/output/objects',
                                        lambda m: probe._keep(probe.objects, m),
                                        QoSProfile(depth=50))
         probe.wait_for(lambda: probe.node.count_publishers(f'{NS}/output/objects') > 0,
@@ -79,20 +86,37 @@ def send(probe, stamp: int, points: np.ndarray):
     return next(m for m in probe.objects if stamp_of(m) == stamp)
 
 
-def detection_fields(msg) -> list:
-    """Every number and name of a Detection3DArray's boxes (rclpy or rosbags)."""
+def object_fields(msg) -> list:
+    """Every field of a DetectedObjects' objects, as plain values (rclpy or rosbags)."""
     out = []
-    for d in msg.detections:
-        c, q, s = d.bbox.center.position, d.bbox.center.orientation, d.bbox.size
-        [r] = d.results
-        p = r.pose.pose.position
-        out.append((c.x, c.y, c.z, q.x, q.y, q.z, q.w, s.x, s.y, s.z, r.hypothesis.class_id,
-                    r.hypothesis.score, p.x, p.y, p.z, d.id, d.header.frame_id,
-                    stamp_ns(d.header.stamp)))
+    for o in msg.objects:
+        k = o.kinematics
+        p, q = k.pose_with_covariance.pose.position, k.pose_with_covariance.pose.orientation
+        t = k.twist_with_covariance.twist
+        d = o.shape.dimensions
+        out.append((o.existence_probability, [(c.label, c.probability) for c in o.classification],
+                    p.x, p.y, p.z, q.x, q.y, q.z, q.w, list(k.pose_with_covariance.covariance),
+                    k.has_position_covariance, k.orientation_availability,
+                    t.linear.x, t.linear.y, t.linear.z, t.angular.x, t.angular.y, t.angular.z,
+                    list(k.twist_with_covariance.covariance), k.has_twist,
+                    k.has_twist_covariance, o.shape.type, len(o.shape.footprint.points),
+                    d.x, d.y, d.z))
     return out
 
 
+def read_objects(bag) -> dict:
+    """Return LiDAR stamp -> the objects message of a replay's output bag."""
+    reader = bagio.open_reader(bag)
+    try:
+        return {stamp_ns(m.header.stamp): m for m in (
+            bagio.deserialize(raw, t) for _, _, raw, t in bagio.iter_messages(
+                reader, [bagio.OBJECTS_TOPIC]))}
+    finally:
+        reader.close()
+
+
 def test_node_and_replay_give_identical_objects(running, tmp_path, warmed):
+    """Live DetectedObjects = replay's DetectedObjects = replay's Detection3DArray, boxes alike."""
     node, probe, _ = running
     cfg = config_from_parameters(PARAMS)
     clouds = [(T0 + k * 10**9, clusters(k, n)) for k, n in enumerate((5, 0, 9, 2, 12))]
@@ -102,28 +126,30 @@ def test_node_and_replay_give_identical_objects(running, tmp_path, warmed):
     writer.close()
     pipe = warmed(cfg)
     replay_bag(tmp_path / 'in', tmp_path / 'out', cfg, pipeline=pipe)
-    reader = bagio.open_reader(tmp_path / 'out')
-    replayed = {stamp_ns(m.header.stamp): m for m in (
-        bagio.deserialize(raw, t) for _, _, raw, t in bagio.iter_messages(
-            reader, [bagio.OBJECTS_TOPIC]))}
-    reader.close()
+    vision_cfg = replace(cfg, output=replace(cfg.output, objects_type='vision_msgs'))
+    replay_bag(tmp_path / 'in', tmp_path / 'vision', vision_cfg, pipeline=pipe)
+    replayed, vision = read_objects(tmp_path / 'out'), read_objects(tmp_path / 'vision')
+    assert all(m.__msgtype__ == 'autoware_perception_msgs/msg/DetectedObjects'
+               for m in replayed.values())
     path = FramePath(cfg, pipe)
     found = 0
     for stamp, points in clouds:
         live = send(probe, stamp, points)
         assert stamp_of(live) == stamp and live.header.frame_id == 'base_link'
-        assert detection_fields(live) == detection_fields(replayed[stamp])
-        # Both are FrameResult.objects, float32 through the messages' float64 (the yaw through
-        # its quaternion).
+        assert object_fields(live) == object_fields(replayed[stamp])
+        assert all(o.classification[0].label == CAR for o in live.objects)
+        # Both are FrameResult.objects, float32 through the messages (the yaw through its
+        # quaternion), and the vision_msgs run's boxes are the same numbers.
         objects = path.process(bag_messages.cloud(points, stamp)).result.objects
-        boxes = boxes_from_detections(live, ('vehicle',))
+        boxes = boxes_from_detected_objects(live, ('vehicle',), LABELS)
         assert boxes.shape == objects.shape
         np.testing.assert_array_equal(np.delete(boxes, 6, axis=1), np.delete(objects, 6, axis=1))
         np.testing.assert_allclose(boxes[:, 6], objects[:, 6], atol=1e-6)
+        np.testing.assert_array_equal(boxes, boxes_from_detections(vision[stamp], ('vehicle',)))
         found += len(boxes)
     assert found > 0
     empty = next(m for m in probe.objects if stamp_of(m) == clouds[1][0])
-    assert len(empty.detections) == 0           # an empty array when nothing is found
+    assert len(empty.objects) == 0           # an empty array when nothing is found
     assert node.alive()
 
 
@@ -144,9 +170,9 @@ def test_markers_come_while_subscribed(running):
         markers = next(m for m in probe.markers if stamp_of(m.markers[0]) == stamp).markers
         assert markers[0].action == 3
         cubes = [m for m in markers[1:] if m.type == 1]
-        assert len(cubes) == len(objects.detections) > 0
-        for cube, det in zip(cubes, objects.detections):
-            c = det.bbox.center.position
+        assert len(cubes) == len(objects.objects) > 0
+        for cube, obj in zip(cubes, objects.objects):
+            c = obj.kinematics.pose_with_covariance.pose.position
             assert (cube.pose.position.x, cube.pose.position.y) == (c.x, c.y)
             assert cube.header.frame_id == 'base_link'
     finally:
@@ -164,7 +190,7 @@ def test_bev_features_switch_off_and_on_live(running):
     assert result.successful, result.reason
     stamp = T0 + 200 * 10**9
     objects = send(probe, stamp, clusters(7, 4))
-    assert len(objects.detections) > 0
+    assert len(objects.objects) > 0
     later = T0 + 201 * 10**9
     send(probe, later, clusters(8, 4))
     # Reliable and in order: had the features of either frame been published, they were here
@@ -187,29 +213,82 @@ def test_boxes_a_live_checkpoint_decodes_to_inf_are_dropped_counted_and_warned(
     save_weights(weights, {'scale': np.float32(2.0), 'bias': np.float32(-3.0),
                            'z': np.float32(0.75), 'log_size_gain': np.float32(100.0)})
     sane = send(probe, T0 + 300 * 10**9, clusters(10, 3))
-    assert len(sane.detections) > 0
+    assert len(sane.objects) > 0
     [result] = set_parameters(probe, setter, head__weights=str(weights))
     assert result.successful, result.reason
     try:
         stamp = T0 + 301 * 10**9
-        assert len(send(probe, stamp, clusters(10, 3)).detections) == 0
-        warned = f'{len(sane.detections)} decoded boxes with non-finite values dropped'
+        assert len(send(probe, stamp, clusters(10, 3)).objects) == 0
+        warned = f'{len(sane.objects)} decoded boxes with non-finite values dropped'
 
         def counted():      # called holding probe.lock
             return any(warned in m.status[0].message and m.status[0].level == m.status[0].WARN
                        and int(status_values(m.status[0])['nonfinite_objects'])
-                       >= len(sane.detections) for m in probe.diagnostics)
+                       >= len(sane.objects) for m in probe.diagnostics)
         probe.wait_for(counted, what='the nonfinite_objects WARN')
     finally:
         [result] = set_parameters(probe, setter, head__weights='')
         assert result.successful, result.reason
 
 
+def test_published_time_comes_when_subscribed(running):
+    """Autoware's PublishedTime: the objects' header, the wall clock when they went out."""
+    import time
+    from autoware_internal_msgs.msg import PublishedTime
+    from rclpy.qos import QoSProfile
+    node, probe, _ = running
+    times = []
+    sub = probe.node.create_subscription(PublishedTime, PUBLISHED_TIME,
+                                         lambda m: probe._keep(times, m), QoSProfile(depth=1))
+    try:
+        probe.wait_for(lambda: probe.node.count_publishers(PUBLISHED_TIME) > 0,
+                       what='the published_time publisher')
+        # The node learns of this subscriber a moment after the probe sees its publisher: a
+        # frame published before that has no PublishedTime; the next ones do.
+        for k in range(50):
+            stamp = T0 + (400 + k) * 10**9
+            before = time.time_ns()
+            objects = send(probe, stamp, clusters(11, 3))
+            with probe.lock:
+                mine = [m for m in times if stamp_of(m) == stamp]
+            if mine:
+                break
+        else:
+            raise AssertionError('no PublishedTime in 50 frames')
+        after = time.time_ns()
+        [published] = mine
+        assert published.header.frame_id == objects.header.frame_id == 'base_link'
+        published_ns = (published.published_stamp.sec * 10**9
+                        + published.published_stamp.nanosec)
+        assert before <= published_ns <= after
+    finally:
+        probe.node.destroy_subscription(sub)
+    assert node.alive()
+
+
+def test_autoware_labels_change_live(running):
+    node, probe, setter = running
+    [result] = set_parameters(probe, setter, output__autoware_labels=['vehicle:TRUCK'])
+    assert result.successful, result.reason
+    try:
+        objects = send(probe, T0 + 500 * 10**9, clusters(12, 4))
+        assert len(objects.objects) > 0
+        assert [o.classification[0].label for o in objects.objects] == [TRUCK] * len(
+            objects.objects)
+        [result] = set_parameters(probe, setter, output__objects_type='vision_msgs')
+        assert not result.successful and 'static' in result.reason
+    finally:
+        [result] = set_parameters(probe, setter, output__autoware_labels=['vehicle:CAR'])
+        assert result.successful, result.reason
+    objects = send(probe, T0 + 501 * 10**9, clusters(12, 4))
+    assert {o.classification[0].label for o in objects.objects} == {CAR}
+
+
 # -- FrameOutputs without a graph: what is built for whom ---------------------------------------
 
 class FakePublisher:
-    def __init__(self, topic):
-        self.topic, self.sent, self.subscribers = topic, [], 0
+    def __init__(self, topic, msg_type=None):
+        self.topic, self.msg_type, self.sent, self.subscribers = topic, msg_type, [], 0
 
     def get_subscription_count(self):
         return self.subscribers
@@ -218,14 +297,16 @@ class FakePublisher:
         self.sent.append(msg)
 
 
-def fake_outputs(classes, bev_features=True):
+def fake_outputs(classes, bev_features=True, **output):
     from jax_perception_node.ros.node_outputs import FrameOutputs
+    from jax_perception_node.settings.config import OutputConfig
     pubs = {}
 
     def create(msg_type, topic, qos):
-        pubs[topic] = FakePublisher(topic)
+        pubs[topic] = FakePublisher(topic, msg_type)
         return pubs[topic]
-    outputs = FrameOutputs(create, layers=None, classes=classes, bev_features=bev_features)
+    outputs = FrameOutputs(create, layers=None, classes=classes, bev_features=bev_features,
+                           output=OutputConfig(**output))
     return outputs, pubs
 
 
@@ -270,3 +351,34 @@ def test_markers_are_built_only_while_subscribed_and_features_follow_the_switch(
     assert outputs.wants_features()
     publish(outputs, fake_frame(boxes, np.zeros((4, 6, 10), np.float32)))
     assert len(pubs['~/output/bev_features'].sent) == 1
+
+
+def test_objects_type_and_published_time_on_request():
+    from autoware_internal_msgs.msg import PublishedTime
+    from autoware_perception_msgs.msg import DetectedObjects
+    from jax_perception_node.settings.config import OutputConfig
+    from vision_msgs.msg import Detection3DArray
+    import time
+    outputs, pubs = fake_outputs(('vehicle',))
+    assert pubs['~/output/objects'].msg_type is Detection3DArray       # the default
+    outputs, pubs = fake_outputs(('vehicle', 'bus'), objects_type='autoware',
+                                 autoware_labels=LABELS)
+    objects = pubs['~/output/objects']
+    published = pubs['~/output/objects/debug/published_time']
+    assert objects.msg_type is DetectedObjects and published.msg_type is PublishedTime
+    boxes = np.array([[1, 2, 0.5, 4, 2, 1.5, 0.3, 0.9, 0], [5, 1, 0.5, 9, 3, 3, 0, 0.5, 1]],
+                     np.float32)
+    publish(outputs, fake_frame(boxes, None))
+    assert len(objects.sent) == 1 and published.sent == []       # nobody asked
+    assert [o.classification[0].label for o in objects.sent[0].objects] == [CAR, 0]
+    published.subscribers = 1
+    before = time.time_ns()
+    publish(outputs, fake_frame(boxes, None))
+    after = time.time_ns()
+    [msg] = published.sent
+    assert stamp_of(msg) == T0 and msg.header.frame_id == 'base_link'
+    assert before <= msg.published_stamp.sec * 10**9 + msg.published_stamp.nanosec <= after
+    # A live label change (the type stays: it is static).
+    outputs.update(None, True, OutputConfig('autoware', (('bus', 'BUS'),)))
+    publish(outputs, fake_frame(boxes, None))
+    assert [o.classification[0].label for o in objects.sent[-1].objects] == [0, 3]

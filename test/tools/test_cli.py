@@ -11,7 +11,8 @@ from cli_errors import assert_one_line_error
 from configs import PARAMS_FILE, small_params
 from jax_perception_node.bags import bagio
 from jax_perception_node.geometry.stamps import stamp_ns
-from jax_perception_node.settings.config import load_config, read_param_file
+from jax_perception_node.settings.config import load_config
+from jax_perception_node.settings.param_file import read_param_file
 from jax_perception_node.tools.bench.checks import edge_cells
 from jax_perception_node.tools.cli import main
 import numpy as np

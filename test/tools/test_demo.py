@@ -3,7 +3,7 @@
 import re
 
 from configs import PARAMS_FILE
-from jax_perception_node.settings.config import read_param_file, write_param_file
+from jax_perception_node.settings.param_file import read_param_file, write_param_file
 from jax_perception_node.tools.cli import main
 import numpy as np
 import pytest

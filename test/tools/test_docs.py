@@ -1,4 +1,4 @@
-"""The guides' figures are the committed runs: docs/bench.json, the GPU run, docs/soak.json."""
+"""The guides' figures are the committed runs: docs/bench.json, the GPU and LiDAR runs, soak."""
 
 import json
 from pathlib import Path
@@ -24,7 +24,8 @@ def test_each_block_lives_in_one_document_only():
     # The rendered runs are kept once: in their guide, not also in the README or another guide.
     documents = ['README.md'] + sorted(p.relative_to(REPO).as_posix()
                                        for p in (REPO / 'docs').glob('*.md'))
-    homes = {'bench': PERFORMANCE, 'bench-device': PERFORMANCE, 'soak': RELIABILITY}
+    homes = {'bench': PERFORMANCE, 'bench-device': PERFORMANCE, 'bench-lidar': PERFORMANCE,
+             'soak': RELIABILITY}
     for name, home in homes.items():
         holders = [d for d in documents if f'<!-- {name}:begin -->' in (REPO / d).read_text()]
         assert holders == [home], f'{name} markers in {holders}, expected only in {home}'
@@ -45,6 +46,14 @@ def test_device_section_is_the_committed_gpu_run():
     assert results['parts'] == ['device'] and not results['errors']
     assert results['device']['device']['platform'] == 'gpu'
     assert block('bench-device', PERFORMANCE) == markdown(results, nested=True).split('\n', 2)[2]
+
+
+def test_lidar_section_is_the_committed_lidar_run():
+    results = json.loads((REPO / 'docs' / 'bench_lidar.json').read_text())
+    results['targets'] = targets(results)
+    assert results['parts'] == ['lidar'] and results['plan'] == 'full' and not results['errors']
+    assert results['lidar']['deskew_cost']['compiles_during_calls'] == 0
+    assert block('bench-lidar', PERFORMANCE) == markdown(results, nested=True).split('\n', 2)[2]
 
 
 def test_soak_section_is_the_committed_soak_run():

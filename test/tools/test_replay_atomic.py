@@ -20,8 +20,8 @@ from cli_errors import assert_one_line_error
 from configs import small_params
 from jax_perception_node.bags import bagio, replay
 from jax_perception_node.core.pipeline import BevPipeline, compile_count
-from jax_perception_node.settings.config import (config_from_parameters, load_config,
-                                                 write_param_file)
+from jax_perception_node.settings.config import config_from_parameters, load_config
+from jax_perception_node.settings.param_file import write_param_file
 from jax_perception_node.tools.cli import main
 import pytest
 

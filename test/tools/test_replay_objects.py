@@ -9,7 +9,8 @@ from jax_perception_node.detection.detection_eval import evaluate
 from jax_perception_node.frames.frame_path import FramePath
 from jax_perception_node.geometry.stamps import stamp_ns
 from jax_perception_node.outputs.objects import boxes_from_detections, GROUND_TRUTH_TOPIC
-from jax_perception_node.settings.config import config_from_parameters, write_param_file
+from jax_perception_node.settings.config import config_from_parameters
+from jax_perception_node.settings.param_file import write_param_file
 from jax_perception_node.tools.cli import main
 import numpy as np
 import pytest
@@ -96,6 +97,54 @@ def test_replay_writes_the_objects_and_scores_them_against_the_ground_truth(
     records = result.records
     assert all('head_ms' in r and r['objects'] == len(m.detections)
                for r, m in zip(records, written))
+
+
+def mcap_objects(bag) -> list[tuple[str, object]]:
+    """Return (schema name, message) of each objects message, decoded by the mcap readers."""
+    from mcap.reader import make_reader
+    from mcap_ros2.decoder import DecoderFactory
+    [path] = bag.glob('*.mcap')
+    with open(path, 'rb') as f:
+        reader = make_reader(f, decoder_factories=[DecoderFactory()])
+        return [(schema.name, decoded) for schema, _, _, decoded in
+                reader.iter_decoded_messages(topics=[bagio.OBJECTS_TOPIC])]
+
+
+def test_replay_writes_the_chosen_objects_type_and_both_decode_with_the_mcap_readers(
+        tmp_path, drive, head_cfg, head_pipe):
+    """output.objects_type autoware: DetectedObjects with the vision_msgs run's boxes."""
+    from dataclasses import replace
+    from jax_perception_node.outputs.detected_objects import boxes_from_detected_objects
+    autoware_cfg = replace(head_cfg, output=replace(head_cfg.output, objects_type='autoware'))
+    assert head_cfg.output.objects_type == 'vision_msgs'       # the default
+    runs = {}
+    for cfg, msgtype in ((head_cfg, 'vision_msgs/msg/Detection3DArray'),
+                         (autoware_cfg, 'autoware_perception_msgs/msg/DetectedObjects')):
+        out = tmp_path / cfg.output.objects_type
+        assert replay_bag(drive, out, cfg, pipeline=head_pipe).frames == 10
+        decoded = mcap_objects(out)
+        assert [name for name, _ in decoded] == [msgtype] * 10
+        rosbags = [m for _, m in read_all(out, [bagio.OBJECTS_TOPIC])]
+        assert [m.__msgtype__ for m in rosbags] == [msgtype] * 10
+        runs[cfg.output.objects_type] = ([m for _, m in decoded], rosbags)
+    (vision, _), (autoware, autoware_rosbags) = runs['vision_msgs'], runs['autoware']
+    labels = (('vehicle', 'CAR'),)
+    found = 0
+    for v, a, r in zip(vision, autoware, autoware_rosbags):
+        assert stamp_ns(a.header.stamp) == stamp_ns(v.header.stamp) == stamp_ns(r.header.stamp)
+        assert a.header.frame_id == 'base_link'
+        assert [o.classification[0].label for o in a.objects] == [1] * len(a.objects)   # CAR
+        assert [o.classification[0].probability for o in a.objects] == [1.0] * len(a.objects)
+        assert [o.shape.type for o in a.objects] == [0] * len(a.objects)    # BOUNDING_BOX
+        assert [o.kinematics.orientation_availability for o in a.objects] == [1] * len(
+            a.objects)                                                         # SIGN_UNKNOWN
+        boxes = boxes_from_detections(v, ('vehicle',))
+        np.testing.assert_array_equal(boxes_from_detected_objects(a, ('vehicle',), labels),
+                                      boxes)
+        np.testing.assert_array_equal(boxes_from_detected_objects(r, ('vehicle',), labels),
+                                      boxes)
+        found += len(boxes)
+    assert found > 0
 
 
 def test_without_ground_truth_there_is_no_detection_key(tmp_path, head_cfg, head_pipe):

@@ -8,8 +8,8 @@ from jax_perception_node.bags.topics import (camera_info_topic, camera_topic, OD
                                              POINTCLOUD_TOPIC)
 from jax_perception_node.outputs.objects import DETECTION_ARRAY_TYPE, GROUND_TRUTH_TOPIC
 from jax_perception_node.sensors.camera import scale_camera_info
-from jax_perception_node.settings.config import (config_from_parameters, load_config,
-                                                 read_param_file)
+from jax_perception_node.settings.config import config_from_parameters, load_config
+from jax_perception_node.settings.param_file import read_param_file
 from jax_perception_node.tools.synthetic_drive import (camera_stamp_offset, EPOCH_NS, LidarModel,
                                                        POINT_DTYPE, SyntheticDrive,
                                                        write_sample_bag)
@@ -352,3 +352,147 @@ def test_other_configs(tmp_path):
                                camera_hz={'front': 30.0}, lidar_hz=20.0)
     # 20 Hz for 0.1 s: 2 sweeps; 30 Hz from +4 ms up to half a sweep after the last: 3 maps.
     assert summary['frames'] == 2 and summary['camera_messages'] == {'front': 3}
+
+
+def test_ego_speed_moves_odometry_tf_and_only_the_lead_traffic(cfg, tmp_path):
+    summary = write_sample_bag(tmp_path / 'fast', cfg, seconds=0.3, num_cameras=0,
+                               lidar=LidarModel(beams=8, azimuth_steps=64), ego_speed=20.0)
+    assert summary['ego_speed'] == 20.0
+    with Reader(tmp_path / 'fast') as reader:
+        messages = [(conn.topic, stamp, TS.deserialize_cdr(raw, conn.msgtype))
+                    for conn, stamp, raw in reader.messages()]
+    odometry = [(stamp, m) for topic, stamp, m in messages if topic == ODOMETRY_TOPIC]
+    tf = [m.transforms[0].transform.translation for topic, _, m in messages if topic == '/tf']
+    assert len(odometry) == len(tf) == summary['odometry_messages'] > 10
+    for (stamp, msg), moved in zip(odometry, tf):
+        t = (stamp - EPOCH_NS) / 1e9
+        p = msg.pose.pose.position
+        assert (p.x, p.y, moved.x, moved.y) == pytest.approx((20.0 * t, -1.75, 20.0 * t, -1.75))
+        assert msg.twist.twist.linear.x == 20.0
+    # Oncoming traffic keeps 11 m/s and parked cars stay; the lead vehicles in the ego's lane
+    # keep 10.6 m/s unless the ego is faster: then 0.6 m/s faster than it.
+    for speed, lead in ((5.0, 10.6), (10.0, 10.6), (20.0, 20.6), (25.0, 25.6)):
+        boxes, _ = SyntheticDrive(cfg, num_cameras=0, ego_speed=speed).scene(0.0, 200.0, 1.0)
+        lane = np.round(boxes[:, 1], 6)
+        assert set(np.round(boxes[lane == 1.75, 3], 9)) == {-11.0}
+        assert set(np.round(boxes[lane == -1.75, 3], 9)) == {lead}
+        assert set(boxes[np.abs(lane) > 4.0, 3]) == {0.0}
+    for bad in (0.0, -1.0, 25.01, float('nan'), True):
+        with pytest.raises(ValueError, match='ego_speed'):
+            SyntheticDrive(cfg, ego_speed=bad)
+    with pytest.raises(ValueError, match='ego_speed'):
+        write_sample_bag(tmp_path / 'slow', cfg, seconds=0.1, ego_speed=0.0)
+    assert not (tmp_path / 'slow').exists()
+
+
+def xyz_of(points) -> np.ndarray:
+    return np.stack([points['x'], points['y'], points['z']], axis=-1).astype(np.float64)
+
+
+def static_cells(xyz: np.ndarray) -> np.ndarray:
+    """Occupied 0.4 m cells (bool 200 x 200, +-40 m) of the points above ground off the lanes."""
+    base = xyz + [0.0, 0.0, 1.8]                # the shipped mount: level, 1.8 m up
+    world_y = base[:, 1] - 1.75
+    # Moving traffic drives within |world y| < 3.6 m; beyond it everything is static.
+    keep = (np.abs(world_y) > 3.6) & (base[:, 2] > 0.3) & (np.abs(base[:, :2]) < 40.0).all(1)
+    cells = np.zeros((200, 200), bool)
+    i, j = (np.floor(base[keep, :2] / 0.4).astype(int) + 100).T
+    cells[i, j] = True
+    return cells
+
+
+def beyond_a_cell(a: np.ndarray, b: np.ndarray) -> int:
+    """Cells occupied in one grid with no occupied cell within one cell in the other."""
+    def grown(g):
+        return np.logical_or.reduce([np.roll(g, (di, dj), (0, 1)) for di in (-1, 0, 1)
+                                     for dj in (-1, 0, 1)])
+    return int((a & ~grown(b)).sum() + (b & ~grown(a)).sum())
+
+
+def test_instant_sweep_is_what_a_deskewed_sweep_matches(cfg):
+    model = LidarModel(beams=32, azimuth_steps=1024)
+    for t in (1.5, 7.0):        # open country, then town; 20 m/s: 2 m within one sweep
+        real = SyntheticDrive(cfg, num_cameras=0, lidar=model, ego_speed=20.0).lidar_frame(t)
+        instant = SyntheticDrive(cfg, num_cameras=0, lidar=model, ego_speed=20.0,
+                                 instant_sweep=True).lidar_frame(t)
+        assert np.all(instant['time'] == 0.0) and real['time'].max() > 0.09
+        # The same rays and draws: a ray that meets the flat ground in both sweeps (most do)
+        # has the same range, noise and so the same point, bit for bit.
+        ground = [set(p[np.abs(p['z'] + 1.8) < 0.1][['x', 'y', 'z', 'ring']].tolist())
+                  for p in (real, instant)]
+        assert len(ground[0] & ground[1]) > 0.8 * len(ground[1])
+        # Deskewed with the ego motion (level LiDAR, heading +x: p + v time), static objects
+        # land where the instant sweep has them; the raw sweep is smeared by up to 2 m.
+        xyz = xyz_of(real)
+        deskewed = xyz + np.outer(real['time'].astype(np.float64), [20.0, 0.0, 0.0])
+        reference = static_cells(xyz_of(instant))
+        assert reference.sum() > 150
+        smear = beyond_a_cell(static_cells(xyz), reference)
+        assert smear > 100
+        assert beyond_a_cell(static_cells(deskewed), reference) < 0.15 * smear
+
+
+def quaternion_matrix_np(q) -> np.ndarray:
+    x, y, z, w = q
+    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+                     [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+                     [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+
+
+def test_three_lidars_one_cloud_each_that_together_cover_the_sides(cfg, tmp_path):
+    top = LidarModel(beams=16, azimuth_steps=512)
+    summary = write_sample_bag(tmp_path / 'rig', cfg, seconds=0.2, num_cameras=0, lidar=top,
+                               lidars='three')
+    names = ['top', 'left', 'right']
+    topics = {n: f'/jax_perception/input/{n}/pointcloud' for n in names}
+    with Reader(tmp_path / 'rig') as reader:
+        assert set(reader.topics) == {*topics.values(), GROUND_TRUTH_TOPIC, ODOMETRY_TOPIC,
+                                      '/tf', '/tf_static'}
+        messages = [(conn.topic, TS.deserialize_cdr(raw, conn.msgtype))
+                    for conn, _, raw in reader.messages()]
+    (static,) = [m for topic, m in messages if topic == '/tf_static']
+    poses = {t.child_frame_id: t.transform for t in static.transforms
+             if t.header.frame_id == 'base_link'}
+    # The summary gives the poses /tf_static has.
+    assert list(summary['lidars']) == names
+    mounts = {}
+    for name in names:
+        frame = f'lidar_{name}'
+        v, q = poses[frame].translation, poses[frame].rotation
+        pose = ([v.x, v.y, v.z], [q.x, q.y, q.z, q.w])
+        given = summary['lidars'][name]
+        assert given['frame_id'] == frame
+        assert (given['translation'], given['rotation_xyzw']) == pose
+        mounts[name] = (quaternion_matrix_np(pose[1]), np.array(pose[0]))
+    assert mounts['top'][1].tolist() == list(cfg.lidar.translation)
+
+    base = {}
+    for name in names:
+        clouds = [m for topic, m in messages if topic == topics[name]]
+        assert len(clouds) == summary['frames'] == 2
+        assert {c.header.frame_id for c in clouds} == {f'lidar_{name}'}
+        p = np.frombuffer(clouds[0].data, POINT_DTYPE, count=clouds[0].width)
+        assert p['ring'].max() < 16
+        # Its own rotation from the stamp, in firing order (a side LiDAR's inward half looks up
+        # over the car at the sky: no returns there).
+        assert np.all(np.diff(p['time']) >= 0)
+        assert 0 <= p['time'].min() and p['time'].max() < 0.1
+        assert p['time'].max() - p['time'].min() > 0.05
+        rotation, translation = mounts[name]
+        base[name] = xyz_of(p) @ rotation.T + translation
+    # Ground beside the car, within 3 m of its sides: the side LiDARs see it, the top one,
+    # whose lowest beam meets the ground 6.7 m out, does not.
+
+    def beside(xyz, side):
+        return int(np.sum((np.abs(xyz[:, 2]) < 0.1) & (xyz[:, 0] > -1.0) & (xyz[:, 0] < 4.0)
+                          & (side * xyz[:, 1] > 1.0) & (side * xyz[:, 1] < 3.0)))
+    assert beside(base['top'], 1) == beside(base['top'], -1) == 0
+    assert beside(base['left'], 1) > 100 and beside(base['left'], -1) == 0
+    assert beside(base['right'], -1) > 100 and beside(base['right'], 1) == 0
+    union = np.concatenate(list(base.values()))
+    assert beside(union, 1) > 100 and beside(union, -1) > 100
+    # The ground truth counts the returns of all three: a superset of what the top one sees.
+    truth = [m for topic, m in messages if topic == GROUND_TRUTH_TOPIC][0]
+    ids = {d.id for d in truth.detections}
+    _, top_ids = SyntheticDrive(cfg, num_cameras=0, lidar=top).ground_truth(0.0)
+    assert set(top_ids) < ids

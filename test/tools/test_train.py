@@ -16,7 +16,8 @@ from jax_perception_node.detection.head import HeadInput, load_weights
 from jax_perception_node.detection.heads.centerpoint import CenterPointHead, vehicle_head
 from jax_perception_node.geometry.stamps import stamp_ns
 from jax_perception_node.outputs.objects import detections_message, GROUND_TRUTH_TOPIC
-from jax_perception_node.settings.config import config_from_parameters, write_param_file
+from jax_perception_node.settings.config import config_from_parameters
+from jax_perception_node.settings.param_file import write_param_file
 from jax_perception_node.tools import train, training_set
 from jax_perception_node.tools.cli import main
 from jax_perception_node.tools.synthetic_drive import write_sample_bag

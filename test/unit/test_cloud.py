@@ -4,6 +4,7 @@ from dataclasses import replace
 import sys
 import time
 import tracemalloc
+import warnings
 
 from cloud_reference import (as_flavour, Cloud, encode, Field, FLAVOURS, FLOAT32, FLOAT64, INT16,
                              reference_decode, reference_rows, sample_values, standard_cloud,
@@ -143,6 +144,21 @@ def test_non_finite_values_pass_through():
     np.testing.assert_array_equal(points, expected)
 
 
+def test_signalling_nan_and_overflow_decode_quietly():
+    # float64 -> float32: a signalling NaN stays NaN, 1e300 becomes Inf, and no warning.
+    fields = [Field(name, 8 * k, FLOAT64) for k, name in enumerate(XYZI)]
+    cloud = encode(1, 2, fields, {name: [1e300, 2.0] for name in XYZI})
+    data = bytearray(cloud.data)
+    data[8:16] = (0x7FF0000000000001).to_bytes(8, 'little')
+    cloud = replace(cloud, data=bytes(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        points, _ = read_points(cloud)
+        written, _ = read_points(cloud, out=np.zeros((2, 4), np.float32))
+    for decoded in (points, written):
+        np.testing.assert_array_equal(decoded, [[np.inf, np.nan, np.inf, np.inf], [2, 2, 2, 2]])
+
+
 def test_unused_fields_are_not_validated():
     # A vendor field we never read may be odd; it must not cost the frame.
     fields = [Field(name, 4 * k, FLOAT32) for k, name in enumerate(XYZI)]
@@ -159,6 +175,38 @@ def test_data_as_plain_list():
     np.testing.assert_array_equal(read_points(listed)[0], reference_decode(cloud))
     with pytest.raises(CloudFormatError, match='byte buffer'):
         read_points(replace(cloud, data='not bytes'))
+
+
+@pytest.mark.parametrize('capacity', [None, 7])
+@pytest.mark.parametrize('height, row_pad', [(1, 0), (4, 0), (4, 5)])
+@pytest.mark.parametrize('start, point_step, intensity', [
+    (2, 14, None), (0, 16, (12, UINT8)), (4, 23, (0, UINT16)), (0, 20, (16, FLOAT32)),
+    (8, 28, (0, FLOAT64)), (1, 17, (13, FLOAT32)), (4, 16, (0, UINT16))])
+@pytest.mark.parametrize('is_bigendian', [False, True])
+def test_float32_xyz_runs_with_any_intensity(is_bigendian, start, point_step, intensity, height,
+                                             row_pad, capacity):
+    # x, y, z float32 side by side are copied as one item of 16 bytes (12 when the point
+    # ends first), then the intensity is written over what came with them.
+    rng = np.random.default_rng(start + point_step)
+    width = 24 // height
+    fields = [Field(name, start + 4 * k, FLOAT32) for k, name in enumerate('xyz')]
+    if intensity is not None:
+        fields.append(Field('intensity', *intensity))
+    values = {f.name: sample_values(f.datatype, 24, rng) for f in fields}
+    values['x'][5] = values['x'][17] = float('nan')         # no-returns
+    cloud = encode(height, width, fields, values, is_bigendian, point_step=point_step,
+                   row_step=width * point_step + row_pad)
+    rows = returns(cloud)
+    full = reference_decode(cloud)[rows]
+    expected = full if capacity is None else full[reference_rows(22, capacity, 'subsample')]
+    for flavour in ('bytes', 'numpy'):
+        points, n = read_points(as_flavour(cloud, flavour), capacity, rows=rows)
+        assert n == 22
+        np.testing.assert_array_equal(points, expected)
+        out = np.full((30, 4), -7.0, np.float32)
+        read_points(as_flavour(cloud, flavour), capacity, out=out, rows=rows)
+        np.testing.assert_array_equal(out[:len(expected)], expected)
+        np.testing.assert_array_equal(out[len(expected):], -7.0)
 
 
 # -- zero copy --------------------------------------------------------------------------------
@@ -348,5 +396,6 @@ def test_keep_rows_does_not_overflow_for_huge_counts():
 
 # -- layering ---------------------------------------------------------------------------------
 
-def test_cloud_module_imports_no_ros():
-    assert absolute_imports('cloud') <= {'collections', 'sys', 'numpy'}
+def test_cloud_modules_import_no_ros():
+    assert absolute_imports('cloud') <= {'numpy'}
+    assert absolute_imports('cloud_layout') <= {'collections', 'contextlib', 'functools', 'numpy'}

@@ -5,9 +5,9 @@ import ast
 from configs import FRONT, PARAMS_FILE, REPO, small_config, small_params
 from jax_perception_node.settings.config import (AccumulationConfig, CameraConfig,
                                                  config_from_parameters, default_params_file,
-                                                 load_config, Pose, read_param_file,
-                                                 write_param_file)
+                                                 load_config, Pose)
 from jax_perception_node.settings.live_params import check_update
+from jax_perception_node.settings.param_file import read_param_file, write_param_file
 from jax_perception_node.settings.parameters import BY_KEY, ConfigError, SCHEMA
 import numpy as np
 import pytest
@@ -149,7 +149,8 @@ def test_launch_file_names_installed_executable_and_params():
     assert consts['PACKAGE'] == 'jax_perception_node'
     assert (REPO / 'config' / 'jax_perception.param.yaml').exists()
     assert "os.path.join('config', 'jax_perception.param.yaml')" in source
-    assert "('share/' + package_name + '/launch', glob('launch/*.launch.py'))" in setup
+    assert ("('share/' + package_name + '/launch',\n         glob('launch/*.launch.py') + "
+            "glob('launch/*.launch.xml'))") in setup
     for arg in ('params_file', 'namespace', 'use_sim_time', 'log_level', 'pointcloud_topic'):
         assert f"DeclareLaunchArgument('{arg}'" in source
 

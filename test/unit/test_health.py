@@ -1,23 +1,29 @@
 """The /diagnostics roll-up rules of health.py, each case worked out by hand; no rclpy."""
 
 from configs import absolute_imports
+from jax_perception_node.frames.latency import LatencyWindow
 from jax_perception_node.ros import health
 from jax_perception_node.ros.health import (assess, CloudTimes, COUNTS, ERROR, OK, PERIOD_COUNTS,
-                                            WARN)
+                                            RecentLatency, WARN)
 import pytest
 
 TIMEOUT_S = 2.0
+BUDGET_MS = 50.0
 QUIET = {'p50': 1.0, 'p95': 2.0, 'p99': 3.0, 'max': 4.0}
 NOW = 1000.0
 
 
 def run(period=None, times=CloudTimes(NOW - 5.0, NOW - 0.1, NOW - 0.1), counts=None,
-        stale=(), compiles=0, p99=3.0):
-    """assess() with a healthy baseline; ``period`` and ``counts`` override their zeros."""
+        stale=(), compiles=0, p99=3.0, recent=RecentLatency(3.0, 5.0)):
+    """
+    assess() with a healthy baseline; ``period`` and ``counts`` override their zeros.
+
+    ``p99``: total_ms p99 of the published (count) window; ``recent``: what the budget judges.
+    """
     return assess({**dict.fromkeys(COUNTS, 0), **(counts or {})},
                   {**dict.fromkeys(PERIOD_COUNTS, 0), **(period or {})}, times, NOW,
                   {'total_ms': {**QUIET, 'p99': p99}, 'age_ms': QUIET}, stale, compiles,
-                  1024, TIMEOUT_S, 50.0)
+                  1024, TIMEOUT_S, BUDGET_MS, recent)
 
 
 def test_levels_are_the_diagnostic_msgs_values():
@@ -119,10 +125,11 @@ def test_clouds_without_their_intensity_field_warn():
 
 
 def test_compiles_budget_and_stale_cameras():
-    result = run(period={'processed': 1}, compiles=2, p99=60.0, stale=('front', 'rear'))
+    result = run(period={'processed': 1}, compiles=2, p99=60.0, recent=RecentLatency(60.0, 5.0),
+                 stale=('front', 'rear'))
     assert result.level == ERROR
     assert result.message.split('; ') == [
-        '2 XLA compiles after warm-up', 'total p99 60.0 ms over the 50 ms budget',
+        '2 XLA compiles after warm-up', 'total p99 60.0 ms over the 50 ms budget (last 5 s)',
         'camera front stale (masked)', 'camera rear stale (masked)']
     assert result.values['stale_cameras'] == 'front rear'
     assert result.values['compiles_after_warmup'] == 2
@@ -133,8 +140,77 @@ def test_values_hold_every_total_and_the_latency_stats():
     result = run(counts=counts)
     assert {key: result.values[key] for key in COUNTS} == counts
     assert result.values['total_ms_p99'] == 3.0 and result.values['age_ms_max'] == 4.0
+    assert result.values['total_ms_recent_p99'] == 3.0
     # One spelling each: no short aliases of the counts.
     assert not {'nonfinite', 'camera_info', 'odometry', 'without_odometry'} & set(result.values)
+
+
+def test_tf_counts_are_messages_and_the_warning_says_so():
+    # rejected_transforms counts tf2_msgs/TFMessage messages (serving._take, once per message
+    # with any transform refused), not the transforms in them.
+    result = run(period={'processed': 5, 'rejected_transforms': 2})
+    assert (result.level, result.message) == (WARN, '2 TF messages with a rejected transform')
+
+
+def test_the_budget_judges_the_recent_frames_not_the_published_window():
+    # Over budget in the published 300-frame statistics, within it over the last seconds: OK.
+    result = run(period={'processed': 5}, p99=180.0, recent=RecentLatency(12.0, 5.0))
+    assert (result.level, result.message) == (OK, 'OK')
+    assert result.values['total_ms_p99'] == 180.0
+    assert result.values['total_ms_recent_p99'] == 12.0
+    # No frame in the recent window (a silent LiDAR is the timeout rule's): nothing over budget.
+    assert run(period={'processed': 5}, recent=RecentLatency()).level == OK
+
+
+def test_a_slow_start_warns_until_it_leaves_the_time_window():
+    # The issue's case: the first frames after new TF poses took ~180 ms, then 10 ms at 20 Hz,
+    # reported once a second over an 8 s drive. 5 slow frames in a 300-frame window keep its
+    # p99 over budget to the end; the rule clears 5 s after the last slow frame (t = 0.2 s).
+    window = LatencyWindow(300, 5.0)
+    frames = [(k * 0.05, 180.0 if k < 5 else 10.0) for k in range(160)]     # t = 0 .. 7.95 s
+    reports = {}
+    for now in range(1, 9):
+        for added, total in frames:
+            if now - 1 <= added < now:
+                window.add({'total_ms': total, 'age_ms': total + 5.0}, added)
+        stats = {key: window.stats(key) for key in ('total_ms', 'age_ms')}
+        recent = RecentLatency(window.recent('total_ms', now)['p99'], window.seconds)
+        reports[now] = assess(dict.fromkeys(COUNTS, 0),
+                              {**dict.fromkeys(PERIOD_COUNTS, 0), 'processed': 20},
+                              CloudTimes(0.0, now - 0.05, now - 0.05), now, stats, (), 0, 1024,
+                              TIMEOUT_S, BUDGET_MS, recent)
+    assert [reports[t].level for t in range(1, 9)] == [WARN] * 5 + [OK] * 3
+    assert reports[5].message == 'total p99 180.0 ms over the 50 ms budget (last 5 s)'
+    assert reports[6].values['total_ms_recent_p99'] == 10.0
+    # The published statistics still cover the whole count window, slow frames included: the
+    # old rule (their p99) would WARN to the end.
+    assert reports[8].values['total_ms_p99'] > BUDGET_MS
+    assert reports[8].values['total_ms_max'] == 180.0
+    assert reports[8].values['age_ms_max'] == 185.0
+
+
+def test_latency_window_recent_keeps_only_the_last_seconds():
+    window = LatencyWindow(4, 1.0)
+    for total, added in ((100.0, 0.0), (20.0, 0.5), (30.0, 0.9), (40.0, 1.2)):
+        window.add({'total_ms': total}, added)
+    # (0.2, 1.2]: the frame at 0.0 is gone; at the edge (now - seconds) a frame is out too.
+    assert window.recent('total_ms', 1.2)['max'] == 40.0
+    assert window.recent('total_ms', 1.2)['p50'] == 30.0
+    assert window.recent('total_ms', 1.5)['p50'] == 35.0     # the frame at 0.5 is out at 1.5
+    assert window.recent('total_ms', 2.2)['max'] == 0.0     # none left: all zeros
+    # The count window holds the last 4 frames whatever their age.
+    assert window.stats('total_ms')['max'] == 100.0
+    # diagnostics.latency_window_s is live: a new span applies from the next call.
+    window.add({'total_ms': 50.0}, 3.0)
+    window.seconds = 0.5
+    assert window.recent('total_ms', 3.4)['max'] == 50.0
+    assert window.recent('total_ms', 3.5)['max'] == 0.0
+    # More frames than the count window within the seconds: recent keeps them all.
+    crowded = LatencyWindow(2, 10.0)
+    for k, total in enumerate((90.0, 1.0, 2.0)):
+        crowded.add({'total_ms': total}, float(k))
+    assert crowded.recent('total_ms', 2.0)['max'] == 90.0
+    assert crowded.stats('total_ms')['max'] == 2.0
 
 
 def test_health_imports_no_ros():

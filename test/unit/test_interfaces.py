@@ -35,6 +35,23 @@ EXPECTED_HASHES = {
         'RIHS01_bbb73a65c163d7f9bb29009c7bde9f7faa576bd2d23299c4511d19230dab4698',
     'autoware_internal_debug_msgs/msg/Float64Stamped':
         'RIHS01_588b194ed7eddc089b6ca098eb093e92f29bdad96ebd906fc9282816335942eb',
+    'autoware_perception_msgs/msg/DetectedObjects':
+        'RIHS01_2facd6b15786cbd1f720cdd23d22e6d60d2e7e83b8dff8fd401330e24edb187b',
+    'autoware_perception_msgs/msg/DetectedObject':
+        'RIHS01_395e8cae03c45c86ddb3263f9db58f5a1364bdabdcec56c24c817a372f7d566f',
+    'autoware_perception_msgs/msg/ObjectClassification':
+        'RIHS01_38131fef2df46486c20c12c238faf778328309f4c3e9daa6ffd621732e48dd19',
+    'autoware_perception_msgs/msg/DetectedObjectKinematics':
+        'RIHS01_a01b4e06aa855e7a501b1af1e7c6a9eddb70e728e8f1195372ff5801cae1c9eb',
+    'autoware_perception_msgs/msg/Shape':
+        'RIHS01_1a32ac3073c17e4822d39b7f4c263eb1c4a2bacbf707d6db96e77e867063562b',
+    'autoware_internal_msgs/msg/PublishedTime':
+        'RIHS01_21dd0f5f27787b09d004f430fa63fb6e4e9e830c6b78dbd02d4b2018b48ea4d7',
+    # Constants' equals upstream bond_core's generated code.
+    'bond/msg/Constants':
+        'RIHS01_347874ac7a49af69eb313fc911d72cd59152a5a157b6577cafad31ad43a8d63e',
+    'bond/msg/Status':
+        'RIHS01_87eaccffa254ffffadc0b61600452e8251740f06c25659a2dbda4927fdb1f70a',
 }
 
 

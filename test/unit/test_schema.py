@@ -5,11 +5,12 @@ import json
 
 from configs import PARAMS_FILE, REPO, small_params
 from jax_perception_node.settings import schema_export
-from jax_perception_node.settings.config import (config_from_parameters, read_param_file,
-                                                 write_param_file)
-from jax_perception_node.settings.parameters import (CAMERA_KEYS, CAMERA_PREFIX, check_value,
-                                                     ConfigError, NODE_KEYS, SCHEMA,
-                                                     SHIPPED_VALUES, spec_for)
+from jax_perception_node.settings.config import config_from_parameters
+from jax_perception_node.settings.param_checks import check_value
+from jax_perception_node.settings.param_file import read_param_file, write_param_file
+from jax_perception_node.settings.parameters import (CAMERA_KEYS, CAMERA_PREFIX, ConfigError,
+                                                     NODE_KEYS, SCHEMA, SHIPPED_VALUES,
+                                                     spec_for)
 import jsonschema
 import numpy as np
 import pytest

@@ -14,8 +14,8 @@ import platform
 import subprocess
 import time
 
-from jax_perception_node.settings.config import (default_params_file, PipelineConfig,
-                                                 read_param_file)
+from jax_perception_node.settings.config import default_params_file, PipelineConfig
+from jax_perception_node.settings.param_file import read_param_file
 from jax_perception_node.tools import peers
 import numpy as np
 

@@ -25,8 +25,8 @@ import time
 from jax_perception_node.bags import bagio
 
 from jax_perception_node.bags.replay import replay_bag
-from jax_perception_node.settings.config import (config_from_parameters, default_params_file,
-                                                 read_param_file)
+from jax_perception_node.settings.config import config_from_parameters, default_params_file
+from jax_perception_node.settings.param_file import read_param_file
 from jax_perception_node.tools import fleet
 from jax_perception_node.tools.synthetic_drive import LidarModel, write_sample_bag
 

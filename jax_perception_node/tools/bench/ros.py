@@ -14,7 +14,8 @@ import subprocess
 import time
 from typing import Callable
 
-from jax_perception_node.settings.config import config_from_parameters, write_param_file
+from jax_perception_node.settings.config import config_from_parameters
+from jax_perception_node.settings.param_file import write_param_file
 from jax_perception_node.tools.processes import console_script, local_ros_env, stop_process
 import numpy as np
 

@@ -21,7 +21,7 @@ from .common import BenchError, FULL, machine_info, QUICK, rounded, TINY
 from .plot import plot
 from .report import markdown, missed, targets
 
-PARTS = ('fleet', 'recompile', 'pipeline', 'accumulation', 'head', 'ros', 'device')
+PARTS = ('fleet', 'recompile', 'pipeline', 'accumulation', 'head', 'lidar', 'ros', 'device')
 
 
 def run_benchmarks(quick: bool = False, json_path: str | None = None,
@@ -38,7 +38,7 @@ def run_benchmarks(quick: bool = False, json_path: str | None = None,
     when a measured target is missed, naming it.
     """
     plan = TINY if tiny else QUICK if quick else FULL
-    parts = parts or (PARTS[1:6] if tiny else PARTS[:6])
+    parts = parts or (PARTS[1:7] if tiny else PARTS[:7])
     if use_torch is None:
         use_torch = peers.torch_available()
     out = Path(out_dir)
@@ -77,6 +77,9 @@ def run_benchmarks(quick: bool = False, json_path: str | None = None,
         if 'head' in parts:
             from .head import bench_head
             results['head'] = bench_head(plan, log)
+        if 'lidar' in parts:
+            from .lidar import bench_lidar
+            results['lidar'] = bench_lidar(plan, log)
         if 'ros' in parts:
             from .ros import bench_ros
             results.update(bench_ros(plan, work, logs, log))

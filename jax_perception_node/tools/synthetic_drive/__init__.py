@@ -1,9 +1,10 @@
 """
 A deterministic synthetic drive, written as a rosbag2 MCAP bag: the project's default data.
 
-The ego vehicle drives at 10 m/s along a straight four-lane road (world x axis; REP-103 axes,
-flat ground at z = 0) in its right-hand lane (y = -1.75 m), from x = 0 m at t = 0 s; base_link
-sits on the ground, heading +x. The road repeats every 240 m:
+The ego vehicle drives at 10 m/s (``ego_speed``: any speed up to 25 m/s) along a straight
+four-lane road (world x axis; REP-103 axes, flat ground at z = 0) in its right-hand lane
+(y = -1.75 m), from x = 0 m at t = 0 s; base_link sits on the ground, heading +x. The road
+repeats every 240 m:
 
 - towns at x in [40, 180) m + 240 k (k >= 0): building rows on both sides, parked cars in the
   outer lanes, lamp posts, and a 40 m underpass at x in [60, 100) m + 240 k;
@@ -13,18 +14,20 @@ sits on the ground, heading +x. The road repeats every 240 m:
 The default 8 s drive thus goes from the causeway over farmland into the town and the underpass,
 and the LiDAR returns per frame climb from about 29k to 116k (64 x 2048 rays at most). Moving
 traffic uses the two inner lanes: oncoming vehicles at 11 m/s, and vehicles ahead of the ego at
-10.6 m/s. The static layout is generated in 40 m tiles, the traffic per vehicle and the noise
-per frame, each from its own seeded generator, so every frame is a pure function of (seed, t)
-whatever order frames are asked for in.
+10.6 m/s (0.6 m/s faster than a faster ego). The static layout is generated in 40 m tiles, the
+traffic per vehicle and the noise per frame, each from its own seeded generator, so every frame
+is a pure function of (seed, t) whatever order frames are asked for in.
 
 Sensors, all taken from the :class:`~jax_perception_node.settings.config.PipelineConfig`:
 
 - LiDAR (frame ``lidar.frame_id``, mounted by ``cfg.lidar``): a spinning multi-beam scanner
-  (:class:`LidarModel`), ray-cast analytically against the ground plane, boxes and vertical
-  cylinders. Each column fires at its own time within the sweep from where the sensor is then
-  and hits the scene as it is then, and points are reported in the LiDAR frame at their firing
-  time, as raw drivers do (not deskewed). Stamp = sweep start; per-point ``time`` = seconds
-  after the stamp.
+  (:class:`LidarModel`; real sensors' beam tables in :data:`PRESETS`), ray-cast analytically
+  against the ground plane, boxes and vertical cylinders. Each column fires at its own time
+  within the sweep from where the sensor is then and hits the scene as it is then, and points
+  are reported in the LiDAR frame at their firing time, as raw drivers do (not deskewed).
+  Stamp = sweep start; per-point ``time`` = seconds after the stamp. ``instant_sweep``: every
+  column fires at the stamp (time 0), the reference for deskewing. ``lidars='three'``: a top
+  LiDAR and two side VLP-16s, each on its own topic and frame (``rig.py``).
 - Cameras (frame ``cameras.<name>.frame_id``, mounted by ``cfg.cameras``): the scene rendered at
   feature-map resolution with the configured intrinsics, one ray per pixel centre at integer
   pixel coordinates, as a ``float32[H_f, W_f, C]`` feature map (channels in
@@ -32,7 +35,7 @@ Sensors, all taken from the :class:`~jax_perception_node.settings.config.Pipelin
 
 Odometry (nav_msgs/Odometry, 50 Hz): the pose of ``grid.frame_id`` (base_link) in the fixed
 frame ``map`` = world, for multi-sweep accumulation; the same pose as map -> base_link on /tf.
-/tf_static: base_link -> the LiDAR frame and -> each camera frame at the parameters' poses.
+/tf_static: base_link -> each LiDAR frame and -> each camera frame at their poses.
 Each feature map comes with a sensor_msgs/CameraInfo of an image 8 times its size, whose K
 scales to the configured intrinsics exactly.
 
@@ -45,11 +48,15 @@ Only NumPy and ``rosbags`` are used (vision_msgs' definitions come from the inst
 interfaces): no ROS installation, no JAX.
 """
 
-from .drive import LidarModel, SyntheticDrive
+from .drive import SyntheticDrive
+from .lidar_model import LidarModel
+from .lidar_presets import lidar_preset, PRESETS, sensor_model
+from .rig import lidar_rig, lidar_topic, RIGS
 from .sample_bag import camera_stamp_offset, write_sample_bag
 from .scene import (CAMERA_CHANNELS, EGO_LANE_Y, EGO_SPEED, EPOCH_NS, LIDAR_FRAME_ID,
-                    ODOMETRY_FRAME_ID, POINT_DTYPE, POINT_FIELDS, POINT_STEP)
+                    MAX_EGO_SPEED, ODOMETRY_FRAME_ID, POINT_DTYPE, POINT_FIELDS, POINT_STEP)
 
 __all__ = ['CAMERA_CHANNELS', 'camera_stamp_offset', 'EGO_LANE_Y', 'EGO_SPEED', 'EPOCH_NS',
-           'LIDAR_FRAME_ID', 'LidarModel', 'ODOMETRY_FRAME_ID', 'POINT_DTYPE', 'POINT_FIELDS',
-           'POINT_STEP', 'SyntheticDrive', 'write_sample_bag']
+           'LIDAR_FRAME_ID', 'lidar_preset', 'lidar_rig', 'lidar_topic', 'LidarModel',
+           'MAX_EGO_SPEED', 'ODOMETRY_FRAME_ID', 'POINT_DTYPE', 'POINT_FIELDS', 'POINT_STEP',
+           'PRESETS', 'RIGS', 'sensor_model', 'SyntheticDrive', 'write_sample_bag']

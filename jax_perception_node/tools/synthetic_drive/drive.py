@@ -1,71 +1,17 @@
-"""The drive itself: the LiDAR model and the sensors of the ego vehicle in the world."""
+"""The drive itself: the ego vehicle and its sensors (a LiDAR, cameras) in the world."""
 
-from dataclasses import dataclass
 import math
 
-from jax_perception_node.settings.config import CameraConfig, PipelineConfig
+from jax_perception_node.settings.config import CameraConfig, PipelineConfig, Pose
 import numpy as np
 
 from .camera_render import camera_rays, render
+from .lidar_model import LidarModel
 from .scene import (BCLS, BHX, BHY, BHZ, box_hits, BRHO, BVX, BVY, BX, BY, BYAW, BZ, CAMERA_VIEW_M,
                     CCLS, CR, CRHO, CVX, CVY, CX, CY, cylinder_hits, CZ0, CZ1, EGO_LANE_Y,
-                    EGO_SPEED, expand, GROUND, ground_reflectivity, make_tile, POINT_DTYPE,
-                    sweep_points_in_boxes, TILE, time_key, TRAFFIC, VEHICLE, vehicle)
-
-
-@dataclass(frozen=True)
-class LidarModel:
-    """
-    A spinning multi-beam LiDAR: beam layout, range limits, noise and return statistics.
-
-    Beams are evenly spaced in elevation (deg above the LiDAR's xy plane), ring 0 the lowest.
-    Each revolution fires ``azimuth_steps`` columns, counter-clockwise seen from above, starting
-    behind the sensor (azimuth -180 deg, column c at -180 + 360 (c + 0.5) / azimuth_steps deg)
-    at ``rotation_hz``: column c fires c / (azimuth_steps * rotation_hz) s after the stamp.
-    A ray returns its nearest hit in [min_range_m, max_range_m], with Gaussian range noise
-    (std ``range_noise_m``, m). The return is detected with probability
-    (1 - dropout) / (1 + (P_ref / P)^2), where P = rho cos(incidence) / r^2 is the received power
-    and P_ref = 0.1 / detection_range_m^2: a 10 % reflective target seen head-on at
-    ``detection_range_m`` is detected about half the time. Seen from 1.8 m, dark asphalt fades
-    out beyond ~13 m and grass beyond ~18 m, while walls return out to 60-80 m.
-    Intensity is 0..255: 255 rho (0.5 + 0.5 cos(incidence)) plus a little noise.
-    """
-
-    beams: int = 64
-    azimuth_steps: int = 2048
-    min_elevation_deg: float = -15.0
-    max_elevation_deg: float = 15.0
-    min_range_m: float = 1.0
-    max_range_m: float = 100.0
-    range_noise_m: float = 0.02
-    dropout: float = 0.02
-    detection_range_m: float = 40.0
-    rotation_hz: float = 10.0
-
-    def __post_init__(self):
-        """Reject layouts and statistics that cannot describe a sensor."""
-        if self.beams < 1 or self.azimuth_steps < 8:
-            raise ValueError(f'LidarModel: need beams >= 1 and azimuth_steps >= 8, got '
-                             f'{self.beams} and {self.azimuth_steps}')
-        if not -90.0 < self.min_elevation_deg <= self.max_elevation_deg < 90.0:
-            raise ValueError('LidarModel: need -90 < min_elevation_deg <= max_elevation_deg < 90')
-        if not 0.0 <= self.min_range_m < self.max_range_m:
-            raise ValueError('LidarModel: need 0 <= min_range_m < max_range_m')
-        # Written so that NaN fails: it compares False with every bound.
-        if not (0.0 <= self.range_noise_m < math.inf and 0.0 <= self.dropout < 1.0):
-            raise ValueError('LidarModel: need range_noise_m >= 0 and 0 <= dropout < 1')
-        if self.detection_range_m <= 0 or self.rotation_hz <= 0:
-            raise ValueError('LidarModel: detection_range_m and rotation_hz must be > 0')
-
-    def elevations(self) -> np.ndarray:
-        """Elevation of every beam (rad), shape (beams,), ascending: index = ring."""
-        return np.radians(np.linspace(self.min_elevation_deg, self.max_elevation_deg,
-                                      self.beams))
-
-    def azimuths(self) -> np.ndarray:
-        """Azimuth of every column (rad, LiDAR frame), shape (azimuth_steps,), in firing order."""
-        return -math.pi + 2.0 * math.pi * (np.arange(self.azimuth_steps) + 0.5) \
-            / self.azimuth_steps
+                    EGO_SPEED, expand, GROUND, ground_reflectivity, LEAD_MARGIN, make_tile,
+                    MAX_EGO_SPEED, POINT_DTYPE, sweep_points_in_boxes, TILE, time_key, TRAFFIC,
+                    VEHICLE, vehicle)
 
 
 class SyntheticDrive:
@@ -73,12 +19,22 @@ class SyntheticDrive:
     The synthetic scene and its sensors: LiDAR sweeps and camera feature maps at any time.
 
     ``t`` is seconds since the start of the drive (bag stamp = ``EPOCH_NS`` + t). ``num_cameras``
-    keeps the first N configured cameras (None: all, 0: LiDAR only).
+    keeps the first N configured cameras (None: all, 0: LiDAR only). The ego drives at
+    ``ego_speed`` (m/s, in (0, :data:`MAX_EGO_SPEED`]); traffic keeps its own speeds, except
+    that the vehicles ahead in the ego's lane drive :data:`LEAD_MARGIN` faster than a faster ego,
+    which thus never runs into them. ``lidar`` is the sensor model, mounted at ``mount`` (its
+    pose in base_link; None: ``cfg.lidar``). ``instant_sweep``: every column fires at the
+    stamp, from where the sensor is then into the scene as it is then, and every point's time
+    is 0 (the reference a deskewed sweep is compared with); the rays and the noise and
+    detection draws are the real sweep's. ``noise_stream`` > 0 gives a second or third LiDAR
+    on the vehicle draws of its own (0: the drive's single LiDAR).
     """
 
     def __init__(self, cfg: PipelineConfig, seed: int = 0, num_cameras: int | None = None,
-                 lidar: LidarModel = LidarModel()):
-        """Set up the sensors; raises ValueError for a bad seed or camera count."""
+                 lidar: LidarModel = LidarModel(), ego_speed: float = EGO_SPEED,
+                 instant_sweep: bool = False, mount: Pose | None = None,
+                 noise_stream: int = 0):
+        """Set up the sensors; raises ValueError for a bad seed, camera count or speed."""
         available = len(cfg.cameras)
         if num_cameras is None:
             num_cameras = available
@@ -90,14 +46,34 @@ class SyntheticDrive:
                              f'camera(s) ({names})')
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f'seed must be a non-negative integer, got {seed!r}')
+        # Written so that NaN fails: it compares False with every bound.
+        if isinstance(ego_speed, bool) or not isinstance(ego_speed, (int, float)) \
+                or not 0.0 < ego_speed <= MAX_EGO_SPEED:
+            raise ValueError(f'ego_speed must be a number > 0 and <= {MAX_EGO_SPEED:g} m/s, got '
+                             f'{ego_speed!r}')
         self.cfg = cfg
         self.seed = int(seed)
         self.lidar = lidar
         self.cameras: tuple[CameraConfig, ...] = tuple(cfg.cameras[:num_cameras])
-        self.ego_velocity = np.array([EGO_SPEED, 0.0])
+        self.ego_speed = float(ego_speed)
+        self.ego_velocity = np.array([self.ego_speed, 0.0])
+        self.instant_sweep = bool(instant_sweep)
+        self.mount = cfg.lidar if mount is None else mount
+        self._noise_key = [self.seed, 2] if noise_stream == 0 else [self.seed, 2, 5, noise_stream]
+        # Traffic lanes with the speeds of this drive (see the class docstring).
+        self._lanes = tuple((y, max(speed, self.ego_speed + LEAD_MARGIN) if n_min is not None
+                             else speed, first, spacing, jitter, n_min)
+                            for y, speed, first, spacing, jitter, n_min in TRAFFIC)
+        self._setup_rays()
+        self._camera_rays = {cam.name: (cam, camera_rays(cam)) for cam in self.cameras}
+        self._tiles: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._vehicles: dict[tuple[int, int], list[float]] = {}
 
-        self._lidar_rot = cfg.lidar.rotation_matrix()
-        self._lidar_trans = np.array(cfg.lidar.translation, dtype=float)
+    def _setup_rays(self):
+        """Lay out the LiDAR's rays in its frame and in world axes, and their firing times."""
+        lidar = self.lidar
+        self._lidar_rot = self.mount.rotation_matrix()
+        self._lidar_trans = np.array(self.mount.translation, dtype=float)
         el, az = lidar.elevations(), lidar.azimuths()
         self._elevations = el
         # Rays ordered column-major (ray = column * beams + ring): points come out in firing order.
@@ -114,17 +90,16 @@ class SyntheticDrive:
         self._ray_order = np.argsort(ray_az, kind='stable')
         self._sorted_az = ray_az[self._ray_order]
         self._ray_el = np.arcsin(np.clip(self._dirs_world[:, 2], -1.0, 1.0))
-        self._tau = np.arange(lidar.azimuth_steps) / (lidar.azimuth_steps * lidar.rotation_hz)
-
-        self._camera_rays = {cam.name: (cam, camera_rays(cam)) for cam in self.cameras}
-        self._tiles: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._vehicles: dict[tuple[int, int], list[float]] = {}
+        if self.instant_sweep:
+            self._tau = np.zeros(lidar.azimuth_steps)
+        else:
+            self._tau = np.arange(lidar.azimuth_steps) / (lidar.azimuth_steps * lidar.rotation_hz)
 
     # ---------------------------------------------------------------- ego and scene layout
 
     def ego_position(self, t: float) -> np.ndarray:
         """Position (m) of base_link in the world at time t (s), shape (3,); heading is +x."""
-        return np.array([EGO_SPEED * t, EGO_LANE_Y, 0.0])
+        return np.array([self.ego_speed * t, EGO_LANE_Y, 0.0])
 
     def scene(self, x_lo: float, x_hi: float, t: float) -> tuple[np.ndarray, np.ndarray]:
         """
@@ -162,7 +137,7 @@ class SyntheticDrive:
 
     def _traffic(self, x_lo: float, x_hi: float, t: float) -> tuple[np.ndarray, list]:
         rows, keys = [], []
-        for lane, (y, speed, first, spacing, jitter, n_min) in enumerate(TRAFFIC):
+        for lane, (y, speed, first, spacing, jitter, n_min) in enumerate(self._lanes):
             n_lo = math.floor((x_lo - speed * t - first - jitter) / spacing)
             n_hi = math.ceil((x_hi - speed * t - first + jitter) / spacing)
             if n_min is not None:
@@ -181,8 +156,8 @@ class SyntheticDrive:
 
     # ---------------------------------------------------------------- ground truth
 
-    def ground_truth(self, t: float, points: np.ndarray | None = None,
-                     min_points: int = 5) -> tuple[np.ndarray, list[str]]:
+    def ground_truth(self, t: float, points: np.ndarray | None = None, min_points: int = 5,
+                     others: tuple = ()) -> tuple[np.ndarray, list[str]]:
         """
         Return the visible vehicles at time t (s), the LiDAR stamp: (float64[n, 9] rows, ids).
 
@@ -193,8 +168,10 @@ class SyntheticDrive:
         t hit: a point counts when it lies inside the box grown by 0.2 m, both where they are
         when the point fires (tau s after t: the LiDAR frame at t + tau, the box at its centre
         at t + v tau). nuScenes likewise drops the boxes no LiDAR point falls in. ``points``:
-        ``lidar_frame(t)``, when the caller has it (else it is cast here). Ids are stable per
-        vehicle: 'tile<k>-<i>' (the i-th box of the 40 m tile k) or 'lane<l>-<n>' (traffic).
+        ``lidar_frame(t)``, when the caller has it (else it is cast here). ``others``: (drive,
+        points) of the vehicle's other LiDARs (drives of the same world and ego, other mounts),
+        whose returns count too. Ids are stable per vehicle: 'tile<k>-<i>' (the i-th box of the
+        40 m tile k) or 'lane<l>-<n>' (traffic).
         """
         grid = self.cfg.grid
         ego = self.ego_position(t)
@@ -207,6 +184,9 @@ class SyntheticDrive:
             points = self.lidar_frame(t)
         counts = sweep_points_in_boxes(points, self._lidar_rot, self._lidar_trans,
                                        self.ego_velocity, boxes[keep], 0.2)
+        for other, other_points in others:
+            counts += sweep_points_in_boxes(other_points, other._lidar_rot, other._lidar_trans,
+                                            self.ego_velocity, boxes[keep], 0.2)
         seen = counts >= min_points
         keep = keep[seen]
         rows = np.zeros((len(keep), 9))
@@ -222,17 +202,19 @@ class SyntheticDrive:
         """
         One LiDAR sweep starting at time t (s): structured array of ``POINT_DTYPE``, shape (N,).
 
-        Fields x, y, z (m, LiDAR frame at each point's firing time), intensity (0..255), ring
-        (beam index, 0 = lowest), time (s after t, within one rotation period); float32 except
-        ring (uint16). Points are in firing order; misses (sky, out of range, undetected) are
-        absent, so N varies with the scene.
+        Fields x, y, z (m, LiDAR frame at each point's firing time), intensity (0..255 times
+        the model's ``intensity_scale``), ring (beam index, 0 = lowest), time (s after t, within
+        one rotation period; 0 with ``instant_sweep``); float32 except ring (uint16). Points are
+        in firing order; misses (sky, out of range, undetected) are absent, so N varies with
+        the scene.
         """
         model = self.lidar
         n_beams, n_cols = model.beams, model.azimuth_steps
         n_rays = n_beams * n_cols
         dirs = self._dirs_world
         tau = self._tau
-        sweep = 1.0 / model.rotation_hz
+        # Culling covers the sensor-object motion over the sweep: none in an instant one.
+        sweep = 0.0 if self.instant_sweep else 1.0 / model.rotation_hz
         origin = self.ego_position(t) + self._lidar_trans       # ego heading 0: no rotation
         centre = origin[:2] + self.ego_velocity * (0.5 * sweep)
         boxes, cylinders = self.scene(centre[0] - model.max_range_m - 30.0,
@@ -265,7 +247,7 @@ class SyntheticDrive:
             cls[ray] = rows[k, col[1]]
             cos_inc[ray] = cos_k[win]
 
-        rng = np.random.default_rng([self.seed, 2, time_key(t)])
+        rng = np.random.default_rng([*self._noise_key, time_key(t)])
         uniform = rng.random(n_rays)
         range_noise = rng.standard_normal(n_rays)
         intensity_noise = rng.standard_normal(n_rays)
@@ -281,8 +263,9 @@ class SyntheticDrive:
         xyz = self._dirs_lidar[idx] * dist[:, None]
         points['x'], points['y'], points['z'] = xyz[:, 0], xyz[:, 1], xyz[:, 2]
         c = cos_inc[idx]
-        points['intensity'] = np.clip(255.0 * rho[idx] * (0.5 + 0.5 * c)
-                                      + 1.5 * intensity_noise[idx], 0.0, 255.0)
+        scale = model.intensity_scale
+        points['intensity'] = np.clip((255.0 * rho[idx] * (0.5 + 0.5 * c)
+                                       + 1.5 * intensity_noise[idx]) * scale, 0.0, 255.0 * scale)
         points['ring'] = idx % n_beams
         points['time'] = tau[idx // n_beams]
         return points

@@ -9,8 +9,7 @@ from typing import Callable, Mapping
 
 from jax_perception_node.bags.bagio import (message_class, offered_qos, SAMPLE_SEED_KEY, TF_TYPE,
                                             TYPESTORE)
-from jax_perception_node.bags.topics import (camera_info_topic, camera_topic, ODOMETRY_TOPIC,
-                                             POINTCLOUD_TOPIC)
+from jax_perception_node.bags.topics import camera_info_topic, camera_topic, ODOMETRY_TOPIC
 from jax_perception_node.geometry.transforms import TF_STATIC_TOPIC, TF_TOPIC
 from jax_perception_node.outputs.objects import (DETECTION_ARRAY_TYPE, detections_message,
                                                  GROUND_TRUTH_TOPIC)
@@ -18,7 +17,9 @@ from jax_perception_node.settings.config import PipelineConfig
 import numpy as np
 from rosbags.rosbag2 import StoragePlugin, Writer
 
-from .drive import LidarModel, SyntheticDrive
+from .drive import SyntheticDrive
+from .lidar_model import LidarModel
+from .rig import lidar_rig, LidarMount, rig_summary
 from .scene import EGO_SPEED, EPOCH_NS, ODOMETRY_FRAME_ID, POINT_FIELDS, POINT_STEP
 
 ODOMETRY = ':odometry'      # event name: no camera name can have a colon
@@ -38,14 +39,22 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
                      num_cameras: int | None = None, seed: int = 0, lidar_hz: float = 10.0,
                      camera_hz: float | Mapping[str, float] = 12.0,
                      progress: Callable[[int, int], None] | None = None,
-                     lidar: LidarModel | None = None, odometry_hz: float = 50.0) -> dict:
+                     lidar: LidarModel | None = None, odometry_hz: float = 50.0,
+                     ego_speed: float = EGO_SPEED, instant_sweep: bool = False,
+                     lidars: str = 'one') -> dict:
     """
     Write the synthetic drive as a rosbag2 (version 9, MCAP) directory at ``path``.
 
     LiDAR sweeps go to :data:`POINTCLOUD_TOPIC` (sensor_msgs/PointCloud2, frame
     ``cfg.lidar_frame_id``, fields :data:`POINT_FIELDS`, point_step 24, little-endian,
     is_dense) at ``lidar_hz``, which is also the rotation rate; frames = round(seconds *
-    lidar_hz) with stamps k / lidar_hz. Camera ``name`` goes to ``camera_topic(name)``
+    lidar_hz) with stamps k / lidar_hz. ``lidar``: the sensor model (None: ``LidarModel()``;
+    see ``lidar_presets``). ``lidars='three'`` (``rig.lidar_rig``): per sweep one cloud per
+    LiDAR, top (``lidar`` at ``cfg.lidar``), left, right, each on ``rig.lidar_topic(name)`` in
+    its frame ``lidar_<name>`` with its own per-point times (the summary gives their poses, as
+    /tf_static does). The ego drives at
+    ``ego_speed`` (m/s) and ``instant_sweep`` freezes every sweep at its stamp (see
+    :class:`SyntheticDrive`). Camera ``name`` goes to ``camera_topic(name)``
     (sensor_msgs/Image, ``32FC<C>``, frame ``cameras.<name>.frame_id``) at ``camera_hz`` (Hz,
     one rate or a mapping name -> rate), with stamps offset by :func:`camera_stamp_offset` and
     never later than half a LiDAR period after the last sweep; each map is followed by its
@@ -53,58 +62,83 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     ``IMAGE_SCALE`` times the map, whose K scales to the configured intrinsics exactly.
     Each sweep is followed by its ground truth on :data:`GROUND_TRUTH_TOPIC`
     (vision_msgs/Detection3DArray, same stamp, frame ``cfg.grid.frame_id``): the visible
-    vehicles, ``SyntheticDrive.ground_truth``, as ``objects.detections_message`` lays them out.
+    vehicles, ``SyntheticDrive.ground_truth`` (the returns of every LiDAR count), as
+    ``objects.detections_message`` lays them out.
     nav_msgs/Odometry of the grid frame (``cfg.grid.frame_id``, the ego's base_link) in the
     fixed frame ``map`` goes to :data:`ODOMETRY_TOPIC` at ``odometry_hz`` (0: none), stamps
     n / odometry_hz up to half a LiDAR period after the last sweep, each written before a
     sweep of the same stamp, and the same pose as map -> base_link to /tf. /tf_static holds
-    one message first: base_link -> the LiDAR frame and -> each camera's frame, at the
-    parameters' poses. The metadata's custom_data holds the seed (``bagio.SAMPLE_SEED_KEY``:
-    the trainer refuses held-out seeds). Bag time = header stamp = ``EPOCH_NS`` + t. The bytes
-    depend only on the arguments (of the path, its last component, which names the .mcap file)
-    and the rosbags version. ``progress(done, total)`` is called after every message.
+    one message first: base_link -> each LiDAR frame and -> each camera's frame, at their
+    poses. The metadata's custom_data holds the seed (``bagio.SAMPLE_SEED_KEY``: the trainer
+    refuses held-out seeds). Bag time = header stamp = ``EPOCH_NS`` + t. The bytes depend only
+    on the arguments (of the path, its last component, which names the .mcap file) and the
+    rosbags version. ``progress(done, total)`` is called after every message.
     Raises FileExistsError if ``path`` exists, ValueError on bad arguments, bagio.BagError when
     vision_msgs is not installed; a failed write leaves nothing behind. Returns a summary:
     path, seconds, seed, frames, camera_messages (name -> count; as many CameraInfo),
     odometry_messages (as many /tf), ground_truth_messages (one per frame), ground_truth_boxes
-    (in all of them), min_points, max_points, mean_points (per LiDAR frame).
+    (in all of them), min_points, max_points, mean_points (per sweep, all LiDARs together),
+    ego_speed, instant_sweep, lidars (name -> topic, frame_id, translation, rotation_xyzw,
+    mean_points).
     """
     path = Path(path)
     if path.exists():
         raise FileExistsError(f'{path} already exists')
+    _check_rates(seconds, lidar_hz, odometry_hz)
+    model = replace(lidar or LidarModel(), rotation_hz=float(lidar_hz))
+    mounts = lidar_rig(lidars, cfg, model)
+    # The first drive carries the cameras and the single LiDAR's draws, as a one-LiDAR drive.
+    drives = [SyntheticDrive(cfg, seed=seed, num_cameras=num_cameras if i == 0 else 0,
+                             lidar=mount.model, ego_speed=ego_speed, instant_sweep=instant_sweep,
+                             mount=mount.pose, noise_stream=i) for i, mount in enumerate(mounts)]
+    rates = _camera_rates(drives[0], camera_hz)
+    frames = max(1, int(round(seconds * lidar_hz)))
+    events = event_schedule(frames, lidar_hz, rates, odometry_hz)
+    try:
+        with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+            writer.set_custom_data(SAMPLE_SEED_KEY, str(drives[0].seed))
+            counts, sweeps = _write_events(writer, _Messages(drives, mounts), events,
+                                           odometry_hz > 0, progress)
+    except BaseException:
+        # The path did not exist before: whatever is there now is our partial bag.
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    return _summary(path, frames / lidar_hz, drives[0], counts, sweeps, mounts)
+
+
+def _check_rates(seconds: float, lidar_hz: float, odometry_hz: float) -> None:
+    """Raise ValueError for a duration or rate that is not a positive number (odometry: >= 0)."""
     for key, value in (('seconds', seconds), ('lidar_hz', lidar_hz)):
         if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ValueError(f'{key} must be a positive number, got {value!r}')
     if not isinstance(odometry_hz, (int, float)) or not math.isfinite(odometry_hz) \
             or odometry_hz < 0:
         raise ValueError(f'odometry_hz must be a number >= 0, got {odometry_hz!r}')
-    model = replace(lidar or LidarModel(), rotation_hz=float(lidar_hz))
-    drive = SyntheticDrive(cfg, seed=seed, num_cameras=num_cameras, lidar=model)
-    rates = _camera_rates(drive, camera_hz)
-    frames = max(1, int(round(seconds * lidar_hz)))
-    events = event_schedule(frames, lidar_hz, rates, odometry_hz)
-    try:
-        with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
-            writer.set_custom_data(SAMPLE_SEED_KEY, str(drive.seed))
-            counts, sweeps = _write_events(writer, _Messages(drive), events, odometry_hz > 0,
-                                           progress)
-    except BaseException:
-        # The path did not exist before: whatever is there now is our partial bag.
-        shutil.rmtree(path, ignore_errors=True)
-        raise
+
+
+def _summary(path: Path, seconds: float, drive: SyntheticDrive, counts: dict, sweeps: list,
+             mounts) -> dict:
+    """Return write_sample_bag's summary from the counts and sweeps _write_events returns."""
     odometry_messages = counts.pop(ODOMETRY)
+    points = [sum(widths) for widths, _ in sweeps]
+    lidars = rig_summary(mounts)
+    for k, name in enumerate(lidars):
+        lidars[name]['mean_points'] = round(float(np.mean([w[k] for w, _ in sweeps])), 1)
     return {
         'path': str(path),
-        'seconds': frames / lidar_hz,
+        'seconds': seconds,
         'seed': drive.seed,
-        'frames': frames,
+        'frames': len(sweeps),
         'camera_messages': counts,
         'odometry_messages': odometry_messages,
         'ground_truth_messages': len(sweeps),
         'ground_truth_boxes': int(sum(boxes for _, boxes in sweeps)),
-        'min_points': min(points for points, _ in sweeps),
-        'max_points': max(points for points, _ in sweeps),
-        'mean_points': round(float(np.mean([points for points, _ in sweeps])), 1),
+        'min_points': min(points),
+        'max_points': max(points),
+        'mean_points': round(float(np.mean(points)), 1),
+        'ego_speed': drive.ego_speed,
+        'instant_sweep': drive.instant_sweep,
+        'lidars': lidars,
     }
 
 
@@ -147,10 +181,16 @@ def event_schedule(frames: int, lidar_hz: float, camera_rates: Mapping[str, floa
 
 
 class _Messages:
-    """The drive's messages as rosbags (ROS 2 Jazzy + interfaces) objects, and type names."""
+    """
+    The drive's messages as rosbags (ROS 2 Jazzy + interfaces) objects, and type names.
 
-    def __init__(self, drive: SyntheticDrive):
-        self.drive = drive
+    ``drives``: one per LiDAR of ``mounts``, the first with the cameras.
+    """
+
+    def __init__(self, drives: list[SyntheticDrive], mounts: tuple[LidarMount, ...]):
+        self.drive = drives[0]
+        self.drives = drives
+        self.mounts = mounts
         self.ts = TYPESTORE
         message_class(DETECTION_ARRAY_TYPE)     # BagError now when vision_msgs is missing
         types = self.ts.types
@@ -186,10 +226,10 @@ class _Messages:
                 rotation=types['geometry_msgs/msg/Quaternion'](*map(float, xyzw))))
 
     def tf_static(self, stamp_ns: int):
-        """Build /tf_static: the LiDAR's and each camera's pose in the grid frame."""
-        cfg, grid = self.drive.cfg, self.drive.cfg.grid.frame_id
-        transforms = [self.transform(stamp_ns, grid, cfg.lidar_frame_id, cfg.lidar.translation,
-                                     cfg.lidar.rotation_xyzw)]
+        """Build /tf_static: each LiDAR's and each camera's pose in the grid frame."""
+        grid = self.drive.cfg.grid.frame_id
+        transforms = [self.transform(stamp_ns, grid, m.frame_id, m.pose.translation,
+                                     m.pose.rotation_xyzw) for m in self.mounts]
         transforms += [self.transform(stamp_ns, grid, c.frame_id, c.pose.translation,
                                       c.pose.rotation_xyzw) for c in self.drive.cameras]
         return self.ts.types[TF_TYPE](transforms=transforms)
@@ -208,17 +248,18 @@ class _Messages:
             frame_id=frame_id)
 
     def sweep(self, stamp_ns: int, t: float):
-        """Build the LiDAR sweep starting at t (s) and its ground truth: (cloud, objects)."""
-        points = self.drive.lidar_frame(t)
-        boxes, ids = self.drive.ground_truth(t, points)
+        """Build the sweeps starting at t (s), one cloud per LiDAR, and their ground truth."""
+        points = [drive.lidar_frame(t) for drive in self.drives]
+        boxes, ids = self.drive.ground_truth(t, points[0],
+                                             others=tuple(zip(self.drives[1:], points[1:])))
         truth = detections_message(self.ts.types, boxes, GROUND_TRUTH_CLASSES, stamp_ns,
                                    self.drive.cfg.grid.frame_id, ids)
-        return self.cloud(stamp_ns, points), truth
+        return [self.cloud(stamp_ns, m.frame_id, p) for m, p in zip(self.mounts, points)], truth
 
-    def cloud(self, stamp_ns: int, points: np.ndarray):
-        """Build a PointCloud2 in the LiDAR frame of a sweep's points (``POINT_DTYPE``)."""
+    def cloud(self, stamp_ns: int, frame_id: str, points: np.ndarray):
+        """Build a PointCloud2 in ``frame_id`` of a sweep's points (``POINT_DTYPE``)."""
         return self.ts.types['sensor_msgs/msg/PointCloud2'](
-            header=self.header(stamp_ns, self.drive.cfg.lidar_frame_id), height=1,
+            header=self.header(stamp_ns, frame_id), height=1,
             width=len(points),
             fields=self._fields, is_bigendian=False, point_step=POINT_STEP,
             row_step=POINT_STEP * len(points), data=points.view(np.uint8).reshape(-1),
@@ -242,7 +283,7 @@ class _Messages:
         pose = types['geometry_msgs/msg/Pose'](
             position=point, orientation=types['geometry_msgs/msg/Quaternion'](0.0, 0.0, 0.0, 1.0))
         vector = types['geometry_msgs/msg/Vector3']
-        twist = types['geometry_msgs/msg/Twist'](linear=vector(EGO_SPEED, 0.0, 0.0),
+        twist = types['geometry_msgs/msg/Twist'](linear=vector(self.drive.ego_speed, 0.0, 0.0),
                                                  angular=vector(0.0, 0.0, 0.0))
         return types['nav_msgs/msg/Odometry'](
             header=self.header(stamp_ns, ODOMETRY_FRAME_ID),
@@ -258,13 +299,13 @@ def _write_events(writer: Writer, messages: _Messages, events, odometry: bool,
     """
     Write every event's messages; return (messages per camera name and ODOMETRY, sweeps).
 
-    sweeps: (points, ground truth boxes) per sweep. /tf_static comes first. Connections are
-    added in the order LiDAR, cameras, /tf_static, camera infos, odometry and /tf (these two
-    only with ``odometry``), ground truth.
+    sweeps: (points of each LiDAR, ground truth boxes) per sweep. /tf_static comes first.
+    Connections are added in the order LiDARs, cameras, /tf_static, camera infos, odometry and
+    /tf (these two only with ``odometry``), ground truth.
     """
     ts, cameras = messages.ts, messages.drive.cameras
-    types = {'': messages.cloud_type, ODOMETRY: messages.odometry_type}
-    topics = {'': POINTCLOUD_TOPIC} | {c.name: camera_topic(c.name) for c in cameras}
+    lidar_topics = [m.topic for m in messages.mounts]
+    topics = {c.name: camera_topic(c.name) for c in cameras}
     infos = {c.name: camera_info_topic(c.name) for c in cameras}
     info_type = ts.types['sensor_msgs/msg/CameraInfo'].__msgtype__
     # The QoS a driver offers: sensor data best effort; TF as tf2_ros' broadcasters.
@@ -273,8 +314,8 @@ def _write_events(writer: Writer, messages: _Messages, events, odometry: bool,
     def add(topic, msgtype, qos):
         return writer.add_connection(topic, msgtype, typestore=ts, offered_qos_profiles=qos)
 
-    conn = {topic: add(topic, types.get(name, messages.image_type), sensor)
-            for name, topic in topics.items()}
+    conn = {topic: add(topic, messages.cloud_type, sensor) for topic in lidar_topics}
+    conn |= {topic: add(topic, messages.image_type, sensor) for topic in topics.values()}
     conn[TF_STATIC_TOPIC] = add(TF_STATIC_TOPIC, TF_TYPE,
                                 [offered_qos(depth=1, transient_local=True)])
     conn |= {topic: add(topic, info_type, sensor) for topic in infos.values()}
@@ -283,8 +324,10 @@ def _write_events(writer: Writer, messages: _Messages, events, odometry: bool,
         conn[TF_TOPIC] = add(TF_TOPIC, TF_TYPE, [offered_qos(depth=100)])
     # Reliable, as a detector's output: each array is needed, for evaluation.
     conn[GROUND_TRUTH_TOPIC] = add(GROUND_TRUTH_TOPIC, DETECTION_ARRAY_TYPE, reliable)
-    # /tf_static, then two messages per sweep (+ ground truth), map (+ CameraInfo), pose (+ /tf).
-    total, done = 1 + 2 * len(events), 1
+    # /tf_static, then per sweep its clouds and the ground truth, two per map (+ CameraInfo)
+    # and per pose (+ /tf).
+    total = 1 + sum(1 + len(lidar_topics) if not name else 2 for _, _, name in events)
+    done = 1
     first = EPOCH_NS + (events[0][0] if events else 0)
     writer.write(conn[TF_STATIC_TOPIC], first,
                  ts.serialize_cdr(messages.tf_static(first), TF_TYPE))
@@ -298,10 +341,11 @@ def _write_events(writer: Writer, messages: _Messages, events, odometry: bool,
             out = [(ODOMETRY_TOPIC, messages.odometry(stamp, t), messages.odometry_type),
                    (TF_TOPIC, messages.tf(stamp, t), TF_TYPE)]
         elif not name:
-            cloud, truth = messages.sweep(stamp, t)
-            out = [(POINTCLOUD_TOPIC, cloud, messages.cloud_type),
-                   (GROUND_TRUTH_TOPIC, truth, DETECTION_ARRAY_TYPE)]
-            sweeps.append((cloud.width, len(truth.detections)))
+            clouds, truth = messages.sweep(stamp, t)
+            out = [(topic, cloud, messages.cloud_type)
+                   for topic, cloud in zip(lidar_topics, clouds)]
+            out.append((GROUND_TRUTH_TOPIC, truth, DETECTION_ARRAY_TYPE))
+            sweeps.append(([cloud.width for cloud in clouds], len(truth.detections)))
         else:
             out = [(topics[name], messages.image(name, stamp, t), messages.image_type),
                    (infos[name], messages.camera_info(name, stamp), info_type)]

@@ -27,7 +27,10 @@ CAMERA_CHANNELS = ('inverse_depth', 'height', 'ground', 'vehicle', 'pole', 'wall
 GROUND, VEHICLE, POLE, WALL = 0, 1, 2, 3
 
 # Scene layout, world frame (m, m/s).
-EGO_SPEED = 10.0
+EGO_SPEED = 10.0                 # the default ego speed (SyntheticDrive's ego_speed)
+MAX_EGO_SPEED = 25.0             # 90 km/h: the drives go from 0+ up to this
+LEAD_MARGIN = 0.6                # vehicles ahead in the ego lane drive this much faster than a
+#                                  faster ego, so it never runs into them
 EGO_LANE_Y = -1.75
 ROAD_HALF_WIDTH = 7.0
 TOWN_START = 40.0
@@ -41,7 +44,7 @@ TILE = 40.0
 CAMERA_VIEW_M = 150.0         # objects further than this are not rendered (ground still is)
 # Traffic lanes: (y, speed, first x at t = 0, spacing, jitter, lowest vehicle index or None).
 TRAFFIC = ((1.75, -11.0, 15.0, 42.0, 8.0, None),
-           (EGO_LANE_Y, 10.6, 22.0, 70.0, 5.0, 0))   # ahead of the ego only: never caught up
+           (EGO_LANE_Y, 10.6, 22.0, 70.0, 5.0, 0))   # ahead of the ego only (LEAD_MARGIN)
 
 # Ground reflectivity (also the camera albedo).
 ASPHALT, PAINT, SIDEWALK, GRAVEL, GRASS, WATER = 0.07, 0.55, 0.25, 0.18, 0.20, 0.02
