@@ -14,19 +14,17 @@ import time
 import numpy as np
 
 from .sync import CameraSync
+from .tf_calibration import TfCalibration
 from ..core.pipeline import BevPipeline, FrameResult
 from ..geometry.ego_motion import deskew_motion, twist_at
 from ..geometry.odometry import OdometryBuffer, TransformPoses
-from ..geometry.rotations import matrix_quaternion
 from ..geometry.stamps import stamp_ns
-from ..geometry.transforms import TransformBuffer, TransformError
+from ..geometry.transforms import TransformBuffer
 from ..outputs.render import bev_to_rgb
 from ..sensors.camera import FeatureMapError, read_features, scale_camera_info, with_intrinsics
 from ..sensors.cloud import CloudFormatError, has_valid_point
-from ..settings.config import PipelineConfig, Pose
-from ..settings.parameters import ConfigError
+from ..settings.config import PipelineConfig
 
-MOVED = 1e-9        # a pose whose 4 x 4 matrix changed by more than this is applied again
 # A cloud stamped further than this ahead of the node's clock is refused: once taken, every
 # cloud after it would look like a jump back in time and reset the camera buffers.
 MAX_FUTURE_STAMP_S = 1.0
@@ -59,7 +57,7 @@ class Frame:
     without_motion: bool = False
 
 
-class FramePath:
+class FramePath(TfCalibration):
     """
     Decode, pair, process and describe frames for one warmed pipeline; see the module doc.
 
@@ -204,14 +202,16 @@ class FramePath:
                 f'"{expected}" (parameter cameras.{name}.frame_id): feature maps must be in '
                 'the configured frame')
         fmap = read_features(msg, *self._shapes[name])
+        stamp = stamp_ns(msg.header.stamp)
         with self._buffer_lock:
             # A map naming no frame is in its CameraInfo's (the pose TF gives that frame).
-            self._map_frames[name] = msg.header.frame_id or self._info_frames.get(name, '')
-            return self.sync.add(name, stamp_ns(msg.header.stamp), fmap)
-
-    def add_transforms(self, msg, static: bool) -> int:
-        """Store a tf2_msgs/TFMessage (/tf_static: ``static``); see TransformBuffer.add_message."""
-        return self.transforms.add_message(msg, static)
+            frame = msg.header.frame_id or self._info_frames.get(name, '')
+            new_frame = self._map_frames.get(name) != frame
+            self._map_frames[name] = frame
+            jumped = self.sync.add(name, stamp, fmap)
+        if new_frame and self.cfg.extrinsics_source == 'tf':
+            self.prepare_tf_cameras(stamp)
+        return jumped
 
     def add_odometry(self, msg) -> None:
         """Check and buffer a nav_msgs/Odometry message (pose of the grid frame)."""
@@ -301,67 +301,6 @@ class FramePath:
     def _camera_frame(self, name: str) -> str:
         return next(c.frame_id for c in self.cfg.cameras if c.name == name)
 
-    def _apply_tf_poses(self, lidar: np.ndarray, maps: dict, map_frames: dict, stamp: int):
-        """
-        Apply the TF poses of the LiDAR and the paired cameras that moved (under the pipe lock).
-
-        Returns the maps (a camera TF cannot place masked), the names of those cameras, and
-        (cameras masked for lift slots, the reason or ''): when the moved cameras' TF poses put
-        more lift samples in a cell than the slots of warm-up, they are masked (set
-        fusion.max_samples_per_cell to cover the TF poses). The same set of poses is not tried
-        again (each try runs the lift geometry on the frame's path); any other set is, a camera
-        on its own included: the slots are shared, so the pair may be what did not fit.
-        """
-        grid = self.cfg.grid.frame_id
-        maps, without_tf, moved = dict(maps), [], {}
-        for name, fmap in maps.items():
-            if fmap is None:
-                continue
-            try:
-                moved[name] = self.transforms.lookup(grid, map_frames[name], stamp)
-            except TransformError:
-                maps[name] = None
-                without_tf.append(name)
-        moved = {name: m for name, m in moved.items() if self._moved(name, m)}
-        over_slots = []
-        if moved and moved.keys() == self._tf_refused.keys() and not any(
-                self._moved(name, m, refused=True) for name, m in moved.items()):
-            # The very poses the slots refused together: the same try would fail the same way.
-            over_slots = list(moved)
-            for name in over_slots:
-                maps[name] = None
-            moved = {}
-        lidar_moved = self._moved(':lidar', lidar)      # no camera name has a colon
-        refusal = ''
-        if not moved and not lidar_moved:
-            return maps, tuple(without_tf), (tuple(over_slots), refusal)
-        cameras = tuple(replace(c, pose=pose_from_matrix(moved[c.name])) if c.name in moved
-                        else c for c in self.cameras)
-        lidar_pose = pose_from_matrix(lidar) if lidar_moved else None
-        try:
-            self.pipe.set_calibration(lidar_pose, cameras if moved else None)
-        except ConfigError as exc:  # more lift samples than the slots of warm-up: mask them
-            self.pipe.set_calibration(lidar_pose)
-            for name in moved:
-                maps[name] = None
-            self._tf_refused = dict(moved)
-            over_slots += list(moved)
-            refusal = str(exc)
-            moved, cameras = {}, self.cameras
-        self.cameras = cameras
-        self._tf_applied.update(moved)
-        if moved:
-            self._tf_refused = {}
-        if lidar_moved:
-            self._tf_applied[':lidar'] = lidar
-        self.tf_calibrations += 1
-        return maps, tuple(without_tf), (tuple(over_slots), refusal)
-
-    def _moved(self, sensor: str, m: np.ndarray, refused: bool = False) -> bool:
-        """Whether ``m`` differs from the pose in force (or the pose refused) for ``sensor``."""
-        before = (self._tf_refused if refused else self._tf_applied).get(sensor)
-        return before is None or float(np.abs(before - m).max()) > MOVED
-
     @staticmethod
     def finish(frame: Frame, publish_start: float, arrived: float,
                age_ms: float | None = None) -> dict:
@@ -399,12 +338,6 @@ def uses_tf(cfg: PipelineConfig) -> bool:
 def needs_ego_poses(cfg: PipelineConfig) -> bool:
     """Return True when ``cfg`` uses the ego pose: accumulation, or deskew with a time field."""
     return cfg.accumulation.num_sweeps > 1 or cfg.lidar_timing.active
-
-
-def pose_from_matrix(m: np.ndarray) -> Pose:
-    """Return the Pose (translation, unit quaternion) of a rigid 4 x 4 transform."""
-    return Pose(tuple(float(v) for v in m[:3, 3]),
-                tuple(float(v) for v in matrix_quaternion(m[:3, :3])))
 
 
 def rgb_image_fields(rgb: np.ndarray) -> dict:

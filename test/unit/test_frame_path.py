@@ -287,10 +287,35 @@ def test_tf_poses_replace_wrong_parameter_poses_without_a_compile(tf_pipe):
     assert 0 < coverage.sum() < coverage.size
     np.testing.assert_allclose(out[..., 6:9], camera, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(out[..., 9], coverage)
-    # Static TF: the poses were applied once, not per frame.
-    assert path.tf_calibrations == 1
+    # Static TF: each pose applied once (the cameras as their first map named their frame, the
+    # LiDAR with the first cloud), not per frame.
+    assert path.tf_calibrations == 3
     # The parameters' (wrong) poses give another picture: the check above could not pass.
     assert not np.allclose(voxelize_ref(POINTS, tf_config()), voxelize_ref(POINTS, truth))
+
+
+def test_static_tf_camera_poses_apply_off_the_frame_path(tf_pipe, monkeypatch):
+    """The lift geometry of a /tf_static camera pose runs when the pose arrives, not in a frame."""
+    path = FramePath(tf_config(), tf_pipe)
+    geometry = []
+    lift_tables = tf_pipe.lift_tables
+    monkeypatch.setattr(tf_pipe, 'lift_tables', lambda cameras: geometry.append(
+        {c.name: c.pose for c in cameras}) or lift_tables(cameras))
+    for name in MAPS:       # the maps name their frames before TF knows them: nothing to apply
+        path.add_features(name, features(name, T0, frame_id=f'cam_{name}'))
+    assert geometry == [] and path.tf_calibrations == 0
+    path.add_transforms(static_tf(), static=True)
+    assert len(geometry) == 1 and path.tf_calibrations == 1
+    truth = truth_config()
+    assert geometry[0] == {c.name: c.pose for c in truth.cameras}
+    frames = [path.process(cloud(T0 + k * 10**8, frame_id='velodyne')) for k in range(3)]
+    assert len(geometry) == 1       # no frame ran the lift geometry
+    camera, coverage = lift_ref(truth, MAPS)
+    np.testing.assert_allclose(frames[0].result.features[..., 6:9], camera, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(frames[0].result.features[..., 9], coverage)
+    # The same /tf_static again (a late-joining publisher's latched copy): nothing moves.
+    path.add_transforms(static_tf(), static=True)
+    assert len(geometry) == 1
 
 
 def test_with_tf_a_cloud_in_an_unknown_frame_is_not_processed(tf_pipe):
@@ -302,7 +327,8 @@ def test_with_tf_a_cloud_in_an_unknown_frame_is_not_processed(tf_pipe):
     # The configured LiDAR frame means nothing with TF extrinsics: 'lidar' is unknown too.
     with pytest.raises(TransformError, match='frame "lidar" is unknown'):
         path.process(cloud())
-    assert path.tf_calibrations == 0
+    # The two cameras' poses, applied as their maps named their frames; no LiDAR pose.
+    assert path.tf_calibrations == 2 and ':lidar' not in path._tf_applied
     assert tf_frame(path).result.num_points == len(POINTS)
 
 
@@ -332,19 +358,20 @@ def test_tf_poses_the_lift_slots_cannot_hold_are_masked_counted_and_not_retried(
     tries = []
     set_calibration = tf_pipe.set_calibration
 
-    def counted(lidar=None, cameras=None):
+    def counted(lidar=None, cameras=None, lidar_filter=None, tables=None):
         tries.append(cameras is not None)
-        return set_calibration(lidar, cameras)
+        return set_calibration(lidar, cameras, lidar_filter, tables)
     monkeypatch.setattr(tf_pipe, 'set_calibration', counted)
     first = tf_frame(path)
-    # Both moved in that frame, both masked; named for lift slots, not for want of TF.
-    assert first.cameras_over_slots == ('front', 'rear') and first.cameras_without_tf == ()
-    assert 'slots per cell' in first.slots_refusal and first.result.cameras_used == 0
+    # The front camera's pose fits on its own and applied as its map named its frame; the
+    # rear one then crowds the cells: masked, named for lift slots, not for want of TF.
+    assert first.cameras_over_slots == ('rear',) and first.cameras_without_tf == ()
+    assert 'slots per cell' in first.slots_refusal and first.result.cameras_used == 1
     assert first.result.num_points == len(POINTS)          # the LiDAR is still processed
     tries.clear()
     second = tf_frame(path, T0 + 10**8)
-    # The same poses are not tried again: no lift geometry on this frame's path.
-    assert second.cameras_over_slots == ('front', 'rear') and second.slots_refusal == ''
+    # The same pose is not tried again: no lift geometry on this frame's path.
+    assert second.cameras_over_slots == ('rear',) and second.slots_refusal == ''
     assert True not in tries
     # The front camera on its own (the rear map stale): a set not tried yet, and it fits.
     path.add_features('front', features('front', T0 + 10**9, frame_id='cam_front'))
@@ -371,9 +398,10 @@ def test_dynamic_tf_is_interpolated_at_the_cloud_stamp(tf_pipe):
     moved = small_config(**{'lidar.translation': [t[0] + 0.25, t[1], t[2]],
                             'lidar.rotation_xyzw': list(q)})
     np.testing.assert_allclose(out[..., :6], voxelize_ref(POINTS, moved), rtol=1e-5, atol=1e-5)
-    # Each new LiDAR pose is applied (cheap: no camera geometry), the cameras' only once.
+    # Each new LiDAR pose is applied (cheap: no camera geometry), the cameras' only once (as
+    # their maps named their frames): two cameras, then the LiDAR in each of two frames.
     tf_frame(path, T0 + 10**9 // 2)
-    assert path.tf_calibrations == 2
+    assert path.tf_calibrations == 4
     assert [c.pose.translation for c in path.cameras] == [TF_CAMERAS['front'][0],
                                                           TF_CAMERAS['rear'][0]]
 
