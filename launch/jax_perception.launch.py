@@ -9,10 +9,9 @@ ros2 launch jax_perception_node jax_perception.launch.py \
     node_name:=bev_fusion use_sim_time:=true
 
 Every topic has an argument, as Autoware launch files pass topics. Inputs: ``pointcloud_topic``,
-``odometry_topic``, for each camera ``<name>`` in the params file's ``cameras.names``
-``<name>_features_topic`` and ``<name>_camera_info_topic``, and for each LiDAR ``<name>`` in
-``lidars.names`` ``<name>_pointcloud_topic``. The sensor names are only known once the params
-file is read, so the node is made in an OpaqueFunction; a sensor argument that names no
+``odometry_topic``, and for each camera ``<name>`` in the params file's ``cameras.names``
+``<name>_features_topic`` and ``<name>_camera_info_topic``. The camera names are only known once
+the params file is read, so the node is made in an OpaqueFunction; a sensor argument that names no
 configured sensor is logged as a warning (a typo would otherwise remap nothing). Outputs: one
 argument each (``OUTPUTS``), defaulting to the node's own name;
 ``objects_published_time_topic`` left empty follows ``objects_topic`` with
@@ -56,7 +55,6 @@ INPUTS = {'pointcloud_topic': '~/input/pointcloud', 'odometry_topic': '~/input/o
 SENSOR_INPUTS = {
     'cameras.names': ('camera', {'_features_topic': '~/input/camera/{}/features',
                                  '_camera_info_topic': '~/input/camera/{}/camera_info'}),
-    'lidars.names': ('LiDAR', {'_pointcloud_topic': '~/input/{}/pointcloud'}),
 }
 # Launch argument -> the node's own output it remaps (node_outputs.py, timing.py).
 OUTPUTS = {
@@ -91,7 +89,7 @@ def remappings(context) -> tuple[list, list]:
     declared = set(INPUTS) | set(OUTPUTS)
     params, warnings = read_params(given['params_file']), []
     for key, (kind, suffixes) in SENSOR_INPUTS.items():
-        names = list(params.get(key, []))       # lidars.names may be absent: none then
+        names = list(params.get(key, []))
         for name in names:
             for suffix, own in suffixes.items():
                 arg = name + suffix

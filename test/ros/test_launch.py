@@ -272,7 +272,7 @@ def test_launch_arguments_remap_every_topic_and_name_the_node(launch_site, tmp_p
                                              'head.module': 'toy_heads:occupancy_head'}),
                           tmp_path / 'params.yaml')
     launch = Launch(launch_site, tmp_path, params_file=params, node_name=NODE_NAME,
-                    back_features_topic='/typo', rear_pointcloud_topic='/typo',
+                    back_features_topic='/typo',
                     **{arg: topic for arg, (topic, _) in {**REMAPPED, **OUTPUTS}.items()})
     probe = Probe(features=False)
     try:
@@ -299,7 +299,6 @@ def test_launch_arguments_remap_every_topic_and_name_the_node(launch_site, tmp_p
     log = assert_clean_exit(launch)
     assert 'jax_perception_node' in log and 'ready:' in log
     assert 'back_features_topic:=/typo names no camera' in log
-    assert 'rear_pointcloud_topic:=/typo names no LiDAR' in log
 
 
 def test_xml_launch_with_autoware_arguments_managed_autostart(launch_site, tmp_path):
@@ -388,16 +387,14 @@ print(json.dumps(results))
 """
 
 
-def test_launch_rules_per_lidar_and_published_time(launch_site, tmp_path):
-    # lidars.names may be newer than the node's schema: the launch file reads the file alone.
+def test_launch_rules_per_camera_and_published_time(launch_site, tmp_path):
     params = tmp_path / 'params.yaml'
-    params.write_text('/**:\n  ros__parameters:\n    lidars:\n      names: [top, left]\n'
-                      '    cameras:\n      names: [front]\n')
+    params.write_text('/**:\n  ros__parameters:\n    cameras:\n      names: [front, left]\n')
     prefix = install_prefix(tmp_path / 'install')
     common = {'params_file': str(params)}
     given = [
-        dict(common, top_pointcloud_topic='/sensing/lidar/top/pointcloud',
-             rear_pointcloud_topic='/typo', front_features_topic='/perception/front/features',
+        dict(common, rear_features_topic='/typo',
+             front_features_topic='/perception/front/features',
              objects_topic='/perception/objects'),
         dict(common, objects_published_time_topic='/perception/objects_published_time'),
     ]
@@ -409,9 +406,8 @@ def test_launch_rules_per_lidar_and_published_time(launch_site, tmp_path):
     assert result.returncode == 0, result.stderr
     (rules, warnings), (default_rules, _) = json.loads(result.stdout.splitlines()[-1])
     rules, default_rules = dict(map(tuple, rules)), dict(map(tuple, default_rules))
-    assert rules['~/input/top/pointcloud'] == '/sensing/lidar/top/pointcloud'
-    assert '~/input/left/pointcloud' not in rules          # not given: the node's own name
     assert rules['~/input/camera/front/features'] == '/perception/front/features'
+    assert '~/input/camera/left/features' not in rules     # not given: the node's own name
     assert rules['~/output/objects'] == '/perception/objects'
     # Autoware's PublishedTimePublisher name: the objects topic + /debug/published_time.
     assert rules['~/output/objects/debug/published_time'] == (
@@ -419,6 +415,6 @@ def test_launch_rules_per_lidar_and_published_time(launch_site, tmp_path):
     assert default_rules['~/output/objects/debug/published_time'] == (
         '/perception/objects_published_time')
     assert default_rules['~/output/bev_features'] == '~/output/bev_features'
-    lidars = ['top', 'left']
-    assert warnings == [f'rear_pointcloud_topic:=/typo names no LiDAR of {params} '
-                        f'(lidars.names: {lidars}); ignored']
+    cameras = ['front', 'left']
+    assert warnings == [f'rear_features_topic:=/typo names no camera of {params} '
+                        f'(cameras.names: {cameras}); ignored']
