@@ -136,6 +136,27 @@ def validator():
     return jsonschema.Draft7Validator(schema)
 
 
+def test_rcl_reads_the_shipped_params_file_as_the_python_reader_does():
+    """The node's parser (rcl's libyaml) is stricter than PyYAML: 'a:B' in a flow list stops it."""
+    import rclpy
+    from rclpy.node import Node
+    context = rclpy.Context()
+    rclpy.init(args=['--ros-args', '--params-file', str(PARAMS_FILE)], context=context)
+    try:
+        node = Node('jax_perception', context=context)
+        read = {name: param.value for name, param in node._parameter_overrides.items()}
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=context)
+    flat = read_param_file(PARAMS_FILE)
+    assert read.keys() == flat.keys()
+    for key, value in flat.items():
+        if value == []:         # an empty list has no type for rcl: the node's typed
+            assert read[key] is None, key      # declaration gives it one
+        else:
+            assert (list(read[key]) if isinstance(value, list) else read[key]) == value, key
+
+
 def test_shipped_yaml_validates_against_the_json_schema():
     doc = yaml.safe_load(PARAMS_FILE.read_text())
     assert list(validator().iter_errors(doc)) == []
