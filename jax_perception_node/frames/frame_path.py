@@ -290,13 +290,14 @@ class FramePath(TfCalibration):
         rgb = None
         if picture and not self.pipe.projected:
             rgb = bev_to_rgb(result.features, cfg.grid.z_min, cfg.grid.z_max)
-        names = tuple(f.name for f in msg.fields)
+        # The field names only for a cloud that lacks one (not per frame).
+        no_intensity, no_time = not padded.intensity, timing.active and not padded.timed
+        names = tuple(f.name for f in msg.fields) if no_intensity or no_time else ()
         return Frame(stamp, result, rgb, frame_record(result, (decoded - started) * 1e3),
                      pairing.stale, jumped, started,
                      self.accumulating and pose is None, without_tf, *over_slots, empty,
-                     () if padded.intensity else names, result.deskewed,
-                     names if timing.active and not padded.timed else (),
-                     padded.timed and twist is None)
+                     names if no_intensity else (), result.deskewed,
+                     names if no_time else (), padded.timed and twist is None)
 
     def _camera_frame(self, name: str) -> str:
         return next(c.frame_id for c in self.cfg.cameras if c.name == name)

@@ -378,3 +378,16 @@ def test_default_params_come_from_the_ament_index_of_a_colcon_install(tmp_path, 
     assert default_params_file() == shipped
     monkeypatch.delenv('AMENT_PREFIX_PATH')
     assert default_params_file() == PARAMS_FILE      # the source tree's, outside a ROS install
+
+
+@pytest.mark.parametrize('labels, message', [
+    (['vehicle:CAR', 'truck:LORRY'], "'truck:LORRY' is not class:LABEL"),
+    (['vehicle'], "'vehicle' is not class:LABEL"),
+    ([':CAR'], "':CAR' is not class:LABEL"),
+    (['vehicle:CAR', 'vehicle:TRUCK'], "class 'vehicle' mapped twice"),
+])
+def test_a_bad_autoware_label_map_is_refused_naming_the_item(labels, message):
+    with pytest.raises(ConfigError, match=f'^output.autoware_labels: {message}'):
+        small_config(1, **{'output.autoware_labels': labels})
+    cfg = small_config(1, **{'output.autoware_labels': ['vehicle:TRUCK']})
+    assert cfg.output.autoware_labels == (('vehicle', 'TRUCK'),)
