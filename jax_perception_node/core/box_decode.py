@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from .kernels import CALIBRATION_SIZE
+from .kernels import CALIBRATION_SIZE, GRID_SLICE
 
 
 def decode_boxes(outputs: dict, grid: jax.Array, *, stride: int, max_objects: int) -> jax.Array:
@@ -55,17 +55,17 @@ def decode_boxes(outputs: dict, grid: jax.Array, *, stride: int, max_objects: in
 
 
 def head_function(spec, max_objects: int, params, bev_shape: tuple[int, int, int],
-                  output_memory: str | None):
+                  output_memory: str | None, calibration_size: int = CALIBRATION_SIZE):
     """
     Build the head's executable to compile: ``f(params, bev, calibration) -> float32[K, 9]``.
 
     ``apply`` and ``decode_boxes`` in one function; ``spec`` is the head's ``head.HeadSpec``,
-    ``calibration`` the frame's float32[25] (``kernels.FrameArgs.calibration``, the grid its
-    last 5 values). One executable for every bucket (the BEV's shape is the same), called on
-    the frame executable's BEV without it leaving the device. Traced into the frame
-    executable instead, the head changed how XLA's CPU backend fused the camera lift (its slot
-    gathers materialized one by one): 25 ms a frame instead of 3 at 131k points with 4
-    cameras, where the two executables take 3 + 1 ms.
+    ``calibration`` the frame's float32[``calibration_size``] (``kernels.FrameArgs.calibration``,
+    the grid at ``kernels.GRID_SLICE``). One executable for every bucket (the BEV's shape is
+    the same), called on the frame executable's BEV without it leaving the device. Traced into
+    the frame executable instead, the head changed how XLA's CPU backend fused the camera lift
+    (its slot gathers materialized one by one): 25 ms a frame instead of 3 at 131k points with
+    4 cameras, where the two executables take 3 + 1 ms.
 
     Returns
     -------
@@ -74,7 +74,7 @@ def head_function(spec, max_objects: int, params, bev_shape: tuple[int, int, int
 
     """
     def head(params, bev, calibration):
-        grid = calibration[CALIBRATION_SIZE - 5:]      # the calibration vector ends with it
+        grid = calibration[GRID_SLICE]
         return decode_boxes(spec.apply(params, bev), grid, stride=spec.stride,
                             max_objects=max_objects)
     device = jax.devices()[0]
@@ -82,5 +82,5 @@ def head_function(spec, max_objects: int, params, bev_shape: tuple[int, int, int
         device, memory_kind=output_memory)
     shape = jax.ShapeDtypeStruct
     specs = (jax.tree.map(lambda a: shape(a.shape, a.dtype), params),
-             shape(bev_shape, jnp.float32), shape((CALIBRATION_SIZE,), jnp.float32))
+             shape(bev_shape, jnp.float32), shape((calibration_size,), jnp.float32))
     return jax.jit(head, out_shardings=boxes), specs, jax.tree.structure(0)

@@ -1,11 +1,12 @@
 """Fixed-shape host buffers: each cloud is decoded or padded into the smallest bucket for it."""
 
 from dataclasses import dataclass
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from .staging import DoubleBuffer
-from ..sensors.cloud import keep_rows, read_points, read_times, returns
+from ..sensors.cloud import CloudFormatError, keep_rows, read_points, read_times, returns
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,20 @@ class PaddedCloud:
     intensity: bool = True  # the cloud had the intensity field (else intensity reads 0)
     times: np.ndarray | None = None   # float32[bucket] s after the stamp, rows as ``buffer``
     timed: bool = False     # ``times`` holds this cloud's per-point times (else stale: unused)
+    # (a set: some cloud had its time field, or the clouds' stamps differ)
+    # Several LiDARs (``decode_set``): the first row of each after the first, and per LiDAR
+    # (rows kept, points in its cloud, has the intensity field, has the time field); () for one.
+    starts: tuple[int, ...] = ()
+    lidars: tuple[tuple[int, int, bool, bool], ...] = ()
+
+
+class SetCloud(NamedTuple):
+    """One LiDAR's cloud of a set, for ``BucketPadder.decode_set``."""
+
+    msg: object                  # a sensor_msgs/PointCloud2
+    intensity_field: str
+    time: tuple[str, str, str] | None   # (field, unit, reference) or None: no field
+    offset_s: float              # its stamp after the set's stamp (s), added to its times
 
 
 class BucketPadder:
@@ -78,6 +93,59 @@ class BucketPadder:
         kept = min(n, bucket)
         return PaddedCloud(buffer, kept, bucket, n - kept, n,
                            any(f.name == intensity_field for f in msg.fields), times, timed)
+
+    def decode_set(self, clouds: Sequence[SetCloud | None]
+                   ) -> tuple[PaddedCloud, dict[int, CloudFormatError]]:
+        """
+        Decode several LiDARs' clouds one after another into one bucket's next buffers.
+
+        ``clouds``: one per LiDAR in the configured order, None for a LiDAR missing from the
+        set (it gets no rows). The bucket follows the total of their returns; above the
+        largest bucket each cloud keeps its share (rows in proportion to its returns) by the
+        overflow policy. Times: each cloud's per-point times (its time field, else 0) plus its
+        ``offset_s``, so every point's time counts from the set's stamp. A cloud that cannot
+        be decoded is left out like a missing one: the second value maps its index to the
+        CloudFormatError, found before any buffer is touched.
+        """
+        clouds, rows, refused = list(clouds), [], {}
+        for index, cloud in enumerate(clouds):
+            try:
+                rows.append(None if cloud is None else returns(cloud.msg, cloud.intensity_field))
+                if cloud is not None and cloud.time is not None:
+                    read_times(cloud.msg, *cloud.time)      # checks the time field's layout
+            except CloudFormatError as exc:
+                refused[index] = exc
+                clouds[index] = None
+                rows[index:] = [None]
+        sizes = [0 if c is None else int(c.msg.height) * int(c.msg.width) if r is None
+                 else len(r) for c, r in zip(clouds, rows)]
+        n = sum(sizes)
+        bucket = self.bucket_for(n)
+        shares = sizes if n <= bucket else [size * bucket // n for size in sizes]
+        buffer, times = self._buffers[bucket].swap(), self._times[bucket].swap()
+        start, starts, lidars = 0, [], []
+        for cloud, selected, size, share in zip(clouds, rows, sizes, shares):
+            starts.append(start)
+            if cloud is None:
+                lidars.append((0, 0, True, False))
+                continue
+            msg, end = cloud.msg, start + share
+            read_points(msg, share, self.overflow_policy, out=buffer[start:],
+                        intensity_field=cloud.intensity_field, rows=selected)
+            timed = cloud.time is not None and read_times(
+                msg, *cloud.time, max_points=share, policy=self.overflow_policy,
+                out=times[start:], rows=selected)
+            if not timed:
+                times[start:end] = cloud.offset_s
+            elif cloud.offset_s:
+                times[start:end] += cloud.offset_s
+            lidars.append((share, size, any(f.name == cloud.intensity_field
+                                            for f in msg.fields), timed))
+            start = end
+        # Times only matter when some cloud has them or the stamps differ.
+        timed = any(s[3] for s in lidars) or any(c is not None and c.offset_s for c in clouds)
+        return PaddedCloud(buffer, start, bucket, n - start, n, all(s[2] for s in lidars),
+                           times, timed, tuple(starts[1:]), tuple(lidars)), refused
 
     def pad(self, points: np.ndarray, times: np.ndarray | None = None) -> PaddedCloud:
         """Copy ``points`` float32[N, 4] (and ``times`` float32[N], s) into the next buffers."""

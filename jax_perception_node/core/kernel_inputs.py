@@ -23,10 +23,18 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _COEFFICIENTS = {'none': 0, 'plumb_bob': 5, 'equidistant': 4}    # per DISTORTION_MODELS
 
 
-def calibration_vector(lidar: Pose, crop: np.ndarray, grid: np.ndarray) -> np.ndarray:
-    """float32[25]: the LiDAR rotation (row-major), translation, filter (8), the grid (5)."""
-    return np.concatenate([lidar.rotation_matrix().reshape(-1), lidar.translation, crop,
-                           grid]).astype(np.float32)
+def calibration_vector(lidars: tuple[Pose, ...], crop: np.ndarray,
+                       grid: np.ndarray) -> np.ndarray:
+    """
+    Return the frame function's float32[25 + 12 (S - 1)] (``kernels.calibration_size``).
+
+    The first LiDAR's rotation (row-major) and translation, the filter (8), the grid (5), then
+    the rotation and translation of each further LiDAR.
+    """
+    def pose(lidar: Pose) -> list:
+        return [lidar.rotation_matrix().reshape(-1), lidar.translation]
+    return np.concatenate(pose(lidars[0]) + [crop, grid] + [
+        part for lidar in lidars[1:] for part in pose(lidar)]).astype(np.float32)
 
 
 FAR_RADIUS2 = 1e12     # r^2 beyond which a lens is taken as monotonic (monotonic_radius2)

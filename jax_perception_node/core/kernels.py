@@ -131,7 +131,8 @@ def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
     ----
     points: float32[B, 4] x, y, z, intensity in the LiDAR frame; rows >= num_valid are padding.
     num_valid: int32[] count of real rows.
-    lidar_rotation: float32[3, 3], lidar_translation: float32[3]; LiDAR to grid frame.
+    lidar_rotation: float32[3, 3], lidar_translation: float32[3]; LiDAR to grid frame (or
+        float32[3, 3, B] and float32[3, B], each row's own: ``point_poses``).
     grid: float32[5] (x_min, y_min, z_min, z_max, resolution).
     height, width: the grid's H x W (static).
 
@@ -276,8 +277,37 @@ def fuse(lidar: list[jax.Array], camera: jax.Array | None, coverage: jax.Array |
     return jax.nn.relu(out) if activation == 'relu' else out
 
 
-# LiDAR rotation (9, row-major), translation (3), filter (8: LidarFilter.vector), grid (5)
+# LiDAR rotation (9, row-major), translation (3), filter (8: LidarFilter.vector), grid (5);
+# with several LiDARs the rotation and translation of each further one follow (POSE_SIZE each).
 CALIBRATION_SIZE = 25
+POSE_SIZE = 12
+GRID_SLICE = slice(20, 25)
+
+
+def calibration_size(lidars: int) -> int:
+    """Return the length of the calibration vector of ``lidars`` LiDARs."""
+    return CALIBRATION_SIZE + POSE_SIZE * (lidars - 1)
+
+
+def point_poses(calibration: jax.Array, starts: jax.Array,
+                rows: int) -> tuple[jax.Array, jax.Array]:
+    """
+    Return each row's LiDAR rotation float32[3, 3, B] and translation float32[3, B].
+
+    calibration: float32[25 + 12 (S - 1)] (``calibration_size``); starts: int32[S - 1] the
+    first row of LiDARs 1 .. S - 1 (ascending; LiDAR 0 starts at row 0); rows: B (static).
+    No per-point index crosses to the device: a row takes the pose of the last LiDAR whose
+    start it has reached. One select per LiDAR and coefficient fuses into the transform's
+    loop; a gather of the [12, S] table by a per-row index did not, and cost voxelize 1.9x.
+    """
+    row = jnp.arange(rows)[None, :]
+    per_row = calibration[:POSE_SIZE][:, None]
+    for s in range(starts.shape[0]):
+        begin = CALIBRATION_SIZE + POSE_SIZE * s
+        per_row = jnp.where(row >= starts[s], calibration[begin:begin + POSE_SIZE][:, None],
+                            per_row)
+    per_row = jnp.broadcast_to(per_row, (POSE_SIZE, rows))
+    return per_row[:9].reshape(3, 3, rows), per_row[9:12]
 
 
 class FrameArgs(NamedTuple):
@@ -285,15 +315,16 @@ class FrameArgs(NamedTuple):
     The arguments of one frame, grouped by how often they change (and cross to the device).
 
     points: float32[B, 4] x, y, z, intensity in the LiDAR frame (per frame).
-    scalars: int32[1 + N] the count of real point rows, then 1 or 0 per camera: valid for this
-    frame or masked (per frame, one small transfer).
+    scalars: int32[1 + N + S - 1] the count of real point rows, then 1 or 0 per camera: valid
+    for this frame or masked, then with S > 1 LiDARs the first row of each after the first
+    (``point_poses``) (per frame, one small transfer).
     times: float32[B] each point's time, s after the stamp (per frame), or None: a frame
     function without deskew (the benchmarks' baseline).
     motion: float32[12] the ego twist for deskew, in the grid frame then in the LiDAR frame
     (``ego_motion.deskew_motion``; zeros: no deskew) (per frame, one small transfer).
-    calibration: float32[25] LiDAR rotation (row-major), LiDAR translation, the LiDAR filter
-    (``crop_points``), ``grid``
-    (per calibration; stays on the device).
+    calibration: float32[25 + 12 (S - 1)] LiDAR rotation (row-major), LiDAR translation, the
+    LiDAR filter (``crop_points``), ``grid``, then the pose of each further LiDAR (per
+    calibration; stays on the device).
     features: float32[N, H_f, W_f, C] or None without cameras (only when a map changed).
     lift: LiftTables or None without cameras (per calibration).
     projection: (W float32[L + C + 1, C_out], b float32[C_out]) or None (fixed); L = 6 or 7.
@@ -336,19 +367,19 @@ def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, wi
     """
     calibration = args.calibration
     rotation, translation = calibration[:9].reshape(3, 3), calibration[9:12]
-    grid, crop = calibration[20:25], calibration[12:20]
+    grid, crop = calibration[GRID_SLICE], calibration[12:20]
+    lidars = 1 + (calibration.shape[0] - CALIBRATION_SIZE) // POSE_SIZE
+    cameras = 0 if args.features is None else args.features.shape[0]
+    if lidars > 1:
+        rotation, translation = point_poses(calibration, args.scalars[1 + cameras:],
+                                            args.points.shape[0])
     if ring is None:
         lidar = voxelize(args.points, args.scalars[0], rotation, translation, grid, crop,
                          args.times, None if args.times is None else args.motion[:6],
                          height=height, width=width)
     else:
-        # Cropped, then deskewed in the LiDAR frame, before it enters the ring: a past sweep is
-        # cropped in the frame it was taken and moved to its own stamp.
-        points = crop_points(args.points, rotation, translation, crop)
-        if args.times is not None:
-            x, y, z = deskew(points[:, 0], points[:, 1], points[:, 2], args.times,
-                             args.motion[6:12])
-            points = jnp.stack([x, y, z, points[:, 3]], axis=1)
+        points, rotation, translation = _sweep_points(args, rotation, translation, crop,
+                                                      lidars > 1)
         lidar = voxelize_sweeps(points, args.scalars[0], ring, args.sweeps, rotation,
                                 translation, grid, height=height, width=width)
     camera = coverage = None
@@ -356,7 +387,7 @@ def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, wi
         # Materialized before the stack: fused into it, the slot loop ran once per output
         # channel instead of once per cell.
         camera, coverage = jax.lax.optimization_barrier(lift_cameras(
-            args.features, args.scalars[1:] > 0, args.lift))
+            args.features, args.scalars[1:1 + cameras] > 0, args.lift))
     features = fuse(lidar, camera, coverage, args.projection, height=height, width=width,
                     activation=activation)
     if ring is None:
@@ -364,3 +395,29 @@ def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, wi
     update = jax.lax.dynamic_update_slice(
         ring, points[None], (args.sweeps.scalars[0], jnp.int32(0), jnp.int32(0)))  # cropped
     return features, update
+
+
+def _sweep_points(args: FrameArgs, rotation: jax.Array, translation: jax.Array,
+                  crop: jax.Array, several: bool):
+    """
+    Return the current sweep as it enters the ring, and the pose that takes it to the grid.
+
+    Cropped, then deskewed, in the LiDAR frame: a past sweep is cropped in the frame it was
+    taken and moved to its own stamp. Several LiDARs have no one LiDAR frame: their sweep is
+    moved into the grid frame first (the ring's slots then move from the grid frame of their
+    time, ``BevPipeline`` composes them so), and the pose returned is the identity.
+    """
+    if not several:
+        points = crop_points(args.points, rotation, translation, crop)
+        if args.times is not None:
+            x, y, z = deskew(points[:, 0], points[:, 1], points[:, 2], args.times,
+                             args.motion[6:12])
+            points = jnp.stack([x, y, z, points[:, 3]], axis=1)
+        return points, rotation, translation
+    p = args.points
+    x, y, z = _to_grid(p[:, 0], p[:, 1], p[:, 2], rotation, translation)
+    kept = kept_by_crop(p, x, y, z, crop)
+    if args.times is not None:
+        x, y, z = deskew(x, y, z, args.times, args.motion[:6])
+    points = jnp.where(kept[:, None], jnp.stack([x, y, z, p[:, 3]], axis=1), jnp.nan)
+    return points, jnp.eye(3, dtype=jnp.float32), jnp.zeros(3, jnp.float32)

@@ -17,10 +17,11 @@ import numpy as np
 
 from . import kernels, lift
 from .box_decode import head_function
-from .buckets import BucketPadder, PaddedCloud
+from .buckets import BucketPadder, PaddedCloud, SetCloud
 from .compile_counter import compile_count, install_compile_counter
 from .executable_cache import ExecutableCache, private_cache_dir
 from .frame_result import FrameResult, PendingFrame, result_placement
+from .head_weights import HeadWeights
 from .kernel_inputs import calibration_arrays, calibration_vector, SweepHistory
 from .staging import CameraStaging, DoubleBuffer
 from ..detection.head import HeadInput, load_head
@@ -32,7 +33,7 @@ from ..settings.lidar_filter import LidarFilter
 from ..settings.parameters import ConfigError
 
 
-class BevPipeline:
+class BevPipeline(HeadWeights):
     """
     LiDAR + camera BEV fusion with one AOT executable per bucket; see the module doc.
 
@@ -54,6 +55,7 @@ class BevPipeline:
         self.height, self.width = grid.height, grid.width
         self.padder = BucketPadder(cfg.buckets, cfg.overflow_policy)
         self.camera_names = tuple(c.name for c in cfg.cameras)
+        self.lidar_count = len(cfg.lidar_sensors)    # static: the calibration vector's length
         self._grid = grid.vector()
         self.lidar_filter = cfg.lidar_filter     # the crop in force (set_calibration)
         weights = load_fusion_weights(cfg)
@@ -75,8 +77,9 @@ class BevPipeline:
             self._staging = CameraStaging(self.camera_names, self._map_shape)
         else:
             self._map_shape, self._staging = None, None
-        # count of real rows, then one flag per camera: the per-frame scalars in one transfer
-        self._scalars = DoubleBuffer((1 + n,), np.int32)
+        # count of real rows, a flag per camera, the first row of each further LiDAR: the
+        # per-frame scalars in one transfer
+        self._scalars = DoubleBuffer((n + self.lidar_count,), np.int32)
         self._motion = DoubleBuffer((MOTION_SIZE,))      # the deskew twist, per frame
         self._camera_valid = np.zeros(n, bool)
         self._features_device = None
@@ -109,7 +112,7 @@ class BevPipeline:
         self.lift_slots = 0          # static, set by warmup() (0 without cameras)
         self._counts = self._geometry = self._tables = None
         self._calibration_device = None
-        self._calibration = (cfg.lidar, cfg.cameras)
+        self._calibration = (tuple(lidar.pose for lidar in cfg.lidar_sensors), cfg.cameras)
         self._baseline: int | None = None
         self.compile_seconds: dict[str, float] = {}
 
@@ -117,10 +120,6 @@ class BevPipeline:
         return repr((self.height, self.width, self.cfg.fusion.activation,
                      self.cfg.fusion.num_heights, self._map_shape, self.lift_slots,
                      self.num_sweeps, self.features_memory))
-
-    def head_key(self) -> str:
-        """Return what the head's stored executable is keyed on, beside its arguments' shapes."""
-        return repr((self.head.identity, self.cfg.head.max_objects, self.output_memory))
 
     def _geometry_jit(self, function, **static):
         map_h, map_w = self._map_shape[:2]
@@ -164,7 +163,8 @@ class BevPipeline:
             start = time.perf_counter()
             self._head_executable = self.store.get('head', self.head_key(), *head_function(
                 self.head.spec, self.cfg.head.max_objects, self._head_params,
-                (self.height, self.width, self.output_channels), self.output_memory))
+                (self.height, self.width, self.output_channels), self.output_memory,
+                kernels.calibration_size(self.lidar_count)))
             times['head'] = time.perf_counter() - start
         for size in self.padder.sizes:
             start = time.perf_counter()
@@ -197,7 +197,7 @@ class BevPipeline:
             points=spec((bucket, 4), jnp.float32),
             scalars=spec(self._scalars.current.shape, jnp.int32),
             times=spec((bucket,), jnp.float32), motion=spec((MOTION_SIZE,), jnp.float32),
-            calibration=spec((kernels.CALIBRATION_SIZE,), jnp.float32),
+            calibration=spec((kernels.calibration_size(self.lidar_count),), jnp.float32),
             features=None if self._staging is None else spec(
                 self._staging.batches.current.shape, jnp.float32),
             lift=None if self._tables is None else shape_of(self._tables),
@@ -206,20 +206,25 @@ class BevPipeline:
                 kernels.SweepArgs(self._sweeps.scalars, self._sweeps.motion)))
 
     def frame_args(self, points: np.ndarray, count: int, times: np.ndarray | None = None,
-                   motion: np.ndarray | None = None) -> kernels.FrameArgs:
+                   motion: np.ndarray | None = None,
+                   starts: tuple[int, ...] = ()) -> kernels.FrameArgs:
         """
         Return the frame function's arguments for a padded cloud and the staged cameras.
 
         Also for running ``kernels.bev_frame`` some other way (the benchmarks' naive jit and
         no-jit rows) on exactly this pipeline's state. ``points``: float32[B, 4], a bucket-sized
         buffer; ``count``: its real rows; ``times``: float32[B] s after the stamp (None: 0);
-        ``motion``: the deskew twist (``ego_motion.deskew_motion``; None: no deskew). Per-frame
+        ``motion``: the deskew twist (``ego_motion.deskew_motion``; None: no deskew);
+        ``starts``: with several LiDARs the first row of each after the first (() puts every
+        row on the first). Per-frame
         parts are on the host (the next of two aligned arrays each, kept while a frame that
         reads them is in flight), the rest on the device.
         """
         scalars = self._scalars.swap()
         scalars[0] = count
-        scalars[1:] = self._camera_valid
+        cameras = len(self._camera_valid)
+        scalars[1:1 + cameras] = self._camera_valid
+        scalars[1 + cameras:] = starts or count
         twist = self._motion.swap()
         twist[:] = STILL if motion is None else motion
         if times is None:
@@ -233,39 +238,23 @@ class BevPipeline:
         return kernels.FrameArgs(points, scalars, times, twist, self._calibration_device,
                                  self._features_device, self._tables, self._projection, sweeps)
 
-    def set_head_weights(self, path: str) -> None:
-        """
-        Load a checkpoint (same shapes) into the head for the next frame, without a compile.
-
-        '' takes the shipped weights (none shipped: the factory's). Raises ConfigError
-        (``head.weights``) for a file that cannot be read or does not fit; nothing changes then.
-        """
-        self.use_head_weights(*self.read_head_weights(path))
-
-    def read_head_weights(self, path: str):
-        """Read and check ``head.weights`` = ``path``; (file, parameters) for use_head_weights."""
-        if self.head is None:
-            raise ConfigError('head.weights: no head is configured (head.module is empty)')
-        return self.head.checkpoint(path)
-
-    def use_head_weights(self, target, params) -> None:
-        """Put checked parameters (``read_head_weights``) on the device for the next frame."""
-        self._head_params, self.head_weights = jax.device_put(params), target
-
-    def set_calibration(self, lidar: Pose | None = None,
+    def set_calibration(self, lidar: Pose | tuple[Pose, ...] | None = None,
                         cameras: tuple[CameraConfig, ...] | None = None,
                         lidar_filter: LidarFilter | None = None, tables=None) -> None:
         """
         Set the LiDAR and camera calibration; recomputes the lift tables, never recompiles.
 
-        ``lidar`` (its pose), ``cameras`` (all of them: names, order, map shapes; intrinsics,
+        ``lidar`` (its pose; with several LiDARs a pose each, in ``lidars.names`` order: ValueError
+        for another count), ``cameras`` (all of them: names, order, map shapes; intrinsics,
         lenses and poses are traced), ``lidar_filter`` (range band, ego box): None keeps the one
         in force. ``tables``: ``lift_tables(cameras)`` computed beforehand (off the frame path),
         else here. Raises ConfigError as ``lift_tables``; nothing changes then.
         """
         if cameras is not None and self.cfg.cameras:
             self._tables = self.lift_tables(cameras) if tables is None else tables
-        lidar = lidar or self._calibration[0]
+        lidar = (lidar,) if isinstance(lidar, Pose) else (lidar or self._calibration[0])
+        if len(lidar) != self.lidar_count:
+            raise ValueError(f'{len(lidar)} LiDAR poses for {self.lidar_count} LiDARs')
         self.lidar_filter = lidar_filter or self.lidar_filter
         self._calibration_device = jax.device_put(
             calibration_vector(lidar, self.lidar_filter.vector(), self._grid))
@@ -297,8 +286,8 @@ class BevPipeline:
         return self._executables[bucket]
 
     @property
-    def lidar_pose(self) -> Pose:
-        """Return the LiDAR pose in force (parameters or the last TF pose applied)."""
+    def lidar_poses(self) -> tuple[Pose, ...]:
+        """Return the LiDAR poses in force (parameters or the last TF poses applied)."""
         return self._calibration[0]
 
     def reset_sweeps(self) -> None:
@@ -328,6 +317,10 @@ class BevPipeline:
         (``cloud.read_points``) before any buffer is touched.
         """
         return self.padder.decode(msg, intensity_field, time)
+
+    def decode_set(self, clouds: tuple[SetCloud | None, ...]):
+        """Decode several LiDARs' clouds into one bucket (``BucketPadder.decode_set``)."""
+        return self.padder.decode_set(clouds)
 
     def process(self, points: np.ndarray | PaddedCloud,
                 cameras: Mapping[str, np.ndarray | None] | None = None,
@@ -384,9 +377,10 @@ class BevPipeline:
         nonfinite, changed = self.stage_cameras(cameras or {})
         used = 1
         if self.num_sweeps > 1:
-            lidar = self.lidar_pose
-            used = self._sweeps.stage(stamp_ns, pose, self.max_sweep_age_s,
-                                      pose_matrix(lidar.rotation_matrix(), lidar.translation))
+            lidar = self.lidar_poses[0]
+            # Several LiDARs enter the ring in the grid frame (kernels._sweep_points).
+            used = self._sweeps.stage(stamp_ns, pose, self.max_sweep_age_s, np.eye(4) if (
+                self.lidar_count > 1) else pose_matrix(lidar.rotation_matrix(), lidar.translation))
         staged = time.perf_counter()
         motion = motion if padded.timed else None
         out, put = self._launch(padded, motion)
@@ -401,7 +395,8 @@ class BevPipeline:
 
     def _launch(self, padded: PaddedCloud, motion: np.ndarray | None = None):
         """Hand a frame's inputs to its executable; return (output, when they were handed)."""
-        args = call = self.frame_args(padded.buffer, padded.count, padded.times, motion)
+        args = call = self.frame_args(padded.buffer, padded.count, padded.times, motion,
+                                      padded.starts)
         if not self.host_inputs:
             per_frame = ('points', 'scalars', 'times', 'motion', 'sweeps')
             call = args._replace(**dict(zip(per_frame, jax.device_put(

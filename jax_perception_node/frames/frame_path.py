@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from .lidar_input import check_clouds, decode_clouds, lacking_fields
 from .sync import CameraSync
 from .tf_calibration import TfCalibration
 from ..core.pipeline import BevPipeline, FrameResult
@@ -55,6 +56,9 @@ class Frame:
     # without_motion, no ego pose at the stamp and BASELINE_S before it
     fields_without_time: tuple[str, ...] = ()
     without_motion: bool = False
+    lidar_key: str = ''     # whose fields those are: lidar, or lidars.<name> (several LiDARs)
+    lidars_missing: tuple[str, ...] = ()   # LiDARs of lidars.names not in the set
+    lidars_refused: tuple[str, ...] = ()   # 'name: reason' of each cloud of the set left out
 
 
 class FramePath(TfCalibration):
@@ -77,7 +81,7 @@ class FramePath(TfCalibration):
         pipeline reused from an earlier path (replay of the next bag) carries none of its
         CameraInfo or live weights over.
         """
-        pipe.set_calibration(cfg.lidar, cfg.cameras, cfg.lidar_filter)
+        pipe.set_calibration(lidar_poses(cfg), cfg.cameras, cfg.lidar_filter)
         if pipe.head is not None:
             pipe.set_head_weights(cfg.head.weights)
             pipe.score_threshold = cfg.head.score_threshold
@@ -129,10 +133,10 @@ class FramePath(TfCalibration):
             cameras = cfg.cameras
             for name, intrinsics in from_info.items():
                 cameras = with_intrinsics(cameras, name, intrinsics) or cameras
-            lidar = cfg.lidar if cfg.lidar != self.cfg.lidar else None
+            lidar = lidar_poses(cfg) if lidar_poses(cfg) != lidar_poses(self.cfg) else None
             if cfg.extrinsics_source != self.cfg.extrinsics_source:
                 self._tf_applied = {}       # the poses in force are the parameters' again
-                lidar = cfg.lidar
+                lidar = lidar_poses(cfg)
             elif cfg.extrinsics_source == 'tf':   # the poses in force are TF's: keep them
                 lidar = None
                 cameras = tuple(replace(c, pose=old.pose)
@@ -218,14 +222,15 @@ class FramePath(TfCalibration):
         with self._buffer_lock:
             self.odometry.add(msg)
 
-    def process(self, msg, picture: bool = True, features: bool = True,
+    def process(self, clouds, picture: bool = True, features: bool = True,
                 now_ns: int | None = None) -> Frame:
         """
-        Decode a PointCloud2, pair the cameras, run the pipeline; the record lacks output times.
+        Decode the clouds, pair the cameras, run the pipeline; the record lacks output times.
 
         Args
         ----
-        msg: a sensor_msgs/PointCloud2 (rclpy or rosbags).
+        clouds: a sensor_msgs/PointCloud2 (rclpy or rosbags), or with ``lidars.names`` a
+            ``lidar_sets.LidarSet`` (the frame's stamp is its oldest cloud's).
         picture: build the uint8[H, W, 3] rgb8 picture (never with a projection, whose
             channels are no longer the raw LiDAR ones).
         features: fetch the BEV to the host (``FrameResult.features``; None when neither it
@@ -241,35 +246,29 @@ class FramePath(TfCalibration):
 
         Raises
         ------
-        CloudFormatError: a cloud in another frame than ``lidar.frame_id`` (with parameter
+        CloudFormatError: a cloud in another frame than configured (with parameter
         extrinsics) or one that cannot be decoded. TransformError: with TF extrinsics, a frame
         TF cannot place in grid.frame_id at the cloud stamp. CloudFormatError also for a
-        stamp too far ahead of ``now_ns``.
+        stamp too far ahead of ``now_ns``. A set is refused only when none of its clouds is
+        left: a bad one is left out and named (``Frame.lidars_refused``).
 
         """
         cfg = self.cfg
-        stamp = stamp_ns(msg.header.stamp)
-        if now_ns is not None and stamp - now_ns > MAX_FUTURE_STAMP_S * 1e9:
+        taken = check_clouds(cfg, clouds, self.transforms, self.pipe.lidar_poses)
+        stamp = taken.stamp_ns
+        newest = max(stamp_ns(m.header.stamp) for m in taken.clouds if m is not None)
+        if now_ns is not None and newest - now_ns > MAX_FUTURE_STAMP_S * 1e9:
             raise CloudFormatError(
-                f"header.stamp is {(stamp - now_ns) / 1e9:.3f} s ahead of the node's clock "
+                f"header.stamp is {(newest - now_ns) / 1e9:.3f} s ahead of the node's clock "
                 f'(more than {MAX_FUTURE_STAMP_S:g} s): a sensor clock or a bag stamp is wrong')
-        use_tf = cfg.extrinsics_source == 'tf'
-        timing = cfg.lidar_timing
-        if use_tf:
-            lidar = self.transforms.lookup(cfg.grid.frame_id, msg.header.frame_id, stamp)
-        elif msg.header.frame_id != cfg.lidar_frame_id:
-            raise CloudFormatError(
-                f'header.frame_id "{msg.header.frame_id}" is not the LiDAR frame '
-                f'"{cfg.lidar_frame_id}" (parameter lidar.frame_id): clouds must be in the '
-                'configured frame')
         started = time.perf_counter()
-        # The cloud is decoded straight into the pipeline's bucket buffer: under the pipe lock,
-        # which the buffer lock may nest in (never the other way round).
+        # The clouds are decoded straight into the pipeline's bucket buffer: under the pipe
+        # lock, which the buffer lock may nest in (never the other way round).
         with self._pipe_lock:
-            padded = self.pipe.decode(msg, cfg.lidar_filter.intensity_field, (
-                timing.field, timing.unit, timing.reference) if timing.active else None)
+            padded, taken = decode_clouds(self.pipe, cfg, taken)
             empty = not has_valid_point(padded.buffer[:padded.count])
             decoded = time.perf_counter()
+            deskew = padded.timed and cfg.lidar_timing.deskew
             with self._buffer_lock:
                 pairing, jumped = self.sync.pair(stamp)
                 map_frames = dict(self._map_frames)
@@ -277,12 +276,12 @@ class FramePath(TfCalibration):
                     TransformPoses(self.transforms, cfg.accumulation.fixed_frame,
                                    cfg.grid.frame_id)
                 pose = poses.pose_at(stamp) if self.accumulating else None
-                twist = twist_at(poses, stamp) if padded.timed else None
+                twist = twist_at(poses, stamp) if deskew else None
             maps, without_tf, over_slots = pairing.maps, (), ((), '')
-            if use_tf:
-                maps, without_tf, over_slots = self._apply_tf_poses(lidar, maps, map_frames,
-                                                                    stamp)
-            lidar_pose = self.pipe.lidar_pose      # after TF: the pose of this frame
+            if taken.tf_poses is not None:
+                maps, without_tf, over_slots = self._apply_tf_poses(taken.tf_poses, maps,
+                                                                    map_frames, stamp)
+            lidar_pose = self.pipe.lidar_poses[0]      # after TF: the pose of this frame
             motion = None if twist is None else deskew_motion(
                 twist, lidar_pose.rotation_matrix(), np.asarray(lidar_pose.translation))
             pending = self.pipe.dispatch(padded, maps, stamp_ns=stamp, pose=pose, motion=motion)
@@ -290,14 +289,12 @@ class FramePath(TfCalibration):
         rgb = None
         if picture and not self.pipe.projected:
             rgb = bev_to_rgb(result.features, cfg.grid.z_min, cfg.grid.z_max)
-        # The field names only for a cloud that lacks one (not per frame).
-        no_intensity, no_time = not padded.intensity, timing.active and not padded.timed
-        names = tuple(f.name for f in msg.fields) if no_intensity or no_time else ()
+        key, no_intensity, no_time = lacking_fields(cfg, taken, padded)
         return Frame(stamp, result, rgb, frame_record(result, (decoded - started) * 1e3),
                      pairing.stale, jumped, started,
                      self.accumulating and pose is None, without_tf, *over_slots, empty,
-                     names if no_intensity else (), result.deskewed,
-                     names if no_time else (), padded.timed and twist is None)
+                     no_intensity, result.deskewed, no_time, deskew and twist is None, key,
+                     taken.missing, taken.refused)
 
     def _camera_frame(self, name: str) -> str:
         return next(c.frame_id for c in self.cfg.cameras if c.name == name)
@@ -330,6 +327,11 @@ def frame_record(result: FrameResult, decode_ms: float) -> dict:
     }
 
 
+def lidar_poses(cfg: PipelineConfig) -> tuple:
+    """Return the parameters' pose of each LiDAR (``PipelineConfig.lidar_sensors``)."""
+    return tuple(lidar.pose for lidar in cfg.lidar_sensors)
+
+
 def uses_tf(cfg: PipelineConfig) -> bool:
     """Return True when ``cfg`` takes sensor poses or the ego pose from /tf_static and /tf."""
     return cfg.extrinsics_source == 'tf' or (cfg.accumulation.pose_source == 'tf'
@@ -337,8 +339,13 @@ def uses_tf(cfg: PipelineConfig) -> bool:
 
 
 def needs_ego_poses(cfg: PipelineConfig) -> bool:
-    """Return True when ``cfg`` uses the ego pose: accumulation, or deskew with a time field."""
-    return cfg.accumulation.num_sweeps > 1 or cfg.lidar_timing.active
+    """
+    Return True when ``cfg`` uses the ego pose: accumulation, or deskew with a time field.
+
+    With several LiDARs deskew also moves each cloud of a set to the set's stamp.
+    """
+    return cfg.accumulation.num_sweeps > 1 or cfg.lidar_timing.active or bool(
+        cfg.lidars and cfg.lidar_timing.deskew)
 
 
 def rgb_image_fields(rgb: np.ndarray) -> dict:

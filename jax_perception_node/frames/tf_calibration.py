@@ -80,7 +80,9 @@ class TfCalibration:
 
     def _apply_tf_poses(self, lidar: np.ndarray, maps: dict, map_frames: dict, stamp: int):
         """
-        Apply the TF poses of the LiDAR and the paired cameras that moved (under the pipe lock).
+        Apply the TF poses of the LiDARs and the paired cameras that moved (under the pipe lock).
+
+        ``lidar``: the LiDAR's 4 x 4 pose, or [S, 4, 4] the poses of several.
 
         Returns the maps (a camera TF cannot place masked), the names of those cameras, and
         (cameras masked for lift slots, the reason or ''): when the moved cameras' TF poses put
@@ -114,7 +116,10 @@ class TfCalibration:
             return maps, tuple(without_tf), (tuple(over_slots), refusal)
         cameras = tuple(replace(c, pose=pose_from_matrix(moved[c.name])) if c.name in moved
                         else c for c in self.cameras)
-        lidar_pose = pose_from_matrix(lidar) if lidar_moved else None
+        lidar_pose = None
+        if lidar_moved:     # one LiDAR's 4 x 4, or a pose each of several
+            lidar_pose = pose_from_matrix(lidar) if lidar.ndim == 2 else tuple(
+                pose_from_matrix(m) for m in lidar)
         try:
             self.pipe.set_calibration(lidar_pose, cameras if moved else None)
         except ConfigError as exc:  # more lift samples than the slots of warm-up: mask them

@@ -1,8 +1,21 @@
 """Rotations and rigid poses from unit quaternions, float64: the one set of formulas used."""
 
+from dataclasses import dataclass
 import math
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class Pose:
+    """Rigid transform from a sensor frame into the grid frame: p_grid = R p_sensor + t."""
+
+    translation: tuple[float, float, float]
+    rotation_xyzw: tuple[float, float, float, float]   # unit quaternion
+
+    def rotation_matrix(self) -> np.ndarray:
+        """(3, 3) float64 rotation matrix R."""
+        return quaternion_matrix(self.rotation_xyzw)
 
 
 def quaternion_matrix(q) -> np.ndarray:

@@ -20,18 +20,19 @@ import numpy as np
 from .channels import COVERAGE_CHANNEL, lidar_channels
 from .lidar_filter import lidar_filter, LidarFilter
 from .lidar_timing import lidar_timing, LidarTiming
+from .lidars import block_names, lidar_blocks, LidarConfig
 from .npz_file import read_npz
 from .param_checks import check_ros_type, check_value
 from .param_file import read_param_file
 from .parameters import (camera_defaults, camera_keys, ConfigError, defaults, is_camera_name,
-                         NODE_KEYS)
-from ..geometry.rotations import quaternion_matrix
+                         lidar_defaults, lidar_keys, NODE_KEYS)
+from ..geometry.rotations import Pose
 
 __all__ = ['AccumulationConfig', 'autoware_labels', 'BondConfig', 'CameraConfig',
            'config_from_parameters',
            'default_params_file', 'DiagnosticsConfig', 'FusionConfig',
-           'GridConfig', 'load_config', 'load_fusion_weights', 'OutputConfig', 'PipelineConfig',
-           'Pose']
+           'GridConfig', 'LidarConfig', 'load_config', 'load_fusion_weights', 'OutputConfig',
+           'PipelineConfig', 'Pose']
 
 # |W|, |b| of the fusion projection: a 1x1 projection's weights are O(1); with inputs within
 # channels.MAX_ABS_INPUT and thousands of channels, the products stay far below float32's max.
@@ -39,18 +40,6 @@ MAX_FUSION_WEIGHT = 1e6
 # autoware_perception_msgs/ObjectClassification labels, in the message's order (0 .. 7).
 AUTOWARE_LABELS = ('UNKNOWN', 'CAR', 'TRUCK', 'BUS', 'TRAILER', 'MOTORCYCLE', 'BICYCLE',
                    'PEDESTRIAN')
-
-
-@dataclass(frozen=True)
-class Pose:
-    """Rigid transform from a sensor frame into the grid frame: p_grid = R p_sensor + t."""
-
-    translation: tuple[float, float, float]
-    rotation_xyzw: tuple[float, float, float, float]   # unit quaternion
-
-    def rotation_matrix(self) -> np.ndarray:
-        """(3, 3) float64 rotation matrix R."""
-        return quaternion_matrix(self.rotation_xyzw)
 
 
 @dataclass(frozen=True)
@@ -194,6 +183,15 @@ class PipelineConfig:
     lidar_timing: LidarTiming = LidarTiming()   # per-point time field and deskew (live)
     output: OutputConfig = OutputConfig()
     bond: BondConfig = BondConfig()
+    lidars: tuple[LidarConfig, ...] = ()     # lidars.names' blocks; (): the one of lidar.*
+    max_lidar_delay_s: float = 0.05          # with lidars: a set's wait for its other clouds
+    lidar_stamp_tolerance_s: float = 0.05    # with lidars: the stamps of one set
+
+    @property
+    def lidar_sensors(self) -> tuple[LidarConfig, ...]:
+        """Return the LiDARs processed together: ``lidars``, or the one of ``lidar.*``."""
+        return self.lidars or (LidarConfig('', self.lidar_frame_id, self.lidar,
+                                           self.lidar_filter.intensity_field, self.lidar_timing),)
 
     @property
     def camera_channels(self) -> int:
@@ -227,20 +225,18 @@ def load_config(path: str | os.PathLike) -> PipelineConfig:
 def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
     """Validate flat dotted parameters (missing keys take their defaults) into a PipelineConfig."""
     p = {**defaults(), **params}
-    camera_names = check_value('cameras.names', p['cameras.names'])
-    if len(set(camera_names)) != len(camera_names):
-        raise ConfigError(f'cameras.names: duplicate names in {camera_names}')
-    for name in camera_names:
-        if not is_camera_name(name):
-            raise ConfigError(f'cameras.names: "{name}" must be letters, digits and underscores')
-        if name in ('names', 'channel_names'):
-            raise ConfigError(f'cameras.names: "{name}" is taken by the key cameras.{name}')
-    known = set(NODE_KEYS).union(*(camera_keys(name) for name in camera_names))
+    camera_names = block_names('cameras', check_value('cameras.names', p['cameras.names']),
+                               ('names', 'channel_names'))
+    names = block_names('lidars', check_value('lidars.names', p['lidars.names']), ('names',))
+    known = set(NODE_KEYS).union(*(camera_keys(name) for name in camera_names),
+                                 *(lidar_keys(name) for name in names))
     unknown = sorted(k for k in params if k not in known and k != 'use_sim_time')
     if unknown:
         raise ConfigError(f'{unknown[0]}: unknown parameter')
     for name in camera_names:
         p = {**camera_defaults(name), **p}
+    for name in names:
+        p = {**lidar_defaults(name), **p}
     v = {key: check_value(key, p.get(key)) for key in sorted(known)}
 
     grid = GridConfig(**{f: v[f'grid.{f}'] for f in (
@@ -293,7 +289,9 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
         lidar_timing=lidar_timing(v), output=OutputConfig(
             v['output.objects_type'], autoware_labels(v['output.autoware_labels'])),
         bond=BondConfig(**{f: v[f'bond.{f}'] for f in (
-            'enabled', 'heartbeat_period_s', 'heartbeat_timeout_s')}))
+            'enabled', 'heartbeat_period_s', 'heartbeat_timeout_s')}),
+        lidars=lidar_blocks(v, names, _pose), max_lidar_delay_s=v['sync.max_lidar_delay_s'],
+        lidar_stamp_tolerance_s=v['sync.lidar_stamp_tolerance_s'])
     if fusion.weights_file:
         load_fusion_weights(cfg)   # validate now, not on the first frame
     if cfg.head.weights and not cfg.head.module:

@@ -11,13 +11,15 @@ Types are ROS parameter types (``double``, ``integer_array``, ...). A key is *st
 changes array shapes or what the executables were compiled with: a running node refuses to
 change it and says why. Every other key is *live* and applies at once, without a compile.
 Every numeric key has inclusive physical bounds (the constants above :data:`SCHEMA`), which
-the node exports as ROS ranges. ``cameras.<name>.fx`` stands for every name in ``cameras.names``.
+the node exports as ROS ranges. ``cameras.<name>.fx`` stands for every name in ``cameras.names``,
+``lidars.<name>.frame_id`` for every name in ``lidars.names``.
 """
 
 from dataclasses import dataclass
 from typing import Any
 
 CAMERA_PREFIX = 'cameras.<name>.'
+LIDAR_PREFIX = 'lidars.<name>.'
 
 # Why a static key needs a restart.
 SHAPES = 'changes array shapes'
@@ -126,7 +128,7 @@ def _m(key, default, description, bound, **kwargs) -> ParamSpec:
                      maximum=bound, **kwargs)
 
 
-_C = CAMERA_PREFIX
+_C, _L = CAMERA_PREFIX, LIDAR_PREFIX
 _ROTATION = {'length': 4, 'minimum': -QUAT, 'maximum': QUAT}
 _TRANSLATION = {'unit': 'm', 'length': 3, 'minimum': -SPAN_M, 'maximum': SPAN_M}
 _BOX = {**_TRANSLATION, 'length': 6}
@@ -180,6 +182,27 @@ SCHEMA: tuple[ParamSpec, ...] = (
     _p('lidar.deskew', 'bool', True,
        "move each point to where it was at the cloud's stamp, by the ego motion over its time "
        '(lidar.time_field; the motion from accumulation.pose_source)'),
+    _p('lidars.names', 'string_array', [],
+       'several LiDARs in one node (letters, digits, underscores), each on '
+       '~/input/<name>/pointcloud with a lidars.<name> block, processed together; [] for one '
+       'LiDAR on ~/input/pointcloud (lidar.*)', static=SHAPES),
+    _p(_L + 'frame_id', 'string', '',
+       "frame the LiDAR's pose describes; '' for lidar_<name>; with extrinsics.source "
+       'parameters a cloud stamped with another frame is rejected'),
+    _p(_L + 'translation', 'double_array', None, 'LiDAR origin in the grid frame',
+       **_TRANSLATION),
+    _p(_L + 'rotation_xyzw', 'double_array', None,
+       'LiDAR orientation in the grid frame, a unit quaternion (x, y, z, w)', **_ROTATION),
+    _p(_L + 'intensity_field', 'string', 'intensity',
+       'the PointCloud2 field read as its intensity (as lidar.intensity_field)', nonempty=True),
+    _p(_L + 'time_field', 'string', '',
+       "the field of each point's time (as lidar.time_field); '' for none: its cloud is "
+       'moved to the set stamp as a whole'),
+    _p(_L + 'time_unit', 'string', 's', 'the unit of its time_field',
+       choices=('s', 'ms', 'us', 'ns')),
+    _p(_L + 'time_reference', 'string', 'stamp',
+       'its time_field counts from the header stamp (stamp) or from the epoch (absolute)',
+       choices=('stamp', 'absolute')),
     _p('buckets', 'integer_array', [16384, 32768, 65536, 131072],
        'capacities, strictly ascending; one compiled executable each', unit='points',
        minimum=1, maximum=MAX_POINTS, static=SHAPES),
@@ -251,6 +274,12 @@ SCHEMA: tuple[ParamSpec, ...] = (
     _s('sync.max_camera_lidar_delay_s', 0.1,
        'a feature map further than this from the LiDAR stamp is masked for that frame',
        0.0, DAY_S),
+    _s('sync.max_lidar_delay_s', 0.05,
+       'with lidars.names: how long the first cloud of a set waits for the other LiDARs; '
+       'then the set is processed with what arrived', 0.0, 60.0),
+    _s('sync.lidar_stamp_tolerance_s', 0.05,
+       'with lidars.names: clouds stamped within this of the first cloud of a set join it',
+       0.0, 60.0),
     _p('compilation_cache_dir', 'string', '~/.cache/jax_perception_node/xla',
        "persistent XLA cache, created 0700; '' disables it", static=BUILT),
     _p('head.module', 'string', '',
@@ -304,9 +333,11 @@ BY_KEY: dict[str, ParamSpec] = {spec.key: spec for spec in SCHEMA}
 # with other shapes, has no head unless it names one).
 REFERENCE_HEAD = 'jax_perception_node.detection.heads.centerpoint:vehicle_head'
 SHIPPED_VALUES = {'head.module': REFERENCE_HEAD}
-NODE_KEYS = tuple(s.key for s in SCHEMA if not s.key.startswith(CAMERA_PREFIX))
+TEMPLATES = (CAMERA_PREFIX, LIDAR_PREFIX)
+NODE_KEYS = tuple(s.key for s in SCHEMA if not s.key.startswith(TEMPLATES))
 CAMERA_KEYS = tuple(s.key[len(CAMERA_PREFIX):] for s in SCHEMA
                     if s.key.startswith(CAMERA_PREFIX))
+LIDAR_KEYS = tuple(s.key[len(LIDAR_PREFIX):] for s in SCHEMA if s.key.startswith(LIDAR_PREFIX))
 
 
 def spec_for(key: str) -> ParamSpec | None:
@@ -314,8 +345,8 @@ def spec_for(key: str) -> ParamSpec | None:
     if key in BY_KEY:
         return BY_KEY[key]
     parts = key.split('.')
-    if len(parts) == 3 and parts[0] == 'cameras' and parts[1] != 'names':
-        return BY_KEY.get(CAMERA_PREFIX + parts[2])
+    if len(parts) == 3 and parts[0] in ('cameras', 'lidars') and parts[1] != 'names':
+        return BY_KEY.get(f'{parts[0]}.<name>.{parts[2]}')
     return None
 
 
@@ -324,20 +355,34 @@ def camera_keys(name: str) -> list[str]:
     return [f'cameras.{name}.{leaf}' for leaf in CAMERA_KEYS]
 
 
+def lidar_keys(name: str) -> list[str]:
+    """Return the flat keys of one LiDAR block (``lidars.names``)."""
+    return [f'lidars.{name}.{leaf}' for leaf in LIDAR_KEYS]
+
+
 def is_camera_name(name: str) -> bool:
-    """Return True for a usable camera name: letters, digits and underscores."""
+    """Return True for a usable camera or LiDAR name: letters, digits and underscores."""
     return bool(name) and name.replace('_', '').isalnum() and name.isascii()
 
 
 def defaults() -> dict[str, Any]:
-    """Return the flat defaults of every non-camera key (lists copied)."""
+    """Return the flat defaults of every key outside the camera and LiDAR blocks (lists copied)."""
     return {key: _copy(BY_KEY[key].default) for key in NODE_KEYS}
 
 
 def camera_defaults(name: str) -> dict[str, Any]:
     """Return the flat defaults of one camera block's optional keys (frame, distortion)."""
-    return {f'cameras.{name}.{leaf}': _copy(BY_KEY[CAMERA_PREFIX + leaf].default)
-            for leaf in CAMERA_KEYS if BY_KEY[CAMERA_PREFIX + leaf].default is not None}
+    return _block_defaults(CAMERA_PREFIX, f'cameras.{name}.')
+
+
+def lidar_defaults(name: str) -> dict[str, Any]:
+    """Return the flat defaults of one LiDAR block's optional keys (frame, fields, time)."""
+    return _block_defaults(LIDAR_PREFIX, f'lidars.{name}.')
+
+
+def _block_defaults(template: str, prefix: str) -> dict[str, Any]:
+    return {prefix + spec.key[len(template):]: _copy(spec.default) for spec in SCHEMA
+            if spec.key.startswith(template) and spec.default is not None}
 
 
 def _copy(value: Any) -> Any:

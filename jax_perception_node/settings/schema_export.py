@@ -15,7 +15,7 @@ from pathlib import Path
 import sys
 from typing import Any
 
-from .parameters import CAMERA_PREFIX, ParamSpec, SCHEMA
+from .parameters import CAMERA_PREFIX, LIDAR_PREFIX, ParamSpec, SCHEMA, TEMPLATES
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMETERS_DOC = ROOT / 'docs' / 'parameters.md'
@@ -105,17 +105,18 @@ def _nest(specs: list[ParamSpec], strip: str = '') -> dict:
 
 def json_schema() -> dict:
     """Return the Autoware-style JSON schema (draft-07) of the parameter file."""
-    camera = [s for s in SCHEMA if s.key.startswith(CAMERA_PREFIX)]
-    node = _nest([s for s in SCHEMA if not s.key.startswith(CAMERA_PREFIX)])
-    cameras = node['properties']['cameras']
-    cameras['additionalProperties'] = {'$ref': '#/definitions/camera'}
-    camera_block = _nest(camera, CAMERA_PREFIX)
-    camera_block['additionalProperties'] = False
+    node = _nest([s for s in SCHEMA if not s.key.startswith(TEMPLATES)])
+    definitions = {NODE: node}
+    for group, prefix in (('camera', CAMERA_PREFIX), ('lidar', LIDAR_PREFIX)):
+        node['properties'][f'{group}s']['additionalProperties'] = {
+            '$ref': f'#/definitions/{group}'}
+        definitions[group] = _nest([s for s in SCHEMA if s.key.startswith(prefix)], prefix)
+        definitions[group]['additionalProperties'] = False
     return {
         '$schema': 'http://json-schema.org/draft-07/schema#',
         'title': 'Parameters for the jax_perception node',
         'type': 'object',
-        'definitions': {NODE: node, 'camera': camera_block},
+        'definitions': definitions,
         'properties': {'/**': {
             'type': 'object',
             'properties': {'ros__parameters': {'$ref': f'#/definitions/{NODE}'}},

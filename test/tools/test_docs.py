@@ -96,10 +96,10 @@ def test_soak_section_adds_the_load_soak_and_slope_when_the_run_has_them():
 def test_the_output_sizes_the_docs_give_follow_from_the_shipped_file_and_the_schema():
     # Issue 33: 256 x 256 x 15 holds for the shipped file, not for the schema's defaults.
     from jax_perception_node.settings.config import config_from_parameters, load_config
-    from jax_perception_node.settings.parameters import SCHEMA
+    from jax_perception_node.settings.parameters import SCHEMA, TEMPLATES
     shipped = load_config(REPO / 'config' / 'jax_perception.param.yaml')
     defaults = config_from_parameters({s.key: s.default for s in SCHEMA
-                                       if not s.key.startswith('cameras.<name>.')})
+                                       if not s.key.startswith(TEMPLATES)})
     for cfg, channels, megabytes in ((shipped, 15, '3.9'), (defaults, 7, '1.8')):
         g = cfg.grid
         shape = f'{g.height} x {g.width} x {cfg.fused_channels}'

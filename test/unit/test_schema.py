@@ -8,9 +8,9 @@ from jax_perception_node.settings import schema_export
 from jax_perception_node.settings.config import config_from_parameters
 from jax_perception_node.settings.param_checks import check_value
 from jax_perception_node.settings.param_file import read_param_file, write_param_file
-from jax_perception_node.settings.parameters import (CAMERA_KEYS, CAMERA_PREFIX, ConfigError,
-                                                     NODE_KEYS, SCHEMA, SHIPPED_VALUES,
-                                                     spec_for)
+from jax_perception_node.settings.parameters import (CAMERA_KEYS, ConfigError, NODE_KEYS,
+                                                     SCHEMA, SHIPPED_VALUES, spec_for,
+                                                     TEMPLATES)
 import jsonschema
 import numpy as np
 import pytest
@@ -67,7 +67,7 @@ def test_schema_entries_are_consistent():
             'string_array'), spec.key
         assert spec.static in (None, 'changes array shapes', 'compiled into the executables',
                                'fixed when the pipeline is built'), spec.key
-        if spec.key.startswith(CAMERA_PREFIX) and spec.default is None:
+        if spec.key.startswith(TEMPLATES) and spec.default is None:
             # Calibrations have no sensible default; only the frame and distortion have one.
             assert spec.key.split('.')[-1] not in OPTIONAL_CAMERA_KEYS, spec.key
             continue
@@ -313,8 +313,9 @@ def test_every_numeric_key_has_float32_safe_bounds():
 def test_every_numeric_key_has_both_bounds_in_the_json_schema():
     committed = json.loads((REPO / 'schema' / 'jax_perception.schema.json').read_text())
     found = dict(json_numbers(committed['definitions']['jax_perception']))
-    found.update({f'cameras.<name>.{path}': node for path, node in
-                  json_numbers(committed['definitions']['camera'])})
+    for group in ('camera', 'lidar'):
+        found.update({f'{group}s.<name>.{path}': node for path, node in
+                      json_numbers(committed['definitions'][group])})
     assert set(found) == {spec.key for spec in NUMERIC}
     for spec in NUMERIC:
         assert (found[spec.key]['minimum'], found[spec.key]['maximum']) == (

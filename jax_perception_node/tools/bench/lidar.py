@@ -99,7 +99,7 @@ def smear(pipe: BevPipeline, times: tuple[float, ...] = SMEAR_TIMES,
 def _smear_at(pipe: BevPipeline, drives, t: float, speed: float) -> tuple[int, ...]:
     """(before, after, floor, points, occupied, cells left out, deskewed) of one stamp."""
     real, instant = drives
-    cfg, lidar = pipe.cfg, pipe.lidar_pose
+    cfg, lidar = pipe.cfg, pipe.lidar_poses[0]
     # Objects only: flat ground looks the same from anywhere along the road (its returns sit
     # at the same place in the LiDAR frame), so its cells tell nothing about smear.
     swept, frozen = (above_ground(d.lidar_frame(t), lidar) for d in drives)

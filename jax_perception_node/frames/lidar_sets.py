@@ -1,0 +1,139 @@
+"""
+LiDAR sets: clouds from several LiDARs grouped by stamp, like Autoware's concatenate-and-time-sync.
+
+Shared by the live node (``now`` = ``time.monotonic()``) and offline replay (``now`` = the bag's
+receive time in seconds), so both group clouds identically: nothing here reads a clock, every
+decision depends only on the arguments. Stamps are integer nanoseconds (the message header stamp).
+"""
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+# A stamp more than this before the newest set's reference starts a new timeline.
+JUMP_BACK_NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class LidarSet:
+    """One set of clouds to process together."""
+
+    clouds: dict[str, Any]          # name -> message, configured order, only those that arrived
+    stamps: dict[str, int]          # name -> header stamp (ns) of each cloud in the set
+    stamp_ns: int                   # the oldest cloud stamp (Autoware's reference)
+    missing: tuple[str, ...]        # configured names with no cloud in the set, configured order
+    closed: float                   # ``now`` when the set was closed
+
+
+class LidarSets:
+    """
+    Groups LiDAR clouds into sets stamped within a tolerance, waiting a bounded time for each set.
+
+    A pending set starts with a cloud that belongs to no other set: that cloud's stamp is the
+    set's reference and its ``now`` + ``max_delay_s`` its deadline. ``add`` decides, in order:
+
+    1. The pending set is closed first if its wait has ended (exactly as ``due(now)`` would), so
+       the outcome does not depend on how often the caller polls ``due``.
+    2. Jump back: a stamp more than ``JUMP_BACK_NS`` before the pending set's reference (or, with
+       none pending, the last closed set's) starts a new timeline. The pending set is closed and
+       returned, so nothing is lost, the old timeline is forgotten (no cloud of the new one counts
+       as late against it), and the cloud starts a new set.
+    3. Late: the cloud is dropped and counted in ``late`` when its stamp is ``<=`` the last closed
+       set's reference + tolerance, or before the pending set's reference - tolerance (between the
+       closed set and the pending one), or not newer than its own sensor's cloud already in the
+       pending set (a stale repeat). Hence set stamps strictly increase within a timeline.
+    4. The cloud joins the pending set when within the tolerance of its reference and its sensor
+       is not in it yet; a set holding every configured sensor is closed and returned at once.
+    5. Otherwise (a newer stamp past the tolerance, or a newer cloud of a sensor already in the
+       set) the pending set is closed and returned, and the cloud starts a new set.
+
+    So one ``add`` returns at most one set: a closed set leaves nothing pending, and a one-cloud
+    set is complete only with one configured name, which never leaves a set pending. Members are
+    within the tolerance of the reference, so a set's stamps span at most twice the tolerance.
+    ``tolerance_ns`` and ``max_delay_s`` may be set at any time (live parameters); the deadline
+    is computed when asked, so a new ``max_delay_s`` applies to the pending set too.
+    """
+
+    def __init__(self, names: Iterable[str], tolerance_s: float, max_delay_s: float):
+        self.names = tuple(names)
+        if not self.names or len(set(self.names)) != len(self.names):
+            raise ValueError(f'LiDAR names must be distinct and not empty, got {self.names}')
+        if tolerance_s < 0 or max_delay_s < 0:
+            raise ValueError(f'tolerance_s ({tolerance_s}) and max_delay_s ({max_delay_s}) '
+                             'must be >= 0')
+        self.tolerance_ns = int(round(tolerance_s * 1e9))
+        self.max_delay_s = float(max_delay_s)
+        self.late = 0
+        self._clouds: dict[str, tuple[int, Any]] = {}   # the pending set: name -> (stamp, msg)
+        self._ref_ns: int | None = None                 # the pending set's reference stamp
+        self._opened = 0.0                              # ``now`` of the pending set's first cloud
+        self._last_ref_ns: int | None = None            # the last closed set's reference stamp
+
+    def reset(self) -> None:
+        """Forget the pending set and the last closed set; the ``late`` count keeps running."""
+        self._clouds = {}
+        self._ref_ns = None
+        self._last_ref_ns = None
+
+    def deadline(self) -> float | None:
+        """Return when the pending set's wait ends (first arrival + max_delay_s), None if none."""
+        return None if self._ref_ns is None else self._opened + self.max_delay_s
+
+    def due(self, now: float) -> LidarSet | None:
+        """Close and return the pending set if its wait has ended (now >= deadline), else None."""
+        end = self.deadline()
+        return None if end is None or now < end else self._close(now)
+
+    def flush(self, now: float) -> LidarSet | None:
+        """Close and return the pending set whatever its state (end of a bag), None if none."""
+        return None if self._ref_ns is None else self._close(now)
+
+    def add(self, name: str, stamp_ns: int, msg: Any, now: float) -> list[LidarSet]:
+        """Offer one cloud; return the sets this closed, oldest first (see the class docstring)."""
+        if name not in self.names:
+            raise ValueError(f'unknown LiDAR {name!r}; configured: {", ".join(self.names)}')
+        closed = [s for s in (self.due(now),) if s is not None]
+        anchor = self._ref_ns if self._ref_ns is not None else self._last_ref_ns
+        if anchor is not None and stamp_ns < anchor - JUMP_BACK_NS:
+            closed.extend(s for s in (self.flush(now),) if s is not None)
+            self._last_ref_ns = None
+        elif self._is_late(name, stamp_ns):
+            self.late += 1
+            return closed
+        elif self._ref_ns is not None and name not in self._clouds:
+            # Not late, so not below the window: it fits unless past the window's top.
+            if stamp_ns <= self._ref_ns + self.tolerance_ns:
+                self._clouds[name] = (stamp_ns, msg)
+                if len(self._clouds) == len(self.names):
+                    closed.append(self._close(now))
+                return closed
+        closed.extend(s for s in (self.flush(now),) if s is not None)
+        self._clouds = {name: (stamp_ns, msg)}
+        self._ref_ns = stamp_ns
+        self._opened = now
+        if len(self.names) == 1:
+            closed.append(self._close(now))
+        return closed
+
+    def _is_late(self, name: str, stamp_ns: int) -> bool:
+        """Return True for a cloud that belongs with, or before, a set already closed or open."""
+        if self._last_ref_ns is not None and stamp_ns <= self._last_ref_ns + self.tolerance_ns:
+            return True
+        if self._ref_ns is None:
+            return False
+        if stamp_ns < self._ref_ns - self.tolerance_ns:
+            return True
+        held = self._clouds.get(name)
+        return held is not None and stamp_ns <= held[0]
+
+    def _close(self, now: float) -> LidarSet:
+        """Close the pending set and return it; its reference becomes the last closed one."""
+        order = [n for n in self.names if n in self._clouds]
+        stamps = {n: self._clouds[n][0] for n in order}
+        done = LidarSet(clouds={n: self._clouds[n][1] for n in order}, stamps=stamps,
+                        stamp_ns=min(stamps.values()),
+                        missing=tuple(n for n in self.names if n not in self._clouds),
+                        closed=now)
+        self._last_ref_ns = self._ref_ns
+        self._clouds = {}
+        self._ref_ns = None
+        return done

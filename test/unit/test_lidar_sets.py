@@ -1,0 +1,258 @@
+"""LidarSets' grouping rules, each checked against stamps and times worked out by hand."""
+
+from configs import absolute_imports
+from jax_perception_node.frames.lidar_sets import JUMP_BACK_NS, LidarSets
+import numpy as np
+import pytest
+
+MS = 1_000_000          # ns
+T = 1_000_000 * 10**9   # an arbitrary LiDAR clock origin
+NAMES = ('top', 'left', 'right')
+
+
+def three(tolerance_s=0.01, max_delay_s=0.05):
+    """Return a LidarSets for top, left and right: 10 ms tolerance, 50 ms wait by default."""
+    return LidarSets(NAMES, tolerance_s, max_delay_s)
+
+
+def view(lidar_set):
+    """Return (stamp_ns, name -> msg, missing, closed) of a set, None for None."""
+    if lidar_set is None:
+        return None
+    return lidar_set.stamp_ns, lidar_set.clouds, lidar_set.missing, lidar_set.closed
+
+
+def test_complete_set_is_returned_at_once_in_configured_order_stamped_oldest():
+    sets = three()
+    assert sets.add('right', T + 2 * MS, 'r', 1.0) == []
+    assert sets.add('top', T, 't', 1.01) == []
+    done, = sets.add('left', T - 3 * MS, 'l', 1.02)
+    assert list(done.clouds) == list(NAMES) == list(done.stamps)
+    assert view(done) == (T - 3 * MS, {'top': 't', 'left': 'l', 'right': 'r'}, (), 1.02)
+    assert done.stamps == {'top': T, 'left': T - 3 * MS, 'right': T + 2 * MS}
+    assert sets.deadline() is None and sets.due(9.0) is None and sets.flush(9.0) is None
+
+
+def test_partial_set_is_due_only_at_its_deadline_and_names_the_missing():
+    sets = three()
+    sets.add('top', T, 't', 1.0)
+    sets.add('right', T + MS, 'r', 1.03)
+    assert sets.deadline() == pytest.approx(1.05)   # first arrival + max_delay_s
+    assert sets.due(1.0499) is None
+    done = sets.due(sets.deadline())
+    assert view(done) == (T, {'top': 't', 'right': 'r'}, ('left',), pytest.approx(1.05))
+    assert sets.due(2.0) is None and sets.flush(2.0) is None   # never returned twice
+    assert sets.deadline() is None
+
+
+def test_tolerance_is_inclusive_and_a_stamp_past_it_pushes_the_set_out():
+    sets = three()
+    sets.add('top', T, 't', 1.0)
+    assert sets.add('left', T + 10 * MS, 'l', 1.01) == []      # exactly the tolerance: joins
+    pushed, = sets.add('right', T + 10 * MS + 1, 'r', 1.02)   # one ns past it
+    assert view(pushed) == (T, {'top': 't', 'left': 'l'}, ('right',), 1.02)
+    assert sets.deadline() == pytest.approx(1.07)              # the new set's own wait
+    assert view(sets.flush(1.03)) == (T + 10 * MS + 1, {'right': 'r'}, ('top', 'left'), 1.03)
+
+
+def test_a_newer_cloud_of_a_sensor_in_the_set_pushes_it_out():
+    sets = three()
+    sets.add('top', T, 't0', 1.0)
+    sets.add('left', T, 'l0', 1.01)
+    pushed, = sets.add('top', T + 5 * MS, 't1', 1.02)        # within tolerance, but top again
+    assert view(pushed) == (T, {'top': 't0', 'left': 'l0'}, ('right',), 1.02)
+    assert view(sets.flush(1.03)) == (T + 5 * MS, {'top': 't1'}, ('left', 'right'), 1.03)
+
+
+def test_a_repeated_or_older_cloud_of_a_sensor_in_the_set_is_a_stale_repeat():
+    sets = three()
+    sets.add('top', T, 't0', 1.0)
+    assert sets.add('top', T, 'again', 1.01) == []
+    assert sets.add('top', T - 2 * MS, 'older', 1.02) == []
+    assert sets.late == 2
+    assert view(sets.flush(1.03)) == (T, {'top': 't0'}, ('left', 'right'), 1.03)
+
+
+def test_one_add_returns_no_set_or_one():
+    # At most one: a set closed by an add leaves nothing pending, and a one-cloud set is
+    # complete only with one configured name, which never leaves a set pending.
+    sets = three()
+    assert sets.add('top', T, 't', 1.0) == []
+    assert len(sets.add('left', T + 100 * MS, 'l', 1.01)) == 1     # pushes {top} out
+    assert len(sets.add('top', T + 100 * MS, 't', 2.0)) == 1       # {left} expired first
+    single = LidarSets(['top'], 0.01, 0.05)
+    assert [len(single.add('top', T + k * 100 * MS, k, 1.0)) for k in range(3)] == [1, 1, 1]
+
+
+def test_add_closes_an_expired_set_before_deciding_as_due_would():
+    # Live (a timer polls due) and replay (no timer) therefore group identically.
+    sets = three()
+    sets.add('top', T, 't', 1.0)
+    expired, = sets.add('left', T + MS, 'l', 1.05)           # at the deadline: wait over
+    assert view(expired) == (T, {'top': 't'}, ('left', 'right'), 1.05)
+    assert sets.late == 1 and sets.deadline() is None         # left missed its set's wait
+
+
+def test_late_cloud_is_dropped_and_counted():
+    sets = three()
+    sets.add('top', T, 't', 1.0)
+    sets.add('left', T, 'l', 1.01)
+    assert sets.due(1.05).missing == ('right',)
+    assert sets.add('right', T + 10 * MS, 'r', 1.06) == []    # within tolerance of the closed set
+    assert sets.late == 1 and sets.deadline() is None         # dropped: no second, older frame
+    assert sets.add('right', T - JUMP_BACK_NS, 'r', 1.07) == []   # back exactly the jump: late
+    assert sets.late == 2 and sets.deadline() is None
+    sets.add('top', T + 100 * MS, 't', 1.1)
+    assert sets.add('left', T + 50 * MS, 'l', 1.11) == []     # between closed and pending
+    assert sets.late == 3
+    assert view(sets.flush(1.2)) == (T + 100 * MS, {'top': 't'}, ('left', 'right'), 1.2)
+    sets.add('right', T + 110 * MS + 1, 'r', 1.3)             # one ns past the closed set: new
+    assert sets.late == 3 and sets.deadline() == pytest.approx(1.35)
+
+
+def test_jump_back_closes_the_pending_set_and_starts_a_new_timeline():
+    sets = three()
+    for name in NAMES:
+        sets.add(name, T, name, 1.0)
+    sets.add('top', T + 100 * MS, 't', 1.1)
+    sets.add('left', T + 100 * MS, 'l', 1.11)
+    back = T - 5 * 10**9                                      # a bag loop
+    old, = sets.add('top', back, 'T', 1.12)                   # nothing lost
+    assert view(old) == (T + 100 * MS, {'top': 't', 'left': 'l'}, ('right',), 1.12)
+    assert sets.add('left', back + MS, 'L', 1.13) == []
+    new, = sets.add('right', back, 'R', 1.14)
+    assert view(new) == (back, {'top': 'T', 'left': 'L', 'right': 'R'}, (), 1.14)
+    assert sets.late == 0
+
+
+def test_jump_back_with_nothing_pending_forgets_the_old_timeline():
+    sets = three()
+    sets.add('top', T, 't', 1.0)
+    sets.flush(1.01)
+    assert sets.add('top', T - JUMP_BACK_NS - 1, 'new', 1.02) == []
+    assert sets.late == 0
+    assert sets.add('left', T, 'l', 1.03) != []     # pushes the new set out; T is not late now
+    assert sets.late == 0
+
+
+def test_flush_closes_whatever_is_pending():
+    sets = three()
+    assert sets.flush(1.0) is None
+    sets.add('left', T, 'l', 1.0)
+    assert view(sets.flush(1.01)) == (T, {'left': 'l'}, ('top', 'right'), 1.01)
+    assert sets.flush(1.02) is None
+
+
+def test_reset_forgets_the_sets_but_keeps_counting_late():
+    sets = three()
+    sets.add('top', T, 't', 1.0)
+    sets.flush(1.0)
+    sets.add('top', T, 't', 1.0)
+    sets.add('left', T + 100 * MS, 'l', 1.1)
+    sets.reset()
+    assert sets.deadline() is None and sets.late == 1
+    assert sets.add('top', T, 't', 2.0) == [] and sets.late == 1   # T is not late after reset
+
+
+def test_single_name_returns_every_cloud_at_once():
+    sets = LidarSets(['top'], 0.01, 0.05)
+    done, = sets.add('top', T, 'a', 1.0)
+    assert view(done) == (T, {'top': 'a'}, (), 1.0)
+    assert sets.deadline() is None
+    assert sets.add('top', T, 'a again', 1.01) == [] and sets.late == 1
+    done, = sets.add('top', T + 100 * MS, 'b', 1.1)
+    assert view(done) == (T + 100 * MS, {'top': 'b'}, (), 1.1)
+
+
+def test_unknown_name_and_bad_arguments_are_value_errors():
+    sets = three()
+    with pytest.raises(ValueError, match='side'):
+        sets.add('side', T, 'x', 1.0)
+    for bad in ((NAMES, -0.001, 0.05), (NAMES, 0.01, -0.001), ((), 0.01, 0.05),
+                (('top', 'top'), 0.01, 0.05)):
+        with pytest.raises(ValueError):
+            LidarSets(*bad)
+    zero = LidarSets(NAMES, 0.0, 0.0)
+    assert zero.tolerance_ns == 0 and zero.max_delay_s == 0.0
+
+
+def test_live_parameter_changes_apply_to_the_next_decision():
+    sets = three()
+    sets.add('top', T, 't', 1.0)
+    sets.tolerance_ns = 20 * MS
+    assert sets.add('left', T + 15 * MS, 'l', 1.01) == []     # joins under the new tolerance
+    sets.max_delay_s = 0.2                                    # the pending set waits longer
+    assert sets.deadline() == pytest.approx(1.2)
+    assert sets.due(1.1) is None
+    assert sets.due(1.2).clouds == {'top': 't', 'left': 'l'}
+    sets.tolerance_ns = 0
+    sets.add('top', T + 100 * MS, 't', 1.3)
+    assert sets.add('left', T + 100 * MS + 1, 'l', 1.31)[0].clouds == {'top': 't'}
+
+
+def test_lidar_sets_imports_no_ros():
+    assert absolute_imports('lidar_sets') <= {'dataclasses', 'typing'}
+
+
+def simulate_traffic(seed, ticks=300):
+    """
+    Return three LiDARs at 10 Hz: (events sorted by arrival, kind of each (tick, name)).
+
+    Stamps jitter by +-10 ms (so a tick's clouds are within a 20 ms tolerance of each other)
+    and arrive 10-40 ms after their stamp, so a tick's arrivals span at most 50 ms (the wait
+    is 60 ms). 5 % of clouds are dropped and 5 % straggle 100 ms more, into the next tick's.
+    """
+    rng = np.random.default_rng(seed)
+    events, kinds = [], {}
+    for tick in range(ticks):
+        for name in NAMES:
+            stamp = T + tick * 100 * MS + int(rng.integers(-10 * MS, 10 * MS + 1))
+            u = rng.random()
+            kinds[tick, name] = 'dropped' if u < 0.05 else 'straggler' if u < 0.1 else 'normal'
+            delay = rng.uniform(0.01, 0.04) + (0.1 if kinds[tick, name] == 'straggler' else 0.0)
+            if kinds[tick, name] != 'dropped':
+                events.append((500.0 + (stamp - T) / 1e9 + delay, name, stamp, (tick, name)))
+    return sorted(events), kinds
+
+
+def run_traffic(events, timer_s):
+    """Feed the events (and a due() poll every timer_s, if given); return (sets, late count)."""
+    sets, out = LidarSets(NAMES, 0.02, 0.06), []
+    polls = np.arange(events[0][0], events[-1][0], timer_s) if timer_s else []
+    calls = sorted([(t, 0, None) for t in polls] + [(e[0], 1, e) for e in events],
+                   key=lambda c: c[:2])
+    for now, _, event in calls:
+        if event is None:
+            out.extend(s for s in (sets.due(now),) if s is not None)
+        else:
+            closed = sets.add(event[1], event[2], event[3], now)
+            assert len(closed) <= 1
+            out.extend(closed)
+    out.extend(s for s in (sets.flush(events[-1][0] + 1.0),) if s is not None)
+    return out, sets.late
+
+
+@pytest.mark.parametrize('seed', [0, 1, 2])
+def test_random_traffic_groups_every_cloud_once_by_tick(seed):
+    events, kinds = simulate_traffic(seed)
+    out, late = run_traffic(events, timer_s=None)
+    grouped = [msg for s in out for msg in s.clouds.values()]
+    assert len(grouped) == len(set(grouped))                   # no cloud in two sets
+    assert len(grouped) + late == len(events)                  # every cloud in a set or late
+    assert late > 0 and any(s.missing for s in out)            # the traffic exercised both
+    for s in out:
+        assert len({tick for tick, _ in s.clouds.values()}) == 1
+        assert max(s.stamps.values()) - min(s.stamps.values()) <= 20 * MS
+        assert s.stamp_ns == min(s.stamps.values())
+    assert all(a.stamp_ns < b.stamp_ns for a, b in zip(out, out[1:]))
+    # Independent expectation: a tick whose clouds all came on time is one complete set, and
+    # an on-time cloud is never late.
+    whole = {tick for tick, _ in kinds if all(kinds[tick, n] == 'normal' for n in NAMES)}
+    complete = {next(iter(s.clouds.values()))[0] for s in out if not s.missing}
+    assert whole <= complete
+    on_time = {key for key, kind in kinds.items() if kind == 'normal'}
+    assert on_time <= set(grouped)
+    # A live node polling due() every 10 ms groups exactly as replay without polling.
+    polled, polled_late = run_traffic(events, timer_s=0.01)
+    assert polled_late == late
+    assert [(s.clouds, s.missing) for s in polled] == [(s.clouds, s.missing) for s in out]
