@@ -131,8 +131,7 @@ def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
     ----
     points: float32[B, 4] x, y, z, intensity in the LiDAR frame; rows >= num_valid are padding.
     num_valid: int32[] count of real rows.
-    lidar_rotation: float32[3, 3], lidar_translation: float32[3]; LiDAR to grid frame (or
-        float32[3, 3, B] and float32[3, B], each row's own: ``point_poses``).
+    lidar_rotation: float32[3, 3], lidar_translation: float32[3]; LiDAR to grid frame.
     grid: float32[5] (x_min, y_min, z_min, z_max, resolution).
     height, width: the grid's H x W (static).
 
@@ -142,8 +141,22 @@ def voxelize(points: jax.Array, num_valid: jax.Array, lidar_rotation: jax.Array,
     empty cells: ``fuse`` interleaves them with the camera channels in one stack.
 
     """
-    x, y, z = _to_grid(points[:, 0], points[:, 1], points[:, 2], lidar_rotation,
-                       lidar_translation)
+    xyz = _to_grid(points[:, 0], points[:, 1], points[:, 2], lidar_rotation, lidar_translation)
+    return voxelize_grid(points, xyz, num_valid, grid, crop, times, twist, height=height,
+                         width=width)
+
+
+def voxelize_grid(points: jax.Array, xyz: tuple[jax.Array, jax.Array, jax.Array],
+                  num_valid: jax.Array, grid: jax.Array, crop: jax.Array | None = None,
+                  times: jax.Array | None = None, twist: jax.Array | None = None, *,
+                  height: int, width: int) -> list[jax.Array]:
+    """
+    ``voxelize`` of points already in the grid frame: ``xyz`` their x, y, z float32[B] each.
+
+    ``points`` float32[B, 4] keeps them in their LiDAR frames (the range band and the
+    intensity); every other argument as ``voxelize``.
+    """
+    x, y, z = xyz
     real = jnp.arange(points.shape[0]) < num_valid
     if crop is not None:
         real = real & kept_by_crop(points, x, y, z, crop)
@@ -289,25 +302,27 @@ def calibration_size(lidars: int) -> int:
     return CALIBRATION_SIZE + POSE_SIZE * (lidars - 1)
 
 
-def point_poses(calibration: jax.Array, starts: jax.Array,
-                rows: int) -> tuple[jax.Array, jax.Array]:
+def lidars_to_grid(points: jax.Array, calibration: jax.Array,
+                   starts: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """
-    Return each row's LiDAR rotation float32[3, 3, B] and translation float32[3, B].
+    Return x, y, z float32[B] in the grid frame, each row moved by its own LiDAR's pose.
 
-    calibration: float32[25 + 12 (S - 1)] (``calibration_size``); starts: int32[S - 1] the
-    first row of LiDARs 1 .. S - 1 (ascending; LiDAR 0 starts at row 0); rows: B (static).
-    No per-point index crosses to the device: a row takes the pose of the last LiDAR whose
-    start it has reached. One select per LiDAR and coefficient fuses into the transform's
-    loop; a gather of the [12, S] table by a per-row index did not, and cost voxelize 1.9x.
+    points: float32[B, 4], the rows of LiDAR 0 first, then those of LiDAR 1 from
+    ``starts[0]``, and so on; calibration: float32[25 + 12 (S - 1)] (``calibration_size``);
+    starts: int32[S - 1] ascending. No per-point index crosses to the device: each of the
+    twelve pose coefficients of a row is a chain of S - 1 selects between scalars, which XLA
+    fuses into the transform's loop (measured at 131k points, against one LiDAR's frame: this
+    1.07x; every row moved by every pose and the own one selected 1.13x; a gather of a [12, S]
+    table by a per-row index 1.8x).
     """
-    row = jnp.arange(rows)[None, :]
-    per_row = calibration[:POSE_SIZE][:, None]
+    row = jnp.arange(points.shape[0])
+    c = [calibration[k] for k in range(POSE_SIZE)]
     for s in range(starts.shape[0]):
-        begin = CALIBRATION_SIZE + POSE_SIZE * s
-        per_row = jnp.where(row >= starts[s], calibration[begin:begin + POSE_SIZE][:, None],
-                            per_row)
-    per_row = jnp.broadcast_to(per_row, (POSE_SIZE, rows))
-    return per_row[:9].reshape(3, 3, rows), per_row[9:12]
+        later, first = row >= starts[s], CALIBRATION_SIZE + POSE_SIZE * s
+        c = [jnp.where(later, calibration[first + k], c[k]) for k in range(POSE_SIZE)]
+    px, py, pz = points[:, 0], points[:, 1], points[:, 2]
+    return tuple(c[3 * i] * px + c[3 * i + 1] * py + c[3 * i + 2] * pz + c[9 + i]
+                 for i in range(3))
 
 
 class FrameArgs(NamedTuple):
@@ -317,7 +332,7 @@ class FrameArgs(NamedTuple):
     points: float32[B, 4] x, y, z, intensity in the LiDAR frame (per frame).
     scalars: int32[1 + N + S - 1] the count of real point rows, then 1 or 0 per camera: valid
     for this frame or masked, then with S > 1 LiDARs the first row of each after the first
-    (``point_poses``) (per frame, one small transfer).
+    (``lidars_to_grid``) (per frame, one small transfer).
     times: float32[B] each point's time, s after the stamp (per frame), or None: a frame
     function without deskew (the benchmarks' baseline).
     motion: float32[12] the ego twist for deskew, in the grid frame then in the LiDAR frame
@@ -368,18 +383,18 @@ def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, wi
     calibration = args.calibration
     rotation, translation = calibration[:9].reshape(3, 3), calibration[9:12]
     grid, crop = calibration[GRID_SLICE], calibration[12:20]
-    lidars = 1 + (calibration.shape[0] - CALIBRATION_SIZE) // POSE_SIZE
     cameras = 0 if args.features is None else args.features.shape[0]
-    if lidars > 1:
-        rotation, translation = point_poses(calibration, args.scalars[1 + cameras:],
-                                            args.points.shape[0])
+    several = calibration.shape[0] > CALIBRATION_SIZE
     if ring is None:
-        lidar = voxelize(args.points, args.scalars[0], rotation, translation, grid, crop,
-                         args.times, None if args.times is None else args.motion[:6],
-                         height=height, width=width)
+        xyz = (lidars_to_grid(args.points, calibration, args.scalars[1 + cameras:]) if several
+               else _to_grid(args.points[:, 0], args.points[:, 1], args.points[:, 2], rotation,
+                             translation))
+        lidar = voxelize_grid(args.points, xyz, args.scalars[0], grid, crop, args.times,
+                              None if args.times is None else args.motion[:6], height=height,
+                              width=width)
     else:
         points, rotation, translation = _sweep_points(args, rotation, translation, crop,
-                                                      lidars > 1)
+                                                      several, cameras)
         lidar = voxelize_sweeps(points, args.scalars[0], ring, args.sweeps, rotation,
                                 translation, grid, height=height, width=width)
     camera = coverage = None
@@ -398,7 +413,7 @@ def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, wi
 
 
 def _sweep_points(args: FrameArgs, rotation: jax.Array, translation: jax.Array,
-                  crop: jax.Array, several: bool):
+                  crop: jax.Array, several: bool, cameras: int):
     """
     Return the current sweep as it enters the ring, and the pose that takes it to the grid.
 
@@ -415,7 +430,7 @@ def _sweep_points(args: FrameArgs, rotation: jax.Array, translation: jax.Array,
             points = jnp.stack([x, y, z, points[:, 3]], axis=1)
         return points, rotation, translation
     p = args.points
-    x, y, z = _to_grid(p[:, 0], p[:, 1], p[:, 2], rotation, translation)
+    x, y, z = lidars_to_grid(p, args.calibration, args.scalars[1 + cameras:])
     kept = kept_by_crop(p, x, y, z, crop)
     if args.times is not None:
         x, y, z = deskew(x, y, z, args.times, args.motion[:6])

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 import re
 import secrets
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +32,11 @@ from ..settings.parameters import ConfigError
 HEAD_OUTPUTS = {'heatmap': None, 'offset': 2, 'z': 1, 'size': 3, 'yaw': 2}
 
 _MODULE_RE = re.compile(r'^[A-Za-z_][\w.]*:[A-Za-z_]\w*$')
+# A checkpoint's optional record of the BEV channels it was trained for: their names, a 1-D
+# array of strings. No leaf is named so (``keystr`` starts with '.' or '[').
+CHANNELS_KEY = 'bev_channels'
+_CHANNELS_BYTES = 1 << 20       # the most bytes of names a checkpoint may hold
+_RUN_RE = re.compile(r'^(.*?)(\d+)$')
 
 
 class HeadInput(NamedTuple):
@@ -41,6 +46,7 @@ class HeadInput(NamedTuple):
     width: int           # W, columns (y index)
     channels: int        # C, the pipeline's output channels
     resolution: float    # m per cell
+    channel_names: tuple[str, ...] = ()     # the C channels' names; () where not known
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,11 @@ class HeadSpec:
     already of the right names, shapes and dtypes and finite (a pytree like ``params`` of NumPy
     arrays) and raises ValueError saying what is wrong (a normalization std of 0, say): every
     checkpoint loaded, at start-up or swapped in live, goes through it, and its message becomes
-    ``ConfigError('head.weights: <file>: <message>')``.
+    ``ConfigError('head.weights: <file>: <message>')``. ``checkpoint_channels(params)``,
+    optional, returns the number of BEV channels a checkpoint was trained for, from a pytree
+    like ``params`` of the file's arrays, whatever their shapes: a checkpoint that records no
+    channel names (:data:`CHANNELS_KEY`) and was trained for another channel count is then
+    refused by its channels, not by an array's shape.
     """
 
     apply: Callable[[Any, jax.Array], dict]
@@ -67,6 +77,7 @@ class HeadSpec:
     classes: tuple[str, ...]
     weights: Path | None = None
     validate: Callable[[Any], None] | None = None
+    checkpoint_channels: Callable[[Any], int] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,17 +89,21 @@ class LoadedHead:
     params: Any              # pytree of NumPy arrays, the checkpoint's values
     weights_path: Path | None
     source_digest: str       # sha256 of the factory's package source: part of the store key
+    bev: HeadInput | None = None     # the BEV it runs on: a checkpoint must fit its channels
 
     def checkpoint(self, path: str) -> tuple[Path | None, Any]:
         """
         Return (the file, its parameters) for ``head.weights`` = ``path``; ConfigError if bad.
 
-        '' takes the shipped weights (a head that ships none: its factory's parameters).
+        '' takes the shipped weights (a head that ships none: its factory's parameters). A
+        checkpoint trained for other BEV channels than ``bev``'s is refused (:func:`fits`).
         """
         target = Path(os.path.expanduser(path)) if path else self.spec.weights
         if target is None:
             return None, jax.tree.map(np.asarray, self.spec.params)
-        return target, load_weights(target, self.params, self.spec.validate)
+        fit = None if self.bev is None else fits(self.name, self.spec, self.bev, target,
+                                                 shipped=not path)
+        return target, load_weights(target, self.params, self.spec.validate, fit)
 
     @property
     def identity(self) -> str:
@@ -102,29 +117,41 @@ def leaf_names(tree) -> list[str]:
             jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
-def save_weights(path: str | os.PathLike, params) -> None:
-    """Write ``params`` as an .npz, one array per leaf, keyed by its path in the pytree."""
+def save_weights(path: str | os.PathLike, params, channel_names=()) -> None:
+    """
+    Write ``params`` as an .npz, one array per leaf, keyed by its path in the pytree.
+
+    ``channel_names``, the BEV channels the weights were trained for, are recorded as
+    :data:`CHANNELS_KEY` (none: not recorded); a configuration with others is then refused.
+    """
     leaves = jax.tree_util.tree_leaves(params)
     arrays = dict(zip(leaf_names(params), (np.asarray(leaf) for leaf in leaves)))
+    if channel_names:
+        arrays[CHANNELS_KEY] = np.asarray(tuple(channel_names), np.str_)
     with open(path, 'wb') as f:
         np.savez(f, **arrays)
 
 
 def load_weights(path: str | os.PathLike, template,
-                 validate: Callable[[Any], None] | None = None):
+                 validate: Callable[[Any], None] | None = None,
+                 fit: Callable[[Mapping[str, np.ndarray]], None] | None = None):
     """
     Read a checkpoint shaped like ``template`` (its leaves' shapes and dtypes).
 
     Loaded with ``allow_pickle=False``, each array inflating to at most its leaf's size (and an
-    .npy header): a zip bomb is refused unread. Raises ConfigError('head.weights: ...') naming
-    the file and the first missing, extra, too large or differently shaped array, or one with
-    non-finite values; then ``validate`` (``HeadSpec.validate``), if any, checks the values and
-    its ValueError becomes ConfigError('head.weights: <file>: <its message>').
+    .npy header): a zip bomb is refused unread. ``fit`` (:func:`fits`), if any, first checks
+    the file's arrays for the BEV channels it was trained for. Raises
+    ConfigError('head.weights: ...') naming the file and the first missing, extra, too large or
+    differently shaped array, or one with non-finite values; then ``validate``
+    (``HeadSpec.validate``), if any, checks the values and its ValueError becomes
+    ConfigError('head.weights: <file>: <its message>').
     """
     names = leaf_names(template)
     leaves, treedef = jax.tree_util.tree_flatten(template)
-    arrays = read_npz(path, 'head.weights',
-                      {name: np.asarray(leaf).nbytes for name, leaf in zip(names, leaves)})
+    limits = {name: np.asarray(leaf).nbytes for name, leaf in zip(names, leaves)}
+    arrays = read_npz(path, 'head.weights', {**limits, CHANNELS_KEY: _CHANNELS_BYTES})
+    if fit is not None:
+        fit(arrays)
     values = []
     for name, leaf in zip(names, leaves):
         if name not in arrays:
@@ -146,6 +173,96 @@ def load_weights(path: str | os.PathLike, template,
             raise ConfigError(f'head.weights: {path}: the head plug-in failed to validate it: '
                               f'{type(exc).__name__}: {exc}') from None
     return params
+
+
+def trained_channels(arrays: Mapping[str, np.ndarray], spec: HeadSpec,
+                     path) -> tuple[int | None, tuple[str, ...]]:
+    """
+    Return (count, names) of the BEV channels a checkpoint's arrays were trained for.
+
+    The names its :data:`CHANNELS_KEY` records (ConfigError if that is no list of strings);
+    without them (), and the count its head's ``checkpoint_channels`` finds, None where that
+    fails or the head has none.
+    """
+    recorded = arrays.get(CHANNELS_KEY)
+    if recorded is not None:
+        if recorded.ndim != 1 or recorded.dtype.kind != 'U':
+            raise ConfigError(f'head.weights: {path} {CHANNELS_KEY} is {recorded.dtype}'
+                              f'{list(recorded.shape)}, not a list of BEV channel names')
+        return len(recorded), tuple(str(name) for name in recorded)
+    names = leaf_names(spec.params)
+    if spec.checkpoint_channels is None or not all(name in arrays for name in names):
+        return None, ()
+    tree = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(spec.params),
+                                        [arrays[name] for name in names])
+    try:
+        return int(spec.checkpoint_channels(tree)), ()
+    except Exception:               # a malformed file: its arrays' own checks say what
+        return None, ()
+
+
+def describe_channels(count: int, names: tuple[str, ...] = ()) -> str:
+    """Return '15 BEV channels (occupancy, ..., camera_0 .. camera_7, coverage)'."""
+    parts, k = [], 0
+    while k < len(names):
+        end, match = k + 1, _RUN_RE.match(names[k])
+        while match and end < len(names) and names[end] == (
+                f'{match[1]}{int(match[2]) + end - k}'):
+            end += 1
+        parts.append(f'{names[k]} .. {names[end - 1]}' if end - k > 2 else
+                     ', '.join(names[k:end]))
+        k = end
+    listed = ', '.join(parts[:12]) + (', ...' if len(parts) > 12 else '')
+    return f'{count} BEV channels' + (f' ({listed})' if names else '')
+
+
+def fits(name: str, spec: HeadSpec, bev: HeadInput, path, shipped: bool):
+    """
+    Return ``load_weights``' ``fit``: ConfigError unless a checkpoint fits ``bev``'s channels.
+
+    A checkpoint fits when it was trained for as many channels (:func:`trained_channels`) and,
+    where it and ``bev`` name them, for the same names in the same order. The head's shipped
+    weights (``shipped``: ``head.weights`` is '') are refused naming ``head.module``, never by
+    an array's shape of a file the user did not set; a file the user set is refused naming
+    ``head.weights`` and the file. Both lines say what to do.
+    """
+    if shipped:
+        prefix, advice = f'head.module: {name} ships weights', (
+            "set head.module: '' for no head, or train weights for these channels with "
+            'jax-perception train and set head.weights to them')
+    else:
+        prefix, advice = f'head.weights: {path} holds weights', (
+            'set head.weights to weights trained for these channels (jax-perception train), '
+            "or head.module: '' for no head")
+    ours = bev.channel_names if len(bev.channel_names) == bev.channels else ()
+
+    def check(arrays: Mapping[str, np.ndarray]) -> None:
+        count, names = trained_channels(arrays, spec, path)
+        if count is None:
+            if shipped:
+                _check_shipped_shapes(arrays, spec, f'{prefix} that', advice,
+                                      describe_channels(bev.channels, ours))
+            return
+        differs = count == bev.channels and bool(names) and bool(ours) and names != ours
+        if count == bev.channels and not differs:
+            return
+        first = next((k for k, (a, b) in enumerate(zip(names, ours)) if a != b), None)
+        where = (f' (channel {first} is {names[first]} in the weights, {ours[first]} here)'
+                 if differs else '')
+        raise ConfigError(f'{prefix} trained for {describe_channels(count, names)}, this '
+                          f'configuration has {describe_channels(bev.channels, ours)}{where}; '
+                          f'{advice}')
+    return check
+
+
+def _check_shipped_shapes(arrays, spec: HeadSpec, prefix: str, advice: str, ours: str) -> None:
+    """Raise ConfigError naming head.module if a shipped array's shape is not the head's."""
+    for leaf, want in zip(leaf_names(spec.params), jax.tree_util.tree_leaves(spec.params)):
+        got = arrays.get(leaf)
+        if got is not None and got.shape != np.shape(want):
+            raise ConfigError(f'{prefix} do not fit this configuration, {ours}: their {leaf} '
+                              f'has shape {list(got.shape)}, the head builds '
+                              f'{list(np.shape(want))}; {advice}')
 
 
 def _factory(name: str):
@@ -216,7 +333,9 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
 
     Raises
     ------
-    ConfigError: naming head.module (import, factory, output shapes) or head.weights.
+    ConfigError: naming head.module (import, factory, output shapes, shipped weights trained
+    for other BEV channels than ``bev``'s) or head.weights (a file that cannot be read or does
+    not fit, by its channels where it says them).
 
     """
     if not name:
@@ -234,5 +353,6 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
     path = Path(os.path.expanduser(weights)) if weights else spec.weights
     params = jax.tree.map(np.asarray, spec.params)
     if path is not None:
-        params = load_weights(path, params, spec.validate)
-    return LoadedHead(name, spec, params, path, digest)
+        params = load_weights(path, params, spec.validate,
+                              fits(name, spec, bev, path, shipped=not weights))
+    return LoadedHead(name, spec, params, path, digest, bev)

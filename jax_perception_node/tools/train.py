@@ -276,11 +276,15 @@ def progress_bar(stream=sys.stderr, width: int = 30):
     return draw
 
 
-def write_weights(path: Path, params) -> None:
-    """``save_weights`` to a temporary file beside ``path``, renamed onto it once complete."""
+def write_weights(path: Path, params, channel_names: tuple[str, ...] = ()) -> None:
+    """
+    ``save_weights`` to a temporary file beside ``path``, renamed onto it once complete.
+
+    ``channel_names``: the BEV channels the weights were trained on, recorded in the file.
+    """
     part = path.with_name(f'.{path.name}.{os.getpid()}.part')
     try:
-        save_weights(part, params)
+        save_weights(part, params, channel_names)
         os.replace(part, path)
     finally:
         part.unlink(missing_ok=True)
@@ -378,7 +382,8 @@ def cmd_train(args, stream=sys.stderr) -> int:
         finally:
             reader.close()
     pipe.warmup()
-    dataset = Dataset(pipe.output_channels, GridMapLayers.for_pipeline(cfg, pipe).names)
+    names = GridMapLayers.for_pipeline(cfg, pipe).names
+    dataset = Dataset(pipe.output_channels, names)
     collect(args.bags, cfg, pipe, dataset, stream)
     if not dataset.pooled:
         raise bagio.BagError('no LiDAR frame with ground truth at its stamp in '
@@ -396,7 +401,7 @@ def cmd_train(args, stream=sys.stderr) -> int:
         raise TrainingError(f'{exc}; nothing written to {out}') from None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        write_weights(out, eqx.partition(model, eqx.is_array)[0])
+        write_weights(out, eqx.partition(model, eqx.is_array)[0], tuple(names))
         png.parent.mkdir(parents=True, exist_ok=True)
         plot_losses(losses, png)
     except OSError as exc:

@@ -456,7 +456,7 @@ def test_a_failed_weights_write_leaves_no_partial_file(drive, tmp_path, capsys, 
     params_file, bag, _ = drive
     save_weights = train.save_weights
 
-    def disk_full(path, params):
+    def disk_full(path, params, channel_names=()):
         with open(path, 'wb') as f:
             f.write(b'PK\x03\x04 half a zip')
         raise OSError(errno.ENOSPC, 'No space left on device')

@@ -175,6 +175,11 @@ def validate(params: CenterPointHead) -> None:
                          f'{int(bad[0])}: {float(std[bad[0]])}')
 
 
+def checkpoint_channels(params: CenterPointHead) -> int:
+    """Return the BEV channels a checkpoint was trained for: the length of its ``mean``."""
+    return int(np.shape(params.mean)[0])
+
+
 def vehicle_head(head_input: HeadInput) -> HeadSpec:
     """
     Return the reference vehicle head for a BEV of ``head_input``'s shape.
@@ -186,8 +191,10 @@ def vehicle_head(head_input: HeadInput) -> HeadSpec:
     Returns
     -------
     HeadSpec: ``apply(params, bev)`` -> the CenterPoint outputs at stride 4, the untrained
-    parameters (the checkpoint layout), class 'vehicle', the shipped weights' path and
-    :func:`validate`, which refuses a checkpoint's non-positive ``std``.
+    parameters (the checkpoint layout), class 'vehicle', the shipped weights' path,
+    :func:`validate`, which refuses a checkpoint's non-positive ``std``, and
+    :func:`checkpoint_channels`. The shipped weights record the BEV channels they were trained
+    for (the shipped configuration's 15), so another layout is refused by its channels.
 
     Raises
     ------
@@ -200,4 +207,4 @@ def vehicle_head(head_input: HeadInput) -> HeadSpec:
     def apply(params, bev):
         return eqx.combine(params, static)(bev)
 
-    return HeadSpec(apply, params, STRIDE, CLASSES, WEIGHTS, validate)
+    return HeadSpec(apply, params, STRIDE, CLASSES, WEIGHTS, validate, checkpoint_channels)

@@ -1,5 +1,5 @@
 """
-Part 'lidar': what deskew removes and costs, and the decode of real drivers' layouts.
+Part 'lidar': what deskew removes and costs, several LiDARs' cost, real drivers' decode.
 
 ``smear`` measures the smear a moving sweep leaves in the BEV and how much of it deskew takes
 away: the synthetic drive rendered twice at the same stamp, once as the LiDAR really sweeps
@@ -144,6 +144,10 @@ def bench_lidar(plan: Plan, log: Callable[[str], None]) -> dict:
     cost = result['deskew_cost']
     log(f'lidar: deskew costs {cost["ratio"]}x the frame without it '
         f'({cost["with_ms"]["p50"]} vs {cost["without_ms"]["p50"]} ms)')
+    result['three_lidars'] = three_lidars_cost(pipe, plan)
+    cost = result['three_lidars']
+    log(f'lidar: three LiDARs cost {cost["ratio"]}x one of the same points (executable), '
+        f'{cost["frame_ratio"]}x with decode')
     from .decode import decode_rows
     sizes = ({'points': 600, 'rounds': 2, 'inner': 1, 'rings': 8} if plan.tiny
              else {'points': 100_000, 'rounds': 15, 'inner': 5})
@@ -180,3 +184,83 @@ def _deskew_cost(pipe: BevPipeline, plan: Plan) -> dict:
     return {'points': n, 'bucket': padded.bucket, 'with_ms': with_ms, 'without_ms': without_ms,
             'ratio': rounded(with_ms['p50'] / without_ms['p50'], 3),
             'compiles_during_calls': compile_count() - compiles}
+
+
+# The three-LiDAR rig's split of a frame's points: the top LiDAR, then the two side ones.
+THREE_SHARES = (0.6, 0.2, 0.2)
+
+
+def three_lidars_cost(single: BevPipeline, plan: Plan) -> dict:
+    """
+    A frame of three LiDARs against one LiDAR's frame of the same total points.
+
+    The same headline cloud, split 60/20/20 into the three-LiDAR rig's clouds (as PointCloud2
+    messages in their own frames), against that cloud as one LiDAR's. Two numbers, each from
+    alternated calls: the frame executable alone (one bucket; the three-LiDAR one moves each
+    row by its own pose), and the whole frame path (decode of one message or of three into
+    one bucket, the executable, the result fetched).
+    """
+    from jax_perception_node.bags.bagio import TYPESTORE
+    from jax_perception_node.frames.frame_path import FramePath
+    from jax_perception_node.frames.lidar_sets import LidarSet
+    from jax_perception_node.tools.cloud_messages import point_cloud
+    from jax_perception_node.tools.synthetic_drive import lidar_rig, sensor_model
+    from .common import Inputs
+    mounts = lidar_rig('three', single.cfg, sensor_model())
+    params = {**bench_params(plan, 0), 'lidars.names': [m.name for m in mounts]}
+    for m in mounts:
+        params[f'lidars.{m.name}.translation'] = list(m.pose.translation)
+        params[f'lidars.{m.name}.rotation_xyzw'] = list(m.pose.rotation_xyzw)
+    three = BevPipeline(config_from_parameters(params))
+    three.warmup()
+    n = min(HEADLINE_POINTS, single.cfg.buckets[-1])
+    points = xyzi(Inputs(single.cfg).records(n))
+    ends = np.cumsum([int(n * share) for share in THREE_SHARES[:-1]]).tolist()
+    fields = tuple((name, 4 * k, 7) for k, name in enumerate(('x', 'y', 'z', 'intensity')))
+
+    def cloud(part, frame_id):
+        return point_cloud(TYPESTORE.types, np.ascontiguousarray(part), fields, len(part), 16,
+                           1, frame_id, is_dense=True)
+    # The same points in both: the side LiDARs' parts are moved into their own frames, so the
+    # two frames put every point in the same cell (equal BEVs, the same scatter work).
+    parts = [part if m is mounts[0] else _into_frame(part, mounts[0].pose, m.pose)
+             for m, part in zip(mounts, np.split(points, ends))]
+    one = cloud(points, single.cfg.lidar_frame_id)
+    clouds = {m.name: cloud(part, m.frame_id) for m, part in zip(mounts, parts)}
+    lidar_set = LidarSet(clouds, dict.fromkeys(clouds, 1), 1, (), 0.0)
+    paths = {'one': FramePath(single.cfg, single), 'three': FramePath(three.cfg, three)}
+    padded = {'one': single.padder.pad(points),
+              'three': three.padder.pad(np.concatenate(parts))}
+    args = {'one': single.frame_args(padded['one'].buffer, n),
+            'three': three.frame_args(padded['three'].buffer, n, starts=tuple(ends))}
+    runs = {
+        'one': lambda: single.executable(padded['one'].bucket)(args['one']),
+        'three': lambda: three.executable(padded['three'].bucket)(args['three']),
+        # FramePath.process returns once the result is on the host.
+        'one_frame': lambda: paths['one'].process(one, False, False).result.bucket,
+        'three_frame': lambda: paths['three'].process(lidar_set, False, False).result.bucket}
+    samples = {name: [] for name in runs}
+    compiles = compile_count()
+    for k in range(max(plan.reps * 10, 20)):
+        for name in sorted(runs, reverse=bool(k % 2)):
+            began = time.perf_counter()
+            jax.block_until_ready(runs[name]())
+            samples[name].append(time.perf_counter() - began)
+    ms = {name: summary_ms(values) for name, values in samples.items()}
+    return {'points': n, 'split': [int(len(p)) for p in parts], 'bucket': padded['one'].bucket,
+            'one_ms': ms['one'], 'three_ms': ms['three'],
+            'ratio': rounded(ms['three']['p50'] / ms['one']['p50'], 3),
+            'one_frame_ms': ms['one_frame'], 'three_frame_ms': ms['three_frame'],
+            'frame_ratio': rounded(ms['three_frame']['p50'] / ms['one_frame']['p50'], 3),
+            # cells occupied in one BEV only: the same points (moved in float32, a point on a
+            # cell edge may cross it)
+            'cells_differing': int(np.sum(np.not_equal(*(np.asarray(runs[k]())[..., 0]
+                                                         for k in ('one', 'three'))))),
+            'compiles_during_calls': compile_count() - compiles}
+
+
+def _into_frame(points: np.ndarray, source, target) -> np.ndarray:
+    """Move float32 (N, 4) points from the frame at pose ``source`` to the one at ``target``."""
+    grid = points[:, :3] @ source.rotation_matrix().T + np.asarray(source.translation)
+    moved = (grid - np.asarray(target.translation)) @ target.rotation_matrix()
+    return np.concatenate([moved, points[:, 3:]], axis=1).astype(np.float32)

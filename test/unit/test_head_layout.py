@@ -1,0 +1,184 @@
+"""A head checkpoint must fit the BEV's channels: refused at load, by channels (issue 29)."""
+
+from dataclasses import replace
+import re
+
+from cli_errors import assert_one_line_error
+from configs import PARAMS_FILE, small_params
+import jax
+from jax_perception_node.core.pipeline import BevPipeline
+from jax_perception_node.detection.head import (CHANNELS_KEY, describe_channels, HeadInput,
+                                                load_head, save_weights)
+from jax_perception_node.detection.heads.centerpoint import vehicle_head, WEIGHTS
+from jax_perception_node.settings.channels import COVERAGE_CHANNEL, lidar_channels
+from jax_perception_node.settings.config import config_from_parameters, load_config
+from jax_perception_node.settings.parameters import ConfigError, REFERENCE_HEAD
+import numpy as np
+import pytest
+import toy_heads
+
+SHIPPED = lidar_channels(1) + tuple(f'camera_{k}' for k in range(8)) + (COVERAGE_CHANNEL,)
+SHIPPED_TEXT = ('15 BEV channels (occupancy, density, z_max, z_mean, z_min, intensity_mean, '
+                'camera_0 .. camera_7, coverage)')
+LIDAR_ONLY = lidar_channels(1) + (COVERAGE_CHANNEL,)
+SHAPE_WORDING = ('float32[', 'the head needs', 'centerpoint_vehicle.npz', 'shape')
+
+
+def bev(names: tuple[str, ...] = (), channels: int | None = None) -> HeadInput:
+    """Return a 16 x 24 BEV of ``names`` (or of ``channels`` unnamed ones)."""
+    return HeadInput(16, 24, len(names) if channels is None else channels, 0.5, names)
+
+
+def refused(call) -> str:
+    """Call it, expecting ConfigError of one line; return its text."""
+    with pytest.raises(ConfigError) as caught:
+        call()
+    text = str(caught.value)
+    assert '\n' not in text
+    return text
+
+
+def assert_shipped_refusal(text: str, has: str) -> None:
+    """Check the issue's line: head.module, both layouts, what to do; no shipped file's shape."""
+    assert text.startswith(f'head.module: {REFERENCE_HEAD} ships weights trained for '
+                           f'{SHIPPED_TEXT}, this configuration has {has}'), text
+    assert "set head.module: '' for no head" in text and 'jax-perception train' in text
+    assert not any(words in text for words in SHAPE_WORDING), text
+
+
+def test_the_shipped_weights_record_the_shipped_configurations_channels():
+    cfg = load_config(PARAMS_FILE)
+    names = lidar_channels(cfg.accumulation.num_sweeps) + cfg.camera_channel_names + (
+        COVERAGE_CHANNEL,)
+    assert tuple(np.load(WEIGHTS)[CHANNELS_KEY]) == names == SHIPPED
+    head = load_head(REFERENCE_HEAD, '', bev(SHIPPED))              # by name
+    assert head.weights_path == WEIGHTS
+    assert load_head(REFERENCE_HEAD, '', bev(channels=15)).weights_path == WEIGHTS   # by count
+
+
+@pytest.mark.parametrize('cameras, has', [(0, '7 BEV channels'), (2, '10 BEV channels')])
+def test_a_configuration_the_shipped_weights_do_not_fit_is_refused_naming_head_module(
+        cameras, has):
+    cfg = config_from_parameters(small_params(cameras, **{'head.module': REFERENCE_HEAD}))
+    assert cfg.head.weights == ''
+    assert_shipped_refusal(refused(lambda: BevPipeline(cfg)), has)
+
+
+@pytest.mark.parametrize('names, where', [
+    (LIDAR_ONLY, ''),
+    # The same count, other channels: 2 sweeps add time_lag_mean, 7 camera channels.
+    (lidar_channels(2) + tuple(f'camera_{k}' for k in range(7)) + (COVERAGE_CHANNEL,),
+     ' (channel 6 is camera_0 in the weights, time_lag_mean here)'),
+    (lidar_channels(1) + tuple(f'semantic_{k}' for k in range(8)) + (COVERAGE_CHANNEL,),
+     ' (channel 6 is camera_0 in the weights, semantic_0 here)'),
+])
+def test_the_shipped_weights_are_refused_by_name(names, where):
+    text = refused(lambda: load_head(REFERENCE_HEAD, '', bev(names)))
+    assert_shipped_refusal(text, f'{describe_channels(len(names), names)}{where};')
+
+
+def trained_for(tmp_path, names, channels=None, record=True):
+    """Write untrained reference weights for a BEV of ``names``; return the file."""
+    spec = vehicle_head(bev(names, channels))
+    stem = f'w{len(names) if channels is None else channels}'
+    path = tmp_path / (f'{stem}.npz' if record else f'{stem}_bare.npz')
+    save_weights(path, jax.tree.map(np.asarray, spec.params), names if record else ())
+    return path
+
+
+@pytest.mark.parametrize('record', [True, False])
+def test_a_head_weights_file_trained_for_other_channels_is_refused_naming_it(tmp_path, record):
+    path = trained_for(tmp_path, SHIPPED, record=record)
+    trained = SHIPPED_TEXT if record else '15 BEV channels'
+    message = (f'head.weights: {path} holds weights trained for {trained}, this configuration '
+               f'has {describe_channels(7, LIDAR_ONLY)}; set head.weights to weights trained '
+               "for these channels (jax-perception train), or head.module: '' for no head")
+    assert refused(lambda: load_head(REFERENCE_HEAD, str(path), bev(LIDAR_ONLY))) == message
+    # A live swap to it is refused the same way, and the head keeps what it had.
+    head = load_head(REFERENCE_HEAD, str(trained_for(tmp_path, LIDAR_ONLY)), bev(LIDAR_ONLY))
+    assert refused(lambda: head.checkpoint(str(path))) == message
+    assert head.params.mean.shape == (7,)
+    target, params = head.checkpoint(str(head.weights_path))
+    assert target == head.weights_path and params.mean.shape == (7,)
+
+
+def test_a_live_swap_to_the_shipped_weights_that_do_not_fit_names_head_module(tmp_path):
+    head = load_head(REFERENCE_HEAD, str(trained_for(tmp_path, LIDAR_ONLY)), bev(LIDAR_ONLY))
+    assert_shipped_refusal(refused(lambda: head.checkpoint('')),
+                           f'{describe_channels(7, LIDAR_ONLY)};')
+
+
+def test_a_file_without_names_is_compared_by_count_only(tmp_path):
+    renamed = lidar_channels(1) + tuple(f'semantic_{k}' for k in range(8)) + (COVERAGE_CHANNEL,)
+    path = trained_for(tmp_path, SHIPPED, record=False)
+    assert load_head(REFERENCE_HEAD, str(path), bev(renamed)).weights_path == path
+    recorded = trained_for(tmp_path, SHIPPED)
+    assert 'channel 6 is camera_0 in the weights, semantic_0 here' in refused(
+        lambda: load_head(REFERENCE_HEAD, str(recorded), bev(renamed)))
+
+
+@pytest.mark.parametrize('value', [np.zeros(15, np.float32), np.asarray([SHIPPED, SHIPPED])])
+def test_a_channel_record_that_is_no_list_of_names_is_refused(tmp_path, value):
+    spec = vehicle_head(bev(SHIPPED))
+    path = tmp_path / 'w.npz'
+    save_weights(path, jax.tree.map(np.asarray, spec.params))
+    arrays = dict(np.load(path))
+    np.savez(path, **arrays, **{CHANNELS_KEY: value})
+    assert re.match(rf'^head.weights: {re.escape(str(path))} {CHANNELS_KEY} is '
+                    rf'{value.dtype}\[.*\], not a list of BEV channel names$',
+                    refused(lambda: load_head(REFERENCE_HEAD, str(path), bev(SHIPPED))))
+
+
+def shipped_toy_head(tmp_path):
+    """Write weights of another layout for a toy head that says neither names nor counts."""
+    path = tmp_path / 'toy.npz'
+    save_weights(path, {'scale': np.ones(3, np.float32), 'bias': np.float32(-3.0),
+                        'z': np.float32(0.75)})
+    return path
+
+
+def test_another_heads_shipped_weights_of_other_shapes_name_head_module(tmp_path, monkeypatch):
+    path = shipped_toy_head(tmp_path)
+    monkeypatch.setattr(toy_heads, 'shipped_head', lambda head_input: replace(
+        toy_heads.occupancy_head(head_input), weights=path), raising=False)
+    text = refused(lambda: load_head('toy_heads:shipped_head', '', bev(LIDAR_ONLY)))
+    assert text == (
+        f'head.module: toy_heads:shipped_head ships weights that do not fit this configuration, '
+        f"{describe_channels(7, LIDAR_ONLY)}: their ['scale'] has shape [3], the head builds "
+        "[]; set head.module: '' for no head, or train weights for these channels with "
+        'jax-perception train and set head.weights to them')
+
+
+def test_channel_lists_are_short():
+    assert describe_channels(3) == '3 BEV channels'
+    assert describe_channels(4, ('a_1', 'a_2', 'b', 'c_0')) == '4 BEV channels (a_1, a_2, b, c_0)'
+    names = tuple(f'feature_{k}' for k in range(64)) + ('x_3', 'x_5', 'x_6', 'x_7')
+    assert describe_channels(68, names) == ('68 BEV channels (feature_0 .. feature_63, x_3, '
+                                            'x_5 .. x_7)')
+    many = tuple(f'n{k}x' for k in range(20))
+    assert describe_channels(20, many).endswith('n11x, ...)')
+
+
+@pytest.fixture(scope='module')
+def tiny_bag(tmp_path_factory):
+    from jax_perception_node.tools.cli import main
+    bag = tmp_path_factory.mktemp('bags') / 'drive'
+    assert main(['sample-bag', str(bag), '--seconds', '0.3', '--seed', '3']) == 0
+    return bag
+
+
+def test_replay_prints_the_one_line(tiny_bag, tmp_path, capsys):
+    from jax_perception_node.settings.param_file import read_param_file
+    from jax_perception_node.tools.cli import main
+    from ros_harness import write_params
+    params = {key: value for key, value in read_param_file(PARAMS_FILE).items()
+              if not key.startswith('cameras.') or key.count('.') == 1}   # no camera blocks
+    assert params['head.module'] == REFERENCE_HEAD and params['head.weights'] == ''
+    params['cameras.names'] = []
+    write_params(params, tmp_path / 'lidar_only.yaml')
+    capsys.readouterr()
+    assert main(['replay', str(tiny_bag), '--out', str(tmp_path / 'o'),
+                 '--params', str(tmp_path / 'lidar_only.yaml')]) == 1
+    assert_one_line_error(capsys, f'head.module: {REFERENCE_HEAD} ships weights trained for '
+                                  f'{SHIPPED_TEXT}, this configuration has 7 BEV channels')
+    assert not (tmp_path / 'o').exists()
