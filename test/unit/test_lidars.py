@@ -38,7 +38,7 @@ def lidar_params(**overrides) -> dict:
 
 @pytest.fixture(scope='module')
 def three():
-    """A warmed pipeline of three LiDARs and the union's single-LiDAR twin (identity pose)."""
+    """Warm a pipeline of three LiDARs and the union's single-LiDAR twin (identity pose)."""
     cfg = config_from_parameters(lidar_params())
     pipe = BevPipeline(cfg)
     pipe.warmup()
@@ -62,7 +62,7 @@ def base_link_points(rng, n: int, cfg) -> np.ndarray:
 
 
 def into_sensor(points: np.ndarray, name: str) -> np.ndarray:
-    """The grid-frame points in LiDAR ``name``'s frame (float64 inverse pose, then float32)."""
+    """Move grid-frame points into LiDAR ``name``'s frame (float64 inverse pose, float32)."""
     translation, xyzw = POSES[name]
     rotation = quat_matrix(np.asarray(xyzw) / np.linalg.norm(xyzw))
     xyz = (points[:, :3] - np.asarray(translation)) @ rotation     # R^T (p - t), row-wise
@@ -70,7 +70,7 @@ def into_sensor(points: np.ndarray, name: str) -> np.ndarray:
 
 
 def lidar_set(clouds: dict, stamps: dict | None = None) -> LidarSet:
-    """A LidarSet of sensor-frame clouds (name -> float32 points), the others missing."""
+    """Build a LidarSet of sensor-frame clouds (name -> float32 points), the others missing."""
     stamps = stamps or dict.fromkeys(clouds, STAMP)
     msgs = {name: bag_messages.cloud(points, stamps[name], f'lidar_{name}')
             for name, points in clouds.items()}

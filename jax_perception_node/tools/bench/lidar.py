@@ -192,7 +192,7 @@ THREE_SHARES = (0.6, 0.2, 0.2)
 
 def three_lidars_cost(single: BevPipeline, plan: Plan) -> dict:
     """
-    A frame of three LiDARs against one LiDAR's frame of the same total points.
+    Time a frame of three LiDARs against one LiDAR's frame of the same total points.
 
     The same headline cloud, split 60/20/20 into the three-LiDAR rig's clouds (as PointCloud2
     messages in their own frames), against that cloud as one LiDAR's. Two numbers, each from
