@@ -9,10 +9,13 @@ ros2 launch jax_perception_node jax_perception.launch.py \
     node_name:=bev_fusion use_sim_time:=true
 
 Every topic has an argument, as Autoware launch files pass topics. Inputs: ``pointcloud_topic``,
-``odometry_topic``, and for each camera ``<name>`` in the params file's ``cameras.names``
-``<name>_features_topic`` and ``<name>_camera_info_topic``. The camera names are only known once
-the params file is read, so the node is made in an OpaqueFunction; a sensor argument that names no
-configured sensor is logged as a warning (a typo would otherwise remap nothing). Outputs: one
+``odometry_topic``, for each camera ``<name>`` in the params file's ``cameras.names``
+``<name>_features_topic`` and ``<name>_camera_info_topic``, and for each LiDAR ``<name>`` in its
+``lidars.names`` ``<name>_pointcloud_topic`` (the node then reads those, not
+``pointcloud_topic``, and a ``pointcloud_topic`` given is logged as ignored). The sensor names
+are only known once the params file is read, so the node is made in an OpaqueFunction; a sensor
+argument that names no configured sensor is logged as a warning (a typo would otherwise remap
+nothing). Outputs: one
 argument each (``OUTPUTS``), defaulting to the node's own name;
 ``objects_published_time_topic`` left empty follows ``objects_topic`` with
 ``/debug/published_time`` appended, the name Autoware's PublishedTimePublisher gives it.
@@ -55,6 +58,7 @@ INPUTS = {'pointcloud_topic': '~/input/pointcloud', 'odometry_topic': '~/input/o
 SENSOR_INPUTS = {
     'cameras.names': ('camera', {'_features_topic': '~/input/camera/{}/features',
                                  '_camera_info_topic': '~/input/camera/{}/camera_info'}),
+    'lidars.names': ('LiDAR', {'_pointcloud_topic': '~/input/{}/pointcloud'}),
 }
 # Launch argument -> the node's own output it remaps (node_outputs.py, timing.py).
 OUTPUTS = {
@@ -88,6 +92,11 @@ def remappings(context) -> tuple[list, list]:
     rules += [(own, outputs[arg]) for arg, own in OUTPUTS.items()]
     declared = set(INPUTS) | set(OUTPUTS)
     params, warnings = read_params(given['params_file']), []
+    lidars = list(params.get('lidars.names', []))
+    if lidars and given['pointcloud_topic'] != INPUTS['pointcloud_topic']:
+        warnings.append(f'pointcloud_topic:={given["pointcloud_topic"]} is not read: '
+                        f'{given["params_file"]} names several LiDARs (lidars.names: {lidars}), '
+                        'each remapped by <name>_pointcloud_topic; ignored')
     for key, (kind, suffixes) in SENSOR_INPUTS.items():
         names = list(params.get(key, []))
         for name in names:
@@ -165,7 +174,8 @@ def generate_launch_description():
         DeclareLaunchArgument('log_level', default_value='info',
                               description='debug | info | warn | error'),
         DeclareLaunchArgument('pointcloud_topic', default_value=INPUTS['pointcloud_topic'],
-                              description='LiDAR PointCloud2 topic to subscribe to'),
+                              description='LiDAR PointCloud2 topic to subscribe to (one LiDAR; '
+                                          'with lidars.names: <name>_pointcloud_topic)'),
         DeclareLaunchArgument('odometry_topic', default_value=INPUTS['odometry_topic'],
                               description='nav_msgs/Odometry topic (accumulation.num_sweeps > 1)'),
         *[DeclareLaunchArgument(arg, default_value=own, description=f'topic of {own}')

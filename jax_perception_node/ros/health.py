@@ -12,18 +12,29 @@ and ERROR, and the node turns a :class:`Health` into a DiagnosticStatus. Rules, 
   none was valid yet. Rejected clouds, and clouds without a valid point (all NaN, empty), do
   not reset it. Before that, WARN ``no valid point cloud yet`` while none was valid.
 - Rejected clouds since the last report: ERROR when every cloud taken since then was rejected
-  (none processed), WARN when some were.
+  (none processed), WARN when some were (``<k> of <n> clouds``; with several LiDARs ``<k>
+  clouds rejected since the last report (<n> frames processed)``).
+- Several LiDARs (``lidars.names``): WARN ``LiDAR <name> missing from <k> of <n> frames since
+  the last report`` for each LiDAR whose cloud was absent from frames processed since then (no
+  cloud of it within ``sync.max_lidar_delay_s``); a dead LiDAR among several keeps this WARN up
+  while the others still make frames (the LiDAR timeout above watches frames, not LiDARs).
 - WARN: total p99 over ``latency_budget_ms``, judged over the frames of the last
   ``latency_window_s`` only (a warm-up or calibration outlier clears that long after its
   frame; the published statistics cover the last ``diagnostics.window`` frames), a stale
   (masked) camera, and since the last report any cloud without a valid point or without its
-  intensity field, overflowed cloud, non-finite or out-of-range feature values, rejected
-  feature map, CameraInfo, odometry or TF message, frame without odometry, cloud skipped for
-  want of its TF pose (``extrinsics.source: tf``) or camera masked for want of its TF pose.
+  intensity field, overflowed cloud, LiDAR cloud too late for its set (dropped), non-finite
+  or out-of-range feature values, rejected feature map, CameraInfo, odometry or TF message,
+  frame without odometry, cloud skipped for want of its TF pose (``extrinsics.source: tf``) or
+  camera masked for want of its TF pose.
 
 The TF counts are of tf2_msgs/TFMessage messages, as the messages say: ``transforms_received``
 counts messages taken whole, ``rejected_transforms`` messages with at least one transform
 refused (its other transforms are stored).
+
+With several LiDARs ``processed`` and ``dropped`` count frames (one per set of clouds), while
+``received``, ``rejected`` (a cloud left out of its set, or every cloud of a set refused whole)
+and ``late_lidar_clouds`` count clouds; ``lidar_sets_incomplete`` counts frames without some
+LiDAR and ``lidars.<name>.missing`` (a value per LiDAR) the frames without that one.
 """
 
 from dataclasses import dataclass
@@ -37,13 +48,15 @@ COUNTS = ('received', 'processed', 'dropped', 'rejected', 'feature_maps_received
           'nonfinite_features', 'nonfinite_objects', 'odometry_received', 'rejected_odometry',
           'frames_without_odometry', 'transforms_received', 'rejected_transforms',
           'frames_without_tf', 'cameras_without_tf', 'cameras_over_slots', 'empty_clouds',
-          'clouds_without_intensity', 'deskewed', 'clouds_without_time', 'frames_without_motion')
+          'clouds_without_intensity', 'deskewed', 'clouds_without_time', 'frames_without_motion',
+          'lidar_sets_incomplete', 'late_lidar_clouds')
 # Counts also kept since the last report (the same names), for the per-report rules.
 PERIOD_COUNTS = ('processed', 'rejected', 'rejected_feature_maps', 'rejected_camera_info',
                  'overflowed', 'nonfinite_features', 'nonfinite_objects', 'rejected_odometry',
                  'frames_without_odometry', 'rejected_transforms', 'frames_without_tf',
                  'cameras_without_tf', 'cameras_over_slots', 'empty_clouds',
-                 'clouds_without_intensity', 'clouds_without_time', 'frames_without_motion')
+                 'clouds_without_intensity', 'clouds_without_time', 'frames_without_motion',
+                 'late_lidar_clouds')
 
 # Per-report WARNs: count name -> message after the number.
 _PERIOD_WARNINGS = (
@@ -53,6 +66,8 @@ _PERIOD_WARNINGS = (
     ('clouds_without_time', 'clouds without the lidar.time_field field (not deskewed)'),
     ('frames_without_motion', 'clouds not deskewed: no ego motion at their stamp '
                               '(accumulation.pose_source)'),
+    ('late_lidar_clouds', 'LiDAR clouds too late for their set, dropped (sync.max_lidar_delay_s, '
+                          'sync.lidar_stamp_tolerance_s)'),
     ('nonfinite_features', 'non-finite or out-of-range feature values zeroed'),
     ('nonfinite_objects', 'decoded boxes with non-finite values dropped (check head.weights)'),
     ('rejected_feature_maps', 'feature maps rejected'),
@@ -93,22 +108,65 @@ class Health:
     values: dict
 
 
+def missing_key(name: str) -> str:
+    """Return the count (and /diagnostics value) of frames without LiDAR ``name``'s cloud."""
+    return f'lidars.{name}.missing'
+
+
+def count_names(lidars: tuple[str, ...] = ()) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Return (totals, counts kept per report): COUNTS, PERIOD_COUNTS and each LiDAR's."""
+    missing = tuple(missing_key(name) for name in lidars)
+    return COUNTS + missing, PERIOD_COUNTS + missing
+
+
+def frame_counts(frame) -> dict[str, int]:
+    """
+    Return what one processed frame (``frame_path.Frame``) adds to the counts.
+
+    ``rejected``: the clouds of its set left out (``Frame.lidars_refused``); the set itself is
+    processed. A LiDAR with no cloud in the set adds to ``lidars.<name>.missing``.
+    """
+    result = frame.result
+    counts = {
+        'processed': 1, 'overflowed': int(result.overflow_points > 0),
+        'nonfinite_features': result.nonfinite_features,
+        'nonfinite_objects': result.nonfinite_objects,
+        'frames_without_odometry': int(frame.without_odometry),
+        'cameras_without_tf': len(frame.cameras_without_tf),
+        'cameras_over_slots': len(frame.cameras_over_slots), 'empty_clouds': int(frame.empty),
+        'clouds_without_intensity': int(bool(frame.fields_without_intensity)),
+        'deskewed': int(frame.deskewed),
+        'clouds_without_time': int(bool(frame.fields_without_time)),
+        'frames_without_motion': int(frame.without_motion),
+        'rejected': len(frame.lidars_refused),
+        'lidar_sets_incomplete': int(bool(frame.lidars_missing)),
+    }
+    counts.update((missing_key(name), 1) for name in frame.lidars_missing)
+    return counts
+
+
 def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTimes,
            now: float, latency: Mapping[str, Mapping[str, float]], stale: tuple[str, ...],
            compiles: int, capacity: int, lidar_timeout_s: float,
-           latency_budget_ms: float, recent: RecentLatency = RecentLatency()) -> Health:
+           latency_budget_ms: float, recent: RecentLatency = RecentLatency(),
+           lidars: tuple[str, ...] = ()) -> Health:
     """
     Apply the module's rules.
 
     ``counts``: totals (COUNTS); ``period``: PERIOD_COUNTS since the last report; ``now``: the
     monotonic time of ``times``; ``latency``: stats (p50 / p95 / p99 / max) of 'total_ms' and
     'age_ms' over the window, published as values; ``capacity``: the largest bucket (points);
-    ``recent``: what the latency budget rule judges (no recent frame: nothing over budget).
+    ``recent``: what the latency budget rule judges (no recent frame: nothing over budget);
+    ``lidars``: ``lidars.names`` (() for one LiDAR), whose ``missing_key`` counts ``counts``
+    and ``period`` then hold too (``count_names``).
     """
     problems = []
     if compiles:
         problems.append((ERROR, f'{compiles} XLA compiles after warm-up'))
-    problems += _cloud_problems(period, times, now, lidar_timeout_s)
+    problems += _cloud_problems(period, times, now, lidar_timeout_s, bool(lidars))
+    problems += [(WARN, f'LiDAR {name} missing from {period[missing_key(name)]} of '
+                        f'{period["processed"]} frames since the last report')
+                 for name in lidars if period[missing_key(name)]]
     if recent.p99_ms > latency_budget_ms:
         problems.append((WARN, f'total p99 {recent.p99_ms:.1f} ms over the '
                                f'{latency_budget_ms:g} ms budget (last {recent.seconds:g} s)'))
@@ -116,9 +174,10 @@ def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTim
     if period['overflowed']:
         problems.append((WARN, f'{period["overflowed"]} clouds above the largest bucket '
                                f'({capacity} points), subsampled'))
-    problems += [(WARN, f'{period[key]} {text}') for key, text in _PERIOD_WARNINGS
-                 if period[key]]
-    values = {**{key: counts[key] for key in COUNTS}, 'compiles_after_warmup': compiles,
+    problems += [(WARN, f'{period[key]} {_spelled(text, lidars)}')
+                 for key, text in _PERIOD_WARNINGS if period[key]]
+    values = {**{key: counts[key] for key in count_names(lidars)[0]},
+              'compiles_after_warmup': compiles,
               'stale_cameras': ' '.join(stale),
               'seconds_since_cloud': _age(now, times.last),
               'seconds_since_valid_cloud': _age(now, times.valid)}
@@ -130,7 +189,13 @@ def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTim
                   '; '.join(p[1] for p in problems) or 'OK', values)
 
 
-def _cloud_problems(period, times: CloudTimes, now: float, timeout_s: float) -> list:
+def _spelled(text: str, lidars: tuple[str, ...]) -> str:
+    """Name the parameters of several LiDARs (lidars.<name>.*) where a warning names lidar.*."""
+    return text.replace('the lidar.', 'their lidars.<name>.') if lidars else text
+
+
+def _cloud_problems(period, times: CloudTimes, now: float, timeout_s: float,
+                    sets: bool = False) -> list:
     if times.last is None:
         return [(WARN, 'waiting for the first point cloud')]
     problems = []
@@ -145,6 +210,9 @@ def _cloud_problems(period, times: CloudTimes, now: float, timeout_s: float) -> 
     rejected, processed = period['rejected'], period['processed']
     if rejected and not processed:
         problems.append((ERROR, f'all {rejected} clouds since the last report rejected'))
+    elif rejected and sets:     # processed counts frames, each of several clouds
+        problems.append((WARN, f'{rejected} clouds rejected since the last report '
+                               f'({processed} frames processed)'))
     elif rejected:
         problems.append((WARN, f'{rejected} of {rejected + processed} clouds since the last '
                                'report rejected'))

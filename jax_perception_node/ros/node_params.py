@@ -22,8 +22,8 @@ from rclpy.parameter import Parameter
 
 from ..settings.live_params import plain
 from ..settings.param_checks import check_value, ros_type_error
-from ..settings.parameters import (camera_keys, ConfigError, is_camera_name, NODE_KEYS,
-                                   ParamSpec, spec_for)
+from ..settings.parameters import (camera_keys, ConfigError, is_camera_name, lidar_keys,
+                                   NODE_KEYS, ParamSpec, spec_for)
 
 ROS_TYPES = {
     'bool': Parameter.Type.BOOL, 'integer': Parameter.Type.INTEGER,
@@ -102,7 +102,10 @@ def _value(node, key: str):
 
 def declare_parameters(node) -> None:
     """
-    Declare every parameter with its type and description, the camera blocks of cameras.names too.
+    Declare every parameter with its type and description, and the camera and LiDAR blocks.
+
+    The blocks of ``cameras.names`` and ``lidars.names`` (``cameras.<name>.*``,
+    ``lidars.<name>.*``) are declared for the names the overrides give.
 
     Raises :class:`ConfigError` for a value of the wrong type in the parameter overrides.
     """
@@ -113,16 +116,18 @@ def declare_parameters(node) -> None:
 
 def read_parameters(node) -> dict:
     """
-    Return the flat parameter values (declaring any camera block not declared yet).
+    Return the flat parameter values (declaring any camera or LiDAR block not declared yet).
 
-    Unset keys are left out: the config layer fills defaults and reports camera keys as required.
+    Unset keys are left out: the config layer fills defaults and reports the block keys without
+    a default (poses, intrinsics) as required.
     """
     keys = list(NODE_KEYS)
-    for camera in _value(node, 'cameras.names') or []:
-        if not is_camera_name(camera):
-            continue     # not a valid parameter name part: the config layer names the problem
-        for key in camera_keys(camera):
-            _declare(node, key)
-            keys.append(key)
+    for names, block_keys in (('cameras.names', camera_keys), ('lidars.names', lidar_keys)):
+        for name in _value(node, names) or []:
+            if not is_camera_name(name):
+                continue    # not a valid parameter name part: the config layer names the problem
+            for key in block_keys(name):
+                _declare(node, key)
+                keys.append(key)
     values = {key: _value(node, key) for key in keys}
     return {key: value for key, value in values.items() if value is not None}

@@ -8,6 +8,15 @@ that map onto the ROS 2 lifecycle: ``declare`` (parameters and the parameter cal
 ``cleanup`` (release publishers and pipeline). The plain node runs the first three at start-up.
 Latest wins, the worker thread, live parameters and the health rules: docs/design.md ("One
 frame, end to end") and docs/users.md.
+
+Several LiDARs (``lidars.names``): each on ``~/input/<name>/pointcloud``; their clouds are
+grouped into sets (``frames/lidar_sets.py``) in the executor thread, under the lock, on the
+monotonic clock. A set is closed when it holds every LiDAR, or by the worker once its wait
+(``sync.max_lidar_delay_s`` after its first cloud) has ended: the worker waits for the wake
+event no longer than that deadline, so no timer is needed. A closed set is the pending item
+(latest wins, as a single cloud is). Its frame's ``total_ms`` counts from when the set was
+closed, not from its first cloud (``age_ms``, publish time minus the set's stamp, includes the
+wait); the outputs are stamped with the set's stamp, its oldest cloud's.
 """
 
 import threading
@@ -19,15 +28,19 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
+from std_msgs.msg import Header
 from tf2_msgs.msg import TFMessage
 
-from .health import assess, CloudTimes, COUNTS, PERIOD_COUNTS, RecentLatency
+from .frame_warnings import warn_frame
+from .health import assess, CloudTimes, count_names, frame_counts, RecentLatency
 from .node_outputs import FrameOutputs
 from .node_params import declare_parameters, read_parameters
 from ..core.pipeline import BevPipeline
 from ..frames.frame_path import FramePath, uses_tf
 from ..frames.latency import format_value, LatencyWindow
+from ..frames.lidar_sets import LidarSet, LidarSets
 from ..geometry.odometry import OdometryError
+from ..geometry.stamps import split_ns, stamp_ns
 from ..geometry.transforms import TransformError
 from ..outputs.grid_map import GridMapLayers
 from ..sensors.camera import CameraInfoError, FeatureMapError
@@ -40,6 +53,7 @@ from ..settings.parameters import ConfigError
 TF_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 TF_STATIC_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                            durability=DurabilityPolicy.TRANSIENT_LOCAL)
+IDLE_WAIT_S = 0.1       # the worker looks at the stop flag at least this often
 
 
 class PerceptionCore:
@@ -52,12 +66,15 @@ class PerceptionCore:
         self.values: dict = {}
         self.cfg = self.pipe = self.path = self.window = None
         self.outputs = None
-        self.counts = dict.fromkeys(COUNTS, 0)
-        self._period = dict.fromkeys(PERIOD_COUNTS, 0)    # since the last /diagnostics report
+        totals, per_report = count_names()
+        self.counts = dict.fromkeys(totals, 0)
+        self._period = dict.fromkeys(per_report, 0)    # since the last /diagnostics report
         self._times = CloudTimes()
         self._stale: tuple[str, ...] = ()
-        self._lock = threading.Lock()        # counts, times, pending cloud, window
+        self._lock = threading.Lock()        # counts, times, pending cloud, LiDAR sets, window
         self._pending = None
+        self._sets: LidarSets | None = None  # with lidars.names: the sets being collected
+        self._late = 0                       # ``self._sets.late`` already counted
         self._wake, self._stop = threading.Event(), threading.Event()
         self._worker = self._timer = None
         self._subscriptions, self._diagnostics_pub = [], None
@@ -90,6 +107,14 @@ class PerceptionCore:
             self.log.warning(f'executable store: {refusal}')
         self.values, self.cfg, self.pipe = values, cfg, pipe
         self.path = FramePath(cfg, pipe)
+        names = tuple(lidar.name for lidar in cfg.lidars)
+        with self._lock:
+            self._sets = LidarSets(names, cfg.lidar_stamp_tolerance_s,
+                                   cfg.max_lidar_delay_s) if names else None
+            self._late = 0
+            totals, per_report = count_names(names)     # counts kept across re-configures
+            self.counts = {**dict.fromkeys(totals, 0), **self.counts}
+            self._period = {**dict.fromkeys(per_report, 0), **self._period}
         self.window = LatencyWindow(cfg.diagnostics.window, cfg.diagnostics.latency_window_s)
         self.outputs = FrameOutputs(self._create_publisher, layers, pipe.head_classes,
                                     cfg.output_bev_features, cfg.output)
@@ -105,7 +130,11 @@ class PerceptionCore:
         self._timer = self._make_timer(self.cfg.diagnostics.period_s)
         node = self.node
         subs = [node.create_subscription(PointCloud2, '~/input/pointcloud', self._on_cloud,
-                                         qos_profile_sensor_data)]
+                                         qos_profile_sensor_data)] if self._sets is None else [
+            node.create_subscription(
+                PointCloud2, f'~/input/{name}/pointcloud',
+                lambda msg, name=name: self._on_lidar_cloud(name, msg), qos_profile_sensor_data)
+            for name in self._sets.names]
         for name in self.pipe.camera_names:
             subs.append(node.create_subscription(
                 Image, f'~/input/camera/{name}/features',
@@ -123,6 +152,8 @@ class PerceptionCore:
         self._subscribe_tf()
         with self._lock:
             self._times = CloudTimes()    # the LiDAR timeout counts from this activation's clouds
+            if self._sets is not None:
+                self._sets.reset()        # no set of an earlier activation is completed
         self._stop.clear()
         self.outputs.start()
         self._worker = threading.Thread(target=self._serve, name='bev_worker', daemon=True)
@@ -130,6 +161,8 @@ class PerceptionCore:
         pipe = self.pipe
         self.log.info(f'ready: {pipe.height} x {pipe.width} grid, {pipe.output_channels} '
                       f'channels, cameras {list(pipe.camera_names)}'
+                      + (f', LiDARs {list(self._sets.names)} on ~/input/<name>/pointcloud'
+                         if self._sets is not None else '')
                       + (f', {pipe.num_sweeps} sweeps on ~/input/odometry'
                          if pipe.num_sweeps > 1 else ''))
 
@@ -147,6 +180,8 @@ class PerceptionCore:
             self._worker = None
         with self._lock:
             self._pending = None
+            if self._sets is not None:
+                self._sets.reset()
 
     def cleanup(self) -> None:
         """Release the publishers and the pipeline (its executables and device buffers)."""
@@ -154,6 +189,8 @@ class PerceptionCore:
         self._destroy_publisher(self._diagnostics_pub)
         self.outputs = self._diagnostics_pub = None
         self.pipe = self.path = self.window = None
+        with self._lock:
+            self._sets = None
 
     def _subscribe_tf(self) -> None:
         """Subscribe to /tf_static and /tf once the configuration needs them (kept after)."""
@@ -219,6 +256,11 @@ class PerceptionCore:
         elif cfg.diagnostics.latency_window_s != self.cfg.diagnostics.latency_window_s:
             with self._lock:
                 self.window.seconds = cfg.diagnostics.latency_window_s
+        if self._sets is not None:      # the pending set's deadline moves with max_delay_s
+            with self._lock:
+                self._sets.tolerance_ns = int(round(cfg.lidar_stamp_tolerance_s * 1e9))
+                self._sets.max_delay_s = cfg.max_lidar_delay_s
+            self._wake.set()
         self.cfg = cfg
         self.outputs.update(layers, cfg.output_bev_features, cfg.output)
         if self._subscriptions:     # active: a switch to TF subscribes at once
@@ -245,14 +287,35 @@ class PerceptionCore:
         arrived = time.perf_counter()
         now = time.monotonic()
         with self._lock:
-            self._bump('received')
-            if self._pending is not None:
-                self._bump('dropped')
-            self._pending = (msg, arrived)
-            times = self._times
-            self._times = CloudTimes(times.first if times.first is not None else now, now,
-                                     times.valid)
+            self._received(now)
+            self._put(msg, arrived)
         self._wake.set()
+
+    def _on_lidar_cloud(self, name: str, msg: PointCloud2) -> None:
+        """Add a cloud of LiDAR ``name`` to the sets; a set it closes becomes the pending item."""
+        now = time.monotonic()
+        with self._lock:
+            self._received(now)
+            if self._sets is None:      # cleaned up meanwhile
+                return
+            for done in self._sets.add(name, stamp_ns(msg.header.stamp), msg, now):
+                self._put(done, time.perf_counter())
+            self._bump('late_lidar_clouds', self._sets.late - self._late)
+            self._late = self._sets.late
+        self._wake.set()     # a new pending set moves the deadline the worker waits for
+
+    def _received(self, now: float) -> None:
+        """Count a cloud and its time (under the lock)."""
+        self._bump('received')
+        times = self._times
+        self._times = CloudTimes(times.first if times.first is not None else now, now,
+                                 times.valid)
+
+    def _put(self, item, arrived: float) -> None:
+        """Make a cloud or a closed set the pending item, latest wins (under the lock)."""
+        if self._pending is not None:
+            self._bump('dropped')
+        self._pending = (item, arrived)
 
     def _on_odometry(self, msg: Odometry) -> None:
         self._take(lambda: self.path.add_odometry(msg), 'odometry_received',
@@ -294,9 +357,12 @@ class PerceptionCore:
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            if not self._wake.wait(timeout=0.1):
-                continue
+            self._wake.wait(timeout=self._wait_s())
             with self._lock:
+                if self._sets is not None:
+                    done = self._sets.due(time.monotonic())
+                    if done is not None:       # its wait ended: served without the others
+                        self._put(done, time.perf_counter())
                 item, self._pending = self._pending, None
                 self._wake.clear()
             if item is not None:
@@ -305,60 +371,41 @@ class PerceptionCore:
                 except Exception as exc:    # noqa: B902 - a bug must not kill the node silently
                     self.log.error(f'frame failed: {exc!r}')
 
-    def _process(self, msg: PointCloud2, arrived: float) -> None:
+    def _wait_s(self) -> float:
+        """Return how long the worker may wait: until the pending set's deadline at most."""
+        with self._lock:
+            end = None if self._sets is None else self._sets.deadline()
+        if end is None:
+            return IDLE_WAIT_S
+        return min(IDLE_WAIT_S, max(0.0, end - time.monotonic()))
+
+    def _process(self, clouds: PointCloud2 | LidarSet, arrived: float) -> None:
         now_ns = self.node.get_clock().now().nanoseconds
+        several = isinstance(clouds, LidarSet)
         try:
-            frame = self.path.process(msg, picture=self.outputs.wants_picture(),
+            frame = self.path.process(clouds, picture=self.outputs.wants_picture(),
                                       features=self.outputs.wants_features(),
                                       now_ns=now_ns or None)   # 0: a sim clock not started
         except CloudFormatError as exc:
-            self._count('rejected')
-            self.log.warning(f'point cloud rejected: {exc}', throttle_duration_sec=2.0)
+            with self._lock:
+                self._bump('rejected', len(clouds.clouds) if several else 1)
+            self.log.warning(f'{"LiDAR set" if several else "point cloud"} rejected: {exc}',
+                             throttle_duration_sec=2.0)
             return
         except TransformError as exc:
             self._count('frames_without_tf')
             self.log.warning(f'point cloud skipped: {exc}', throttle_duration_sec=2.0)
             return
-        if frame.stamps_jumped:
-            self.log.info('LiDAR stamp went backwards (bag loop?): camera buffers reset')
-        if frame.fields_without_intensity:
-            self.log.warning(
-                f'point cloud has no field "{self.cfg.lidar_filter.intensity_field}" '
-                f'(lidar.intensity_field): intensity read as 0; its fields are '
-                f'{list(frame.fields_without_intensity)}', throttle_duration_sec=10.0)
-        if frame.fields_without_time:
-            self.log.warning(
-                f'point cloud has no field "{self.cfg.lidar_timing.field}" (lidar.time_field): '
-                f'not deskewed; its fields are {list(frame.fields_without_time)}',
-                throttle_duration_sec=10.0)
-        elif frame.without_motion:
-            source = self.cfg.accumulation.pose_source
-            self.log.warning(
-                f'no ego motion at the cloud stamp from {source} (accumulation.pose_source): not '
-                'deskewed', throttle_duration_sec=10.0)
-        if frame.slots_refusal:       # once per refused set of poses; a moving edge: throttled
-            self.log.warning(f'TF poses of {", ".join(frame.cameras_over_slots)} not applied, '
-                             f'cameras masked: {frame.slots_refusal}',
-                             throttle_duration_sec=5.0)
-        header = msg.header
-        header.frame_id = self.cfg.grid.frame_id
+        warn_frame(self.log, self.cfg, frame)
+        sec, nanosec = split_ns(frame.stamp_ns)
+        header = Header(frame_id=self.cfg.grid.frame_id)
+        header.stamp.sec, header.stamp.nanosec = sec, nanosec
         record = self.outputs.publish(frame, header, arrived, self.cfg.grid,
                                       self.node.get_clock())
-        result = frame.result
         now = time.monotonic()
         with self._lock:
-            self._bump('processed')
-            self._bump('overflowed', int(result.overflow_points > 0))
-            self._bump('nonfinite_features', result.nonfinite_features)
-            self._bump('nonfinite_objects', result.nonfinite_objects)
-            self._bump('frames_without_odometry', int(frame.without_odometry))
-            self._bump('cameras_without_tf', len(frame.cameras_without_tf))
-            self._bump('cameras_over_slots', len(frame.cameras_over_slots))
-            self._bump('empty_clouds', int(frame.empty))
-            self._bump('clouds_without_intensity', int(bool(frame.fields_without_intensity)))
-            self._bump('deskewed', int(frame.deskewed))
-            self._bump('clouds_without_time', int(bool(frame.fields_without_time)))
-            self._bump('frames_without_motion', int(frame.without_motion))
+            for key, n in frame_counts(frame).items():
+                self._bump(key, n)
             if not frame.empty:     # published, but no sign of a working LiDAR
                 times = self._times
                 self._times = CloudTimes(times.first, times.last, now)
@@ -374,14 +421,15 @@ class PerceptionCore:
         now = time.monotonic()
         with self._lock:
             counts, period, times = dict(self.counts), self._period, self._times
-            self._period = dict.fromkeys(PERIOD_COUNTS, 0)
+            self._period = dict.fromkeys(self._period, 0)
             latency = {key: self.window.stats(key) for key in ('total_ms', 'age_ms')}
             recent = RecentLatency(self.window.recent('total_ms', now)['p99'],
                                    self.window.seconds)
             stale = self._stale
         health = assess(counts, period, times, now, latency, stale,
                         self.pipe.compiles_after_warmup, self.pipe.padder.capacity,
-                        diagnostics.lidar_timeout_s, diagnostics.latency_budget_ms, recent)
+                        diagnostics.lidar_timeout_s, diagnostics.latency_budget_ms, recent,
+                        tuple(lidar.name for lidar in self.cfg.lidars))
         return DiagnosticStatus(   # level is a ROS byte field: bytes, not int
             level=bytes([health.level]), name=f'{node_name}: pipeline',
             hardware_id=node_name, message=health.message,

@@ -21,7 +21,7 @@ INTRINSIC_KEYS = ('fx', 'fy', 'cx', 'cy', 'distortion_model', 'distortion')
 
 def is_ours(key: str) -> bool:
     """Return True for the node's own parameters (not use_sim_time, QoS overrides, ...)."""
-    return spec_for(key) is not None or key.startswith('cameras.')
+    return spec_for(key) is not None or key.startswith(('cameras.', 'lidars.'))
 
 
 def static_reason(key: str) -> str | None:

@@ -418,3 +418,29 @@ def test_launch_rules_per_camera_and_published_time(launch_site, tmp_path):
     cameras = ['front', 'left']
     assert warnings == [f'rear_features_topic:=/typo names no camera of {params} '
                         f'(cameras.names: {cameras}); ignored']
+
+
+def test_launch_rules_per_lidar(launch_site, tmp_path):
+    params = tmp_path / 'params.yaml'
+    params.write_text('/**:\n  ros__parameters:\n    lidars:\n      names: [top, left]\n')
+    prefix = install_prefix(tmp_path / 'install')
+    given = [{'params_file': str(params), 'top_pointcloud_topic': '/sensing/lidar/top/points',
+              'rear_pointcloud_topic': '/typo', 'pointcloud_topic': CLOUD_TOPIC},
+             {'params_file': str(params)}]
+    result = subprocess.run(
+        [sys.executable, '-c', RULES,
+         str(prefix / 'share' / PACKAGE / 'launch' / 'jax_perception.launch.py'),
+         json.dumps(given)], env=launch_env(launch_site, prefix, tmp_path),
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    (rules, warnings), (_, default_warnings) = json.loads(result.stdout.splitlines()[-1])
+    rules = dict(map(tuple, rules))
+    assert rules['~/input/top/pointcloud'] == '/sensing/lidar/top/points'
+    assert '~/input/left/pointcloud' not in rules     # not given: the node's own name
+    lidars = ['top', 'left']
+    assert warnings == [
+        f'pointcloud_topic:={CLOUD_TOPIC} is not read: {params} names several LiDARs '
+        f'(lidars.names: {lidars}), each remapped by <name>_pointcloud_topic; ignored',
+        f'rear_pointcloud_topic:=/typo names no LiDAR of {params} (lidars.names: {lidars}); '
+        'ignored']
+    assert default_warnings == []

@@ -216,3 +216,65 @@ def test_latency_window_recent_keeps_only_the_last_seconds():
 def test_health_imports_no_ros():
     assert absolute_imports('health') <= {'dataclasses', 'typing'}
     assert health.__doc__ and 'ERROR' in health.__doc__
+
+
+LIDARS = ('top', 'left', 'right')
+
+
+def run_lidars(period=None, counts=None):
+    """assess() of three LiDARs, with their missing counts at 0 unless given."""
+    totals, per_report = health.count_names(LIDARS)
+    return assess({**dict.fromkeys(totals, 0), **(counts or {})},
+                  {**dict.fromkeys(per_report, 0), **(period or {})},
+                  CloudTimes(NOW - 5.0, NOW - 0.1, NOW - 0.1), NOW,
+                  {'total_ms': QUIET, 'age_ms': QUIET}, (), 0, 1024, TIMEOUT_S, BUDGET_MS,
+                  RecentLatency(3.0, 5.0), LIDARS)
+
+
+def test_a_lidar_missing_from_frames_warns_by_name():
+    result = run_lidars(period={'processed': 10, 'lidars.right.missing': 3,
+                                'lidars.left.missing': 10},
+                        counts={'lidars.right.missing': 7, 'lidar_sets_incomplete': 12})
+    assert result.level == WARN
+    assert result.message.split('; ') == [
+        'LiDAR left missing from 10 of 10 frames since the last report',
+        'LiDAR right missing from 3 of 10 frames since the last report']
+    assert [key for key in result.values if key.startswith('lidars.')] == [
+        'lidars.top.missing', 'lidars.left.missing', 'lidars.right.missing']
+    assert result.values['lidars.right.missing'] == 7
+    assert result.values['lidar_sets_incomplete'] == 12
+    assert (run_lidars(period={'processed': 10}).level,
+            run_lidars(period={'processed': 10}).message) == (OK, 'OK')
+    # One LiDAR: no per-LiDAR value.
+    assert not any(key.startswith('lidars.') for key in run(period={'processed': 1}).values)
+
+
+def test_with_several_lidars_rejected_clouds_and_frames_are_told_apart():
+    result = run_lidars(period={'processed': 4, 'rejected': 2})
+    assert (result.level, result.message) == (
+        WARN, '2 clouds rejected since the last report (4 frames processed)')
+    assert run_lidars(period={'rejected': 3}).message == (
+        'all 3 clouds since the last report rejected')
+
+
+def test_late_lidar_clouds_and_missing_fields_name_the_parameters():
+    result = run_lidars(period={'processed': 5, 'late_lidar_clouds': 2,
+                                'clouds_without_intensity': 1})
+    assert result.message.split('; ') == [
+        '1 clouds without their lidars.<name>.intensity_field field (intensity read as 0)',
+        '2 LiDAR clouds too late for their set, dropped (sync.max_lidar_delay_s, '
+        'sync.lidar_stamp_tolerance_s)']
+    assert result.level == WARN
+
+
+def test_frame_counts_of_a_set():
+    from types import SimpleNamespace
+    result = SimpleNamespace(overflow_points=0, nonfinite_features=0, nonfinite_objects=0)
+    frame = SimpleNamespace(
+        result=result, without_odometry=False, cameras_without_tf=(), cameras_over_slots=(),
+        empty=False, fields_without_intensity=(), deskewed=False, fields_without_time=(),
+        without_motion=False, lidars_missing=('left',), lidars_refused=('right: bad frame',))
+    counts = health.frame_counts(frame)
+    assert {k: v for k, v in counts.items() if v} == {
+        'processed': 1, 'rejected': 1, 'lidar_sets_incomplete': 1, 'lidars.left.missing': 1}
+    assert set(counts) <= set(health.count_names(('left',))[0])

@@ -1,0 +1,36 @@
+"""
+The node's log lines about a processed frame: what it lacked, or what was left out of it.
+
+No ROS import: the node passes its logger. Each warning has its own line of code, since
+rclpy throttles per call site; the same warning every frame would be noise, so each is
+throttled. A warning about a LiDAR's fields names its parameter: ``lidar.intensity_field`` for
+the one LiDAR, ``lidars.<name>.intensity_field`` for one of several (``Frame.lidar_key``).
+"""
+
+from ..frames.frame_path import Frame
+from ..settings.config import PipelineConfig
+
+
+def warn_frame(log, cfg: PipelineConfig, frame: Frame) -> None:
+    """Log what ``frame`` lacked on ``log`` (an rclpy logger), under the configuration ``cfg``."""
+    if frame.stamps_jumped:
+        log.info('LiDAR stamp went backwards (bag loop?): camera buffers reset')
+    if frame.lidars_refused:
+        log.warning('point cloud rejected, left out of its set: '
+                    + '; '.join(f'LiDAR {reason}' for reason in frame.lidars_refused),
+                    throttle_duration_sec=2.0)
+    lidar = next((lidar for lidar in cfg.lidar_sensors if lidar.key == frame.lidar_key), None)
+    if frame.fields_without_intensity:
+        log.warning(f'point cloud has no field "{lidar.intensity_field}" '
+                    f'({lidar.key}.intensity_field): intensity read as 0; its fields are '
+                    f'{list(frame.fields_without_intensity)}', throttle_duration_sec=10.0)
+    if frame.fields_without_time:
+        log.warning(f'point cloud has no field "{lidar.timing.field}" ({lidar.key}.time_field): '
+                    f'not deskewed; its fields are {list(frame.fields_without_time)}',
+                    throttle_duration_sec=10.0)
+    elif frame.without_motion:
+        log.warning(f'no ego motion at the cloud stamp from {cfg.accumulation.pose_source} '
+                    '(accumulation.pose_source): not deskewed', throttle_duration_sec=10.0)
+    if frame.slots_refusal:       # once per refused set of poses; a moving edge: throttled
+        log.warning(f'TF poses of {", ".join(frame.cameras_over_slots)} not applied, '
+                    f'cameras masked: {frame.slots_refusal}', throttle_duration_sec=5.0)
