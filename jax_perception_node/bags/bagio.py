@@ -30,8 +30,9 @@ import yaml
 
 from .message_types import register_interface_types, share_folders
 from .topics import (camera_info_topic, camera_topic, DIAGNOSTICS_TOPIC,  # noqa: F401
-                     FEATURES_TOPIC, GRID_MAP_TOPIC, IMAGE_TOPIC, LATENCY_TOPIC, NAMESPACE,
-                     OBJECTS_MARKERS_TOPIC, OBJECTS_TOPIC, ODOMETRY_TOPIC, POINTCLOUD_TOPIC)
+                     FEATURES_TOPIC, GRID_MAP_TOPIC, IMAGE_TOPIC, LATENCY_TOPIC, lidar_topic,
+                     NAMESPACE, OBJECTS_MARKERS_TOPIC, OBJECTS_TOPIC, ODOMETRY_TOPIC,
+                     POINTCLOUD_TOPIC)
 from ..geometry.stamps import NS_PER_S, split_ns
 from ..outputs.detected_objects import DETECTED_OBJECTS_TYPE
 from ..outputs.object_markers import MARKER_ARRAY_TYPE  # noqa: F401
@@ -65,22 +66,33 @@ class BagError(Exception):
 @dataclass(frozen=True)
 class BagTopics:
     """
-    Where a bag keeps the node's inputs; a camera without an entry uses the node's input name.
+    Where a bag keeps the node's inputs; a sensor without an entry uses the node's input name.
 
     ``cameras`` / ``camera_infos``: camera name -> topic of its feature maps / CameraInfo,
     given as a mapping or as (name, topic) pairs and kept as sorted pairs, so a value is
     immutable and picklable (it travels to fleet workers). ``odometry`` (nav_msgs/Odometry) is
-    read only with accumulation.
+    read only with accumulation or deskew. ``pointcloud`` is the LiDAR of one-LiDAR parameters;
+    with ``lidars.names`` each LiDAR's clouds are on ``lidars`` (name -> topic, as ``cameras``)
+    or on the node's ``lidar_topic(name)``.
     """
 
     pointcloud: str = POINTCLOUD_TOPIC
     cameras: tuple[tuple[str, str], ...] = ()
     camera_infos: tuple[tuple[str, str], ...] = ()
     odometry: str = ODOMETRY_TOPIC
+    lidars: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
-        for name in ('cameras', 'camera_infos'):
+        for name in ('cameras', 'camera_infos', 'lidars'):
             object.__setattr__(self, name, tuple(sorted(dict(getattr(self, name)).items())))
+
+    def lidar(self, name: str) -> str:
+        """Topic of LiDAR ``name``'s clouds in the bag (``lidars.names``)."""
+        return dict(self.lidars).get(name, lidar_topic(name))
+
+    def clouds(self, names: tuple[str, ...] = ()) -> dict[str, str]:
+        """Return bag topic -> LiDAR name: ``pointcloud`` -> '' without ``names``."""
+        return {self.lidar(n): n for n in names} if names else {self.pointcloud: ''}
 
     def camera(self, name: str) -> str:
         """Topic of camera ``name``'s feature maps in the bag."""
@@ -370,17 +382,25 @@ def topic_types(reader: Reader) -> dict[str, str]:
     return {c.topic: c.msgtype for c in reader.connections}
 
 
-def check_topics(types: dict[str, str], topics: BagTopics) -> None:
+def check_topics(types: dict[str, str], topics: BagTopics, lidars: tuple[str, ...] = ()) -> None:
     """
-    Refuse a bag without the LiDAR topic or a camera topic ``topics`` names (BagError).
+    Refuse a bag without a LiDAR topic or a camera topic ``topics`` names (BagError).
 
-    A camera without an entry in ``topics`` may be missing (its maps are masked, as for a
-    LiDAR-only drive); one named explicitly (``--camera-topic``) must be there, with its type.
+    ``lidars``: the names of ``lidars.names``, each of whose topics (``BagTopics.lidar``) must
+    be there; () for the one LiDAR of ``topics.pointcloud``. A camera without an entry in
+    ``topics`` may be missing (its maps are masked, as for a LiDAR-only drive); one named
+    explicitly (``--camera-topic``) must be there, with its type.
     """
-    found = types.get(topics.pointcloud)
-    if found != POINTCLOUD_TYPE:
-        what = f'its type is {found}' if found else f'topics: {", ".join(sorted(types)) or "none"}'
-        raise BagError(f'no {POINTCLOUD_TYPE} topic {topics.pointcloud} ({what})')
+    for topic, name in topics.clouds(lidars).items():
+        found = types.get(topic)
+        if found != POINTCLOUD_TYPE:
+            what = f'its type is {found}' if found else \
+                f'topics: {", ".join(sorted(types)) or "none"}'
+            clouds = sorted(t for t, kind in types.items() if kind == POINTCLOUD_TYPE)
+            hint = '; lidars.names names the LiDARs of a bag of several' if (
+                not lidars and len(clouds) > 1) else ''
+            of = f' of LiDAR {name} (lidars.names)' if name else ''
+            raise BagError(f'no {POINTCLOUD_TYPE} topic {topic}{of} ({what}){hint}')
     for kind, named, wanted in (('camera', topics.cameras, IMAGE_TYPE),
                                 ('camera-info', topics.camera_infos, CAMERA_INFO_TYPE)):
         for name, topic in named:

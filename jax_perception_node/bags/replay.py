@@ -12,6 +12,12 @@ transform buffer the same way; a cloud TF cannot place is skipped and counted
 bag is not read, and a bag without TF replays as before. A message whose bytes do not deserialize
 is rejected and counted like a malformed one of its kind, and the replay goes on.
 
+With ``lidars.names`` each LiDAR's clouds (``BagTopics.lidar``) go into the node's
+``LidarSets`` with the bag time as its clock; before each message a set whose wait has ended
+is processed, the last one at the end. A frame is a set (stamped with its oldest cloud, as the
+ground truth pairs); a set lacking a LiDAR is processed and counted per name, a cloud too late
+for its set dropped and counted (``late_lidar_clouds``).
+
 The output bag is written under a temporary folder next to it and renamed into place only when
 the replay completes (``bagio.writing_bag``), so it is whole or absent.
 """
@@ -24,17 +30,19 @@ import time
 from typing import Callable
 
 from . import bagio
+from .ground_truth import read_ground_truth
 from ..core.pipeline import BevPipeline
 from ..detection.detection_eval import evaluate, EVALUATED_CLASS
 from ..frames.frame_path import Frame, FramePath, needs_ego_poses, rgb_image_fields, uses_tf
 from ..frames.latency import format_value, FRAME_KEYS, percentiles, STAGES
+from ..frames.lidar_sets import LidarSet, LidarSets
 from ..geometry.odometry import OdometryError
-from ..geometry.stamps import stamp_ns
+from ..geometry.stamps import NS_PER_S, stamp_ns
 from ..geometry.transforms import TF_STATIC_TOPIC, TF_TOPIC, TransformError
 from ..outputs.detected_objects import detected_objects_message
 from ..outputs.grid_map import grid_map_message, GridMapLayers
 from ..outputs.object_markers import markers_message
-from ..outputs.objects import boxes_from_detections, detections_message, GROUND_TRUTH_TOPIC
+from ..outputs.objects import detections_message
 from ..sensors.camera import CameraInfoError, FeatureMapError, features_image_fields
 from ..sensors.cloud import CloudFormatError
 from ..settings.config import PipelineConfig
@@ -71,6 +79,9 @@ class ReplayResult:
     deskewed: int = 0                 # frames whose points were moved to their stamp
     clouds_without_time: int = 0      # deskew on, but the cloud lacked lidar.time_field
     frames_without_motion: int = 0    # deskew on, but no ego motion at the cloud stamp
+    lidar_sets_incomplete: int = 0    # lidars.names: frames whose set lacked some LiDAR
+    lidars_missing: dict[str, int] = field(default_factory=dict)   # name -> frames without it
+    late_lidar_clouds: int = 0        # lidars.names: clouds dropped, too late for their set
     overflowed: int = 0
     compiles_after_warmup: int = 0
     warmup_s: float = 0.0
@@ -106,6 +117,9 @@ class ReplayResult:
             'clouds_without_intensity': self.clouds_without_intensity,
             'deskewed': self.deskewed, 'clouds_without_time': self.clouds_without_time,
             'frames_without_motion': self.frames_without_motion,
+            'lidar_sets_incomplete': self.lidar_sets_incomplete,
+            'lidars_missing': dict(self.lidars_missing),
+            'late_lidar_clouds': self.late_lidar_clouds,
             'overflowed_frames': self.overflowed, 'warmup_s': round(self.warmup_s, 3),
             'cameras_used': percentiles(r['cameras_used'] for r in self.records),
             **detection,
@@ -134,7 +148,7 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
     cfg: the parameters.
     topics: where the bag keeps the node's inputs.
     snapshot_frames: frame indices whose features are kept in the result (-1 = the last).
-    progress: called with (clouds done, clouds in the bag) after every cloud.
+    progress: called with (clouds read, clouds in the bag) after every cloud.
     pipeline: a warmed pipeline of ``cfg``'s shapes to reuse; None builds and warms one.
 
     Returns
@@ -143,7 +157,7 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
 
     Raises
     ------
-    BagError: the input cannot be read or lacks the LiDAR topic, grid_map_msgs (or the
+    BagError: the input cannot be read or lacks a LiDAR topic, grid_map_msgs (or the
         objects' package of ``output.objects_type``) is not installed, or ``dst`` exists or
         cannot be written.
 
@@ -151,7 +165,7 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
     reader = bagio.open_reader(src)
     try:
         types = bagio.topic_types(reader)
-        total = cloud_count(reader, types, topics, src)
+        total = cloud_count(reader, types, topics, src, lidar_names(cfg))
         bagio.message_class(bagio.GRID_MAP_TYPE)   # BagError naming the package if not installed
         if cfg.head.module:
             bagio.message_class(bagio.OBJECTS_TYPES[cfg.output.objects_type])
@@ -172,6 +186,8 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
                 replay = _Replay(FramePath(cfg, pipe), writer, result, snapshot_frames, total,
                                  truth)
                 replay.run(reader, types, topics, progress)
+                if -1 in snapshot_frames and replay.last is not None:
+                    result.snapshots[result.frames - 1] = replay.last.copy()
         if truth is not None:
             result.detection = dict(evaluate(
                 replay.paired, class_index=pipe.head_classes.index(EVALUATED_CLASS)),
@@ -182,50 +198,40 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
         reader.close()
 
 
-def cloud_count(reader, types: dict[str, str], topics: bagio.BagTopics, src) -> int:
-    """Return the number of LiDAR messages; BagError for a missing input (``check_topics``)."""
+def lidar_names(cfg: PipelineConfig) -> tuple[str, ...]:
+    """Return the names of ``lidars.names``; () for one LiDAR (``lidar.*``)."""
+    return tuple(lidar.name for lidar in cfg.lidars)
+
+
+def cloud_count(reader, types: dict[str, str], topics: bagio.BagTopics, src,
+                lidars: tuple[str, ...] = ()) -> int:
+    """
+    Return the clouds of the LiDAR topic, or of every one of ``lidars`` (``lidar_names``).
+
+    BagError for a missing input (``check_topics``).
+    """
     try:
-        bagio.check_topics(types, topics)
+        bagio.check_topics(types, topics, lidars)
     except bagio.BagError as exc:
         raise bagio.BagError(f'{src}: {exc}') from None
-    return next(c.msgcount for c in reader.connections if c.topic == topics.pointcloud)
-
-
-def read_ground_truth(reader, types: dict[str, str], classes: tuple[str, ...],
-                      errors: list[str], left_out: Counter) -> dict[int, object] | None:
-    """
-    Return LiDAR stamp (ns) -> ground-truth rows (float32[n, 9]) of the bag, or None.
-
-    None when there is nothing to evaluate: no head, a head without the evaluated class, or no
-    ``GROUND_TRUTH_TOPIC`` of the Detection3DArray type. A message that does not deserialize is
-    left out, with a line in ``errors``. Boxes of classes the head does not know are left out
-    and counted in ``left_out`` by class_id; the rest of their message is kept.
-    """
-    if EVALUATED_CLASS not in classes or types.get(GROUND_TRUTH_TOPIC) != bagio.DETECTIONS_TYPE:
-        return None
-    truth = {}
-    for _, timestamp, raw, msgtype in bagio.iter_messages(reader, [GROUND_TRUTH_TOPIC]):
-        try:
-            msg = bagio.deserialize(raw, msgtype)
-            truth[stamp_ns(msg.header.stamp)] = boxes_from_detections(msg, classes, left_out)
-        except (bagio.BagError, ValueError) as exc:
-            errors.append(f'{GROUND_TRUTH_TOPIC} at {timestamp}: {exc}')
-    return truth
+    clouds = topics.clouds(lidars)
+    return sum(c.msgcount for c in reader.connections if c.topic in clouds)
 
 
 class BagFrames:
     """
     Replay's loop: each input message of a bag to its handler, in bag-time order.
 
-    Clouds go through the frame path; each processed frame goes to ``write``, which a subclass
-    defines (``_Replay`` writes the output bag; the trainer keeps the BEVs). Rejected messages
-    are counted in ``result`` like a replay's.
+    Clouds (or sets, module doc) go through the frame path; each processed frame goes to
+    ``write``, which a subclass defines (``_Replay`` writes the output bag; the trainer keeps
+    the BEVs). Rejected messages are counted in ``result`` like a replay's.
     """
 
     picture = True      # build each frame's rgb8 picture (FramePath.process)
 
     def __init__(self, path: FramePath, result: ReplayResult, total: int):
         self.path, self.result, self.total = path, result, total
+        self.sets: LidarSets | None = None      # with lidars.names, while ``run`` runs
 
     def write(self, frame: Frame, timestamp: int) -> None:
         """Take one processed frame (bag time ``timestamp``)."""
@@ -233,18 +239,25 @@ class BagFrames:
 
     def run(self, reader, types: dict[str, str], topics: bagio.BagTopics, progress) -> None:
         """Feed every input message of the bag to the frame path; outputs go to the writer."""
-        cameras = self.path.cfg.cameras
-        features = {topics.camera(c.name): c.name for c in cameras
+        cfg = self.path.cfg
+        clouds = topics.clouds(lidar_names(cfg))
+        self.sets = LidarSets(lidar_names(cfg), cfg.lidar_stamp_tolerance_s,
+                              cfg.max_lidar_delay_s) if cfg.lidars else None
+        for name in lidar_names(cfg):
+            self.result.lidars_missing.setdefault(name, 0)
+        features = {topics.camera(c.name): c.name for c in cfg.cameras
                     if types.get(topics.camera(c.name)) == bagio.IMAGE_TYPE}
-        infos = {topics.camera_info(c.name): c.name for c in cameras
+        infos = {topics.camera_info(c.name): c.name for c in cfg.cameras
                  if types.get(topics.camera_info(c.name)) == bagio.CAMERA_INFO_TYPE}
-        odometry = [topics.odometry] if (needs_ego_poses(self.path.cfg) and types.get(
+        odometry = [topics.odometry] if (needs_ego_poses(cfg) and types.get(
             topics.odometry) == bagio.ODOMETRY_TYPE) else []
         tf = [t for t in (TF_STATIC_TOPIC, TF_TOPIC)
-              if uses_tf(self.path.cfg) and types.get(t) == bagio.TF_TYPE]
-        result = self.result
+              if uses_tf(cfg) and types.get(t) == bagio.TF_TYPE]
+        done = timestamp = 0
         for topic, timestamp, raw, msgtype in bagio.iter_messages(
-                reader, [topics.pointcloud, *features, *infos, *odometry, *tf]):
+                reader, [*clouds, *features, *infos, *odometry, *tf]):
+            if self.sets is not None:   # a set whose wait has ended, before what came later
+                self.lidar_sets([self.sets.due(timestamp / NS_PER_S)], timestamp)
             if topic in tf:
                 self.transforms(raw, msgtype, topic == TF_STATIC_TOPIC)
             elif topic in odometry:
@@ -254,10 +267,13 @@ class BagFrames:
             elif topic in infos:
                 self.camera_info(infos[topic], raw, msgtype)
             else:
-                self.cloud(raw, msgtype, timestamp)
+                self.cloud(raw, msgtype, timestamp, clouds[topic])
+                done += 1
                 if progress:
-                    progress(result.frames + result.rejected + result.frames_without_tf,
-                             self.total)
+                    progress(done, self.total)
+        if self.sets is not None:
+            self.lidar_sets([self.sets.flush(timestamp / NS_PER_S)], timestamp)
+            self.result.late_lidar_clouds += self.sets.late
 
     def features(self, name: str, raw: bytes, msgtype: str) -> None:
         """Buffer a camera's feature map, or count it rejected."""
@@ -295,18 +311,52 @@ class BagFrames:
             return
         self.result.transforms_received += 1
 
-    def cloud(self, raw: bytes, msgtype: str, timestamp: int) -> None:
-        """Process one cloud and write its outputs, or count it rejected or skipped (no TF)."""
+    def cloud(self, raw: bytes, msgtype: str, timestamp: int, name: str = '') -> None:
+        """Process a cloud, or offer it to its set (LiDAR ``name``); count it if it is no cloud."""
         try:
-            frame = self.path.process(bagio.deserialize(raw, msgtype), self.picture)
-        except (bagio.BagError, CloudFormatError) as exc:
+            msg = bagio.deserialize(raw, msgtype)
+        except bagio.BagError as exc:
             self.result.rejected += 1
-            self.result.errors.append(f'point cloud at {timestamp}: {exc}')
+            self.result.errors.append(f'point cloud{f" of LiDAR {name}" if name else ""} at '
+                                      f'{timestamp}: {exc}')
+            return
+        if self.sets is None:
+            self.frame(msg, timestamp)
+        else:
+            self.lidar_sets(self.sets.add(name, stamp_ns(msg.header.stamp), msg,
+                                          timestamp / NS_PER_S), timestamp)
+
+    def lidar_sets(self, sets: list[LidarSet | None], timestamp: int) -> None:
+        """Process the closed sets (None: none) as frames at bag time ``timestamp``."""
+        for closed in sets:
+            if closed is not None:
+                self.frame(closed, timestamp)
+
+    def frame(self, clouds, timestamp: int) -> None:
+        """
+        Process a cloud or a set and write its outputs, or count it rejected or skipped (no TF).
+
+        ``rejected`` counts clouds: those a set left out, or all of a set refused as a whole.
+        """
+        result, what = self.result, 'point cloud'
+        if isinstance(clouds, LidarSet):
+            what = f'LiDAR set stamped {clouds.stamp_ns}'
+        try:
+            frame = self.path.process(clouds, self.picture)
+        except CloudFormatError as exc:
+            result.rejected += len(clouds.clouds) if isinstance(clouds, LidarSet) else 1
+            result.errors.append(f'{what} at {timestamp}: {exc}')
             return
         except TransformError as exc:
-            self.result.frames_without_tf += 1
-            self.result.errors.append(f'point cloud at {timestamp} skipped: {exc}')
+            result.frames_without_tf += 1
+            result.errors.append(f'{what} at {timestamp} skipped: {exc}')
             return
+        result.rejected += len(frame.lidars_refused)
+        result.errors.extend(f'{what} at {timestamp}: {refused}'
+                             for refused in frame.lidars_refused)
+        result.lidar_sets_incomplete += bool(frame.lidars_missing)
+        for name in frame.lidars_missing:
+            result.lidars_missing[name] += 1
         self.write(frame, timestamp)
 
 
@@ -321,6 +371,7 @@ class _Replay(BagFrames):
         self.truth = truth          # LiDAR stamp -> ground-truth rows (read_ground_truth)
         self.paired: list[tuple] = []      # (objects, ground truth) of each frame with both
         self.head = path.pipe.head is not None
+        self.last = None            # the features of the last frame (snapshot -1)
         # The QoS the node's publishers offer, as a recording of the live node would keep it.
         objects_type = bagio.OBJECTS_TYPES[path.cfg.output.objects_type]
         for topic, msgtype, depth in OUTPUTS + (HEAD_OUTPUTS if self.head else ()):
@@ -348,10 +399,9 @@ class _Replay(BagFrames):
         writer.write(bagio.LATENCY_TOPIC, bagio.diagnostic_array(
             frame.stamp_ns, frame_id, 'jax_perception: frame',
             {k: format_value(record[k]) for k in FRAME_KEYS}), timestamp)
-        index = result.frames
-        if index in self.snapshot_frames or (-1 in self.snapshot_frames
-                                             and index == self.total - 1):
-            result.snapshots[index] = out.features.copy()
+        if result.frames in self.snapshot_frames:
+            result.snapshots[result.frames] = out.features.copy()
+        self.last = out.features
         result.frames += 1
         result.frames_without_odometry += frame.without_odometry
         result.empty_clouds += frame.empty
@@ -390,7 +440,7 @@ def progress_bar(stream=sys.stderr) -> Callable[[int, int], None]:
             return
         width = 30
         filled = int(width * done / max(total, 1))
-        stream.write(f'\r[{"#" * filled}{"." * (width - filled)}] {done}/{total} frames')
+        stream.write(f'\r[{"#" * filled}{"." * (width - filled)}] {done}/{total} clouds')
         if done >= total:
             stream.write('\n')
         stream.flush()

@@ -26,6 +26,11 @@ def camera_topic(name: str) -> str:
     return f'{NAMESPACE}/input/camera/{name}/features'
 
 
+def lidar_topic(name: str) -> str:
+    """Input topic of LiDAR ``name`` of ``lidars.names``: the node's ~/input/<name>/pointcloud."""
+    return f'{NAMESPACE}/input/{name}/pointcloud'
+
+
 def camera_info_topic(name: str) -> str:
     """Input topic of a camera's sensor_msgs/CameraInfo (K at image resolution)."""
     return f'{NAMESPACE}/input/camera/{name}/camera_info'

@@ -9,8 +9,6 @@ end with one line too (exit 130 and 143), after the replay removed its unfinishe
 
 import argparse
 import contextlib
-import json
-import os
 from pathlib import Path
 import shutil
 import signal
@@ -29,6 +27,7 @@ from .arguments import check_writable, number, outputs_apart, pairs, topic_name,
 from .bench.common import BenchError
 from .fleet import is_bag
 from .fleet_types import FleetError
+from .replay_files import write_json, write_pictures
 
 
 class Terminated(BaseException):
@@ -50,42 +49,26 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _camera_topics(values: list[str], option: str = '--camera-topic') -> dict[str, str]:
-    return pairs(values, option)
-
-
 def _load(args):
     return load_config(args.params or default_params_file())
 
 
-def _known_cameras(args, cfg) -> None:
-    """Refuse --camera-topic / --camera-info-topic for a camera the params do not configure."""
-    for option, values in (('--camera-topic', args.camera_topic),
-                           ('--camera-info-topic', args.camera_info_topic)):
-        for name in _camera_topics(values, option):
-            if name not in [c.name for c in cfg.cameras]:
-                raise UsageError(f'{option} {name}=...: no camera {name!r} in the params')
+def _known_sensors(args, cfg) -> None:
+    """Refuse --camera-topic, --camera-info-topic, --lidar-topic for a sensor not configured."""
+    for option, values, kind, names in (
+            ('--camera-topic', args.camera_topic, 'camera', cfg.cameras),
+            ('--camera-info-topic', args.camera_info_topic, 'camera', cfg.cameras),
+            ('--lidar-topic', args.lidar_topic, 'LiDAR (lidars.names)', cfg.lidars)):
+        for name in pairs(values, option):
+            if name not in [c.name for c in names]:
+                raise UsageError(f'{option} {name}=...: no {kind} {name!r} in the params')
 
 
 def _topics(args) -> BagTopics:
     """Return the bag's input topics from --pointcloud-topic, --camera-topic and the others."""
-    return BagTopics(args.pointcloud_topic, _camera_topics(args.camera_topic),
-                     _camera_topics(args.camera_info_topic, '--camera-info-topic'),
-                     args.odometry_topic)
-
-
-def _write_json(path: str, summary: dict) -> None:
-    """Write the summary beside ``path`` first, then rename it over: never half a file."""
-    target = Path(path)
-    part = target.with_name(f'.{target.name}.{os.getpid()}.part')
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        part.write_text(json.dumps(summary, indent=2) + '\n')
-        os.replace(part, target)
-    except OSError as exc:
-        with contextlib.suppress(OSError):     # its folder may be gone, or a file now
-            part.unlink(missing_ok=True)
-        raise UsageError(f'--json {path}: cannot write: {exc.strerror or exc}') from None
+    return BagTopics(args.pointcloud_topic, pairs(args.camera_topic, '--camera-topic'),
+                     pairs(args.camera_info_topic, '--camera-info-topic'),
+                     args.odometry_topic, pairs(args.lidar_topic, '--lidar-topic'))
 
 
 @contextlib.contextmanager
@@ -160,7 +143,7 @@ def cmd_replay(args) -> int:
         raise UsageError(f'{first} is a folder of bags: replay them with --workers N '
                          f'(or --ray-address ADDR)')
     cfg = _load(args)
-    _known_cameras(args, cfg)
+    _known_sensors(args, cfg)
     topics = _topics(args)
     if not args.out:
         raise UsageError('--out: an empty path')
@@ -201,7 +184,7 @@ def _replay_fleet(args, cfg, topics: BagTopics) -> int:
           f'{spawned} worker{"s" * (spawned != 1)}'
           f'{f" ({idle} never ready)" if idle else ""}; outputs in {args.out}')
     if args.json:
-        _write_json(args.json, summary)
+        write_json(args.json, summary)
     return 0 if totals['failed'] == 0 and totals['compiles_after_warmup'] == 0 else 1
 
 
@@ -221,6 +204,10 @@ def _replay_one(args, cfg, topics: BagTopics) -> int:
         print(f'accumulation: {cfg.accumulation.num_sweeps} sweeps, '
               f'{result.frames_without_odometry} frames without odometry, '
               f'{result.rejected_odometry} odometry messages rejected')
+    if cfg.lidars:
+        print(f'lidars: {result.lidar_sets_incomplete} frames lacked a LiDAR ('
+              + ', '.join(f'{k} {v}' for k, v in result.lidars_missing.items())
+              + f'), {result.late_lidar_clouds} clouds too late for their set')
     if result.transforms_received or result.frames_without_tf or result.rejected_transforms:
         print(f'tf: {result.transforms_received} messages, {result.rejected_transforms} '
               f'rejected, {result.frames_without_tf} clouds without TF, '
@@ -233,24 +220,10 @@ def _replay_one(args, cfg, topics: BagTopics) -> int:
         print(f'  rejected: {line}')
     print(f'wrote {args.out}')
     if args.json:
-        _write_json(args.json, summary)
+        write_json(args.json, summary)
     if args.png:
-        _write_pictures(Path(args.png), result, cfg)
+        write_pictures(Path(args.png), result, cfg)
     return 0 if result.compiles_after_warmup == 0 else 1
-
-
-def _write_pictures(png: Path, result, cfg) -> None:
-    from .report import save_bev_png, save_latency_png
-    try:
-        png.mkdir(parents=True, exist_ok=True)
-        for index, features in result.snapshots.items():
-            save_bev_png(features, cfg.grid, png / f'bev_{index:04d}.png',
-                         f'frame {index}: LiDAR z_max with camera coverage')
-        if result.records:
-            save_latency_png(result.records, png / 'latency.png', 'replay latency per frame')
-    except OSError as exc:
-        raise UsageError(f'--png {png}: cannot write: {exc.strerror or exc}') from None
-    print(f'pictures in {png}')
 
 
 def cmd_play(args) -> int:
@@ -270,7 +243,7 @@ def cmd_play(args) -> int:
         raise UsageError(f'--clock publishes {CLOCK_TOPIC}: no bag topic may be published there '
                          f'too (--remap / --topic)')
     cfg = _load(args)
-    _known_cameras(args, cfg)
+    _known_sensors(args, cfg)
     return play_bag(args.input, cfg, _topics(args), rate=args.rate, loop=args.loop,
                     restamp=args.restamp, remap=remap, clock_hz=args.clock or 0.0)
 
@@ -311,6 +284,9 @@ def _with_topics(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the options that make the ``BagTopics`` of a bag (see ``_topics``)."""
     p.add_argument('--pointcloud-topic', default=POINTCLOUD_TOPIC,
                    help='PointCloud2 topic in the bag (default: %(default)s)')
+    p.add_argument('--lidar-topic', action='append', metavar='NAME=TOPIC',
+                   help='PointCloud2 topic of LiDAR NAME of lidars.names in the bag (repeatable; '
+                        'default: /jax_perception/input/NAME/pointcloud)')
     p.add_argument('--camera-topic', action='append', metavar='NAME=TOPIC',
                    help='feature-map topic of camera NAME in the bag (repeatable)')
     p.add_argument('--camera-info-topic', action='append', metavar='NAME=TOPIC',

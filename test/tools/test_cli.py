@@ -381,6 +381,52 @@ def test_replay_options_become_one_bag_topics(sample, tmp_path, monkeypatch, cap
     assert given == [bagio.BagTopics('/p', {'front': '/f'}, {'rear': '/ri'}, '/o')]
 
 
+def test_lidar_topics_default_to_the_node_inputs():
+    topics = bagio.BagTopics()
+    assert topics.lidar('top') == bagio.lidar_topic('top')
+    assert bagio.lidar_topic('top') == '/jax_perception/input/top/pointcloud'
+    assert topics.clouds() == {bagio.POINTCLOUD_TOPIC: ''}
+    named = bagio.BagTopics(lidars={'top': '/t', 'left': '/l'})
+    assert named.lidars == (('left', '/l'), ('top', '/t'))
+    assert named.clouds(('top', 'left', 'right')) == {
+        '/t': 'top', '/l': 'left', bagio.lidar_topic('right'): 'right'}
+    assert pickle.loads(pickle.dumps(named)) == named
+
+
+def three_lidar_params(tmp_path) -> Path:
+    """Write the shipped parameters with the sample drive's three-LiDAR rig (``lidars.*``)."""
+    from jax_perception_node.tools.synthetic_drive import LidarModel
+    from jax_perception_node.tools.synthetic_drive.rig import (lidar_rig, rig_parameters,
+                                                               rig_summary)
+    params = read_param_file(PARAMS_FILE)
+    rig = rig_summary(lidar_rig('three', load_config(PARAMS_FILE), LidarModel()))
+    params.update(rig_parameters(rig))
+    assert params['lidars.names'] == ['top', 'left', 'right']
+    assert params['lidars.left.frame_id'] == 'lidar_left'
+    return write_params(params, tmp_path / 'three.yaml')
+
+
+def test_lidar_topic_option_names_a_configured_lidar(sample, tmp_path, monkeypatch, capsys):
+    given = []
+
+    def record(src, dst, cfg, topics, **kwargs):
+        given.append(topics)
+        raise bagio.BagError('stop here')
+    monkeypatch.setattr('jax_perception_node.bags.replay.replay_bag', record)
+    three = three_lidar_params(tmp_path)
+    assert main(['replay', str(sample), '--out', str(tmp_path / 'o'), '--params', str(three),
+                 '--lidar-topic', 'top=/sensing/lidar/top/pointcloud']) == 1
+    assert_one_line_error(capsys, 'stop here')
+    assert given == [bagio.BagTopics(lidars={'top': '/sensing/lidar/top/pointcloud'})]
+    for params in ([], ['--params', str(three)]):
+        assert main(['replay', str(sample), '--out', str(tmp_path / 'o'), *params,
+                     '--lidar-topic', 'rear=/r']) == 1
+        assert_one_line_error(capsys, "--lidar-topic rear=...: no LiDAR (lidars.names) 'rear'")
+    assert main(['replay', str(sample), '--out', str(tmp_path / 'o'), '--params', str(three),
+                 '--lidar-topic', 'top']) == 1
+    assert_one_line_error(capsys, '--lidar-topic')
+
+
 def test_sample_bag_force_replaces_a_bag_only_after_every_check(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / 'notes.txt').write_text('mine')

@@ -10,8 +10,9 @@ layout of Autoware's sample sensor kit: a top LiDAR and two side LiDARs.
 
 from dataclasses import dataclass, replace
 import math
+from typing import Mapping
 
-from jax_perception_node.bags.topics import NAMESPACE, POINTCLOUD_TOPIC
+from jax_perception_node.bags.topics import lidar_topic, POINTCLOUD_TOPIC
 from jax_perception_node.geometry.rotations import matrix_quaternion
 from jax_perception_node.settings.config import PipelineConfig, Pose
 import numpy as np
@@ -33,11 +34,6 @@ class LidarMount:
     frame_id: str
     pose: Pose
     model: LidarModel
-
-
-def lidar_topic(name: str) -> str:
-    """Input topic of the LiDAR ``name`` of a multi-LiDAR node (``lidars.names``)."""
-    return f'{NAMESPACE}/input/{name}/pointcloud'
 
 
 def side_pose(side: float) -> Pose:
@@ -76,3 +72,22 @@ def rig_summary(mounts: tuple[LidarMount, ...]) -> dict:
     return {m.name: {'topic': m.topic, 'frame_id': m.frame_id,
                      'translation': list(m.pose.translation),
                      'rotation_xyzw': list(m.pose.rotation_xyzw)} for m in mounts}
+
+
+def rig_parameters(rig: Mapping[str, Mapping]) -> dict:
+    """
+    Return the flat ``lidars.*`` parameters that replay or serve a drive of rig ``rig``.
+
+    ``rig``: name -> frame_id, translation, rotation_xyzw of each LiDAR (``rig_summary``, the
+    ``lidars`` of ``write_sample_bag``'s summary). Several LiDARs: ``lidars.names`` and each
+    one's frame_id and pose; one LiDAR: ``lidars.names`` [] (its pose is ``lidar.*``'s, the
+    parameters' mount). Merge them into the parameters the drive was written with.
+    """
+    if len(rig) == 1:
+        return {'lidars.names': []}
+    params = {'lidars.names': list(rig)}
+    for name, mount in rig.items():
+        for key in ('frame_id', 'translation', 'rotation_xyzw'):
+            value = mount[key]
+            params[f'lidars.{name}.{key}'] = value if isinstance(value, str) else list(value)
+    return params
