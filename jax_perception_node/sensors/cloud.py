@@ -65,7 +65,7 @@ def returns(msg, intensity_field: str = 'intensity') -> np.ndarray | None:
     if (height <= 1 and msg.is_dense) or layout.dtypes['x'][1].kind != 'f' or not height * width:
         return None
     finite = np.isfinite(records(raw, layout)['x'])
-    return None if finite.all() else np.flatnonzero(finite)
+    return None if finite.all() else finite.ravel().nonzero()[0]
 
 
 def read_points(msg, max_points: int | None = None, policy: str = 'subsample',
@@ -103,13 +103,14 @@ def read_points(msg, max_points: int | None = None, policy: str = 'subsample',
     if num_points == 0:
         return (np.empty((0, 4), np.float32) if out is None else out[:0]), 0
 
+    in_range = rows is None     # keep_rows' rows alone: the caller's are checked if need be
     rows = _rows_read(num_points, max_points, policy, rows)
     if out is None:
         view = _xyzi_view(raw, layout)
         if view is not None:
             return (view if rows is None else view[rows]), num_points
     points = np.empty((kept, 4), np.float32) if out is None else out[:kept]
-    copy_points(raw, layout, rows, points)
+    copy_points(raw, layout, rows, points, in_range)
     return points, num_points
 
 
@@ -157,25 +158,27 @@ def read_times(msg, field: str, unit: str, reference: str, max_points: int | Non
         index = row_index(layout, _rows_read(num_points, max_points, policy, rows))
         stamp = msg.header.stamp if reference == 'absolute' else None
         _seconds(records(raw, layout)['time'], index, UNITS_PER_SECOND[unit], stamp,
-                 out[:kept])
+                 out[:kept], rows is None)
     return True
 
 
-def _seconds(times: np.ndarray, index, per_s: int, stamp, into: np.ndarray) -> None:
+def _seconds(times: np.ndarray, index, per_s: int, stamp, into: np.ndarray,
+             in_range: bool = False) -> None:
     """
     Write ``times[index]`` (``per_s`` units a second) into ``into`` as seconds after ``stamp``.
 
     ``stamp`` None: the times are offsets already. The stamp in units is split into whole
     units (subtracted exactly: int64, or a float64 that holds sec * per_s exactly) and the
-    rest, so an absolute time keeps the precision of its offset from the stamp.
+    rest, so an absolute time keeps the precision of its offset from the stamp. ``in_range``:
+    as ``cloud_layout.gather`` takes it.
     """
     with np.errstate(over='ignore', invalid='ignore'):
         if stamp is None and per_s == 1:
-            gather(into, times, index)
+            gather(into, times, index, in_range)
             return
         integer = times.dtype.kind in 'iu'
         values = np.empty(len(into), np.int64 if integer else np.float64)
-        gather(values, times, index)
+        gather(values, times, index, in_range)
         if stamp is not None:
             sec, nanosec = int(stamp.sec), int(stamp.nanosec)
             whole, part = divmod(nanosec * per_s, _NS_PER_S)

@@ -90,14 +90,14 @@ def expand_inputs(inputs: list[str]) -> list[Path]:
     return bags
 
 
-def lidar_frames(bag: Path, topic: str) -> int:
-    """Count the LiDAR messages of a bag from its metadata (0 when unreadable)."""
+def lidar_frames(bag: Path, topics: dict[str, str]) -> int:
+    """Count the LiDAR messages of a bag on ``topics`` from its metadata (0 when unreadable)."""
     try:
         reader = bagio.open_reader(bag)
     except bagio.BagError:
         return 0
     try:
-        return next((c.msgcount for c in reader.connections if c.topic == topic), 0)
+        return sum(c.msgcount for c in reader.connections if c.topic in topics)
     finally:
         reader.close()
 
@@ -227,8 +227,8 @@ def replay_fleet(bags: list[Path], out_dir: str | Path, cfg: PipelineConfig, wor
         raise FleetError(f'{out_dir} exists, not overwriting')
     bags = [Path(b).absolute() for b in bags]
     out_dir.mkdir(parents=True)
-    outcomes = [BagOutcome(b, out_dir / output_name(b), lidar_frames(b, topics.pointcloud))
-                for b in bags]
+    clouds = topics.clouds(tuple(lidar.name for lidar in cfg.lidars))
+    outcomes = [BagOutcome(b, out_dir / output_name(b), lidar_frames(b, clouds)) for b in bags]
     ray = import_ray()
     actor = ray.remote(num_cpus=1, max_concurrency=2, max_restarts=0)(BagWorker)
     job = {'topics': topics}

@@ -12,6 +12,7 @@ import threading
 import time
 
 from jax_perception_node.bags import bagio
+from jax_perception_node.bags.topics import lidar_topic
 from jax_perception_node.geometry.transforms import TF_STATIC_TOPIC, TF_TOPIC
 from jax_perception_node.settings.config import PipelineConfig
 import rclpy
@@ -43,7 +44,8 @@ def play_routes(types: dict[str, str], cfg: PipelineConfig, topics: bagio.BagTop
     """
     Return bag topic -> published topic: the node's inputs found in the bag, then ``remap``.
 
-    The inputs: LiDAR, each camera's maps and CameraInfo, odometry, /tf_static and /tf.
+    The inputs: the LiDAR (each of ``lidars.names``), each camera's maps and CameraInfo,
+    odometry, /tf_static and /tf.
 
     ``remap`` (FROM -> TO, ``ros2 bag play --remap``'s FROM:=TO) names topics of the bag: FROM
     is published on TO instead of on the node's input, and a topic that is no input of the
@@ -51,8 +53,11 @@ def play_routes(types: dict[str, str], cfg: PipelineConfig, topics: bagio.BagTop
     lacks an input (``bagio.check_topics``) or a topic FROM, or when two bag topics would end
     on one name (two streams interleaved on one topic are never what was meant).
     """
-    bagio.check_topics(types, topics)
-    routes = {topics.pointcloud: bagio.POINTCLOUD_TOPIC}
+    lidars = tuple(lidar.name for lidar in cfg.lidars)
+    bagio.check_topics(types, topics, lidars)
+    # One LiDAR on the node's ~/input/pointcloud, several each on ~/input/<name>/pointcloud.
+    routes = {topic: lidar_topic(name) if name else bagio.POINTCLOUD_TOPIC
+              for topic, name in topics.clouds(lidars).items()}
     for cam in cfg.cameras:
         if types.get(topics.camera(cam.name)) == bagio.IMAGE_TYPE:
             routes[topics.camera(cam.name)] = bagio.camera_topic(cam.name)

@@ -1,6 +1,7 @@
 """PointCloud2 decoding against the struct-based reference decoder, for every flavour."""
 
 from dataclasses import replace
+import itertools
 import sys
 import time
 import tracemalloc
@@ -207,6 +208,54 @@ def test_float32_xyz_runs_with_any_intensity(is_bigendian, start, point_step, in
         read_points(as_flavour(cloud, flavour), capacity, out=out, rows=rows)
         np.testing.assert_array_equal(out[:len(expected)], expected)
         np.testing.assert_array_equal(out[len(expected):], -7.0)
+
+
+# -- rows ------------------------------------------------------------------------------------
+
+def _row_clouds():
+    """40 slots, 10 no-returns: contiguous items, misaligned ones, a cast besides, casts only."""
+    rng = np.random.default_rng(12)
+    xyz = [Field(name, 4 * k, FLOAT32) for k, name in enumerate('xyz')]
+    clouds = {}
+    for name, fields, step in (
+            ('plain', xyz + [Field('intensity', 12, FLOAT32)], 16),
+            ('packed 22', xyz + [Field('intensity', 12, FLOAT32)], 22),
+            ('intensity apart', xyz + [Field('intensity', 16, UINT16)], 32),
+            ('float64', [Field(n, 8 * k, FLOAT64) for k, n in enumerate('xyz')]
+             + [Field('intensity', 24, UINT8)], 25)):
+        values = {f.name: sample_values(f.datatype, 40, rng) for f in fields}
+        for slot in rng.choice(40, 10, replace=False):
+            values['x'][slot] = float('nan')
+        for height, pad in ((1, 0), (4, 3)):
+            clouds[f'{name}, height {height}'] = encode(height, 40 // height, fields, values,
+                                                        None, step, 40 // height * step + pad)
+    return clouds
+
+
+@pytest.mark.parametrize('every', [1, 3], ids=['returns', 'a third of them'])
+@pytest.mark.parametrize('layout', sorted(_row_clouds()))
+def test_rows_of_any_integer_type_read_alike(layout, every):
+    # Most slots (converted whole, then taken) or few (gathered field by field), as int64 or
+    # another integer array, into a fresh array or a slice of a bucket's buffer.
+    cloud = _row_clouds()[layout]
+    rows, full = returns(cloud)[::every], reference_decode(cloud)
+    for dtype, capacity in itertools.product(('<i8', '<i4', '>i8', '<u2', '<u8'), (40, 4)):
+        expected = full[rows][reference_rows(len(rows), capacity, 'subsample')]
+        points, n = read_points(cloud, capacity, rows=rows.astype(dtype))
+        assert n == len(rows) and np.array_equal(points, expected, equal_nan=True)
+        out = np.full((len(expected) + 5, 4), -7.0, np.float32)
+        written, _ = read_points(cloud, capacity, out=out[2:], rows=rows.astype(dtype))
+        assert written.base is out
+        np.testing.assert_array_equal(out[2:2 + len(expected)], expected)
+        np.testing.assert_array_equal(np.delete(out, np.s_[2:2 + len(expected)], 0), -7.0)
+    for rows in (np.array([0, 40]), np.arange(1, 41), np.array([-41, 2]), np.array([-1]),
+                 np.array([-40, -2, 5]), np.arange(-40, 0)):
+        for out in (None, np.zeros((40, 4), np.float32)):
+            if rows.max() >= 40 or rows.min() < -40:     # rows past the cloud raise, as before
+                pytest.raises(IndexError, read_points, cloud, rows=rows, out=out)
+            else:    # and a negative row counts from its end, NumPy's meaning
+                points, _ = read_points(cloud, rows=rows, out=out)
+                np.testing.assert_array_equal(points, full[rows])
 
 
 # -- zero copy --------------------------------------------------------------------------------

@@ -86,6 +86,39 @@ def test_fuzz_decodes_like_the_reference_or_rejects(case, max_points, policy):
     np.testing.assert_array_equal(points, expected)
 
 
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(random_clouds(), st.data())
+def test_fuzz_rows_read_like_the_reference(case, data):
+    # Rows as returns() gives them (ascending), of any integer type, few or most of the
+    # slots, through the overflow cut, into a fresh array and into a slice of a buffer.
+    cloud, flavour = case
+    try:
+        full = reference_decode(cloud)
+    except Invalid:
+        event('rejected')
+        return
+    n = len(full)
+    chosen = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    rows = np.flatnonzero(chosen).astype(data.draw(st.sampled_from(['<i8', '<i4', '>i8', '<u2'])))
+    max_points = data.draw(st.one_of(st.none(), st.integers(0, n)))
+    policy = data.draw(st.sampled_from(['subsample', 'truncate']))
+    event('most slots' if 2 * len(rows) >= n else 'few slots')
+    expected = full[rows.astype(np.int64)]
+    if max_points is not None:
+        expected = expected[reference_rows(len(rows), max_points, policy)]
+    msg = as_flavour(cloud, flavour)
+    points, count = read_points(msg, max_points, policy, rows=rows)
+    assert count == len(rows)
+    assert points.dtype == np.float32 and points.shape == expected.shape
+    np.testing.assert_array_equal(points, expected)
+    out = np.full((len(expected) + 5, 4), -7.0, np.float32)
+    read_points(msg, max_points, policy, out=out[3:], rows=rows)
+    np.testing.assert_array_equal(out[3:3 + len(expected)], expected)
+    np.testing.assert_array_equal(out[:3], -7.0)
+    np.testing.assert_array_equal(out[3 + len(expected):], -7.0)
+
+
 # -- a second oracle: sensor_msgs_py from ../shared -------------------------------------------
 
 VENDOR = (Path(__file__).resolve().parents[3] / 'shared' / 'vendor'

@@ -7,7 +7,7 @@ from driver_layouts import (DRIVER_LAYOUTS, driver_message, DriverLayout, layout
                             no_return_slots, PLAIN, same_points, STAMP_NS)
 from jax_perception_node.sensors.cloud import (CloudFormatError, read_points, read_times,
                                                returns, TIME_FIELDS)
-from jax_perception_node.tools.bench.decode import decode_rows
+from jax_perception_node.tools.bench.decode import decode_rows, main
 import numpy as np
 import pytest
 
@@ -116,6 +116,36 @@ def test_organized_ouster_128_by_2048_keeps_every_return():
     assert count == len(points)
     np.testing.assert_array_equal(out[:count], points)
     np.testing.assert_array_equal(out[count:], -7.0)
+
+
+@pytest.mark.parametrize('share', [0.3, 0.7], ids=['most slots return', 'few return'])
+@pytest.mark.parametrize('layout', [layout for layout in DRIVER_LAYOUTS
+                                    if layout.organized and layout.time],
+                         ids=lambda layout: layout.name)
+def test_organized_returns_into_a_slice_of_a_bucket(layout, share):
+    # As a set of LiDARs is decoded: each cloud from its row of the bucket on, points and
+    # times row for row, the rows before and after untouched.
+    points, times_ns = same_points(N, 10)
+    msg = organized(layout, points, times_ns, share)
+    field = layout.intensity_field or 'intensity'
+    rows = returns(msg, field)
+    assert len(rows) == N
+    buffer = np.full((N + 40, 4), -7.0, np.float32)
+    times = np.full(N + 40, 7.0, np.float32)
+    for start, capacity in ((5, None), (17, 300)):
+        buffer[:], times[:] = -7.0, 7.0
+        kept = N if capacity is None else capacity
+        chosen = reference_rows(N, kept, 'subsample')
+        read_points(msg, capacity, out=buffer[start:], intensity_field=field, rows=rows)
+        np.testing.assert_array_equal(buffer[start:start + kept],
+                                      expected_rows(points, layout)[chosen])
+        assert read_times(msg, *layout.time, max_points=capacity, out=times[start:], rows=rows)
+        want = reference_seconds(stored_times(msg, layout.time[0])[rows], *layout.time[1:],
+                                 STAMP_NS)
+        np.testing.assert_array_equal(times[start:start + kept], want[chosen])
+        for array, fill in ((buffer, -7.0), (times, 7.0)):
+            np.testing.assert_array_equal(array[:start], fill)
+            np.testing.assert_array_equal(array[start + kept:], fill)
 
 
 @pytest.mark.parametrize('layout', [layout for layout in DRIVER_LAYOUTS if layout.time],
@@ -251,3 +281,12 @@ def test_decode_bench_rows():
     for row in rows:
         assert row['decode_ms'] > 0 and row['ratio'] > 0 and row['points'] == 600
         assert (row['ratio_organized'] is None) == (row['slots'] == 600)
+
+
+def test_decode_bench_prints_its_rows(capsys):
+    rows = main(['--points', '300', '--rounds', '1', '--inner', '1', '--rings', '4'])
+    printed = capsys.readouterr().out
+    assert len(rows) == 19
+    for row in rows:
+        assert f'| {row["layout"]} | {row["point_step"]} | {row["slots"]} |' in printed
+    assert 'slowest unorganized' in printed and 'slowest organized' in printed

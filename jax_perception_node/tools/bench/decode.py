@@ -7,8 +7,10 @@ time's convention); :func:`driver_cloud` builds any of them from the same points
 one PointCloud2 builder (``tools/cloud_messages.py``). :func:`decode_rows` times
 ``cloud.returns`` + ``cloud.read_points`` into a preallocated buffer, as a bucket decode does,
 for each layout beside the plain one (x, y, z, intensity float32, step 16) in one run.
+``python -m jax_perception_node.tools.bench.decode`` prints those rows as a table.
 """
 
+import argparse
 from dataclasses import dataclass
 import time
 
@@ -235,3 +237,35 @@ def _alternated(layouts, messages, points: int, rounds: int, inner: int) -> np.n
                 spent += time.perf_counter() - start
             samples[k, r] = spent / inner
     return samples
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Time the decode of every layout (``decode_rows``) and print the rows as a table."""
+    parser = argparse.ArgumentParser(
+        prog='python -m jax_perception_node.tools.bench.decode',
+        description="PointCloud2 decode of the real drivers' layouts against the plain one.")
+    parser.add_argument('--points', type=int, default=100_000, help='returns per cloud')
+    parser.add_argument('--rounds', type=int, default=15, help='rounds (the median is taken)')
+    parser.add_argument('--inner', type=int, default=5, help='decodes timed per round')
+    parser.add_argument('--no-returns', type=float, default=0.25,
+                        help='share of no-return slots of the organized layouts')
+    parser.add_argument('--rings', type=int, default=128, help='rows of the organized layouts')
+    parser.add_argument('--seed', type=int, default=0)
+    args = parser.parse_args(argv)
+    rows = decode_rows(args.points, args.rounds, args.inner, args.no_returns, args.rings,
+                       args.seed)
+    print('| layout | point_step | slots | decode ms | x plain | x plain organized |')
+    print('|---|---:|---:|---:|---:|---:|')
+    for r in rows:
+        print(f'| {r["layout"]} | {r["point_step"]} | {r["slots"]} | {r["decode_ms"]} | '
+              f'{r["ratio"]} | {r["ratio_organized"] or ""} |')
+    flat = max((r for r in rows if r['ratio_organized'] is None), key=lambda r: r['ratio'])
+    organized = max((r for r in rows if r['ratio_organized'] is not None),
+                    key=lambda r: r['ratio_organized'])
+    print(f'\nslowest unorganized: {flat["layout"]} {flat["ratio"]}x plain; slowest organized: '
+          f'{organized["layout"]} {organized["ratio_organized"]}x plain organized (target <= 2)')
+    return rows
+
+
+if __name__ == '__main__':
+    main()
