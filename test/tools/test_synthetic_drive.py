@@ -170,7 +170,9 @@ def test_feature_maps(bag, cfg):
         assert not msg.is_bigendian
         feats = np.frombuffer(msg.data, dtype='<f4').reshape(h, w, c)
         assert np.all(np.isfinite(feats))
-        assert np.all(feats[..., 2:7].sum(axis=-1) == 1)       # one class per pixel
+        # An image's features: RGB, luminance and saturation in [0, 1], the rest signed.
+        assert np.all((feats[..., [0, 1, 2, 3, 7]] >= 0) & (feats[..., [0, 1, 2, 3, 7]] <= 1))
+        assert np.all(np.abs(feats[..., 4:7]) <= 1)
     assert seen == set(shapes)
 
 
@@ -178,36 +180,47 @@ def test_camera_sees_ground_where_the_camera_model_puts_it(cfg):
     drive = SyntheticDrive(cfg)
     front = cfg.cameras[0]
     assert front.name == 'front' and front.pose.translation[2] == 1.6
-    feats = drive.camera_features('front', 0.0)
+    seen = drive.camera_surfaces('front', 0.0)
+    depth = seen.depth.reshape(front.height, front.width)
+    cls = seen.cls.reshape(front.height, front.width)
     # The front camera looks level along +x from 1.6 m: row v sees ground at the optical depth
     # z with (v - cy) / fy = 1.6 / z.
     v = np.arange(front.height)[:, None] * np.ones((1, front.width))
-    ground = (feats[..., 2] == 1) & (v > front.cy)
+    ground = (cls == 0) & (v > front.cy)
     assert ground.sum() > 0.4 * front.width * (front.height - front.cy)
-    assert np.allclose(feats[..., 0][ground], (v[ground] - front.cy) / (front.fy * 1.6),
+    assert np.allclose(1.0 / depth[ground], (v[ground] - front.cy) / (front.fy * 1.6),
                        rtol=1e-5)
-    assert np.all(feats[..., 1][ground] == 0)
     bottom = front.height - 1
-    assert feats[bottom, int(front.cx), 2] == 1
-    assert feats[bottom, int(front.cx), 0] == pytest.approx(
+    assert cls[bottom, int(front.cx)] == 0
+    assert 1.0 / depth[bottom, int(front.cx)] == pytest.approx(
         (bottom - front.cy) / (front.fy * 1.6), rel=1e-6)
-    assert feats[0, :, 6].sum() > 0                # open country: sky at the top
+    sky = cls == -1
+    assert sky[0].sum() > 0 and np.all(np.isinf(depth[sky]))   # open country: sky at the top
+    # The image shows it: a blue sky over a grey road (asphalt: low saturation, dark).
+    feats = drive.camera_features('front', 0.0)
+    red, blue, luminance, saturation = (feats[..., k] for k in (0, 2, 3, 7))
+    assert np.all(blue[sky] > red[sky]) and luminance[sky].mean() > 0.7
+    road = (ground & (np.abs(v - front.cy) > 4))[bottom - 2:]
+    assert np.median(luminance[bottom - 2:][road]) < 0.4
+    assert np.median(saturation[bottom - 2:][road]) < 0.1
 
 
 def test_every_camera_agrees_with_its_calibration(cfg):
     drive = SyntheticDrive(cfg)
     for cam in cfg.cameras:
-        feats = drive.camera_features(cam.name, 1.0)
+        seen = drive.camera_surfaces(cam.name, 1.0)
+        depth = seen.depth.reshape(cam.height, cam.width)
+        cls = seen.cls.reshape(cam.height, cam.width)
         v, u = np.mgrid[0:cam.height, 0:cam.width]
         ray = np.stack([(u - cam.cx) / cam.fx, (v - cam.cy) / cam.fy, np.ones(u.shape)], -1)
         down = -(ray @ cam.pose.rotation_matrix().T)[..., 2]        # grid-frame z drop per depth
-        ground = feats[..., 2] == 1
+        ground = cls == 0
         assert ground.sum() > 100
         assert np.all(down[ground] > 0)
-        assert np.allclose(feats[..., 0][ground], down[ground] / cam.pose.translation[2],
+        assert np.allclose(1.0 / depth[ground], down[ground] / cam.pose.translation[2],
                            rtol=1e-5)
-        sky = feats[..., 6] == 1
-        assert np.all(down[sky] < 0) and np.all(feats[..., 0][sky] == 0)
+        sky = cls == -1
+        assert np.all(down[sky] < 0) and np.all(np.isinf(depth[sky]))
 
 
 def test_lidar_frames_are_pure_functions_of_seed_and_time(cfg):
@@ -219,6 +232,8 @@ def test_lidar_frames_are_pure_functions_of_seed_and_time(cfg):
     assert np.array_equal(first, b.lidar_frame(0.7))
     assert not np.array_equal(first, SyntheticDrive(cfg, seed=4, lidar=model).lidar_frame(0.7))
     assert np.array_equal(a.camera_features('left', 0.4), b.camera_features('left', 0.4))
+    assert not np.array_equal(a.camera_features('left', 0.4),
+                              SyntheticDrive(cfg, seed=4).camera_features('left', 0.4))
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(cfg, tmp_path):

@@ -30,8 +30,12 @@ Sensors, all taken from the :class:`~jax_perception_node.settings.config.Pipelin
   LiDAR and two side VLP-16s, each on its own topic and frame (``rig.py``).
 - Cameras (frame ``cameras.<name>.frame_id``, mounted by ``cfg.cameras``): the scene rendered at
   feature-map resolution with the configured intrinsics, one ray per pixel centre at integer
-  pixel coordinates, as a ``float32[H_f, W_f, C]`` feature map (channels in
-  :data:`CAMERA_CHANNELS`).
+  pixel coordinates, as a colour image (surface colours under the sun, a per-frame exposure
+  gain, sensor noise), and published as a ``float32[H_f, W_f, C]`` map of label-free
+  appearance features of that image (:data:`CAMERA_CHANNELS`: RGB, luminance, edges, local
+  contrast, saturation; ``camera_render.py``): no class and no depth, as a fixed backbone on a
+  real image would give. ``SyntheticDrive.camera_surfaces`` holds each pixel's depth and class
+  for tests; it is never published.
 
 Odometry (nav_msgs/Odometry, 50 Hz): the pose of ``grid.frame_id`` (base_link) in the fixed
 frame ``map`` = world, for multi-sweep accumulation; the same pose as map -> base_link on /tf.

@@ -1,17 +1,67 @@
 """
-The drive's cameras: the scene ray-cast at feature-map resolution into a feature map.
+The drive's cameras: the scene rendered as a colour image, and label-free features of it.
 
-One ray per pixel centre (integer pixel coordinates) with the configured intrinsics, from the
-camera pose ego(t) x calibration, against the ground plane, boxes and vertical cylinders as
-they are at t (global shutter). Channels are :data:`CAMERA_CHANNELS`.
+Geometry (:func:`trace`): one ray per pixel centre (integer pixel coordinates) with the
+configured intrinsics, from the camera pose ego(t) x calibration, against the ground plane,
+boxes and vertical cylinders as they are at t (global shutter), at feature-map resolution.
+
+Image: each surface has a colour (linear RGB): the ground asphalt grey, lane paint white,
+sidewalk light grey, gravel verge brown, grass green and water dark blue-grey, each with a
+texture hashed from the hit's world position (0.5 m cells, +-10 %); buildings and the underpass
+one of six beige, brick, concrete and render tones, buildings with a grid of dark windows;
+lamp posts dark grey, utility poles wooden brown; vehicles one of ten paints (mostly white,
+black, silver and grey; red, blue, green, beige), with a dark glass band along their sides.
+An object's tone is a hash of its reflectivity, so it keeps its colour over time. Surfaces are
+lit by Lambert shading under ``SUN`` (0.3 ambient + 0.7 max(n . sun, 0)); the sky is a blue
+gradient by elevation, pale at the horizon. The camera then applies the frame's exposure gain
+(uniform in [0.8, 1.2]), clips to 1, gamma-encodes (1 / 2.2) and adds sensor noise (sigma 0.01,
+clipped to [0, 1]); gain and noise come from the frame's generator, so a bag is reproducible
+for its seed.
+
+Features (:data:`CAMERA_CHANNELS`): what a fixed hand-made backbone computes from that image
+alone: ``red``, ``green``, ``blue`` (0..1); ``luminance`` (0.299 R + 0.587 G + 0.114 B);
+``grad_u``, ``grad_v`` (Sobel of luminance / 8, per pixel, +u right, +v down: edges);
+``local_contrast`` (luminance minus its 5 x 5 box mean); ``saturation`` (max - min of RGB);
+borders replicate the edge pixels. No channel is a class or a depth: a head has to find
+objects by their appearance, as in a real camera's features.
 """
+
+from typing import NamedTuple
 
 from jax_perception_node.settings.config import CameraConfig
 import numpy as np
 
-from .scene import (BCLS, BHX, BHY, BHZ, box_hits, BRHO, BX, BY, BYAW, BZ, CAMERA_CHANNELS,
-                    CAMERA_VIEW_M, CCLS, CR, CRHO, CX, CY, cylinder_hits, CZ0, CZ1, GROUND,
-                    ground_reflectivity, POLE, SUN, VEHICLE, WALL)
+from .scene import (ASPHALT, BCLS, BHX, BHY, BHZ, box_hits, BRHO, BX, BY, BYAW, BZ,
+                    CAMERA_CHANNELS, CAMERA_VIEW_M, CCLS, CR, CX, CY, cylinder_hits, CZ0,
+                    CZ1, GRASS, GRAVEL, GROUND, ground_reflectivity, PAINT, SIDEWALK, SUN,
+                    VEHICLE, WALL, WATER)
+
+# Ground tints per reflectivity (the colour is reflectivity x tint, x the texture).
+GROUND_TINTS = ((ASPHALT, (1.0, 1.0, 1.03)), (PAINT, (1.0, 1.0, 0.95)),
+                (SIDEWALK, (1.03, 1.0, 0.93)), (GRAVEL, (1.15, 1.0, 0.78)),
+                (GRASS, (0.6, 1.25, 0.45)), (WATER, (0.6, 1.0, 1.5)))
+# Linear RGB albedos.
+VEHICLE_PAINTS = np.array([(0.75, 0.75, 0.73), (0.75, 0.75, 0.73), (0.03, 0.03, 0.035),
+                           (0.03, 0.03, 0.035), (0.42, 0.43, 0.45), (0.16, 0.16, 0.17),
+                           (0.45, 0.03, 0.03), (0.04, 0.08, 0.30), (0.05, 0.18, 0.08),
+                           (0.50, 0.42, 0.28)])
+WALL_TONES = np.array([(0.55, 0.48, 0.36), (0.40, 0.17, 0.10), (0.32, 0.31, 0.29),
+                       (0.62, 0.60, 0.55), (0.45, 0.33, 0.22), (0.25, 0.14, 0.10)])
+GLASS = np.array([0.05, 0.06, 0.08])
+LAMP_POST, WOODEN_POLE = np.array([0.12, 0.13, 0.13]), np.array([0.25, 0.17, 0.10])
+SKY_HORIZON, SKY_ZENITH = np.array([0.55, 0.65, 0.80]), np.array([0.15, 0.30, 0.70])
+LUMA = np.array([0.299, 0.587, 0.114])
+EXPOSURE = (0.8, 1.2)         # per-frame gain range
+NOISE = 0.01                  # sensor noise sigma, after gamma
+
+
+class Surfaces(NamedTuple):
+    """What each ray hits first: depth inf and class -1 for the sky."""
+
+    depth: np.ndarray       # (N,) optical depth (m)
+    cls: np.ndarray         # (N,) int8 scene class (GROUND, VEHICLE, POLE, WALL)
+    normal: np.ndarray      # (N, 3) outward normal, world axes
+    colour: np.ndarray      # (N, 3) linear RGB albedo
 
 
 def camera_rays(cam: CameraConfig) -> np.ndarray:
@@ -30,13 +80,20 @@ def render(cam: CameraConfig, dirs: np.ndarray, origin: np.ndarray, boxes: np.nd
 
     ``dirs``: its pixel rays in world axes (camera_rays), ``boxes`` and ``cylinders``: the
     scene at the frame's time. Channel k is ``CAMERA_CHANNELS[k % 8]``; ``rng`` draws the
-    shading noise.
+    exposure gain, then the sensor noise.
     """
+    rgb = image(dirs, trace(dirs, origin, boxes, cylinders), rng)
+    return features(cam, rgb.reshape(cam.height, cam.width, 3))
+
+
+def trace(dirs: np.ndarray, origin: np.ndarray, boxes: np.ndarray,
+          cylinders: np.ndarray) -> Surfaces:
+    """Return the nearest surface along each ray ``dirs`` (N, 3) from ``origin`` (world, m)."""
     forward = dirs.mean(axis=0)
     forward /= np.linalg.norm(forward)
     # Culling behind the image plane holds only while every ray points ahead of it.
     cull = bool(np.all(dirs @ forward > 0))
-    depth, albedo, normal, cls = _ground(dirs, origin)
+    depth, colour, normal, cls = _ground(dirs, origin)
     hits = []
     if len(boxes):
         hits.append(_box_hits(dirs, origin, forward, cull, boxes))
@@ -44,33 +101,118 @@ def render(cam: CameraConfig, dirs: np.ndarray, origin: np.ndarray, boxes: np.nd
         hits.append(_cylinder_hits(dirs, origin, forward, cull, cylinders))
     for ray, dist, *_ in hits:
         np.minimum.at(depth, ray, dist)
-    for ray, dist, k, nrm, rows, col in hits:
+    for ray, dist, k, nrm, rows, col, paint in hits:
         win = (dist == depth[ray]) & np.isfinite(dist)
-        r = ray[win]
-        albedo[r] = rows[k[win], col[0]]
-        cls[r] = rows[k[win], col[1]]
+        r, k = ray[win], k[win]
+        cls[r] = rows[k, col]
         normal[r] = nrm[win]
-    return _features(cam, dirs, origin, depth, albedo, normal, cls, rng)
+        colour[r] = paint(rows, k, origin + depth[r, None] * dirs[r], nrm[win])
+    return Surfaces(depth, cls, normal, colour)
+
+
+def image(dirs: np.ndarray, surfaces: Surfaces, rng: np.random.Generator) -> np.ndarray:
+    """Return the camera's image of ``surfaces``, float64 (N, 3) RGB in [0, 1], gamma-encoded."""
+    gain = rng.uniform(*EXPOSURE)
+    sky = ~np.isfinite(surfaces.depth)
+    shade = 0.3 + 0.7 * np.maximum(surfaces.normal @ SUN, 0.0)
+    linear = surfaces.colour * shade[:, None]
+    up = dirs[sky, 2] / np.linalg.norm(dirs[sky], axis=1)
+    blend = np.clip(np.arcsin(np.clip(up, -1.0, 1.0)) / (0.25 * np.pi), 0.0, 1.0)[:, None]
+    linear[sky] = (1.0 - blend) * SKY_HORIZON + blend * SKY_ZENITH
+    encoded = np.clip(gain * linear, 0.0, 1.0) ** (1.0 / 2.2)
+    return np.clip(encoded + NOISE * rng.standard_normal(linear.shape), 0.0, 1.0)
+
+
+def features(cam: CameraConfig, rgb: np.ndarray) -> np.ndarray:
+    """Compute the feature map float32 (H_f, W_f, C) of the image ``rgb`` (H_f, W_f, 3)."""
+    red, green, blue = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    lum = LUMA[0] * red + LUMA[1] * green + LUMA[2] * blue
+    height, width = lum.shape
+    rows = np.clip(np.arange(-2, height + 2), 0, height - 1)
+    cols = np.clip(np.arange(-2, width + 2), 0, width - 1)
+    pad = lum[rows[:, None], cols]                 # edge-replicated by 2 pixels
+    across = pad[1:-1, 2:] - pad[1:-1, :-2]
+    down = pad[2:, 1:-1] - pad[:-2, 1:-1]
+    grad_u = (across[:-2, 1:-1] + 2.0 * across[1:-1, 1:-1] + across[2:, 1:-1]) / 8.0
+    grad_v = (down[1:-1, :-2] + 2.0 * down[1:-1, 1:-1] + down[1:-1, 2:]) / 8.0
+    strip = pad[:-4] + pad[1:-3] + pad[2:-2] + pad[3:-1] + pad[4:]
+    box = strip[:, :-4] + strip[:, 1:-3] + strip[:, 2:-2] + strip[:, 3:-1] + strip[:, 4:]
+    saturation = (np.maximum(np.maximum(red, green), blue)
+                  - np.minimum(np.minimum(red, green), blue))
+    feats = np.stack([red, green, blue, lum, grad_u, grad_v, lum - box / 25.0, saturation],
+                     axis=-1)
+    return np.ascontiguousarray(
+        feats[..., np.arange(cam.channels) % len(CAMERA_CHANNELS)], dtype=np.float32)
+
+
+def _hash01(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Hash integer arrays a, b to [0, 1), exactly (unsigned wrap-around arithmetic)."""
+    h = a.astype(np.int64).astype(np.uint64) * np.uint64(0x9E3779B1)
+    h ^= b.astype(np.int64).astype(np.uint64) * np.uint64(0x85EBCA77)
+    h ^= h >> np.uint64(15)
+    h *= np.uint64(0x2C1B3C6D)
+    h ^= h >> np.uint64(12)
+    return (h & np.uint64(0xFFFF)).astype(float) / 65536.0
+
+
+def _tone(rho: np.ndarray, palette: np.ndarray) -> np.ndarray:
+    """Pick each object's palette entry by a hash of its reflectivity rho, shape (K, 3)."""
+    pick = _hash01(np.floor(rho * 2**30), np.zeros(len(rho)))
+    return palette[(pick * len(palette)).astype(int)]
 
 
 def _ground(dirs, origin):
-    """Return depth, albedo, normal and class of every ray's ground hit (depth inf: none)."""
+    """Return depth, colour, normal and class of every ray's ground hit (depth inf: none)."""
     n_rays = len(dirs)
     depth = np.full(n_rays, np.inf)
     down = dirs[:, 2] < 0
     if origin[2] > 0:
         depth[down] = origin[2] / -dirs[down, 2]
-    ground = np.isfinite(depth)
-    hit_xy = origin[:2] + np.where(ground[:, None], depth[:, None], 0.0) * dirs[:, :2]
-    albedo = np.where(ground, ground_reflectivity(hit_xy[:, 0], hit_xy[:, 1]), 0.0)
+    ground = np.flatnonzero(np.isfinite(depth))
+    hit_xy = origin[:2] + depth[ground, None] * dirs[ground, :2]
+    rho = ground_reflectivity(hit_xy[:, 0], hit_xy[:, 1])[:, None]
+    tint = np.select([rho == value for value, _ in GROUND_TINTS],
+                     [np.array(rgb) for _, rgb in GROUND_TINTS], 1.0)
+    cell = np.floor(hit_xy / 0.5)
+    texture = 0.9 + 0.2 * _hash01(cell[:, 0], cell[:, 1])
+    colour = np.zeros((n_rays, 3))
+    colour[ground] = rho * tint * texture[:, None]
     normal = np.zeros((n_rays, 3))
     normal[:, 2] = 1.0
-    cls = np.where(ground, GROUND, -1).astype(np.int8)
-    return depth, albedo, normal, cls
+    cls = np.full(n_rays, -1, np.int8)
+    cls[ground] = GROUND
+    return depth, colour, normal, cls
+
+
+def _paint_boxes(boxes, k, hit, normal):
+    """Colour box k's hits at world points hit (P, 3): vehicles' glass, buildings' windows."""
+    vehicle = boxes[k, BCLS] == VEHICLE
+    colour = np.where(vehicle[:, None], _tone(boxes[k, BRHO], VEHICLE_PAINTS),
+                      _tone(boxes[k, BRHO], WALL_TONES))
+    side = normal[:, 2] == 0.0
+    z0, z1 = boxes[k, BZ] - boxes[k, BHZ], boxes[k, BZ] + boxes[k, BHZ]
+    band = (hit[:, 2] - z0) / (z1 - z0)
+    glass = vehicle & side & (band > 0.62) & (band < 0.9)
+    # Windows on buildings (walls standing on the ground, over 6 m tall and 4 m deep), 3.2 m
+    # floors, 3 m bays: along a face, the in-plane box coordinate plus the constant other one.
+    cos_y, sin_y = np.cos(boxes[k, BYAW]), np.sin(boxes[k, BYAW])
+    dx, dy = hit[:, 0] - boxes[k, BX], hit[:, 1] - boxes[k, BY]
+    along = cos_y * dx + sin_y * dy - sin_y * dx + cos_y * dy
+    building = ((boxes[k, BCLS] == WALL) & (z0 <= 0.0) & (z1 - z0 > 6.0)
+                & (np.minimum(boxes[k, BHX], boxes[k, BHY]) > 2.0))
+    floor, bay = np.mod(hit[:, 2], 3.2), np.mod(along, 3.0)
+    window = (building & side & (floor > 1.0) & (floor < 2.3) & (bay > 0.8) & (bay < 2.2)
+              & (hit[:, 2] < z1 - 0.5))
+    return np.where((glass | window)[:, None], GLASS, colour)
+
+
+def _paint_cylinders(cylinders, k, hit, normal):
+    """Colour cylinder k's hits: lamp posts (radius under 0.13 m) dark grey, others wooden."""
+    return np.where((cylinders[k, CR] < 0.13)[:, None], LAMP_POST, WOODEN_POLE)
 
 
 def _box_hits(dirs, origin, forward, cull, boxes):
-    """Return (ray, depth, box, normal, boxes, columns) for every ray against every box in view."""
+    """Return (ray, depth, box, normal, boxes, class column, paint) for the boxes in view."""
     n_rays = len(dirs)
     radius = np.linalg.norm(boxes[:, [BHX, BHY, BHZ]], axis=1)
     rel = boxes[:, [BX, BY, BZ]] - origin
@@ -83,11 +225,11 @@ def _box_hits(dirs, origin, forward, cull, boxes):
     dist, _, nrm = box_hits(origin[0] - boxes[k, BX], origin[1] - boxes[k, BY],
                             origin[2] - boxes[k, BZ], dirs[ray], cos_y, sin_y,
                             boxes[k, BHX], boxes[k, BHY], boxes[k, BHZ])
-    return ray, dist, k, nrm, boxes, (BRHO, BCLS)
+    return ray, dist, k, nrm, boxes, BCLS, _paint_boxes
 
 
 def _cylinder_hits(dirs, origin, forward, cull, cylinders):
-    """Return (ray, depth, cylinder, normal, cylinders, columns) for the cylinders in view."""
+    """Return (ray, depth, cylinder, normal, cylinders, class column, paint) for those in view."""
     n_rays = len(dirs)
     rel = np.column_stack([cylinders[:, CX] - origin[0], cylinders[:, CY] - origin[1]])
     reach = np.maximum((cylinders[:, CZ0] - origin[2]) * forward[2],
@@ -100,24 +242,4 @@ def _cylinder_hits(dirs, origin, forward, cull, cylinders):
     dist, _, nrm = cylinder_hits(origin[0] - cylinders[k, CX], origin[1] - cylinders[k, CY],
                                  origin[2], dirs[ray], cylinders[k, CR], cylinders[k, CZ0],
                                  cylinders[k, CZ1])
-    return ray, dist, k, nrm, cylinders, (CRHO, CCLS)
-
-
-def _features(cam, dirs, origin, depth, albedo, normal, cls, rng):
-    """Compute the channels from each ray's nearest surface (depth inf: sky)."""
-    n_rays = len(dirs)
-    sky = ~np.isfinite(depth)
-    feats = np.zeros((n_rays, len(CAMERA_CHANNELS)))
-    with np.errstate(divide='ignore'):
-        feats[:, 0] = np.where(sky, 0.0, 1.0 / depth)
-    height = origin[2] + np.where(sky, 0.0, depth) * dirs[:, 2]
-    feats[:, 1] = np.where(sky | (cls == GROUND), 0.0, np.maximum(height, 0.0))
-    for c in (GROUND, VEHICLE, POLE, WALL):
-        feats[:, 2 + c] = cls == c
-    feats[:, 6] = sky
-    shade = albedo * (0.3 + 0.7 * np.maximum(normal @ SUN, 0.0)) \
-        + 0.01 * rng.standard_normal(n_rays)
-    feats[:, 7] = np.where(sky, 0.9, np.clip(shade, 0.0, 1.0))
-    feats = feats.reshape(cam.height, cam.width, -1)
-    return np.ascontiguousarray(
-        feats[..., np.arange(cam.channels) % len(CAMERA_CHANNELS)], dtype=np.float32)
+    return ray, dist, k, nrm, cylinders, CCLS, _paint_cylinders

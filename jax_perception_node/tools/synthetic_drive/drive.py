@@ -5,7 +5,7 @@ import math
 from jax_perception_node.settings.config import CameraConfig, PipelineConfig, Pose
 import numpy as np
 
-from .camera_render import camera_rays, render
+from .camera_render import camera_rays, render, Surfaces, trace
 from .lidar_model import LidarModel
 from .scene import (BCLS, BHX, BHY, BHZ, box_hits, BRHO, BVX, BVY, BX, BY, BYAW, BZ, CAMERA_VIEW_M,
                     CCLS, CR, CRHO, CVX, CVY, CX, CY, cylinder_hits, CZ0, CZ1, EGO_LANE_Y,
@@ -399,15 +399,31 @@ class SyntheticDrive:
         """
         Camera ``name``'s feature map at time t (s): float32 (H_f, W_f, C), row-major.
 
-        Channel k is ``CAMERA_CHANNELS[k % 8]``; the scene is rendered as it is at t (global
-        shutter) from the camera pose ego(t) x calibration (``camera_render.py``).
+        Channel k is ``CAMERA_CHANNELS[k % 8]``: label-free appearance features of the colour
+        image the camera takes of the scene as it is at t (global shutter) from the camera pose
+        ego(t) x calibration, with the frame's exposure and noise (``camera_render.py``).
         """
+        cam, rays, origin, boxes, cylinders = self._camera_view(name, t)
+        rng = np.random.default_rng([self.seed, 4, self.cameras.index(cam), time_key(t)])
+        return render(cam, rays, origin, boxes, cylinders, rng)
+
+    def camera_surfaces(self, name: str, t: float) -> Surfaces:
+        """
+        Return what each pixel of camera ``name`` sees at time t (s): ``camera_render.Surfaces``.
+
+        Per pixel (row-major): optical depth (m; inf: sky), scene class (-1: sky), normal and
+        albedo; the geometry behind ``camera_features``, never published (tests, evaluation).
+        """
+        _, rays, origin, boxes, cylinders = self._camera_view(name, t)
+        return trace(rays, origin, boxes, cylinders)
+
+    def _camera_view(self, name: str, t: float):
+        """Return camera ``name``'s config, rays, origin (world) and the scene it sees at t."""
         if name not in self._camera_rays:
             raise ValueError(f'unknown camera {name!r}; this drive has '
                              f'{[c.name for c in self.cameras]}')
         cam, rays = self._camera_rays[name]
         origin = self.ego_position(t) + np.array(cam.pose.translation)
         boxes, cylinders = self.scene(origin[0] - CAMERA_VIEW_M, origin[0] + CAMERA_VIEW_M, t)
-        rng = np.random.default_rng([self.seed, 4, self.cameras.index(cam), time_key(t)])
         # Ego heading 0: base_link axes are world axes, so the rays need no rotation.
-        return render(cam, rays, origin, boxes, cylinders, rng)
+        return cam, rays, origin, boxes, cylinders

@@ -16,14 +16,14 @@ POINT_DTYPE = np.dtype({'names': [f[0] for f in POINT_FIELDS],
                         'formats': ['<f4', '<f4', '<f4', '<f4', '<u2', '<f4'],
                         'offsets': [f[1] for f in POINT_FIELDS], 'itemsize': POINT_STEP})
 
-# Camera feature channels: 1 / optical depth (1/m, 0 for sky), hit height above ground (m, 0 for
-# ground and sky), one-hot classes ground / vehicle / pole / wall (buildings, underpass) / sky,
-# and a grey shading (albedo x sun, 0..1). With C != 8 configured channels, channel k holds
-# CAMERA_CHANNELS[k % 8].
-CAMERA_CHANNELS = ('inverse_depth', 'height', 'ground', 'vehicle', 'pole', 'wall', 'sky',
-                   'shading')
+# Camera feature channels, computed from a rendered colour image only (camera_render.py): its
+# RGB (0..1, gamma-encoded), luminance, Sobel gradients along u (right) and v (down), local
+# contrast (luminance minus its 5 x 5 mean) and saturation (max - min of RGB). No class, no
+# depth. With C != 8 configured channels, channel k holds CAMERA_CHANNELS[k % 8].
+CAMERA_CHANNELS = ('red', 'green', 'blue', 'luminance', 'grad_u', 'grad_v', 'local_contrast',
+                   'saturation')
 
-# Classes (also the camera one-hot channel minus 2).
+# Classes of the scene's surfaces (box and cylinder rows, the LiDAR's and camera's ray casts).
 GROUND, VEHICLE, POLE, WALL = 0, 1, 2, 3
 
 # Scene layout, world frame (m, m/s).
@@ -46,7 +46,7 @@ CAMERA_VIEW_M = 150.0         # objects further than this are not rendered (grou
 TRAFFIC = ((1.75, -11.0, 15.0, 42.0, 8.0, None),
            (EGO_LANE_Y, 10.6, 22.0, 70.0, 5.0, 0))   # ahead of the ego only (LEAD_MARGIN)
 
-# Ground reflectivity (also the camera albedo).
+# Ground reflectivity (also the camera albedo, tinted in camera_render.py).
 ASPHALT, PAINT, SIDEWALK, GRAVEL, GRASS, WATER = 0.07, 0.55, 0.25, 0.18, 0.20, 0.02
 SUN = np.array([0.35, 0.25, 0.9]) / np.linalg.norm([0.35, 0.25, 0.9])
 
