@@ -10,7 +10,8 @@ Targets (CenterPoint): a Gaussian heatmap at stride 4 (radius from the box's siz
 cells, CenterPoint's ``gaussian_radius`` at overlap 0.1, at least 2 cells), and at the centre
 cell only the offset, z, log size and sin/cos yaw. Loss: the focal loss of the heatmap plus
 0.25 x the L1 of the regression, both per object. Random flips of x and y augment; optax
-AdamW with a warm-up and cosine decay.
+AdamW with a warm-up and cosine decay. Camera dropout (issue 29): a sample has all its cameras,
+a random subset or none (``training_set.CameraDropout``), so the head works with them masked.
 
 A loss that is not finite stops the training (``TrainingError``, naming the step and the
 inputs' extremes), and so do final weights that are not finite: nothing non-finite is ever
@@ -33,7 +34,7 @@ import numpy as np
 import optax
 
 from .arguments import check_writable, outputs_apart
-from .training_set import collect, Dataset, read_truth
+from .training_set import CameraDropout, collect, Dataset, read_truth, VARIANTS
 from ..bags import bagio
 from ..core.pipeline import BevPipeline
 from ..detection.head import HeadInput, leaf_names, save_weights
@@ -128,11 +129,17 @@ def flip_boxes(boxes: np.ndarray, grid, flip_x: bool, flip_y: bool) -> np.ndarra
     return out
 
 
-def batch(dataset: Dataset, indices, flips, grid):
-    """Return the pooled inputs and targets of frames ``indices`` with their (x, y) flips."""
+def batch(dataset: Dataset, indices, flips, grid, variants=None):
+    """
+    Return the pooled inputs and targets of frames ``indices`` with their (x, y) flips.
+
+    ``variants``: each frame's cameras, an index into ``VARIANTS`` (None: all cameras); those
+    without cameras are zeroed once stacked (``Dataset.variant`` without its copy).
+    """
     inputs, heat, reg, mask = [], [], [], []
-    for k, (fx, fy) in zip(indices, flips):
-        pooled = dataset.pooled[k]
+    variants = np.zeros(len(indices), int) if variants is None else np.asarray(variants)
+    for k, (fx, fy), v in zip(indices, flips, variants):
+        pooled = dataset.variant(k, 'subset' if VARIANTS[v] == 'subset' else 'all')
         pooled = pooled[::-1] if fx else pooled
         pooled = pooled[:, ::-1] if fy else pooled
         inputs.append(pooled)
@@ -140,7 +147,10 @@ def batch(dataset: Dataset, indices, flips, grid):
                                  pooled.shape[:2], len(CLASSES))
         for out, t in zip((heat, reg, mask), targets):
             out.append(t)
-    return tuple(np.stack(a) for a in (inputs, heat, reg, mask))
+    inputs, heat, reg, mask = (np.stack(a) for a in (inputs, heat, reg, mask))
+    for row in np.flatnonzero(variants == VARIANTS.index('none')):
+        dataset.drop_cameras(inputs[row])
+    return inputs, heat, reg, mask
 
 
 # -- loss and training -----------------------------------------------------------------------
@@ -180,8 +190,8 @@ def make_step(optimizer, frozen):
 
 
 def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, seed: int,
-          progress=None, learning_rate: float | None = None
-          ) -> tuple[CenterPointHead, np.ndarray]:
+          progress=None, learning_rate: float | None = None,
+          dropout: CameraDropout | None = None) -> tuple[CenterPointHead, np.ndarray]:
     """
     Train a head on ``dataset``; return it and the per-step losses float32[steps, 3].
 
@@ -195,6 +205,8 @@ def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, se
     seed: of the initial weights, the frame order and the flips.
     progress: called with (step, steps, loss) after every step.
     learning_rate: the peak of the schedule (None: ``LEARNING_RATE``).
+    dropout: the weights of each sample's camera variant (None: all cameras; a set without
+        cameras to drop has all only: ``Dataset.variants``).
 
     Returns
     -------
@@ -218,6 +230,7 @@ def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, se
     opt_state = optimizer.init(trainable)
     step = make_step(optimizer, frozen)
     rng = np.random.default_rng(seed)
+    weights = dataset.variants(dropout or CameraDropout(0.0))
     order: list[int] = []
     losses = np.zeros((steps, 3), np.float32)
     for n in range(steps):
@@ -225,7 +238,9 @@ def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, se
             order += list(rng.permutation(len(dataset.pooled)))
         indices, order = order[:batch_size], order[batch_size:]
         flips = rng.random((batch_size, 2)) < 0.5
-        arrays = batch(dataset, indices, flips, grid)
+        # Drawn only with dropout: without, the draws are those of the training before it.
+        variants = rng.choice(len(VARIANTS), batch_size, p=weights) if weights[0] < 1 else None
+        arrays = batch(dataset, indices, flips, grid, variants)
         trainable, opt_state, loss = step(trainable, opt_state, *arrays)
         losses[n] = np.asarray(loss)
         if not np.isfinite(losses[n]).all():
@@ -317,14 +332,20 @@ def plot_losses(losses: np.ndarray, path: Path) -> None:
 # -- command line ----------------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f'expected an integer, got {text!r}') from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'must be at least 1, got {value}')
-    return value
+def _number(kind, low, high=None):
+    """Return an argparse type: a ``kind`` (int or float) of at least ``low``, at most ``high``."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            what = 'an integer' if kind is int else 'a number'
+            raise argparse.ArgumentTypeError(f'expected {what}, got {text!r}') from None
+        if value < low or (high is not None and not value <= high):
+            raise argparse.ArgumentTypeError(
+                f'must be at least {low}, got {value}' if high is None else
+                f'must be within [{low}, {high}], got {text}')
+        return value
+    return parse
 
 
 def _picture_file(text: str) -> str:
@@ -342,20 +363,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = ('Train the reference CenterPoint vehicle head on sample drives with '
                           'ground truth. Train only on drives of seeds >= 100 (jax-perception '
                           'sample-bag OUT --seed K); seeds below 100 are for tests, the demo, '
-                          'the benchmarks and evaluation.')
+                          'the benchmarks and evaluation. The parameter file fixes the BEV '
+                          'the weights are for: cameras.names: [] for LiDAR-only weights.')
     parser.add_argument('bags', nargs='+', metavar='BAGS',
                         help='sample drives with /ground_truth/objects (seeds >= 100 only)')
     parser.add_argument('--out', required=True, metavar='WEIGHTS',
                         help='the weights (.npz) to write')
     parser.add_argument('--params', metavar='FILE',
                         help='parameter file (default: the shipped one); fixes the BEV')
-    parser.add_argument('--steps', type=_positive_int, default=DEFAULT_STEPS,
+    parser.add_argument('--steps', type=_number(int, 1), default=DEFAULT_STEPS,
                         help=f'optimizer steps (default {DEFAULT_STEPS})')
-    parser.add_argument('--batch', type=_positive_int, default=DEFAULT_BATCH,
+    parser.add_argument('--batch', type=_number(int, 1), default=DEFAULT_BATCH,
                         help=f'frames per step (default {DEFAULT_BATCH})')
     parser.add_argument('--seed', type=int, default=0,
-                        help='seed of the initial weights, frame order and flips (default 0); '
-                             'not a drive seed')
+                        help='seed of the initial weights, frame order, flips and camera '
+                             'dropout (default 0); not a drive seed')
+    default, share = CameraDropout(), _number(float, 0, 1)
+    parser.add_argument('--camera-dropout', type=share, default=default.rate, metavar='P',
+                        help='the share of training samples with cameras dropped (default '
+                             f'{default.rate:g}): every camera (--drop-all-cameras), or each '
+                             'kept with probability 0.5 (drawn per frame with --seed); 0: all '
+                             'cameras always (half the memory); no effect without cameras')
+    parser.add_argument('--drop-all-cameras', type=share, default=default.every, metavar='F',
+                        help='of the samples with cameras dropped, the share with every camera '
+                             f'dropped (default {default.every:g})')
     parser.add_argument('--png', type=_picture_file, metavar='FILE',
                         help='the loss curve picture (default: WEIGHTS with _loss.png)')
 
@@ -383,18 +414,20 @@ def cmd_train(args, stream=sys.stderr) -> int:
             reader.close()
     pipe.warmup()
     names = GridMapLayers.for_pipeline(cfg, pipe).names
-    dataset = Dataset(pipe.output_channels, names)
-    collect(args.bags, cfg, pipe, dataset, stream)
+    dataset = Dataset.of(cfg, pipe, names)
+    dropout = CameraDropout(args.camera_dropout, args.drop_all_cameras)
+    collect(args.bags, cfg, pipe, dataset, stream, dropout, args.seed)
     if not dataset.pooled:
         raise bagio.BagError('no LiDAR frame with ground truth at its stamp in '
                              f'{", ".join(map(str, args.bags))}')
     collected = time.perf_counter()
     stream.write(f'{len(dataset.pooled)} frames, {sum(len(b) for b in dataset.boxes)} boxes, '
-                 f'collected in {collected - start:.0f} s; training {args.steps} steps of '
-                 f'{args.batch}\n')
+                 f'collected in {collected - start:.0f} s; '
+                 f'{dataset.describe_dropout(cfg, pipe.projected, dropout)}; '
+                 f'training {args.steps} steps of {args.batch}\n')
     try:
         model, losses = train(dataset, grid, pipe.output_channels, args.steps, args.batch,
-                              args.seed, progress_bar(stream))
+                              args.seed, progress_bar(stream), dropout=dropout)
     except TrainingError as exc:
         if stream.isatty():
             stream.write('\n')        # end the progress bar's line

@@ -13,6 +13,19 @@ is one line naming the bag, the stamp and the box; so is a BEV with non-finite v
 out a box would teach the head that nothing is there (its cells become negatives of the
 heatmap), and leaving out frames would hide a broken recording from the one who made it.
 
+Camera dropout (issue 29: a head that works with cameras masked or absent): each frame gives up
+to three BEV variants, drawn by the trainer with the weights of :class:`CameraDropout`: all
+cameras (the frame as processed), a random subset (each camera kept with probability
+``KEEP_CAMERA``, drawn once per frame, seeded) and none. The camera channels and the coverage
+come from the lift alone, and the LiDAR channels do not depend on the cameras. So the subset
+variant is the frame's BEV with its camera channels and coverage lifted again by the
+pipeline's own lift (``lift.lift_cameras`` on the frame's staged maps and lift tables, from
+``BevPipeline.frame_args``) with the other cameras masked; and with every camera masked the
+lift gives 0 in every camera channel and in the coverage, so that variant is the frame's
+pooled BEV with those zeroed (made when drawn, never stored). Both equal what
+``BevPipeline.process`` gives with those cameras left out, bit for bit (tested). A BEV without
+cameras, or projected by ``fusion.weights`` (no camera channel to drop), has the one variant.
+
 A sample drive records its seed in its metadata.yaml (``bagio.SAMPLE_SEED_KEY``); one of a
 seed below ``FIRST_TRAINING_SEED`` is held out for tests, the demo and evaluation, and refused,
 whether named by its folder or by its .mcap (``bagio.custom_data``). A bag without that record
@@ -20,6 +33,7 @@ whether named by its folder or by its .mcap (``bagio.custom_data``). A bag witho
 """
 
 from collections import Counter
+from dataclasses import dataclass
 import math
 import sys
 from typing import Sequence
@@ -29,6 +43,7 @@ import numpy as np
 
 from ..bags import bagio
 from ..bags.replay import BagFrames, cloud_count, read_ground_truth, ReplayResult
+from ..core import lift
 from ..core.pipeline import BevPipeline
 from ..detection.heads.centerpoint import CenterPointHead, CLASSES
 from ..frames.frame_path import FramePath
@@ -38,13 +53,37 @@ from ..outputs.objects import GROUND_TRUTH_TOPIC
 FIRST_TRAINING_SEED = 100  # sample drives of lower seeds are held out (module doc)
 UNIT_TOLERANCE = 0.01      # |norm - 1| of a box's orientation quaternion (module doc)
 BOX_COLUMNS = ('x', 'y', 'z', 'length', 'width', 'height')    # the box values a target uses
+VARIANTS = ('all', 'subset', 'none')    # the cameras of a frame's BEV variants (module doc)
+KEEP_CAMERA = 0.5          # the subset variant keeps each camera with this probability
+
+
+@dataclass(frozen=True)
+class CameraDropout:
+    """
+    The share of training samples drawn with their cameras dropped (module doc).
+
+    ``rate``: the share of samples with cameras dropped (0: every sample has all its cameras,
+    and one BEV per frame is kept); ``every``: of those, the share with every camera dropped,
+    the rest with each dropped independently (kept with probability ``KEEP_CAMERA``).
+    """
+
+    rate: float = 0.6
+    every: float = 0.5
+
+    @property
+    def weights(self) -> tuple[float, float, float]:
+        """Return the weights of ``VARIANTS``: all, subset, none (0.4, 0.3, 0.3 by default)."""
+        return (1.0 - self.rate, self.rate * (1.0 - self.every), self.rate * self.every)
 
 
 class Dataset:
     """Pooled training BEVs, their ground-truth boxes and the BEVs' per-channel statistics."""
 
-    def __init__(self, channels: int, names: Sequence[str] = ()):
-        self.pooled: list[np.ndarray] = []        # float32[h, w, 2C] each
+    def __init__(self, channels: int, names: Sequence[str] = (), cameras: int | None = None):
+        self.pooled: list[np.ndarray] = []        # float32[h, w, 2C] each: all cameras
+        self.subset: list[np.ndarray] = []        # the same with a random subset, if collected
+        self.channels = channels
+        self.cameras = cameras                    # first camera channel; None: no dropout
         self.boxes: list[np.ndarray] = []         # float32[n, 9] each
         self.origins: list[tuple[str, int]] = []  # (bag, LiDAR stamp ns) of each frame
         self.without_truth = 0                    # frames with no ground truth at their stamp
@@ -55,9 +94,19 @@ class Dataset:
         self._peak = (0.0, '', -1)                # largest |BEV value|, its channel, frame
         self._box_peak = (0.0, '', -1)            # largest |box value|, its column, frame
 
+    @classmethod
+    def of(cls, cfg, pipe: BevPipeline, names: Sequence[str] = ()) -> 'Dataset':
+        """Return an empty set for ``pipe``'s BEV; its cameras can be dropped (module doc)."""
+        droppable = bool(cfg.cameras) and not pipe.projected
+        return cls(pipe.output_channels, names, len(pipe.lidar_channels) if droppable else None)
+
     def add(self, features: np.ndarray, pooled: np.ndarray, boxes: np.ndarray,
-            origin: tuple[str, int] = ('', 0)) -> None:
-        """Keep one frame: its pooled BEV and boxes; its full BEV enters the statistics."""
+            origin: tuple[str, int] = ('', 0), subset: np.ndarray | None = None) -> None:
+        """
+        Keep one frame: its pooled BEV and boxes; its full BEV enters the statistics.
+
+        ``subset``: the pooled BEV with a random subset of its cameras, if collected.
+        """
         flat = features.reshape(-1, features.shape[-1]).astype(np.float64)
         self._sum += flat.sum(axis=0)
         self._squares += np.einsum('nc,nc->c', flat, flat)
@@ -71,8 +120,44 @@ class Dataset:
             column = int(np.unravel_index(values.argmax(), values.shape)[1])
             self._box_peak = (float(values.max()), BOX_COLUMNS[column], frame)
         self.pooled.append(pooled)
+        if subset is not None:
+            self.subset.append(subset)
         self.boxes.append(boxes)
         self.origins.append(origin)
+
+    def variants(self, dropout: CameraDropout) -> np.ndarray:
+        """Return the probabilities of ``VARIANTS`` (all cameras only where none can drop)."""
+        weights = np.asarray(dropout.weights if self.cameras is not None else (1.0, 0.0, 0.0))
+        if not self.subset:
+            weights[1] = 0.0
+        return weights / weights.sum() if weights.sum() > 0 else np.array([1.0, 0.0, 0.0])
+
+    def variant(self, k: int, which: str = 'all') -> np.ndarray:
+        """Return frame ``k``'s pooled BEV float32[h, w, 2C] with ``which`` cameras (VARIANTS)."""
+        if which == 'all' or self.cameras is None:
+            return self.pooled[k]
+        if which == 'subset':
+            return self.subset[k]
+        return self.drop_cameras(self.pooled[k].copy())
+
+    def drop_cameras(self, pooled: np.ndarray) -> np.ndarray:
+        """Zero the camera channels and the coverage of pooled BEVs [..., 2C] in place."""
+        if self.cameras is not None:        # in both halves: the max, then the mean
+            pooled[..., self.cameras:self.channels] = 0.0
+            pooled[..., self.channels + self.cameras:] = 0.0
+        return pooled
+
+    def describe_dropout(self, cfg, projected: bool, dropout: CameraDropout) -> str:
+        """Say the samples' camera variants: their weights, or why there are none."""
+        if not cfg.cameras:
+            return 'no cameras to drop'
+        if projected:
+            return 'no camera dropout (fusion.weights projects the camera channels away)'
+        weights = self.variants(dropout)
+        if weights[0] == 1.0:
+            return 'no camera dropout'
+        return 'samples with ' + ', '.join(f'{name} cameras {w:.2g}' for name, w in
+                                           zip(VARIANTS, weights) if w > 0)
 
     def extremes(self) -> str:
         """Describe the largest |value| of the BEVs and of the boxes, with their frames."""
@@ -92,15 +177,48 @@ class Dataset:
         return mean.astype(np.float32), np.where(std > 1e-6, std, 1.0).astype(np.float32)
 
 
+class SubsetLift:
+    """Each frame's BEV with a random subset of its cameras: the pipeline's lift (module doc)."""
+
+    def __init__(self, pipe: BevPipeline, seed: int = 0):
+        self.pipe, self.first = pipe, len(pipe.lidar_channels)
+        self.rng = np.random.default_rng(seed)
+        self.lift = jax.jit(lift.lift_cameras)
+        self.kept: tuple[str, ...] = ()          # the cameras of the last frame's subset
+
+    def __call__(self, features: np.ndarray) -> np.ndarray | None:
+        """
+        Return the BEV ``features`` (the frame ``pipe`` processed last) with a camera subset.
+
+        Each camera is kept with probability ``KEEP_CAMERA``; None when every camera the frame
+        had is kept (the BEV is ``features``).
+        """
+        n = len(self.pipe.camera_names)
+        keep = self.rng.random(n) < KEEP_CAMERA
+        # The frame's staged maps, camera flags and lift tables (frame_args runs nothing).
+        args = self.pipe.frame_args(np.zeros((1, 4), np.float32), 0)
+        valid = args.scalars[1:1 + n] > 0
+        self.kept = tuple(name for name, k in zip(self.pipe.camera_names, valid & keep) if k)
+        if np.array_equal(valid & keep, valid):
+            return None
+        camera, coverage = self.lift(args.features, valid & keep, args.lift)
+        out = np.array(features, np.float32, copy=True)
+        h, w, _ = out.shape
+        out[..., self.first:-1] = np.asarray(camera).reshape(h, w, -1)
+        out[..., -1] = np.asarray(coverage).reshape(h, w)
+        return out
+
+
 class _Collect(BagFrames):
     """Replay's message handling, but each processed frame goes to the dataset, not a bag."""
 
     picture = False
 
     def __init__(self, path: FramePath, truth: dict, dataset: Dataset, pool, total: int,
-                 src: str = ''):
+                 src: str = '', subset: SubsetLift | None = None):
         super().__init__(path, ReplayResult(), total)
         self.truth, self.dataset, self.pool, self.src = truth, dataset, pool, src
+        self.subset = subset
 
     def write(self, frame, timestamp: int) -> None:
         """Pair the frame with the ground truth of its stamp and keep it (BagError: non-finite)."""
@@ -117,8 +235,12 @@ class _Collect(BagFrames):
                 f'{self.src}: the BEV of the LiDAR frame at header.stamp {frame.stamp_ns} ns has '
                 f'non-finite values in {", ".join(names)}: its cloud holds values too large for '
                 'float32 sums; not trained on')
-        self.dataset.add(features, np.asarray(self.pool(features)), boxes,
-                         (str(self.src), frame.stamp_ns))
+        pooled = np.asarray(self.pool(features))
+        subset = None
+        if self.subset is not None:
+            dropped = self.subset(features)
+            subset = pooled if dropped is None else np.asarray(self.pool(dropped))
+        self.dataset.add(features, pooled, boxes, (str(self.src), frame.stamp_ns), subset)
 
 
 def read_truth(reader, src) -> tuple[dict[int, np.ndarray], Counter]:
@@ -195,10 +317,18 @@ def _text(values) -> str:
     return '(' + ', '.join(f'{v:g}' for v in values) + ')'
 
 
-def collect(bags, cfg, pipe: BevPipeline, dataset: Dataset, stream=sys.stderr) -> None:
-    """Replay every bag through ``pipe`` (warmed, no head) into ``dataset``."""
+def collect(bags, cfg, pipe: BevPipeline, dataset: Dataset, stream=sys.stderr,
+            dropout: CameraDropout | None = None, seed: int = 0) -> None:
+    """
+    Replay every bag through ``pipe`` (warmed, no head) into ``dataset``.
+
+    With ``dropout`` (its subset variant weighted) and a dataset whose cameras can be dropped,
+    each frame's subset variant is kept too, drawn with ``seed``.
+    """
     head = CenterPointHead.create(pipe.output_channels)
     pool = jax.jit(lambda bev: head.pool(bev))   # as the head pools at run time: unbatched
+    subset = SubsetLift(pipe, seed) if (dropout is not None and dataset.cameras is not None
+                                        and dropout.weights[1] > 0) else None
     topics = bagio.BagTopics()
     for n, src in enumerate(bags):
         reader = bagio.open_reader(src)
@@ -207,7 +337,8 @@ def collect(bags, cfg, pipe: BevPipeline, dataset: Dataset, stream=sys.stderr) -
             total = cloud_count(reader, types, topics, src)
             truth, left_out = read_truth(reader, src)
             pipe.reset_sweeps()
-            collector = _Collect(FramePath(cfg, pipe), truth, dataset, pool, total, src)
+            collector = _Collect(FramePath(cfg, pipe), truth, dataset, pool, total, src,
+                                 subset)
             collector.run(reader, types, topics, None)
         finally:
             reader.close()

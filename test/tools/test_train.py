@@ -2,6 +2,7 @@
 
 import argparse
 import errno
+import io
 import math
 import shutil
 from types import SimpleNamespace
@@ -12,12 +13,15 @@ import equinox as eqx
 import jax
 from jax_perception_node.bags import bagio
 from jax_perception_node.core.pipeline import BevPipeline
-from jax_perception_node.detection.head import HeadInput, load_weights
+from jax_perception_node.detection.head import CHANNELS_KEY, HeadInput, load_head, load_weights
+from jax_perception_node.detection.heads import centerpoint
 from jax_perception_node.detection.heads.centerpoint import CenterPointHead, vehicle_head
 from jax_perception_node.geometry.stamps import stamp_ns
 from jax_perception_node.outputs.objects import detections_message, GROUND_TRUTH_TOPIC
+from jax_perception_node.settings.channels import COVERAGE_CHANNEL, lidar_channels
 from jax_perception_node.settings.config import config_from_parameters
 from jax_perception_node.settings.param_file import write_param_file
+from jax_perception_node.settings.parameters import REFERENCE_HEAD
 from jax_perception_node.tools import train, training_set
 from jax_perception_node.tools.cli import main
 from jax_perception_node.tools.synthetic_drive import write_sample_bag
@@ -29,6 +33,9 @@ PARAMS = small_params(cameras=0, **{
     'grid.x_min': -25.6, 'grid.x_max': 25.6, 'grid.y_min': -25.6, 'grid.y_max': 25.6,
     'grid.z_min': -2.0, 'grid.z_max': 4.0, 'grid.resolution': 0.4,
     'lidar.translation': [0.0, 0.0, 1.8], 'buckets': [65536]})
+# The same with two small cameras: the BEV has 6 LiDAR, 3 camera channels and the coverage.
+CAMERA_PARAMS = {**small_params(cameras=2), **{
+    key: value for key, value in PARAMS.items() if not key.startswith('cameras.')}}
 TRAIN_SEED = 101        # training drives use seeds >= 100 only
 SEED_KEY = bagio.SAMPLE_SEED_KEY
 
@@ -53,6 +60,58 @@ def dataset(drive):
     data = training_set.Dataset(pipe.output_channels)
     training_set.collect([bag], cfg, pipe, data)
     return data
+
+
+@pytest.fixture(scope='module')
+def camera_drive(tmp_path_factory):
+    """Return (params file, a 0.8 s training drive with two cameras, its config)."""
+    folder = tmp_path_factory.mktemp('train_cameras')
+    cfg = config_from_parameters(CAMERA_PARAMS)
+    bag = folder / 'drive'
+    write_sample_bag(bag, cfg, seconds=0.8, seed=TRAIN_SEED)
+    return write_param_file(CAMERA_PARAMS, folder / 'params.yaml'), bag, cfg
+
+
+@pytest.fixture(scope='module')
+def camera_dataset(camera_drive):
+    """
+    Return (the camera drive collected with dropout, the pooled BEVs the pipeline gives).
+
+    For each frame, right after it: the pipeline's BEV of its cloud with every camera left out
+    and with only the subset's cameras (``BevPipeline.process``), pooled as the trainer pools.
+    """
+    _, bag, cfg = camera_drive
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    data = training_set.Dataset.of(cfg, pipe)
+    assert data.cameras == 6 and data.channels == 10
+    head = CenterPointHead.create(data.channels)
+    pool = jax.jit(lambda bev: head.pool(bev))             # as training_set.collect pools
+    dispatch, subset_lift = pipe.dispatch, training_set.SubsetLift.__call__
+    inputs, wanted = [], []
+
+    def spy(points, cameras=None, *args, **kwargs):         # the frame path's call
+        if kwargs:
+            times = points.times[:points.count].copy() if points.timed else None
+            inputs.append((points.buffer[:points.count].copy(), times, dict(cameras),
+                           kwargs['motion']))
+        return dispatch(points, cameras, *args, **kwargs)
+
+    def checked(self, features):
+        dropped = subset_lift(self, features)
+        points, times, maps, motion = inputs[-1]
+        kept = {name: maps[name] for name in self.kept}
+        wanted.append(([name for name in maps if maps[name] is not None], self.kept, *(
+            np.asarray(pool(pipe.process(points, cameras=given, times=times,
+                                         motion=motion).features))
+            for given in (maps, {}, kept))))
+        return dropped
+    pipe.dispatch = spy
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(training_set.SubsetLift, '__call__', checked)
+        training_set.collect([bag], cfg, pipe, data, dropout=training_set.CameraDropout(),
+                             seed=3)
+    return data, wanted
 
 
 def test_targets_of_one_box_match_an_independent_computation():
@@ -118,20 +177,130 @@ def test_a_few_steps_lower_the_loss(dataset, drive):
     np.testing.assert_array_equal(np.asarray(model.std), std)
 
 
-def test_train_command_writes_weights_the_head_loads(drive, tmp_path):
+def test_train_command_writes_weights_the_head_loads(drive, tmp_path, monkeypatch):
+    # The drive's parameters are LiDAR-only (cameras.names: []): the layout of the reference
+    # head's LiDAR-only checkpoint, which the factory then takes (issue 29).
     params_file, bag, cfg = drive
+    assert cfg.cameras == ()
     parser = argparse.ArgumentParser()
     train.add_arguments(parser)
     out = tmp_path / 'weights' / 'head.npz'
     args = parser.parse_args([str(bag), '--out', str(out), '--params', str(params_file),
                               '--steps', '3', '--batch', '2', '--seed', '100'])
-    assert train.cmd_train(args) == 0
-    spec = vehicle_head(HeadInput(cfg.grid.height, cfg.grid.width, cfg.fused_channels,
-                                  cfg.grid.resolution))
+    stream = io.StringIO()
+    assert train.cmd_train(args, stream) == 0
+    assert '15 frames, 17 boxes, collected in ' in stream.getvalue()
+    assert ' s; no cameras to drop; training 3 steps of 2' in stream.getvalue()
+    names = lidar_channels(1) + (COVERAGE_CHANNEL,)
+    assert tuple(np.load(out)[CHANNELS_KEY]) == names
+    bev = HeadInput(cfg.grid.height, cfg.grid.width, cfg.fused_channels, cfg.grid.resolution,
+                    names)
+    spec = vehicle_head(bev)
     params = load_weights(out, spec.params)
     assert not np.array_equal(params.conv1.weight, spec.params.conv1.weight)
     assert np.all(np.asarray(params.std) > 0)
     assert (tmp_path / 'weights' / 'head_loss.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    # As the shipped LiDAR-only checkpoint, the head takes it for that layout.
+    monkeypatch.setattr(centerpoint, 'LIDAR_WEIGHTS', out)
+    head = load_head(REFERENCE_HEAD, '', bev)
+    assert head.weights_path == out and head.params.mean.shape == (7,)
+
+
+def test_camera_dropout_variants_are_the_pipelines_bevs_without_those_cameras(camera_dataset):
+    data, wanted = camera_dataset
+    assert len(data.pooled) == len(data.subset) == len(wanted) == 8
+    kinds = set()
+    for k, (paired, kept, every, none, subset) in enumerate(wanted):
+        np.testing.assert_array_equal(data.variant(k, 'all'), every)
+        np.testing.assert_array_equal(data.variant(k, 'none'), none)      # bit for bit
+        np.testing.assert_array_equal(data.variant(k, 'subset'), subset)
+        assert set(kept) <= set(paired)
+        # LiDAR channels (max and mean halves) never depend on the cameras.
+        for half in (slice(0, 6), slice(10, 16)):
+            np.testing.assert_array_equal(none[..., half], every[..., half])
+        assert not none[..., 6:10].any() and not none[..., 16:].any()
+        kinds.add((len(paired), len(kept)))
+        if 0 < len(kept) < len(paired):
+            assert every[..., 9].sum() > subset[..., 9].sum() > 0       # less coverage
+        if len(kept) == len(paired):
+            assert data.subset[k] is data.pooled[k]         # the same BEV: kept once
+    assert (2, 1) in kinds and (2, 0) in kinds and (2, 2) in kinds, kinds
+
+
+def test_the_sampler_draws_the_variants_with_their_weights(camera_dataset, camera_drive,
+                                                           monkeypatch):
+    data = camera_dataset[0]
+    grid = camera_drive[2].grid
+    drawn, real = [], train.batch
+
+    def batch(dataset, indices, flips, grid, variants=None):
+        drawn.append(variants)
+        k = indices[0]
+        if variants is not None:        # a batch holds the variants drawn
+            inputs = real(dataset, [k] * 3, [(False, False)] * 3, grid, [0, 1, 2])[0]
+            for v, name in enumerate(training_set.VARIANTS):
+                np.testing.assert_array_equal(inputs[v], dataset.variant(k, name))
+        return real(dataset, indices, flips, grid, variants)
+
+    monkeypatch.setattr(train, 'batch', batch)
+    monkeypatch.setattr(train, 'make_step', lambda optimizer, frozen: (
+        lambda t, state, *arrays: (t, state, np.ones(3, np.float32))))
+    assert training_set.CameraDropout().weights == pytest.approx((0.4, 0.3, 0.3))
+
+    def draws(dropout, seed=4, steps=300):
+        drawn.clear()
+        train.train(data, grid, data.channels, steps, 4, seed, dropout=dropout)
+        return list(drawn)
+    counts = np.bincount(np.concatenate(draws(training_set.CameraDropout())), minlength=3)
+    np.testing.assert_allclose(counts / counts.sum(), (0.4, 0.3, 0.3), atol=0.04)
+    first = np.array(draws(training_set.CameraDropout(), steps=5))
+    np.testing.assert_array_equal(first, draws(training_set.CameraDropout(), steps=5))  # seeded
+    assert not np.array_equal(first, draws(training_set.CameraDropout(), seed=5, steps=5))
+    counts = np.bincount(np.concatenate(draws(training_set.CameraDropout(0.5, 0.2))),
+                         minlength=3)
+    np.testing.assert_allclose(counts / counts.sum(), (0.5, 0.4, 0.1), atol=0.04)
+    # No dropout, or no cameras to drop: all cameras, drawn as before dropout was.
+    assert draws(training_set.CameraDropout(0.0), steps=3) == [None] * 3
+    assert draws(None, steps=3) == [None] * 3
+    lidar_only = training_set.Dataset(7)
+    assert list(lidar_only.variants(training_set.CameraDropout())) == [1.0, 0.0, 0.0]
+
+
+def test_train_command_drops_cameras_by_its_options(camera_drive, tmp_path, capsys,
+                                                    monkeypatch):
+    params_file, bag, cfg = camera_drive
+    out = tmp_path / 'head.npz'
+    argv = [str(bag), '--out', str(out), '--params', str(params_file), '--steps', '1',
+            '--batch', '2']
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    collected, collect = [], training_set.collect
+
+    def spy(bags, cfg, pipe, dataset, *args):
+        collect(bags, cfg, pipe, dataset, *args)
+        collected.append(dataset)
+    monkeypatch.setattr(train, 'collect', spy)
+    for options, says, subsets in (
+            ([], 'samples with all cameras 0.4, subset cameras 0.3, none cameras 0.3', 8),
+            (['--camera-dropout', '0.5', '--drop-all-cameras', '1'],
+             'samples with all cameras 0.5, none cameras 0.5', 0)):     # no subset kept
+        stream = io.StringIO()
+        assert train.cmd_train(parser.parse_args(argv + options), stream) == 0
+        assert '8 frames, 10 boxes, collected in ' in stream.getvalue()
+        assert f' s; {says}; training 1 steps of 2' in stream.getvalue(), stream.getvalue()
+        assert len(collected[-1].pooled) == 8 and len(collected[-1].subset) == subsets
+    assert tuple(np.load(out)[CHANNELS_KEY])[6:] == ('camera_0', 'camera_1', 'camera_2',
+                                                     COVERAGE_CHANNEL)
+    assert collected[-1].describe_dropout(cfg, False, training_set.CameraDropout(0.0)) == (
+        'no camera dropout')
+    assert collected[-1].describe_dropout(cfg, True, training_set.CameraDropout()) == (
+        'no camera dropout (fusion.weights projects the camera channels away)')
+    capsys.readouterr()
+    for value, refused in (('1.5', 'must be within [0, 1], got 1.5'),
+                           ('-0.1', 'must be within [0, 1], got -0.1'),
+                           ('x', "expected a number, got 'x'")):
+        assert main(['train'] + argv + ['--drop-all-cameras', value]) != 0
+        assert_one_line_error(capsys, f'argument --drop-all-cameras: {refused}')
 
 
 def test_a_sample_drive_of_a_held_out_seed_is_refused_before_the_warm_up(
@@ -385,7 +554,8 @@ def test_a_box_larger_than_the_grid_covers_it():
 
 def test_a_bev_with_non_finite_values_is_refused_naming_bag_stamp_and_channel():
     data = training_set.Dataset(3, ('occupancy', 'density', 'intensity_mean'))
-    collector = training_set._Collect(None, {7: np.zeros((0, 9), np.float32)}, data,
+    path = SimpleNamespace(cfg=config_from_parameters(PARAMS))
+    collector = training_set._Collect(path, {7: np.zeros((0, 9), np.float32)}, data,
                                       lambda f: f, 1, 'drive')
     features = np.zeros((4, 4, 3), np.float32)
     features[1, 2, 2] = np.inf

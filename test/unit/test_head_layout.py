@@ -9,9 +9,11 @@ import jax
 from jax_perception_node.core.pipeline import BevPipeline
 from jax_perception_node.detection.head import (CHANNELS_KEY, describe_channels, HeadInput,
                                                 load_head, save_weights)
+from jax_perception_node.detection.heads import centerpoint
 from jax_perception_node.detection.heads.centerpoint import vehicle_head, WEIGHTS
 from jax_perception_node.settings.channels import COVERAGE_CHANNEL, lidar_channels
 from jax_perception_node.settings.config import config_from_parameters, load_config
+from jax_perception_node.settings.param_file import read_param_file
 from jax_perception_node.settings.parameters import ConfigError, REFERENCE_HEAD
 import numpy as np
 import pytest
@@ -46,6 +48,21 @@ def assert_shipped_refusal(text: str, has: str) -> None:
     assert not any(words in text for words in SHAPE_WORDING), text
 
 
+@pytest.fixture
+def no_lidar_weights(tmp_path, monkeypatch):
+    """Make the head ship no LiDAR-only checkpoint (as before one was trained)."""
+    monkeypatch.setattr(centerpoint, 'LIDAR_WEIGHTS', tmp_path / 'absent' / 'lidar.npz')
+
+
+@pytest.fixture
+def lidar_weights(tmp_path, monkeypatch):
+    """Make the head ship a LiDAR-only checkpoint (untrained, its channels recorded)."""
+    (tmp_path / 'shipped').mkdir()
+    path = trained_for(tmp_path / 'shipped', LIDAR_ONLY)
+    monkeypatch.setattr(centerpoint, 'LIDAR_WEIGHTS', path)
+    return path
+
+
 def test_the_shipped_weights_record_the_shipped_configurations_channels():
     cfg = load_config(PARAMS_FILE)
     names = lidar_channels(cfg.accumulation.num_sweeps) + cfg.camera_channel_names + (
@@ -56,12 +73,63 @@ def test_the_shipped_weights_record_the_shipped_configurations_channels():
     assert load_head(REFERENCE_HEAD, '', bev(channels=15)).weights_path == WEIGHTS   # by count
 
 
-@pytest.mark.parametrize('cameras, has', [(0, '7 BEV channels'), (2, '10 BEV channels')])
+def test_the_shipped_lidar_only_weights_record_the_lidar_only_channels():
+    if not centerpoint.LIDAR_WEIGHTS.exists():
+        pytest.skip(f'{centerpoint.LIDAR_WEIGHTS.name} is not trained yet')
+    cfg = config_from_parameters({**{key: value for key, value in read_param_file(
+        PARAMS_FILE).items() if not key.startswith('cameras.') or key.count('.') == 1},
+        'cameras.names': []})
+    assert lidar_channels(cfg.accumulation.num_sweeps) + (COVERAGE_CHANNEL,) == LIDAR_ONLY
+    assert tuple(np.load(centerpoint.LIDAR_WEIGHTS)[CHANNELS_KEY]) == LIDAR_ONLY
+    pipe = BevPipeline(cfg)
+    assert pipe.head.weights_path == centerpoint.LIDAR_WEIGHTS
+    assert pipe.head.params.mean.shape == (7,) and np.abs(pipe.head.params.mean).sum() > 0
+
+
+def test_the_factory_takes_the_checkpoint_of_the_bevs_layout(lidar_weights):
+    # Issue 29: one checkpoint per layout the shipped parameters make, taken by its channels.
+    head_module = {'head.module': REFERENCE_HEAD}
+    pipe = BevPipeline(config_from_parameters(small_params(0, **head_module)))   # names: []
+    assert pipe.head.weights_path == lidar_weights and pipe.head.params.mean.shape == (7,)
+    assert load_head(REFERENCE_HEAD, '', bev(channels=7)).weights_path == lidar_weights
+    assert load_head(REFERENCE_HEAD, '', bev(SHIPPED)).weights_path == WEIGHTS
+    # A live swap to '' takes the one of the BEV's layout; an explicit file is used as set.
+    explicit = trained_for(lidar_weights.parent.parent, LIDAR_ONLY, record=False)
+    head = load_head(REFERENCE_HEAD, str(explicit), bev(LIDAR_ONLY))
+    assert head.weights_path == explicit and head.checkpoint('')[0] == lidar_weights
+    # Any other layout: the one line, naming the shipped layout with the cameras.
+    assert_shipped_refusal(refused(lambda: BevPipeline(config_from_parameters(
+        small_params(2, **head_module)))), '10 BEV channels')
+
+
+def test_a_damaged_lidar_only_checkpoint_is_no_candidate(tmp_path, monkeypatch):
+    damaged = tmp_path / 'lidar.npz'
+    damaged.write_bytes(b'PK\x03\x04 not a zip')
+    monkeypatch.setattr(centerpoint, 'LIDAR_WEIGHTS', damaged)
+    assert_shipped_refusal(refused(lambda: load_head(REFERENCE_HEAD, '', bev(LIDAR_ONLY))),
+                           f'{describe_channels(7, LIDAR_ONLY)};')
+
+
+@pytest.mark.parametrize('cameras, has, shipped', [
+    (0, '7 BEV channels', False),
+    (2, '10 BEV channels', False),
+    (2, '10 BEV channels', True),       # with a LiDAR-only checkpoint too: the same line
+])
 def test_a_configuration_the_shipped_weights_do_not_fit_is_refused_naming_head_module(
-        cameras, has):
+        cameras, has, shipped, request):
+    request.getfixturevalue('lidar_weights' if shipped else 'no_lidar_weights')
     cfg = config_from_parameters(small_params(cameras, **{'head.module': REFERENCE_HEAD}))
     assert cfg.head.weights == ''
     assert_shipped_refusal(refused(lambda: BevPipeline(cfg)), has)
+
+
+def test_other_channels_of_the_lidar_only_count_are_refused_by_name(lidar_weights):
+    names = LIDAR_ONLY[:5] + ('reflectivity', COVERAGE_CHANNEL)
+    text = refused(lambda: load_head(REFERENCE_HEAD, '', bev(names)))
+    assert text.startswith(f'head.module: {REFERENCE_HEAD} ships weights trained for '
+                           f'{describe_channels(7, LIDAR_ONLY)}, this configuration has '
+                           f'{describe_channels(7, names)} (channel 5 is intensity_mean in the '
+                           'weights, reflectivity here); '), text
 
 
 @pytest.mark.parametrize('names, where', [
@@ -72,7 +140,7 @@ def test_a_configuration_the_shipped_weights_do_not_fit_is_refused_naming_head_m
     (lidar_channels(1) + tuple(f'semantic_{k}' for k in range(8)) + (COVERAGE_CHANNEL,),
      ' (channel 6 is camera_0 in the weights, semantic_0 here)'),
 ])
-def test_the_shipped_weights_are_refused_by_name(names, where):
+def test_the_shipped_weights_are_refused_by_name(names, where, no_lidar_weights):
     text = refused(lambda: load_head(REFERENCE_HEAD, '', bev(names)))
     assert_shipped_refusal(text, f'{describe_channels(len(names), names)}{where};')
 
@@ -102,7 +170,8 @@ def test_a_head_weights_file_trained_for_other_channels_is_refused_naming_it(tmp
     assert target == head.weights_path and params.mean.shape == (7,)
 
 
-def test_a_live_swap_to_the_shipped_weights_that_do_not_fit_names_head_module(tmp_path):
+def test_a_live_swap_to_the_shipped_weights_that_do_not_fit_names_head_module(
+        tmp_path, no_lidar_weights):
     head = load_head(REFERENCE_HEAD, str(trained_for(tmp_path, LIDAR_ONLY)), bev(LIDAR_ONLY))
     assert_shipped_refusal(refused(lambda: head.checkpoint('')),
                            f'{describe_channels(7, LIDAR_ONLY)};')
@@ -167,8 +236,7 @@ def tiny_bag(tmp_path_factory):
     return bag
 
 
-def test_replay_prints_the_one_line(tiny_bag, tmp_path, capsys):
-    from jax_perception_node.settings.param_file import read_param_file
+def test_replay_prints_the_one_line(tiny_bag, tmp_path, capsys, no_lidar_weights):
     from jax_perception_node.tools.cli import main
     from ros_harness import write_params
     params = {key: value for key, value in read_param_file(PARAMS_FILE).items()

@@ -20,6 +20,11 @@ decoding, where a 3x3 first layer and a dilated 32-channel second one (18 k para
 
 The parameters are the arrays of the Equinox module (``eqx.partition(model, eqx.is_array)``);
 ``apply`` combines them with the static rest and calls it, so they are traced arguments.
+
+The head ships one checkpoint per BEV layout the shipped parameters make (issue 29): with the
+cameras (:data:`WEIGHTS`, 15 channels) and LiDAR-only, ``cameras.names: []``
+(:data:`LIDAR_WEIGHTS`, 7 channels). Each records the channels it was trained for, and
+``vehicle_head`` takes the one whose record is the BEV's layout (:func:`shipped_weights`).
 """
 
 from pathlib import Path
@@ -29,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..head import HeadInput, HeadSpec
+from ..head import CHANNELS_KEY, HeadInput, HeadSpec
 from ...settings.parameters import ConfigError
 
 STRIDE = 4
@@ -39,7 +44,8 @@ CONTEXT = 16               # channels of the 3 x 3 layer
 # The head's outputs (the head contract's keys) and their channels, in the last conv's order.
 OUTPUTS = (('heatmap', len(CLASSES)), ('offset', 2), ('z', 1), ('size', 3), ('yaw', 2))
 HEATMAP_PRIOR = 0.1        # initial score everywhere: bias log(p / (1 - p)) = -2.19
-WEIGHTS = Path(__file__).with_name('centerpoint_vehicle.npz')
+WEIGHTS = Path(__file__).with_name('centerpoint_vehicle.npz')            # with the cameras
+LIDAR_WEIGHTS = Path(__file__).with_name('centerpoint_vehicle_lidar.npz')  # cameras.names: []
 
 
 class Conv(eqx.Module):
@@ -180,6 +186,37 @@ def checkpoint_channels(params: CenterPointHead) -> int:
     return int(np.shape(params.mean)[0])
 
 
+def recorded_channels(path: Path) -> tuple[str, ...] | None:
+    """Return the BEV channels a shipped checkpoint records; None if absent or unreadable."""
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            names = arrays[CHANNELS_KEY]
+    except Exception:               # absent (not trained yet) or damaged: not a candidate
+        return None
+    return tuple(str(name) for name in names) if names.ndim == 1 else None
+
+
+def shipped_weights(head_input: HeadInput) -> Path:
+    """
+    Return the shipped checkpoint for the BEV of ``head_input``: the one trained for it.
+
+    The checkpoint whose recorded channels are the BEV's names (where the pipeline names them,
+    else its channel count): :data:`WEIGHTS` or :data:`LIDAR_WEIGHTS`. When none is, one of
+    the BEV's channel count if there is one (its channels then differ by name), else
+    :data:`WEIGHTS`: the loader refuses it in one line naming head.module, the layout it was
+    trained for and the BEV's.
+    """
+    names = head_input.channel_names
+    named = len(names) == head_input.channels
+    layouts = [(path, recorded_channels(path)) for path in (WEIGHTS, LIDAR_WEIGHTS)]
+    layouts = [(path, record) for path, record in layouts if record is not None]
+    for path, record in layouts:
+        if (record == names) if named else len(record) == head_input.channels:
+            return path
+    return next((path for path, record in layouts if len(record) == head_input.channels),
+                WEIGHTS)
+
+
 def vehicle_head(head_input: HeadInput) -> HeadSpec:
     """
     Return the reference vehicle head for a BEV of ``head_input``'s shape.
@@ -191,10 +228,11 @@ def vehicle_head(head_input: HeadInput) -> HeadSpec:
     Returns
     -------
     HeadSpec: ``apply(params, bev)`` -> the CenterPoint outputs at stride 4, the untrained
-    parameters (the checkpoint layout), class 'vehicle', the shipped weights' path,
-    :func:`validate`, which refuses a checkpoint's non-positive ``std``, and
-    :func:`checkpoint_channels`. The shipped weights record the BEV channels they were trained
-    for (the shipped configuration's 15), so another layout is refused by its channels.
+    parameters (the checkpoint layout), class 'vehicle', the shipped weights that fit the BEV
+    (:func:`shipped_weights`: the 15 channels of the shipped configuration, or its 7 with
+    ``cameras.names: []``), :func:`validate`, which refuses a checkpoint's non-positive
+    ``std``, and :func:`checkpoint_channels`. The shipped weights record the BEV channels they
+    were trained for, so another layout is refused by its channels.
 
     Raises
     ------
@@ -207,4 +245,5 @@ def vehicle_head(head_input: HeadInput) -> HeadSpec:
     def apply(params, bev):
         return eqx.combine(params, static)(bev)
 
-    return HeadSpec(apply, params, STRIDE, CLASSES, WEIGHTS, validate, checkpoint_channels)
+    return HeadSpec(apply, params, STRIDE, CLASSES, shipped_weights(head_input), validate,
+                    checkpoint_channels)
