@@ -42,7 +42,7 @@ import jax
 import numpy as np
 
 from ..bags import bagio
-from ..bags.replay import BagFrames, cloud_count, read_ground_truth, ReplayResult
+from ..bags.replay import BagFrames, cloud_count, lidar_names, read_ground_truth, ReplayResult
 from ..core import lift
 from ..core.pipeline import BevPipeline
 from ..detection.heads.centerpoint import CenterPointHead, CLASSES
@@ -334,7 +334,7 @@ def collect(bags, cfg, pipe: BevPipeline, dataset: Dataset, stream=sys.stderr,
         reader = bagio.open_reader(src)
         try:
             types = bagio.topic_types(reader)
-            total = cloud_count(reader, types, topics, src)
+            total = cloud_count(reader, types, topics, src, lidar_names(cfg))
             truth, left_out = read_truth(reader, src)
             pipe.reset_sweeps()
             collector = _Collect(FramePath(cfg, pipe), truth, dataset, pool, total, src,
