@@ -8,20 +8,12 @@ from jax_perception_node.core.pipeline import BevPipeline
 from jax_perception_node.frames.frame_path import FramePath
 from jax_perception_node.frames.lidar_sets import LidarSet
 from jax_perception_node.settings.config import config_from_parameters
+from lidar_scenes import base_link_points, into_sensor, NAMES, POSES
 import numpy as np
 import pytest
-from reference import quat_matrix
 from ros_harness import (make_cloud, NodeProcess, Probe, set_parameters, stamp_of,
                          status_values, write_params)
 
-NAMES = ('top', 'left', 'right')
-# Poses in the grid frame (as test/unit/test_lidars.py's): the top one raised, the side ones
-# rolled and yawed.
-POSES = {
-    'top': ((0.5, 0.0, 1.5), (0.0, 0.0, 0.0, 1.0)),
-    'left': ((1.0, 0.75, 0.5), (0.1830127, 0.1830127, 0.6830127, 0.6830127)),
-    'right': ((1.0, -0.75, 0.5), (-0.1830127, 0.1830127, -0.6830127, 0.6830127)),
-}
 MAX_DELAY_S = 0.3
 PARAMS = small_params(cameras=0, **{
     'lidars.names': list(NAMES), 'lidar.deskew': False,
@@ -73,25 +65,6 @@ def wait_ready(node, probe, pubs, timeout: float = 90.0) -> None:
             raise AssertionError(f'node not ready in {timeout} s:\n{node.log()}')
         time.sleep(0.05)
     time.sleep(0.1)     # both ends of a match learn of it at about the same moment
-
-
-def base_link_points(rng, n: int, cfg) -> np.ndarray:
-    """float32 (n, 4) in the grid frame, 0.1 of a cell from any cell or z edge."""
-    g = cfg.grid
-    rows, cols = rng.integers(0, g.height, n), rng.integers(0, g.width, n)
-    offsets = rng.uniform(0.1, 0.9, (n, 2)) * g.resolution
-    x = g.x_min + rows * g.resolution + offsets[:, 0]
-    y = g.y_min + cols * g.resolution + offsets[:, 1]
-    z = rng.uniform(g.z_min + 0.1, g.z_max - 0.1, n)
-    return np.stack([x, y, z, rng.uniform(0, 100, n)], axis=1)
-
-
-def into_sensor(points: np.ndarray, name: str) -> np.ndarray:
-    """Return the grid-frame points in LiDAR ``name``'s frame (float64 inverse pose, float32)."""
-    translation, xyzw = POSES[name]
-    rotation = quat_matrix(np.asarray(xyzw) / np.linalg.norm(xyzw))
-    xyz = (points[:, :3] - np.asarray(translation)) @ rotation     # R^T (p - t), row-wise
-    return np.concatenate([xyz, points[:, 3:]], axis=1).astype(np.float32)
 
 
 def occupancy(points: np.ndarray, cfg) -> np.ndarray:

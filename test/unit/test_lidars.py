@@ -11,18 +11,12 @@ from jax_perception_node.frames.lidar_sets import LidarSet
 from jax_perception_node.sensors.cloud import CloudFormatError
 from jax_perception_node.settings.config import config_from_parameters
 from jax_perception_node.settings.parameters import ConfigError
+from lidar_scenes import base_link_points, into_sensor, NAMES, POSES
 import numpy as np
 import pytest
-from reference import quat_matrix, voxelize_ref
+from reference import voxelize_ref
 import tf_messages
 
-NAMES = ('top', 'left', 'right')
-# Poses in the grid frame: a rolled and yawed side LiDAR each, the top one raised.
-POSES = {
-    'top': ((0.5, 0.0, 1.5), (0.0, 0.0, 0.0, 1.0)),
-    'left': ((1.0, 0.75, 0.5), (0.1830127, 0.1830127, 0.6830127, 0.6830127)),
-    'right': ((1.0, -0.75, 0.5), (-0.1830127, 0.1830127, -0.6830127, 0.6830127)),
-}
 STAMP = 1_700_000_000_000_000_000
 
 
@@ -47,26 +41,6 @@ def three():
     union = BevPipeline(union_cfg)
     union.warmup()
     return cfg, pipe, union_cfg, union
-
-
-def base_link_points(rng, n: int, cfg) -> np.ndarray:
-    """float32 (n, 4) in the grid frame, 0.1 of a cell from any cell or z edge."""
-    g = cfg.grid
-    rows = rng.integers(0, g.height, n)
-    cols = rng.integers(0, g.width, n)
-    offsets = rng.uniform(0.1, 0.9, (n, 2)) * g.resolution
-    x = g.x_min + rows * g.resolution + offsets[:, 0]
-    y = g.y_min + cols * g.resolution + offsets[:, 1]
-    z = rng.uniform(g.z_min + 0.1, g.z_max - 0.1, n)
-    return np.stack([x, y, z, rng.uniform(0, 100, n)], axis=1)
-
-
-def into_sensor(points: np.ndarray, name: str) -> np.ndarray:
-    """Move grid-frame points into LiDAR ``name``'s frame (float64 inverse pose, float32)."""
-    translation, xyzw = POSES[name]
-    rotation = quat_matrix(np.asarray(xyzw) / np.linalg.norm(xyzw))
-    xyz = (points[:, :3] - np.asarray(translation)) @ rotation     # R^T (p - t), row-wise
-    return np.concatenate([xyz, points[:, 3:]], axis=1).astype(np.float32)
 
 
 def lidar_set(clouds: dict, stamps: dict | None = None) -> LidarSet:
