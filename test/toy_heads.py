@@ -41,7 +41,7 @@ def toy_outputs(params: dict, bev):
 def occupancy_head(head_input):
     """Build a one-class head over the occupancy channel; no shipped weights."""
     params = {'scale': np.float32(2.0), 'bias': np.float32(-3.0), 'z': np.float32(0.75)}
-    return HeadSpec(toy_outputs, jax_params(params), STRIDE, ('vehicle',))
+    return HeadSpec(toy_outputs, jax_params(params), STRIDE, ('car',))
 
 
 def size_gain_head(head_input):
@@ -57,7 +57,7 @@ def size_gain_head(head_input):
         return out
     params = {'scale': np.float32(2.0), 'bias': np.float32(-3.0), 'z': np.float32(0.75),
               'log_size_gain': np.float32(0.0)}
-    return HeadSpec(apply, jax_params(params), STRIDE, ('vehicle',))
+    return HeadSpec(apply, jax_params(params), STRIDE, ('car',))
 
 
 def two_class_head(head_input):
@@ -67,12 +67,22 @@ def two_class_head(head_input):
         out['heatmap'] = jnp.concatenate([out['heatmap'], -out['heatmap']], axis=-1)
         return out
     params = {'scale': np.float32(2.0), 'bias': np.float32(-3.0), 'z': np.float32(0.75)}
-    return HeadSpec(apply, jax_params(params), STRIDE, ('vehicle', 'pedestrian'))
+    return HeadSpec(apply, jax_params(params), STRIDE, ('car', 'pedestrian'))
+
+
+NMS_RADIUS_M = (3.0,)
+
+
+def nms_head(head_input):
+    """Build the occupancy head with a circle NMS of 3 m (six 0.5 m cells)."""
+    params = {'scale': np.float32(2.0), 'bias': np.float32(-3.0), 'z': np.float32(0.75)}
+    return HeadSpec(toy_outputs, jax_params(params), STRIDE, ('car',),
+                    nms_radius_m=NMS_RADIUS_M)
 
 
 def wrong_keys_head(head_input):
     """Build a head that returns the wrong outputs."""
-    return HeadSpec(lambda p, bev: {'heatmap': bev[::2, ::2, :1]}, {}, STRIDE, ('vehicle',))
+    return HeadSpec(lambda p, bev: {'heatmap': bev[::2, ::2, :1]}, {}, STRIDE, ('car',))
 
 
 def jax_params(params: dict) -> dict:

@@ -3,7 +3,6 @@
 from collections import Counter
 
 from . import bagio
-from ..detection.detection_eval import EVALUATED_CLASS
 from ..geometry.stamps import stamp_ns
 from ..outputs.objects import boxes_from_detections, GROUND_TRUTH_TOPIC
 
@@ -13,18 +12,23 @@ def read_ground_truth(reader, types: dict[str, str], classes: tuple[str, ...],
     """
     Return LiDAR stamp (ns) -> ground-truth rows (float32[n, 9]) of the bag, or None.
 
-    None when there is nothing to evaluate: no head, a head without the evaluated class, or no
-    ``GROUND_TRUTH_TOPIC`` of the Detection3DArray type. A message that does not deserialize is
-    left out, with a line in ``errors``. Boxes of classes the head does not know are left out
-    and counted in ``left_out`` by class_id; the rest of their message is kept.
+    The rows' class column indexes ``classes`` (the head's). None when there is nothing to
+    evaluate: no head (``classes`` empty), no ``GROUND_TRUTH_TOPIC`` of the Detection3DArray
+    type, or ground truth that shares no class with the head (boxes, none of a head class). A
+    message that does not deserialize is left out, with a line in ``errors``. Boxes of classes
+    the head does not know are left out and counted in ``left_out`` by class_id (also when
+    None is returned); the rest of their message is kept.
     """
-    if EVALUATED_CLASS not in classes or types.get(GROUND_TRUTH_TOPIC) != bagio.DETECTIONS_TYPE:
+    if not classes or types.get(GROUND_TRUTH_TOPIC) != bagio.DETECTIONS_TYPE:
         return None
-    truth = {}
+    truth, unknown = {}, Counter()
     for _, timestamp, raw, msgtype in bagio.iter_messages(reader, [GROUND_TRUTH_TOPIC]):
         try:
             msg = bagio.deserialize(raw, msgtype)
-            truth[stamp_ns(msg.header.stamp)] = boxes_from_detections(msg, classes, left_out)
+            truth[stamp_ns(msg.header.stamp)] = boxes_from_detections(msg, classes, unknown)
         except (bagio.BagError, ValueError) as exc:
             errors.append(f'{GROUND_TRUTH_TOPIC} at {timestamp}: {exc}')
+    left_out.update(unknown)
+    if unknown and not any(len(rows) for rows in truth.values()):
+        return None         # no class in common: nothing of the head's to score
     return truth

@@ -30,9 +30,9 @@ import time
 from typing import Callable
 
 from . import bagio
+from .detection_summary import detection_summary
 from .ground_truth import read_ground_truth
 from ..core.pipeline import BevPipeline
-from ..detection.detection_eval import evaluate, EVALUATED_CLASS
 from ..frames.frame_path import Frame, FramePath, needs_ego_poses, rgb_image_fields, uses_tf
 from ..frames.latency import format_value, FRAME_KEYS, percentiles, STAGES
 from ..frames.lidar_sets import LidarSet, LidarSets
@@ -90,8 +90,8 @@ class ReplayResult:
     errors: list[str] = field(default_factory=list)
     store_refused: list[str] = field(default_factory=list)   # executable store entries refused
     snapshots: dict[int, object] = field(default_factory=dict)
-    # detection_eval.evaluate over the bag plus 'frames' (those paired with ground truth); None
-    # without a head or without ground truth in the bag
+    # detection_summary.detection_summary of the bag (one class's AP at 2 m, every class's
+    # AP and the mAP); None without a head or without ground truth of its classes in the bag
     detection: dict | None = None
 
     def summary(self) -> dict:
@@ -189,9 +189,8 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
                 if -1 in snapshot_frames and replay.last is not None:
                     result.snapshots[result.frames - 1] = replay.last.copy()
         if truth is not None:
-            result.detection = dict(evaluate(
-                replay.paired, class_index=pipe.head_classes.index(EVALUATED_CLASS)),
-                frames=len(replay.paired), other_classes=dict(sorted(other_classes.items())))
+            result.detection = detection_summary(replay.paired, pipe.head_classes,
+                                                 other_classes)
         result.compiles_after_warmup = pipe.compiles_after_warmup
         return result
     finally:

@@ -6,20 +6,26 @@ import jax.numpy as jnp
 from .kernels import CALIBRATION_SIZE, GRID_SLICE
 
 
-def decode_boxes(outputs: dict, grid: jax.Array, *, stride: int, max_objects: int) -> jax.Array:
+def decode_boxes(outputs: dict, grid: jax.Array, *, stride: int, max_objects: int,
+                 nms_radius_m: tuple[float, ...] = ()) -> jax.Array:
     """
     Top-K heatmap peaks as boxes, float32[K, 9] in ``boxes.BOX_COLUMNS`` order.
 
-    A peak is a cell whose best class score equals the maximum of its 3 x 3 neighbourhood
-    (CenterPoint's max-pool suppression); the K highest peaks are kept, sorted by score.
-    Rows past the last peak have score 0 (never above a positive threshold). Only these K
-    rows leave the device.
+    A peak is a cell whose score of a class equals the maximum of that class's 3 x 3
+    neighbourhood (CenterPoint's max-pool suppression, per class: a pedestrian beside a car
+    keeps its own peak); the K highest peaks over all cells and classes are kept. With
+    ``nms_radius_m`` (one radius per class, m), a circle non-maximum suppression follows, as
+    CenterPoint's and Autoware's centerpoint do: in descending score, a box whose BEV centre
+    lies within its class's radius of a kept box of the same class is dropped. Dropped rows
+    and rows past the last peak have score 0 (never above a positive threshold); the rows are
+    sorted by score. Only these K rows leave the device.
 
     Args
     ----
     outputs: the head's dict (``head.HEAD_OUTPUTS``), each float32[h, w, n].
     grid: float32[5] (x_min, y_min, z_min, z_max, resolution), traced.
-    stride: BEV cells per output cell; max_objects: K (both static).
+    stride: BEV cells per output cell; max_objects: K; nms_radius_m: () for no circle
+    suppression, else one radius per class (all static).
 
     Returns
     -------
@@ -28,13 +34,15 @@ def decode_boxes(outputs: dict, grid: jax.Array, *, stride: int, max_objects: in
 
     """
     heat = jax.nn.sigmoid(outputs['heatmap'])
-    rows, cols, _ = heat.shape
-    score = heat.max(axis=-1)
-    label = heat.argmax(axis=-1).astype(jnp.float32).reshape(-1)
-    pooled = jax.lax.reduce_window(score, -jnp.inf, jax.lax.max, (3, 3), (1, 1), 'SAME')
-    peaks = jnp.where(score == pooled, score, 0.0).reshape(-1)
-    k = min(max_objects, rows * cols)
+    rows, cols, classes = heat.shape
+    pooled = jax.lax.reduce_window(heat, -jnp.inf, jax.lax.max, (3, 3, 1), (1, 1, 1), 'SAME')
+    peaks = jnp.where(heat == pooled, heat, 0.0).reshape(-1)
+    # Over cells x classes: a cell may hold two objects of other classes (a cyclist beside a
+    # car); keeping only a cell's best class cost 0.01 mAP on seed 7 for 0.02 ms.
+    k = min(max_objects, rows * cols * classes)
     top, index = jax.lax.top_k(peaks, k)
+    label = index % classes
+    index = index // classes
     i = (index // cols).astype(jnp.float32)
     j = (index % cols).astype(jnp.float32)
 
@@ -44,14 +52,42 @@ def decode_boxes(outputs: dict, grid: jax.Array, *, stride: int, max_objects: in
 
     offset, size, yaw = at('offset'), jnp.exp(at('size')), at('yaw')
     cell = stride * grid[4]
+    x = grid[0] + (i + offset[:, 0]) * cell
+    y = grid[1] + (j + offset[:, 1]) * cell
+    if nms_radius_m:
+        top = _circle_nms(x, y, top, label, jnp.asarray(nms_radius_m, jnp.float32))
+        top, order = jax.lax.top_k(top, k)
+        x, y, label = x[order], y[order], label[order]
+        offset, size, yaw = offset[order], size[order], yaw[order]
+        index = index[order]
     boxes = jnp.stack([
-        grid[0] + (i + offset[:, 0]) * cell,
-        grid[1] + (j + offset[:, 1]) * cell,
-        at('z')[:, 0], size[:, 0], size[:, 1], size[:, 2],
-        jnp.arctan2(yaw[:, 0], yaw[:, 1]), top, label[index]], axis=1)
+        x, y, at('z')[:, 0], size[:, 0], size[:, 1], size[:, 2],
+        jnp.arctan2(yaw[:, 0], yaw[:, 1]), top, label.astype(jnp.float32)], axis=1)
     if k < max_objects:
         boxes = jnp.concatenate([boxes, jnp.zeros((max_objects - k, 9), jnp.float32)])
     return boxes
+
+
+def _circle_nms(x: jax.Array, y: jax.Array, score: jax.Array, label: jax.Array,
+                radius: jax.Array) -> jax.Array:
+    """
+    Greedy circle suppression of K boxes sorted by score: their scores, 0 where dropped.
+
+    Box k is dropped when a kept box before it (a higher score) of its class lies within its
+    class's radius: K sequential steps of K comparisons, exact greedy as CenterPoint's
+    ``circle_nms`` (K is at most a few hundred: the loop is cheaper than the top-K before it).
+    """
+    reach = radius[label]
+    near = ((x[:, None] - x[None, :]) ** 2 + (y[:, None] - y[None, :]) ** 2
+            <= (reach * reach)[:, None])
+    earlier = jnp.arange(x.shape[0])[:, None] > jnp.arange(x.shape[0])[None, :]
+    suppressors = near & earlier & (label[:, None] == label[None, :])
+
+    def visit(k, keep):
+        return keep.at[k].set(keep[k] & ~jnp.any(suppressors[k] & keep))
+
+    keep = jax.lax.fori_loop(0, x.shape[0], visit, score > 0, unroll=8)
+    return jnp.where(keep, score, 0.0)
 
 
 def head_function(spec, max_objects: int, params, bev_shape: tuple[int, int, int],
@@ -76,7 +112,7 @@ def head_function(spec, max_objects: int, params, bev_shape: tuple[int, int, int
     def head(params, bev, calibration):
         grid = calibration[GRID_SLICE]
         return decode_boxes(spec.apply(params, bev), grid, stride=spec.stride,
-                            max_objects=max_objects)
+                            max_objects=max_objects, nms_radius_m=spec.nms_radius_m)
     device = jax.devices()[0]
     boxes = None if output_memory is None else jax.sharding.SingleDeviceSharding(
         device, memory_kind=output_memory)

@@ -6,6 +6,8 @@ import time
 import jax
 import numpy as np
 
+from ..settings.parameters import ConfigError
+
 
 @dataclass(frozen=True)
 class FrameResult:
@@ -44,12 +46,13 @@ class PendingFrame:
     A frame started on the device; ``result()`` waits for it and fetches its outputs.
 
     ``output`` is the features, or (features, boxes float32[K, 9]) with a head; boxes scoring
-    below ``score_threshold``, and boxes with a non-finite value (counted), are dropped on the
-    host.
+    below ``score_threshold`` (one for every class, or float32[C], one per class index, as
+    :func:`class_thresholds` gives), and boxes with a non-finite value (counted), are dropped
+    on the host. A NaN score is never kept.
     """
 
-    def __init__(self, output, times: tuple[float, float, float], score_threshold: float,
-                 stats: dict):
+    def __init__(self, output, times: tuple[float, float, float],
+                 score_threshold: float | np.ndarray, stats: dict):
         self._output, self._times, self._stats = output, times, stats
         self._threshold = score_threshold
         self._result: FrameResult | None = None
@@ -70,7 +73,7 @@ class PendingFrame:
             if boxes is not None:
                 rows = np.asarray(boxes)
                 score, finite = rows[:, 7], np.isfinite(rows).all(axis=1)
-                kept = (score >= self._threshold) & (score > 0)     # False for a NaN score
+                kept = (score >= _row_thresholds(self._threshold, rows[:, 8])) & (score > 0)
                 nonfinite = int(np.count_nonzero(~finite & (kept | np.isnan(score))))
                 objects = rows[kept & finite]
             head = time.perf_counter()
@@ -87,6 +90,34 @@ class PendingFrame:
             self._result = replace(self._result, features=np.asarray(self._output))
             self._output = None
         return self._result
+
+
+def class_thresholds(head, classes: tuple[str, ...]) -> float | np.ndarray:
+    """
+    Return the score thresholds in force: ``head.score_threshold``, or float32[C] per class.
+
+    ``head`` is the config's HeadConfig; ``classes`` the head's class names (() without a
+    head: nothing to threshold). A ``head.score_thresholds`` of another length than
+    ``classes`` is a ConfigError naming both.
+    """
+    given = head.score_thresholds
+    if not given or not classes:
+        return head.score_threshold
+    if len(given) != len(classes):
+        raise ConfigError(f'head.score_thresholds: {len(given)} values {list(given)} for the '
+                          f"head's {len(classes)} classes {list(classes)}: give one per class, "
+                          'in that order, or [] for head.score_threshold in every class')
+    return np.asarray(given, np.float32)
+
+
+def _row_thresholds(threshold: float | np.ndarray, labels: np.ndarray) -> float | np.ndarray:
+    """Return each box row's threshold: its class's (a label out of range gets the highest)."""
+    if not np.ndim(threshold):
+        return threshold
+    index = np.nan_to_num(labels, nan=-1.0)
+    inside = (index >= 0) & (index < len(threshold))
+    return np.where(inside, threshold[np.where(inside, index, 0).astype(np.intp)],
+                    threshold.max())
 
 
 def result_placement(head: bool, past: int):

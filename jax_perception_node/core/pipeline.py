@@ -20,7 +20,7 @@ from .box_decode import head_function
 from .buckets import BucketPadder, PaddedCloud, SetCloud
 from .compile_counter import compile_count, install_compile_counter
 from .executable_cache import ExecutableCache, private_cache_dir
-from .frame_result import FrameResult, PendingFrame, result_placement
+from .frame_result import class_thresholds, FrameResult, PendingFrame, result_placement
 from .head_weights import HeadWeights
 from .kernel_inputs import calibration_arrays, calibration_vector, SweepHistory
 from .staging import CameraStaging, DoubleBuffer
@@ -87,10 +87,11 @@ class BevPipeline(HeadWeights):
             self.height, self.width, self.output_channels, grid.resolution, () if (
                 self.projected) else self.lidar_channels + cfg.camera_channel_names + (
                 COVERAGE_CHANNEL,)))
-        self.score_threshold = cfg.head.score_threshold      # live: set it any time
         self.head_classes, self._head_params, self.head_weights = ((), None, None) if (
             self.head is None) else (self.head.spec.classes, jax.device_put(self.head.params),
                                      self.head.weights_path)
+        # live: set it any time (a float, or float32[C] per class: class_thresholds)
+        self.score_threshold = class_thresholds(cfg.head, self.head_classes)
         past = self.num_sweeps - 1
         self.output_memory, self.features_memory, shardings = result_placement(
             self.head is not None, past)

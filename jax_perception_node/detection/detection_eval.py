@@ -1,5 +1,5 @@
 """
-Detection quality against ground truth: average precision at a BEV centre distance, and recall.
+Detection quality against ground truth: AP at BEV centre distances (per class, mean), recall.
 
 NumPy only, no ROS. Boxes are the rows of ``boxes.BOX_COLUMNS`` (x, y, z, length, width,
 height, yaw, score, class), predictions and ground truth in the same frame (``grid.frame_id``),
@@ -24,16 +24,29 @@ The definition (``evaluate``):
   wrapped into [0, pi], as nuScenes' AOE) and of the box's orientation (``orientation_rad``:
   the same modulo pi, in [0, pi / 2], blind to a box turned end for end). AP scores centres
   only; these say whether the rest of a box was read right.
+
+Per class, nuScenes-style (``evaluate_classes``): the classes are the head's names in
+class-index order (column 8 of predictions and ground truth alike indexes them; rows of any
+other index take no part). For each class, ``evaluate`` runs at every BEV centre distance of
+``DISTANCE_THRESHOLDS_M`` (0.5, 1, 2 and 4 m, inclusive) within ``CLASS_RANGE_M`` (50 m) of the
+grid origin; the class's AP is the mean of those four APs, and the mean AP (mAP) is the mean
+of the classes' APs over the classes with ground truth in the frames given. A class without
+any ground truth is reported (ground_truth 0, AP None) but left out of the mean; mAP is None
+when no class has ground truth. A prediction of class A on a box of class B is a false positive
+of A (and B's box stays unfound): matching never crosses classes. Recall, precision and the box
+errors of a class are those at ``match_m`` (2 m).
 """
 
 import math
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from .boxes import NUM_COLUMNS
 
-EVALUATED_CLASS = 'vehicle'      # the class replay and the demo score: vehicle AP
+# nuScenes' BEV centre distances (m) of the per-class AP, and the range of its boxes (m).
+DISTANCE_THRESHOLDS_M = (0.5, 1.0, 2.0, 4.0)
+CLASS_RANGE_M = 50.0
 
 SCORE, CLASS = 7, 8
 # Box errors reported (``evaluate``'s 'errors'): name -> column of a box row (yaw twice).
@@ -160,4 +173,67 @@ def evaluate(frames: Iterable[tuple[np.ndarray, np.ndarray]], max_range_m: float
         'match_m': float(match_m),
         'errors': {name: float(errors[:, k].mean()) if len(errors) else None
                    for k, name in enumerate(ERROR_COLUMNS)},
+    }
+
+
+def threshold_key(match_m: float) -> str:
+    """Return the key of a distance in ``ap_at_m``: the metres as ``%g`` ('0.5', '1', '2', '4')."""
+    return f'{float(match_m):g}'
+
+
+def evaluate_classes(frames: Iterable[tuple[np.ndarray, np.ndarray]], classes: Sequence[str],
+                     thresholds: Sequence[float] = DISTANCE_THRESHOLDS_M,
+                     max_range_m: float = CLASS_RANGE_M, match_m: float = 2.0) -> dict:
+    """
+    Evaluate every class nuScenes-style: AP averaged over centre distances, and the mAP.
+
+    Args
+    ----
+    frames: (predicted rows float[n, 9], ground-truth rows float[m, 9]) per frame, column 8
+        an index into ``classes``.
+    classes: the class names in class-index order (the head's classes).
+    thresholds: the BEV centre distances (m) whose APs a class's AP averages.
+    max_range_m: BEV distance (m) of a box centre from the grid origin, at most.
+    match_m: the distance (m) of each class's recall, precision and box errors.
+
+    Returns
+    -------
+    {'per_class': {name: {'ap', 'ap_at_m', 'ground_truth', 'predictions', 'true_positives',
+    'recall', 'precision', 'match_m', 'errors'}}, 'mean_ap', 'classes_evaluated',
+    'thresholds_m', 'max_range_m', 'match_m'}, plain JSON-ready values: 'ap' is the mean of
+    'ap_at_m' ({``threshold_key(m)``: AP at m}), None (each 'ap_at_m' too) without ground
+    truth; recall, precision, true positives and 'errors' are ``evaluate``'s at 'match_m';
+    'classes_evaluated' names the classes with ground truth, in class order, 'mean_ap' is the
+    mean of their 'ap' (None without any).
+
+    Raises
+    ------
+    ValueError: no threshold, or ``evaluate``'s (rows of another shape, a distance or range
+    that is not a positive number).
+
+    """
+    frames, thresholds = list(frames), [float(m) for m in thresholds]
+    if not thresholds:
+        raise ValueError('thresholds must name at least one distance')
+    per_class = {}
+    for k, name in enumerate(classes):
+        runs = {m: evaluate(frames, max_range_m, m, k) for m in dict.fromkeys(
+            [*thresholds, float(match_m)])}
+        at = runs[float(match_m)]
+        aps = [runs[m]['ap'] for m in thresholds]
+        per_class[name] = {
+            'ap': float(np.mean(aps)) if at['ground_truth'] else None,
+            'ap_at_m': {threshold_key(m): runs[m]['ap'] for m in thresholds},
+            **{key: at[key] for key in ('ground_truth', 'predictions', 'true_positives',
+                                        'recall', 'precision', 'match_m', 'errors')},
+        }
+    evaluated = [name for name, entry in per_class.items() if entry['ground_truth']]
+    return {
+        'per_class': per_class,
+        'mean_ap': float(np.mean([per_class[name]['ap'] for name in evaluated]))
+        if evaluated else None,
+        'classes_evaluated': evaluated,
+        'thresholds_m': thresholds,
+        'max_range_m': float(max_range_m),
+        'match_m': float(match_m),
     }

@@ -13,6 +13,7 @@ This module imports no ROS.
 from dataclasses import dataclass
 import hashlib
 import importlib
+import math
 import os
 from pathlib import Path
 import re
@@ -68,7 +69,9 @@ class HeadSpec:
     optional, returns the number of BEV channels a checkpoint was trained for, from a pytree
     like ``params`` of the file's arrays, whatever their shapes: a checkpoint that records no
     channel names (:data:`CHANNELS_KEY`) and was trained for another channel count is then
-    refused by its channels, not by an array's shape.
+    refused by its channels, not by an array's shape. ``nms_radius_m``, optional, one radius
+    per class (m): the decoded boxes then go through a circle non-maximum suppression on the
+    device (``box_decode.decode_boxes``); () keeps every 3 x 3 peak.
     """
 
     apply: Callable[[Any, jax.Array], dict]
@@ -78,6 +81,7 @@ class HeadSpec:
     weights: Path | None = None
     validate: Callable[[Any], None] | None = None
     checkpoint_channels: Callable[[Any], int] | None = None
+    nms_radius_m: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,8 +111,9 @@ class LoadedHead:
 
     @property
     def identity(self) -> str:
-        """Return what the executable store keys on: code, stride, classes (not values)."""
-        return repr((self.name, self.source_digest, self.spec.stride, self.spec.classes))
+        """Return what the executable store keys on: code, stride, classes, NMS (not values)."""
+        return repr((self.name, self.source_digest, self.spec.stride, self.spec.classes,
+                     self.spec.nms_radius_m))
 
 
 def leaf_names(tree) -> list[str]:
@@ -349,6 +354,11 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
         raise ConfigError(f'head.module: {name} returned {type(spec).__name__}, not a HeadSpec')
     if not spec.classes or spec.stride < 1:
         raise ConfigError(f'head.module: {name} needs at least one class and a stride >= 1')
+    radii = spec.nms_radius_m
+    if radii and (len(radii) != len(spec.classes)
+                  or not all(math.isfinite(r) and r > 0 for r in radii)):
+        raise ConfigError(f'head.module: {name} gives nms_radius_m {list(radii)}: one positive '
+                          f'radius per class of {list(spec.classes)} is needed')
     check_outputs(spec, bev, name)
     path = Path(os.path.expanduser(weights)) if weights else spec.weights
     params = jax.tree.map(np.asarray, spec.params)

@@ -16,6 +16,7 @@ import numpy as np
 from .lidar_input import check_clouds, decode_clouds, lacking_fields
 from .sync import CameraSync
 from .tf_calibration import TfCalibration
+from ..core.frame_result import class_thresholds
 from ..core.pipeline import BevPipeline, FrameResult
 from ..geometry.ego_motion import deskew_motion, twist_at
 from ..geometry.odometry import OdometryBuffer, TransformPoses
@@ -84,7 +85,7 @@ class FramePath(TfCalibration):
         pipe.set_calibration(lidar_poses(cfg), cfg.cameras, cfg.lidar_filter)
         if pipe.head is not None:
             pipe.set_head_weights(cfg.head.weights)
-            pipe.score_threshold = cfg.head.score_threshold
+            pipe.score_threshold = class_thresholds(cfg.head, pipe.head_classes)
         self.cfg, self.pipe = cfg, pipe
         self.cameras = cfg.cameras          # the camera calibration in force
         self._from_info: dict[str, tuple] = {}   # camera -> intrinsics a CameraInfo set
@@ -120,13 +121,14 @@ class FramePath(TfCalibration):
 
         Raises
         ------
-        ConfigError: a calibration with more lift samples than slots, or head weights that
-            cannot be loaded; nothing changed.
+        ConfigError: a calibration with more lift samples than slots, head weights that
+            cannot be loaded, or head.score_thresholds not one per head class; nothing changed.
 
         """
         weights = None      # read and checked before the lock: frames go on meanwhile
         if self.pipe.head is not None and cfg.head.weights != self.cfg.head.weights:
             weights = self.pipe.read_head_weights(cfg.head.weights)
+        thresholds = class_thresholds(cfg.head, self.pipe.head_classes)
         with self._pipe_lock:     # a CameraInfo applied meanwhile must not be lost
             from_info = {name: intrinsics for name, intrinsics in self._from_info.items()
                          if name not in intrinsics_from_params}
@@ -148,7 +150,7 @@ class FramePath(TfCalibration):
             if weights is not None:
                 self.pipe.use_head_weights(*weights)
             self.pipe.max_sweep_age_s = cfg.accumulation.max_sweep_age_s
-            self.pipe.score_threshold = cfg.head.score_threshold
+            self.pipe.score_threshold = thresholds
             self.cameras, self._from_info = cameras, from_info
             self._tf_refused = {}     # new intrinsics or poses: a refused TF pose may fit now
         with self._buffer_lock:

@@ -8,13 +8,20 @@ The one orientation convention of the BEV outputs (REP-103 grid frame: x forward
 - ``bev_image`` and the GridMap (grid_map's index): ``forward_up`` of that array, so row (index)
   ``r`` = x max side first, column ``c`` = y max side first: ``[r, c] = features[H-1-r, W-1-c]``.
   Pixel (r, c) of the picture and grid_map index (r, c) are the same cell.
+
+Boxes on a picture (``tools.report.draw_boxes``) take a fixed colour per class index,
+``object_markers.class_colour`` (the markers' colours); ``class_caption`` names them.
 """
+
+from typing import Sequence
 
 import numpy as np
 
 # A compact perceptual ramp (dark blue -> teal -> yellow), interpolated per cell.
 RAMP = np.array([[40, 30, 120], [30, 110, 160], [40, 170, 120], [180, 210, 60],
                  [250, 230, 40]], np.float32)
+# The names of ``object_markers.PALETTE``'s colours, by class index (repeating like it).
+COLOUR_NAMES = ('orange', 'blue', 'green', 'magenta', 'yellow')
 
 
 def forward_up(bev: np.ndarray) -> np.ndarray:
@@ -41,3 +48,9 @@ def bev_to_rgb(features: np.ndarray, z_min: float, z_max: float) -> np.ndarray:
     rgb = np.where(coverage[..., None] > 0, 48.0, 0.0) * np.ones(3, np.float32)
     rgb = np.where(occupancy[..., None] > 0, colour, rgb)
     return np.ascontiguousarray(forward_up(rgb).astype(np.uint8))
+
+
+def class_caption(classes: Sequence[str]) -> str:
+    """Return what a picture's class colours mean: 'car orange, large_vehicle blue, ...'."""
+    return ', '.join(f'{name} {COLOUR_NAMES[k % len(COLOUR_NAMES)]}'
+                     for k, name in enumerate(classes))

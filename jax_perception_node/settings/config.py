@@ -118,6 +118,7 @@ class HeadConfig:
     weights: str = ''               # checkpoint, '' for the head's shipped weights
     max_objects: int = 64           # K boxes decoded per frame
     score_threshold: float = 0.3    # boxes below are not published
+    score_thresholds: tuple[float, ...] = ()    # per head class; (): score_threshold for all
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,9 @@ class OutputConfig:
 
     objects_type: str = 'vision_msgs'     # vision_msgs or autoware (static)
     # head class -> Autoware ObjectClassification label name; classes not listed are UNKNOWN
-    autoware_labels: tuple[tuple[str, str], ...] = (('vehicle', 'CAR'),)
+    autoware_labels: tuple[tuple[str, str], ...] = (
+        ('car', 'CAR'), ('large_vehicle', 'TRUCK'), ('pedestrian', 'PEDESTRIAN'),
+        ('cyclist', 'BICYCLE'))
 
 
 @dataclass(frozen=True)
@@ -284,7 +287,8 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
         lidar_frame_id=v['lidar.frame_id'], extrinsics_source=v['extrinsics.source'],
         channel_names=_channel_names(v['cameras.channel_names'], cameras),
         head=HeadConfig(**{f: v[f'head.{f}'] for f in (
-            'module', 'weights', 'max_objects', 'score_threshold')}),
+            'module', 'weights', 'max_objects', 'score_threshold')},
+            score_thresholds=tuple(v['head.score_thresholds'])),
         output_bev_features=v['output.bev_features'], lidar_filter=lidar_filter(v),
         lidar_timing=lidar_timing(v), output=OutputConfig(
             v['output.objects_type'], autoware_labels(v['output.autoware_labels'])),

@@ -294,6 +294,10 @@ SCHEMA: tuple[ParamSpec, ...] = (
        unit='boxes', minimum=1, maximum=1024, static=SHAPES),
     _p('head.score_threshold', 'double', 0.3,
        'boxes scoring below it are not published', minimum=0.0, maximum=1.0),
+    _p('head.score_thresholds', 'double_array', [],
+       "per-class thresholds, one per head class in the head's class order (the reference "
+       'head: car, large_vehicle, pedestrian, cyclist); [] for head.score_threshold in every '
+       'class', minimum=0.0, maximum=1.0),
     _p('output.bev_features', 'bool', True,
        'publish ~/output/bev_features (3.9 MB a frame at the default grid); false for '
        'deployments that only want objects (bev_image and bev_grid_map stay on demand)'),
@@ -302,8 +306,8 @@ SCHEMA: tuple[ParamSpec, ...] = (
        '(autoware_perception_msgs/DetectedObjects)', choices=('vision_msgs', 'autoware'),
        static=BUILT),
     _p('output.autoware_labels', 'string_array',
-       ['vehicle:CAR', 'car:CAR', 'truck:TRUCK', 'bus:BUS', 'trailer:TRAILER',
-        'motorcycle:MOTORCYCLE', 'bicycle:BICYCLE', 'cyclist:BICYCLE',
+       ['vehicle:CAR', 'car:CAR', 'large_vehicle:TRUCK', 'truck:TRUCK', 'bus:BUS',
+        'trailer:TRAILER', 'motorcycle:MOTORCYCLE', 'bicycle:BICYCLE', 'cyclist:BICYCLE',
         'pedestrian:PEDESTRIAN'],
        "head class to Autoware label, 'class:LABEL' each; a class not listed is UNKNOWN",
        nonempty=True),
@@ -331,7 +335,7 @@ BY_KEY: dict[str, ParamSpec] = {spec.key: spec for spec in SCHEMA}
 # Where the shipped parameter file differs from the schema's default, on purpose: it turns on
 # the reference head, whose weights fit the shipped grid and cameras (a config built in code,
 # with other shapes, has no head unless it names one).
-REFERENCE_HEAD = 'jax_perception_node.detection.heads.centerpoint:vehicle_head'
+REFERENCE_HEAD = 'jax_perception_node.detection.heads.centerpoint:object_head'
 SHIPPED_VALUES = {'head.module': REFERENCE_HEAD}
 TEMPLATES = (CAMERA_PREFIX, LIDAR_PREFIX)
 NODE_KEYS = tuple(s.key for s in SCHEMA if not s.key.startswith(TEMPLATES))

@@ -190,6 +190,7 @@ def _replay_fleet(args, cfg, topics: BagTopics) -> int:
 
 def _replay_one(args, cfg, topics: BagTopics) -> int:
     from jax_perception_node.bags.replay import progress_bar, replay_bag
+    from ..bags.detection_summary import class_lines, mean_ap_line
     from .report import detection_line, latency_table
     result = replay_bag(args.input[0], args.out, cfg, topics, snapshot_frames=(0, -1),
                         progress=progress_bar())
@@ -215,6 +216,8 @@ def _replay_one(args, cfg, topics: BagTopics) -> int:
     print('buckets: ' + ', '.join(f'{k}: {v}' for k, v in summary['buckets'].items()))
     if result.detection is not None:
         print(detection_line(result.detection))
+        for line in (mean_ap_line(result.detection), *class_lines(result.detection)):
+            print(f'  {line}')
     print(latency_table(result.records))
     for line in result.errors[:5]:
         print(f'  rejected: {line}')

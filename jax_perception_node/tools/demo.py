@@ -6,8 +6,12 @@ domain of its own, so two demos on one machine do not see each other.
 
 With a head (the shipped parameters have one), the player also publishes the drive's ground
 truth (``/ground_truth/objects``, restamped like the LiDAR), the recorder keeps it beside the
-node's ``~/output/objects``, and the report scores them (``detection_eval``, paired by stamp)
-and draws both on the BEV picture.
+node's ``~/output/objects``, and the report scores them (``detection_summary``, paired by
+stamp): one class's AP at 2 m as before, and per class the mean of its APs at 0.5, 1, 2 and 4 m
+with the mAP over the classes with ground truth. The classes scored are the class ids seen on
+either topic (``OBJECT_CLASSES`` order first): a ground-truth class the node never published is
+scored too (AP 0). The BEV picture draws both, objects in their class's colour, named in its
+caption.
 """
 
 from collections import Counter
@@ -19,6 +23,7 @@ import time
 
 
 from jax_perception_node.bags import bagio
+from jax_perception_node.detection.boxes import OBJECT_CLASSES
 from jax_perception_node.frames.latency import percentiles, STAGES
 from jax_perception_node.geometry.stamps import stamp_ns
 from jax_perception_node.outputs.objects import GROUND_TRUTH_TOPIC
@@ -142,19 +147,20 @@ def _level(status) -> str:
 
 def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -> int:
     """Read the recording back and write report.md, bev.png and latency.png."""
+    from jax_perception_node.outputs.render import class_caption
     from jax_perception_node.sensors.camera import read_features
-    from .report import detection_line, latency_table, save_bev_png, save_latency_png
+    from .report import latency_table, save_bev_png, save_latency_png
     reader = bagio.open_reader(bag)
     frames_in = next(c.msgcount for c in reader.connections
                      if c.topic == bagio.POINTCLOUD_TOPIC)
     reader.close()
     records, statuses, best = [], [], None
-    boxes = {bagio.OBJECTS_TOPIC: {}, GROUND_TRUTH_TOPIC: {}}    # topic -> stamp -> rows
+    boxes = {bagio.OBJECTS_TOPIC: {}, GROUND_TRUTH_TOPIC: {}}   # topic -> stamp -> message
     reader = bagio.open_reader(recording)
     for topic, _, raw, msgtype in bagio.iter_messages(reader, list(recorded_topics(cfg))):
         msg = bagio.TYPESTORE.deserialize_cdr(raw, msgtype)
         if topic in boxes:
-            boxes[topic][stamp_ns(msg.header.stamp)] = _vehicle_rows(msg, msgtype, cfg)
+            boxes[topic][stamp_ns(msg.header.stamp)] = msg
         elif topic == bagio.LATENCY_TOPIC:
             values = {kv.key: float(kv.value) for kv in msg.status[0].values}
             records.append(values)
@@ -194,19 +200,19 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
         lines.append(f'Points per frame: p50 {points["p50"]:.0f}, max {points["max"]:.0f}; '
                      f'cameras used p50 '
                      f'{percentiles(r["cameras_used"] for r in records)["p50"]:.0f}.')
-    objects, truth = boxes[bagio.OBJECTS_TOPIC], boxes[GROUND_TRUTH_TOPIC]
-    detection = _detection(objects, truth)
+    classes = box_classes(boxes, cfg)
+    objects, truth, detection = _detection(boxes, classes, cfg)
     if detection is not None:
-        lines += ['', f'Head: {detection_line(detection)} over {detection["frames"]} frames '
-                  "(the node's ~/output/objects against the drive's ground truth)."]
+        lines += detection_lines(detection)
     report = '\n'.join(lines) + '\n'
     (out / 'report.md').write_text(report)
     if best is not None:
         stamp = best[2]
         drawn = {} if not cfg.head.module else {'boxes': objects.get(stamp),
                                                 'truth': truth.get(stamp)}
-        save_bev_png(best[1], cfg.grid, out / 'bev.png', 'demo frame with the most occupied cells',
-                     **drawn)
+        caption = f'\nobjects by class: {class_caption(classes)}' if classes else ''
+        save_bev_png(best[1], cfg.grid, out / 'bev.png',
+                     'demo frame with the most occupied cells' + caption, **drawn)
     if records:
         save_latency_png(records, out / 'latency.png', 'demo: per-frame latency')
     print(report)
@@ -221,21 +227,58 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
     return 0
 
 
-def _vehicle_rows(msg, msgtype: str, cfg):
-    """Box rows of a Detection3DArray's or DetectedObjects' vehicles (others left out)."""
-    from jax_perception_node.detection.detection_eval import EVALUATED_CLASS
-    if msgtype == bagio.DETECTED_OBJECTS_TYPE:
-        from jax_perception_node.outputs.detected_objects import boxes_from_detected_objects
-        return boxes_from_detected_objects(msg, (EVALUATED_CLASS,), cfg.output.autoware_labels,
-                                           Counter())
-    from jax_perception_node.outputs.objects import boxes_from_detections
-    return boxes_from_detections(msg, (EVALUATED_CLASS,), Counter())
+def detection_lines(detection: dict) -> list[str]:
+    """Return the report's lines of a detection block: AP@2m of one class, mAP, a class table."""
+    from jax_perception_node.bags.detection_summary import class_table, mean_ap_line
+    from .report import detection_line
+    return ['', f'Head: {detection_line(detection)} over {detection["frames"]} frames '
+            "(the node's ~/output/objects against the drive's ground truth; AP@2m of class "
+            f'{detection["class"]}).', '', f'Per class: {mean_ap_line(detection)}.', '',
+            class_table(detection)]
 
 
-def _detection(objects: dict, truth: dict) -> dict | None:
-    """detection_eval.evaluate of the frames with both objects and ground truth, or None."""
-    from jax_perception_node.detection.detection_eval import evaluate
+def box_classes(boxes: dict, cfg) -> tuple[str, ...]:
+    """
+    Return the classes the demo scores: the class ids on either box topic, known ones first.
+
+    ``boxes``: topic -> stamp -> message. Names of ``OBJECT_CLASSES`` come in its order, others
+    sorted after them. DetectedObjects carry labels, not names: their head classes are those
+    of ``output.autoware_labels``.
+    """
+    names = set()
+    for topic, messages in boxes.items():
+        for msg in messages.values():
+            if hasattr(msg, 'detections'):
+                names.update(max(d.results, key=lambda r: r.hypothesis.score).hypothesis.class_id
+                             for d in msg.detections if len(d.results))
+            else:
+                names.update(name for name, _ in cfg.output.autoware_labels)
+    return tuple(c for c in OBJECT_CLASSES if c in names) + tuple(sorted(names - set(
+        OBJECT_CLASSES)))
+
+
+def _rows(msg, cfg, classes: tuple[str, ...], left_out: Counter):
+    """Box rows of a Detection3DArray or DetectedObjects (classes not in ``classes`` counted)."""
+    if hasattr(msg, 'detections'):
+        from jax_perception_node.outputs.objects import boxes_from_detections
+        return boxes_from_detections(msg, classes, left_out)
+    from jax_perception_node.outputs.detected_objects import boxes_from_detected_objects
+    return boxes_from_detected_objects(msg, classes, cfg.output.autoware_labels, left_out)
+
+
+def _detection(boxes: dict, classes: tuple[str, ...], cfg) -> tuple[dict, dict, dict | None]:
+    """
+    Return (objects, ground truth), stamp -> rows each, and their detection block, or None.
+
+    The block (``detection_summary``) scores the frames with both, or is None without any.
+    """
+    from jax_perception_node.bags.detection_summary import detection_summary
+    left_out = Counter()
+    objects = {stamp: _rows(msg, cfg, classes, Counter())
+               for stamp, msg in boxes[bagio.OBJECTS_TOPIC].items()}
+    truth = {stamp: _rows(msg, cfg, classes, left_out)
+             for stamp, msg in boxes[GROUND_TRUTH_TOPIC].items()}
     paired = [(objects[stamp], truth[stamp]) for stamp in sorted(objects) if stamp in truth]
-    if not paired:
-        return None
-    return dict(evaluate(paired), frames=len(paired))
+    if not paired or not classes:
+        return objects, truth, None
+    return objects, truth, detection_summary(paired, classes, left_out)

@@ -46,7 +46,8 @@ def detection_line(detection: Mapping) -> str:
                           'orientation_rad'))))
     return (f'detection: AP@{detection["match_m"]:g}m {number(detection["ap"])} within '
             f'{detection["max_range_m"]:g} m, recall {number(detection["recall"])} '
-            f'({detection["ground_truth"]} vehicles, {detection["predictions"]} boxes)'
+            f'({detection["ground_truth"]} {detection.get("class", "object")} boxes in the '
+            f'ground truth, {detection["predictions"]} predicted)'
             + error_text
             + (f'; ground truth of classes the head does not know, left out: {others}'
                if others else ''))

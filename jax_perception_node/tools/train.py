@@ -6,11 +6,13 @@ tests, the demo and the benchmarks use seeds below 100, and evaluation never use
 seed (``training_set`` refuses a held-out drive and makes the BEVs). The input normalization
 is the BEVs' per-channel mean and standard deviation, never trained.
 
-Targets (CenterPoint): a Gaussian heatmap at stride 4 (radius from the box's size in output
-cells, CenterPoint's ``gaussian_radius`` at overlap 0.1, at least 2 cells), and at the centre
-cell only the offset, z, log size and sin/cos yaw. Loss: the focal loss of the heatmap plus
-0.25 x the L1 of the regression, both per object. Random flips of x and y augment; optax
-AdamW with a warm-up and cosine decay. Camera dropout (issue 29): a sample has all its cameras,
+Targets (CenterPoint, ``head_targets``): a Gaussian heatmap per class at stride 4 (radius from
+the box's size in output cells, CenterPoint's ``gaussian_radius`` at overlap 0.1, at least 2
+cells), and in the 3 x 3 cells about the centre cell the offset to it, z, log size and sin/cos
+yaw. Loss: the focal loss of the heatmaps plus 0.25 x the L1 of the regression, per object and
+per taught cell. Random flips of x and y (the pooled centroid mirrored with them) and a random
+intensity scale (:data:`INTENSITY_SCALE`) augment; optax AdamW with a warm-up and cosine decay.
+Camera dropout (issue 29): a sample has all its cameras,
 a random subset or none (``training_set.CameraDropout``), so the head works with them masked.
 
 A loss that is not finite stops the training (``TrainingError``, naming the step and the
@@ -21,7 +23,6 @@ a failed write leaves no partial file there.
 
 import argparse
 from dataclasses import replace
-import math
 import os
 from pathlib import Path
 import sys
@@ -34,11 +35,12 @@ import numpy as np
 import optax
 
 from .arguments import check_writable, outputs_apart
+from .head_targets import encode_targets, flip_boxes
 from .training_set import CameraDropout, collect, Dataset, read_truth, VARIANTS
 from ..bags import bagio
 from ..core.pipeline import BevPipeline
 from ..detection.head import HeadInput, leaf_names, save_weights
-from ..detection.heads.centerpoint import CenterPointHead, check_input, CLASSES, STRIDE
+from ..detection.heads.centerpoint import CenterPointHead, CENTROID, check_input, CLASSES
 from ..outputs.grid_map import GridMapLayers
 from ..settings.config import default_params_file, HeadConfig, load_config
 from ..settings.parameters import ConfigError
@@ -48,93 +50,23 @@ DEFAULT_BATCH = 8
 LEARNING_RATE = 3e-3
 WEIGHT_DECAY = 1e-4
 REG_WEIGHT = 0.25          # CenterPoint's weight of the box regression against the heatmap
-MIN_OVERLAP = 0.1          # CenterPoint's gaussian_radius overlap
-MIN_RADIUS = 2             # output cells
-REGRESSION = 8             # offset 2, z 1, log size 3, sin/cos yaw 2
+# Each sample's intensity is scaled by a log-uniform factor in this range: drivers and units
+# scale it differently (0-255 Velodyne, Ouster's signal, uint8 Autoware clouds).
+INTENSITY_SCALE = (0.5, 2.0)
 
 
 class TrainingError(bagio.BagError):
     """Training gave a non-finite loss or weights: most likely from extreme values in the bags."""
 
 
-# -- targets -------------------------------------------------------------------------------
-
-
-def gaussian_radius(length: float, width: float, min_overlap: float = MIN_OVERLAP) -> float:
-    """Return CenterPoint's radius (cells) keeping IoU >= min_overlap for a box's size."""
-    r = []
-    for a, b, c in ((1.0, length + width, length * width * (1 - min_overlap) / (1 + min_overlap)),
-                    (4.0, 2 * (length + width), (1 - min_overlap) * length * width),
-                    (4 * min_overlap, -2 * min_overlap * (length + width),
-                     (min_overlap - 1) * length * width)):
-        r.append((b + math.sqrt(b * b - 4 * a * c)) / 2)
-    return min(r)
-
-
-def draw_gaussian(heatmap: np.ndarray, i: int, j: int, radius: int) -> None:
-    """Max a Gaussian of sigma (2r + 1) / 6 centred on cell (i, j) into ``heatmap`` [h, w]."""
-    sigma = (2 * radius + 1) / 6.0
-    d = np.arange(-radius, radius + 1)
-    g = np.exp(-(d[:, None] ** 2 + d[None, :] ** 2) / (2 * sigma * sigma))
-    g[g < np.finfo(np.float32).eps * g.max()] = 0
-    h, w = heatmap.shape
-    top, bottom = min(i, radius), min(h - i, radius + 1)
-    left, right = min(j, radius), min(w - j, radius + 1)
-    window = heatmap[i - top:i + bottom, j - left:j + right]
-    np.maximum(window, g[radius - top:radius + bottom, radius - left:radius + right], out=window)
-
-
-def encode_targets(boxes: np.ndarray, grid, shape: tuple[int, int], classes: int = 1):
-    """
-    Return the CenterPoint targets of box rows on an output grid of ``shape`` (stride 4).
-
-    Returns
-    -------
-    heatmap float32[h, w, classes] (1 at each centre cell), regression float32[h, w, 8]
-    (offset along rows and columns, z, log length, width, height, sin yaw, cos yaw: at centre
-    cells only) and mask float32[h, w, 1] (1 at centre cells). Boxes whose centre lies outside
-    the grid are left out. A box larger than the output grid gets a Gaussian of radius
-    max(h, w), which covers the grid from any centre cell.
-
-    """
-    h, w = shape
-    cell = grid.resolution * STRIDE
-    heatmap = np.zeros((h, w, classes), np.float32)
-    regression = np.zeros((h, w, REGRESSION), np.float32)
-    mask = np.zeros((h, w, 1), np.float32)
-    for x, y, z, length, width, height, yaw, _, cls in np.asarray(boxes, np.float64):
-        u, v = (x - grid.x_min) / cell, (y - grid.y_min) / cell
-        i, j = math.floor(u), math.floor(v)
-        if not (0 <= i < h and 0 <= j < w):
-            continue
-        radius = max(MIN_RADIUS, min(max(h, w), gaussian_radius(length / cell, width / cell)))
-        radius = int(radius)
-        draw_gaussian(heatmap[..., int(cls)], i, j, radius)
-        regression[i, j] = (u - i, v - j, z, math.log(length), math.log(width),
-                            math.log(height), math.sin(yaw), math.cos(yaw))
-        mask[i, j] = 1.0
-    return heatmap, regression, mask
-
-
-def flip_boxes(boxes: np.ndarray, grid, flip_x: bool, flip_y: bool) -> np.ndarray:
-    """Mirror box rows like a BEV whose rows (``flip_x``) or columns (``flip_y``) are reversed."""
-    out = np.array(boxes, np.float32, copy=True)
-    if flip_x:
-        out[:, 0] = grid.x_min + grid.x_max - out[:, 0]
-        out[:, 6] = np.pi - out[:, 6]
-    if flip_y:
-        out[:, 1] = grid.y_min + grid.y_max - out[:, 1]
-        out[:, 6] = -out[:, 6]
-    out[:, 6] = np.arctan2(np.sin(out[:, 6]), np.cos(out[:, 6]))
-    return out
-
-
-def batch(dataset: Dataset, indices, flips, grid, variants=None):
+def batch(dataset: Dataset, indices, flips, grid, variants=None, scales=None):
     """
     Return the pooled inputs and targets of frames ``indices`` with their (x, y) flips.
 
     ``variants``: each frame's cameras, an index into ``VARIANTS`` (None: all cameras); those
     without cameras are zeroed once stacked (``Dataset.variant`` without its copy).
+    ``scales``: each frame's intensity factor (None: 1), applied to the pooled max and mean of
+    ``intensity_mean`` alike (both commute with a positive scale).
     """
     inputs, heat, reg, mask = [], [], [], []
     variants = np.zeros(len(indices), int) if variants is None else np.asarray(variants)
@@ -142,6 +74,8 @@ def batch(dataset: Dataset, indices, flips, grid, variants=None):
         pooled = dataset.variant(k, 'subset' if VARIANTS[v] == 'subset' else 'all')
         pooled = pooled[::-1] if fx else pooled
         pooled = pooled[:, ::-1] if fy else pooled
+        if fx or fy:        # a mirrored block's centroid is mirrored about its centre
+            pooled = pooled * _mirror(dataset.channels, fx, fy)
         inputs.append(pooled)
         targets = encode_targets(flip_boxes(dataset.boxes[k], grid, fx, fy), grid,
                                  pooled.shape[:2], len(CLASSES))
@@ -150,7 +84,19 @@ def batch(dataset: Dataset, indices, flips, grid, variants=None):
     inputs, heat, reg, mask = (np.stack(a) for a in (inputs, heat, reg, mask))
     for row in np.flatnonzero(variants == VARIANTS.index('none')):
         dataset.drop_cameras(inputs[row])
+    if scales is not None and 'intensity_mean' in dataset.names:
+        column = dataset.names.index('intensity_mean')
+        factor = np.asarray(scales, np.float32)[:, None, None]
+        inputs[..., column] *= factor
+        inputs[..., dataset.channels + column] *= factor
     return inputs, heat, reg, mask
+
+
+def _mirror(channels: int, flip_x: bool, flip_y: bool) -> np.ndarray:
+    """Return the factors of pooled channels [2C + 2] under a mirror: -1 on a centroid's."""
+    factors = np.ones(2 * channels + CENTROID, np.float32)
+    factors[2 * channels:] = (-1.0 if flip_x else 1.0, -1.0 if flip_y else 1.0)
+    return factors
 
 
 # -- loss and training -----------------------------------------------------------------------
@@ -230,6 +176,7 @@ def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, se
     opt_state = optimizer.init(trainable)
     step = make_step(optimizer, frozen)
     rng = np.random.default_rng(seed)
+    augment = np.random.default_rng([seed, 1])      # apart: rng's draws stay those before
     weights = dataset.variants(dropout or CameraDropout(0.0))
     order: list[int] = []
     losses = np.zeros((steps, 3), np.float32)
@@ -240,7 +187,8 @@ def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, se
         flips = rng.random((batch_size, 2)) < 0.5
         # Drawn only with dropout: without, the draws are those of the training before it.
         variants = rng.choice(len(VARIANTS), batch_size, p=weights) if weights[0] < 1 else None
-        arrays = batch(dataset, indices, flips, grid, variants)
+        scales = np.exp(augment.uniform(*np.log(INTENSITY_SCALE), batch_size))
+        arrays = batch(dataset, indices, flips, grid, variants, scales)
         trainable, opt_state, loss = step(trainable, opt_state, *arrays)
         losses[n] = np.asarray(loss)
         if not np.isfinite(losses[n]).all():

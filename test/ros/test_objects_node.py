@@ -33,7 +33,7 @@ PARAMS = small_params(cameras=0, **{
     'head.module': 'toy_heads:size_gain_head', 'head.max_objects': 8,
     'head.score_threshold': 0.2, 'diagnostics.period_s': 0.2,
     'diagnostics.lidar_timeout_s': 60.0, 'output.objects_type': 'autoware'})
-LABELS = (('vehicle', 'CAR'),)      # what the default output.autoware_labels gives 'vehicle'
+LABELS = (('car', 'CAR'),)          # what the default output.autoware_labels gives 'car'
 CAR, TRUCK = 1, 2                   # ObjectClassification's labels
 PUBLISHED_TIME = f'{NS}/output/objects/debug/published_time'
 
@@ -141,11 +141,11 @@ def test_node_and_replay_give_identical_objects(running, tmp_path, warmed):
         # Both are FrameResult.objects, float32 through the messages (the yaw through its
         # quaternion), and the vision_msgs run's boxes are the same numbers.
         objects = path.process(bag_messages.cloud(points, stamp)).result.objects
-        boxes = boxes_from_detected_objects(live, ('vehicle',), LABELS)
+        boxes = boxes_from_detected_objects(live, ('car',), LABELS)
         assert boxes.shape == objects.shape
         np.testing.assert_array_equal(np.delete(boxes, 6, axis=1), np.delete(objects, 6, axis=1))
         np.testing.assert_allclose(boxes[:, 6], objects[:, 6], atol=1e-6)
-        np.testing.assert_array_equal(boxes, boxes_from_detections(vision[stamp], ('vehicle',)))
+        np.testing.assert_array_equal(boxes, boxes_from_detections(vision[stamp], ('car',)))
         found += len(boxes)
     assert found > 0
     empty = next(m for m in probe.objects if stamp_of(m) == clouds[1][0])
@@ -268,7 +268,7 @@ def test_published_time_comes_when_subscribed(running):
 
 def test_autoware_labels_change_live(running):
     node, probe, setter = running
-    [result] = set_parameters(probe, setter, output__autoware_labels=['vehicle:TRUCK'])
+    [result] = set_parameters(probe, setter, output__autoware_labels=['car:TRUCK'])
     assert result.successful, result.reason
     try:
         objects = send(probe, T0 + 500 * 10**9, clusters(12, 4))
@@ -278,7 +278,7 @@ def test_autoware_labels_change_live(running):
         [result] = set_parameters(probe, setter, output__objects_type='vision_msgs')
         assert not result.successful and 'static' in result.reason
     finally:
-        [result] = set_parameters(probe, setter, output__autoware_labels=['vehicle:CAR'])
+        [result] = set_parameters(probe, setter, output__autoware_labels=['car:CAR'])
         assert result.successful, result.reason
     objects = send(probe, T0 + 501 * 10**9, clusters(12, 4))
     assert {o.classification[0].label for o in objects.objects} == {CAR}
@@ -333,7 +333,7 @@ def test_without_a_head_there_is_no_objects_publisher():
 
 
 def test_markers_are_built_only_while_subscribed_and_features_follow_the_switch():
-    outputs, pubs = fake_outputs(('vehicle',), bev_features=False)
+    outputs, pubs = fake_outputs(('car',), bev_features=False)
     markers, objects = pubs['~/output/objects_markers'], pubs['~/output/objects']
     boxes = np.array([[1, 2, 0.5, 4, 2, 1.5, 0.3, 0.9, 0]], np.float32)
     assert not outputs.wants_features()
@@ -359,9 +359,9 @@ def test_objects_type_and_published_time_on_request():
     from jax_perception_node.settings.config import OutputConfig
     from vision_msgs.msg import Detection3DArray
     import time
-    outputs, pubs = fake_outputs(('vehicle',))
+    outputs, pubs = fake_outputs(('car',))
     assert pubs['~/output/objects'].msg_type is Detection3DArray       # the default
-    outputs, pubs = fake_outputs(('vehicle', 'bus'), objects_type='autoware',
+    outputs, pubs = fake_outputs(('car', 'bus'), objects_type='autoware',
                                  autoware_labels=LABELS)
     objects = pubs['~/output/objects']
     published = pubs['~/output/objects/debug/published_time']

@@ -36,10 +36,73 @@ def test_demo_runs_and_writes_the_report(tmp_path, capsys):
     assert rows['rejected'] == '0'          # the sample drive holds no malformed cloud
     # The shipped parameters have a head: its objects scored against the drive's ground truth.
     assert re.search(r'^Head: detection: AP@2m (\d\.\d\d) within 40 m, recall (\d\.\d\d) '
-                     r'\(\d+ vehicles, \d+ boxes\); matched boxes, mean abs error: size '
+                     r'\(\d+ car boxes in the ground truth, \d+ predicted\); matched boxes, mean '
+                     r'abs error: size '
                      r'(\d\.\d\d) / (\d\.\d\d) / (\d\.\d\d) m, z (\d\.\d\d) m, heading '
                      r'(\d\.\d\d) rad, orientation (\d\.\d\d) rad over \d+ frames', report,
                      re.M), report
+    # Per class: the mAP line and a table row per class scored, each with its four APs.
+    assert re.search(r'^Per class: mAP (\d\.\d\d|n/a) over \d+ of \d+ classes \(.*\); AP of a '
+                     r'class = the mean of its APs at 0\.5, 1, 2, 4 m BEV centre distance, '
+                     r'within 50 m\.$', report, re.M), report
+    assert '| class | AP | AP@0.5m | AP@1m | AP@2m | AP@4m | ground truth | predicted | ' \
+        'recall@2m |' in report
+    assert re.search(r'^\| \w+ \| (\d\.\d\d|n/a)( \| (\d\.\d\d|n/a)){4} \| \d+ \| \d+ \| '
+                     r'(\d\.\d\d|n/a) \|$', report, re.M), report
+
+
+def test_the_report_scores_every_class_seen_on_either_topic():
+    """Demo helpers on synthetic messages: classes in OBJECT_CLASSES order, then the rest."""
+    from jax_perception_node.bags import bagio
+    from jax_perception_node.bags.detection_summary import class_lines, class_table, mean_ap_line
+    from jax_perception_node.outputs.objects import detections_message, GROUND_TRUTH_TOPIC
+    from jax_perception_node.settings.config import load_config
+    from jax_perception_node.tools.demo import _detection, box_classes
+    cfg = load_config(PARAMS_FILE)
+
+    def message(boxes, classes):
+        return detections_message(bagio.TYPESTORE.types, np.array(boxes, np.float32).reshape(
+            -1, 9), classes, 10**9, 'base_link')
+    # The node found a pedestrian where there is one, and a car where there is a cyclist.
+    objects = message([[5, 5, 0, 0.6, 0.6, 1.7, 0, 0.9, 0], [9, 0, 0, 4, 2, 1.5, 0, 0.8, 1]],
+                      ('pedestrian', 'car'))
+    truth = message([[5, 5.5, 0, 0.6, 0.6, 1.7, 0, 1, 0], [9, 0, 0, 1.8, 0.6, 1.7, 0, 1, 1],
+                     [20, 0, 0, 9, 2.5, 3, 0, 1, 2]], ('pedestrian', 'cyclist', 'tram'))
+    boxes = {bagio.OBJECTS_TOPIC: {10**9: objects}, GROUND_TRUTH_TOPIC: {10**9: truth}}
+    classes = box_classes(boxes, cfg)
+    assert classes == ('car', 'pedestrian', 'cyclist', 'tram')
+    rows, gt, detection = _detection(boxes, classes, cfg)
+    assert rows[10**9][:, 8].tolist() == [1, 0] and gt[10**9][:, 8].tolist() == [1, 2, 3]
+    # car: no ground truth (left out of the mean); pedestrian found at 0.5 m: AP 1; cyclist
+    # and tram missed: AP 0. mAP = 1/3; the AP@2m block is the first class with ground truth.
+    per_class = detection['per_class']
+    assert [per_class[c]['ap'] for c in classes] == [None, 1.0, 0.0, 0.0]
+    assert detection['mean_ap'] == pytest.approx(1 / 3) and detection['class'] == 'pedestrian'
+    assert detection['ap'] == 1.0 and detection['frames'] == 1
+    assert mean_ap_line(detection) == (
+        'mAP 0.33 over 3 of 4 classes (pedestrian, cyclist, tram with ground truth); AP of a '
+        'class = the mean of its APs at 0.5, 1, 2, 4 m BEV centre distance, within 50 m')
+    assert class_table(detection).splitlines()[2:4] == [
+        '| car | n/a | n/a | n/a | n/a | n/a | 0 | 1 | n/a |',
+        '| pedestrian | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1 | 1 | 1.00 |']
+    assert class_lines(detection)[1] == ('pedestrian: AP 1.00 (0.5 m 1.00, 1 m 1.00, 2 m 1.00, '
+                                         '4 m 1.00), recall@2m 1.00 (1 in the ground truth, 1 '
+                                         'predicted)')
+    # No box on either topic: nothing to score.
+    empty = {bagio.OBJECTS_TOPIC: {}, GROUND_TRUTH_TOPIC: {}}
+    assert box_classes(empty, cfg) == () and _detection(empty, (), cfg)[2] is None
+
+
+def test_the_caption_names_each_class_colour_of_the_boxes():
+    from jax_perception_node.outputs.object_markers import PALETTE
+    from jax_perception_node.outputs.render import class_caption, COLOUR_NAMES
+    assert len(COLOUR_NAMES) == len(PALETTE)
+    # The names say the palette's colours: orange is mostly red, blue mostly blue, ...
+    dominant = {'orange': 0, 'blue': 2, 'green': 1}
+    for name, channel in dominant.items():
+        assert np.argmax(PALETTE[COLOUR_NAMES.index(name)]) == channel
+    assert class_caption(('car', 'large_vehicle', 'pedestrian', 'cyclist')) == (
+        'car orange, large_vehicle blue, pedestrian green, cyclist magenta')
 
 
 # -- boxes on the BEV picture (report.draw_boxes) -------------------------------------------------

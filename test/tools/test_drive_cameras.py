@@ -3,11 +3,14 @@
 from configs import PARAMS_FILE
 from jax_perception_node.settings.config import load_config
 from jax_perception_node.tools.synthetic_drive import CAMERA_CHANNELS, SyntheticDrive
+from jax_perception_node.tools.synthetic_drive.camera_render import (BICYCLES, CLOTHING,
+                                                                     TROUSERS, VEHICLE_PAINTS)
 import numpy as np
 import pytest
 
 TIMES = (2.0, 4.0, 5.5, 7.0)          # farmland, town, town, underpass
-GROUND, VEHICLE, SKY = 0, 1, -1       # scene classes (Surfaces.cls)
+GROUND, SKY = 0, -1                   # scene classes (Surfaces.cls)
+VEHICLES, PEDESTRIAN, CYCLIST = (1, 4), 5, 6     # cars and large vehicles; people
 LUMA = (0.299, 0.587, 0.114)
 
 
@@ -18,7 +21,7 @@ def cfg():
 
 @pytest.fixture(scope='module')
 def views(cfg):
-    """(camera, t, feature map, depth map, class map) for every shipped camera at TIMES."""
+    """(camera, t, feature map, depth map, class map, albedo) per shipped camera at TIMES."""
     drive = SyntheticDrive(cfg, seed=5)
     out = []
     for t in TIMES:
@@ -26,7 +29,8 @@ def views(cfg):
             seen = drive.camera_surfaces(cam.name, t)
             shape = (cam.height, cam.width)
             out.append((cam, t, drive.camera_features(cam.name, t),
-                        seen.depth.reshape(shape), seen.cls.reshape(shape)))
+                        seen.depth.reshape(shape), seen.cls.reshape(shape),
+                        seen.colour.reshape(*shape, 3)))
     return out
 
 
@@ -37,7 +41,7 @@ def padded(image, n):
 def test_channels_are_the_images_colour_luminance_edges_contrast_and_saturation(views):
     assert CAMERA_CHANNELS == ('red', 'green', 'blue', 'luminance', 'grad_u', 'grad_v',
                                'local_contrast', 'saturation')
-    for cam, _, feats, _, _ in views:
+    for cam, _, feats, _, _, _ in views:
         assert feats.shape == (cam.height, cam.width, 8) and feats.dtype == np.float32
         rgb = feats[..., :3].astype(np.float64)
         lum = rgb @ LUMA
@@ -74,10 +78,10 @@ def explained_by(x, key, bins=100):
 
 
 def test_no_channel_is_a_class_or_a_depth(views):
-    feats = np.concatenate([f.reshape(-1, 8) for _, _, f, _, _ in views]).astype(np.float64)
-    depth = np.concatenate([d.ravel() for _, _, _, d, _ in views])
-    cls = np.concatenate([c.ravel() for _, _, _, _, c in views])
-    vehicle, solid = cls == VEHICLE, np.isfinite(depth)
+    feats = np.concatenate([v[2].reshape(-1, 8) for v in views]).astype(np.float64)
+    depth = np.concatenate([v[3].ravel() for v in views])
+    cls = np.concatenate([v[4].ravel() for v in views])
+    vehicle, solid = np.isin(cls, VEHICLES), np.isfinite(depth)
     assert 0.05 < vehicle.mean() < 0.5
     # The measures catch the old oracle channels: a one-hot class, and 1 / depth.
     assert balanced_accuracy(vehicle.astype(float), vehicle) == 1.0
@@ -91,19 +95,46 @@ def test_no_channel_is_a_class_or_a_depth(views):
 
 def test_vehicles_show_by_their_colour_and_edges(views):
     pairs, boundary, road = [], [], []
-    for _, _, feats, _, cls in views:
+    for _, _, feats, _, cls, _ in views:
         # A vehicle pixel right above a road pixel: its colour against the road's.
-        above = (cls[:-1] == VEHICLE) & (cls[1:] == GROUND)
+        above = np.isin(cls[:-1], VEHICLES) & (cls[1:] == GROUND)
         pairs.append(np.abs(feats[:-1, :, :3][above] - feats[1:, :, :3][above]).max(axis=-1))
         grad = np.hypot(feats[..., 4], feats[..., 5])
         c = np.pad(cls, 1, mode='edge')
         same = ((c[:-2, 1:-1] == cls) & (c[2:, 1:-1] == cls) & (c[1:-1, :-2] == cls)
                 & (c[1:-1, 2:] == cls))
-        boundary.append(grad[(cls == VEHICLE) & ~same])
+        boundary.append(grad[np.isin(cls, VEHICLES) & ~same])
         road.append(grad[(cls == GROUND) & same])
     pairs, boundary, road = (np.concatenate(a) for a in (pairs, boundary, road))
     assert len(pairs) > 50 and np.mean(pairs > 0.03) > 0.8
     assert len(boundary) > 200 and np.median(boundary) > 3.0 * np.median(road)
+
+
+def in_palette(colours, *palettes):
+    """Whether each albedo (N, 3) is an entry of one of the palettes."""
+    table = np.concatenate(palettes)
+    return np.any(np.all(np.abs(colours[:, None] - table[None]) < 1e-12, axis=-1), axis=1)
+
+
+def test_people_wear_clothes_and_ride_bicycles(views):
+    # Albedo by class: people in clothing tones (tops over legs or bicycles), vehicles in paint
+    # or glass; and the people stand out from the ground they stand on.
+    counts = {PEDESTRIAN: 0, CYCLIST: 0}
+    contrast = []
+    for _, _, feats, _, cls, colour in views:
+        for kind, lower in ((PEDESTRIAN, TROUSERS), (CYCLIST, BICYCLES)):
+            mask = cls == kind
+            counts[kind] += int(mask.sum())
+            assert np.all(in_palette(colour[mask], CLOTHING, lower))
+        vehicle = np.isin(cls, VEHICLES)
+        glass = np.all(np.abs(colour[vehicle] - [0.05, 0.06, 0.08]) < 1e-12, axis=-1)
+        assert np.all(in_palette(colour[vehicle][~glass], VEHICLE_PAINTS))
+        person = np.isin(cls, (PEDESTRIAN, CYCLIST))
+        if person.any():
+            contrast.append(np.abs(feats[..., :3][person].mean(0) - feats[..., :3][
+                cls == GROUND].mean(0)).max())
+    assert counts[PEDESTRIAN] > 20 and counts[CYCLIST] > 5, counts
+    assert np.median(contrast) > 0.03
 
 
 def test_exposure_varies_per_frame_and_the_drive_reproduces_it(cfg):

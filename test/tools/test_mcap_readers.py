@@ -161,6 +161,6 @@ def test_the_heads_objects_and_markers_decode(tmp_path):
     assert len(objects) == len(markers) == 2
     for detections, array in zip(objects, markers):
         assert detections.header.frame_id == 'base_link' and len(detections.detections) > 0
-        assert detections.detections[0].results[0].hypothesis.class_id == 'vehicle'
+        assert detections.detections[0].results[0].hypothesis.class_id == 'car'
         # A DELETEALL, then a cube and a label per box.
         assert len(array.markers) == 1 + 2 * len(detections.detections)

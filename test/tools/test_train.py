@@ -15,14 +15,14 @@ from jax_perception_node.bags import bagio
 from jax_perception_node.core.pipeline import BevPipeline
 from jax_perception_node.detection.head import CHANNELS_KEY, HeadInput, load_head, load_weights
 from jax_perception_node.detection.heads import centerpoint
-from jax_perception_node.detection.heads.centerpoint import CenterPointHead, vehicle_head
+from jax_perception_node.detection.heads.centerpoint import CenterPointHead, object_head
 from jax_perception_node.geometry.stamps import stamp_ns
 from jax_perception_node.outputs.objects import detections_message, GROUND_TRUTH_TOPIC
 from jax_perception_node.settings.channels import COVERAGE_CHANNEL, lidar_channels
 from jax_perception_node.settings.config import config_from_parameters
 from jax_perception_node.settings.param_file import write_param_file
 from jax_perception_node.settings.parameters import REFERENCE_HEAD
-from jax_perception_node.tools import train, training_set
+from jax_perception_node.tools import head_targets, train, training_set
 from jax_perception_node.tools.cli import main
 from jax_perception_node.tools.synthetic_drive import write_sample_bag
 import numpy as np
@@ -118,11 +118,11 @@ def test_targets_of_one_box_match_an_independent_computation():
     grid = config_from_parameters(PARAMS).grid
     # A car at x = 3.3, y = -7.05: output cells are 4 * 0.4 = 1.6 m.
     box = np.array([[3.3, -7.05, 0.9, 4.5, 1.8, 1.5, 2.5, 1.0, 0.0]], np.float32)
-    heat, reg, mask = train.encode_targets(box, grid, (32, 32))
+    heat, reg, mask = head_targets.encode_targets(box, grid, (32, 32))
     u, v = (3.3 + 25.6) / 1.6, (-7.05 + 25.6) / 1.6      # 18.0625, 11.59375
     i, j = int(u), int(v)
     assert np.unravel_index(np.argmax(heat[..., 0]), (32, 32)) == (i, j) == (18, 11)
-    assert heat[i, j, 0] == 1.0 and mask.sum() == 1.0 and mask[i, j, 0] == 1.0
+    assert heat[i, j, 0] == 1.0 and mask.sum() == 9.0 and mask[i - 1:i + 2, j - 1:j + 2].all()
     # CenterPoint: a 4.5 x 1.8 m car is 2.8 x 1.1 cells, radius below 2: the minimum 2,
     # sigma (2 * 2 + 1) / 6.
     sigma = 5 / 6
@@ -130,10 +130,46 @@ def test_targets_of_one_box_match_an_independent_computation():
     np.testing.assert_allclose(heat[i + 2, j + 2, 0], math.exp(-8 / (2 * sigma ** 2)),
                                rtol=1e-6)
     assert heat[i + 3, j, 0] == 0.0
-    want = [u - i, v - j, 0.9, math.log(4.5), math.log(1.8), math.log(1.5),
-            math.sin(2.5), math.cos(2.5)]
-    np.testing.assert_allclose(reg[i, j], want, rtol=1e-5, atol=1e-6)
-    assert np.count_nonzero(reg.any(axis=-1)) == 1
+    rest = [0.9, math.log(4.5), math.log(1.8), math.log(1.5), math.sin(2.5), math.cos(2.5)]
+    # Every cell of the 3 x 3 about the centre cell points from itself to the centre.
+    for a in (i - 1, i, i + 1):
+        for b in (j - 1, j, j + 1):
+            np.testing.assert_allclose(reg[a, b], [u - a, v - b, *rest], rtol=1e-5, atol=1e-6)
+    assert np.count_nonzero(reg.any(axis=-1)) == 9
+    # spread 0: the centre cell alone, as CenterPoint.
+    _, reg0, mask0 = head_targets.encode_targets(box, grid, (32, 32), spread=0)
+    assert mask0.sum() == 1.0 and np.count_nonzero(reg0.any(axis=-1)) == 1
+    np.testing.assert_array_equal(reg0[i, j], reg[i, j])
+
+
+def test_a_mirrored_pooled_bev_is_the_pooled_mirrored_bev():
+    # The trainer mirrors pooled BEVs; the head at run time pools the BEV it is given.
+    head = CenterPointHead.create(3)
+    bev = np.random.default_rng(5).normal(size=(16, 24, 3)).astype(np.float32)
+    pooled = np.asarray(head.pool(bev))
+    data = training_set.Dataset(3)
+    data.pooled.append(pooled)
+    data.boxes.append(np.zeros((0, 9), np.float32))
+    grid = config_from_parameters(PARAMS).grid
+    for flip in ((True, False), (False, True), (True, True)):
+        mirrored = bev[::-1] if flip[0] else bev
+        mirrored = mirrored[:, ::-1] if flip[1] else mirrored
+        got = train.batch(data, [0], [flip], grid)[0][0]
+        np.testing.assert_allclose(got, np.asarray(head.pool(mirrored)), atol=1e-6)
+
+
+def test_a_cell_between_two_centres_is_taught_the_nearer_box():
+    grid = config_from_parameters(PARAMS).grid
+    # Centres in cells (10, 10) and (10, 12): cell (10, 11) lies between them, nearer the
+    # second (v = 12.1 against 10.2, cell centre 11.5), whichever box comes first.
+    boxes = np.array([[10.2 * 1.6 - 25.6, 10.2 * 1.6 - 25.6, 0, 4, 2, 1.5, 0, 1, 0],
+                      [10.5 * 1.6 - 25.6, 12.1 * 1.6 - 25.6, 0, 6, 2, 3.0, 0, 1, 1]], np.float32)
+    for order in (boxes, boxes[::-1]):
+        heat, reg, mask = head_targets.encode_targets(order, grid, (32, 32), classes=2)
+        np.testing.assert_allclose(reg[10, 11, :2], [10.5 - 10, 12.1 - 11], atol=1e-5)
+        np.testing.assert_allclose(reg[10, 11, 5], math.log(3.0), atol=1e-6)
+        np.testing.assert_allclose(reg[10, 9, :2], [10.2 - 10, 10.2 - 9], atol=1e-5)
+        assert mask.sum() == 15        # 9 + 9 cells, 3 of them shared
 
 
 def test_flipped_boxes_give_the_flipped_targets():
@@ -143,10 +179,10 @@ def test_flipped_boxes_give_the_flipped_targets():
     boxes[:, 0:2] = rng.uniform(-24, 24, (6, 2))
     boxes[:, 2:6] = (0.9, 4.5, 1.8, 1.5)
     boxes[:, 6] = rng.uniform(-3, 3, 6)
-    heat, reg, mask = train.encode_targets(boxes, grid, (32, 32))
+    heat, reg, mask = head_targets.encode_targets(boxes, grid, (32, 32))
     for flip_x, flip_y in ((True, False), (False, True), (True, True)):
-        flipped = train.encode_targets(train.flip_boxes(boxes, grid, flip_x, flip_y), grid,
-                                       (32, 32))
+        mirrored = head_targets.flip_boxes(boxes, grid, flip_x, flip_y)
+        flipped = head_targets.encode_targets(mirrored, grid, (32, 32))
         rows = slice(None, None, -1 if flip_x else 1)
         cols = slice(None, None, -1 if flip_y else 1)
         np.testing.assert_allclose(flipped[0], heat[rows, cols], atol=1e-6)
@@ -189,13 +225,16 @@ def test_train_command_writes_weights_the_head_loads(drive, tmp_path, monkeypatc
                               '--steps', '3', '--batch', '2', '--seed', '100'])
     stream = io.StringIO()
     assert train.cmd_train(args, stream) == 0
-    assert '15 frames, 17 boxes, collected in ' in stream.getvalue()
+    truth, _ = read_truth_of(bag)
+    assert len(truth) == 15
+    boxes = sum(len(rows) for rows in truth.values())
+    assert f'15 frames, {boxes} boxes, collected in ' in stream.getvalue()
     assert ' s; no cameras to drop; training 3 steps of 2' in stream.getvalue()
     names = lidar_channels(1) + (COVERAGE_CHANNEL,)
     assert tuple(np.load(out)[CHANNELS_KEY]) == names
     bev = HeadInput(cfg.grid.height, cfg.grid.width, cfg.fused_channels, cfg.grid.resolution,
                     names)
-    spec = vehicle_head(bev)
+    spec = object_head(bev)
     params = load_weights(out, spec.params)
     assert not np.array_equal(params.conv1.weight, spec.params.conv1.weight)
     assert np.all(np.asarray(params.std) > 0)
@@ -218,7 +257,8 @@ def test_camera_dropout_variants_are_the_pipelines_bevs_without_those_cameras(ca
         # LiDAR channels (max and mean halves) never depend on the cameras.
         for half in (slice(0, 6), slice(10, 16)):
             np.testing.assert_array_equal(none[..., half], every[..., half])
-        assert not none[..., 6:10].any() and not none[..., 16:].any()
+        assert not none[..., 6:10].any() and not none[..., 16:20].any()
+        np.testing.assert_array_equal(none[..., 20:], every[..., 20:])     # the centroid
         kinds.add((len(paired), len(kept)))
         if 0 < len(kept) < len(paired):
             assert every[..., 9].sum() > subset[..., 9].sum() > 0       # less coverage
@@ -233,14 +273,14 @@ def test_the_sampler_draws_the_variants_with_their_weights(camera_dataset, camer
     grid = camera_drive[2].grid
     drawn, real = [], train.batch
 
-    def batch(dataset, indices, flips, grid, variants=None):
+    def batch(dataset, indices, flips, grid, variants=None, scales=None):
         drawn.append(variants)
         k = indices[0]
         if variants is not None:        # a batch holds the variants drawn
             inputs = real(dataset, [k] * 3, [(False, False)] * 3, grid, [0, 1, 2])[0]
             for v, name in enumerate(training_set.VARIANTS):
                 np.testing.assert_array_equal(inputs[v], dataset.variant(k, name))
-        return real(dataset, indices, flips, grid, variants)
+        return real(dataset, indices, flips, grid, variants, scales)
 
     monkeypatch.setattr(train, 'batch', batch)
     monkeypatch.setattr(train, 'make_step', lambda optimizer, frozen: (
@@ -386,9 +426,9 @@ def test_ground_truth_of_classes_the_head_does_not_learn_is_left_out(tmp_path):
                      np.float32)
     with bagio.BagWriter(tmp_path / 'gt') as writer:
         writer.write(GROUND_TRUTH_TOPIC, detections_message(
-            bagio.TYPESTORE.types, boxes, ('vehicle', 'pedestrian'), 10**9, 'base_link'), 10**9)
+            bagio.TYPESTORE.types, boxes, ('car', 'traffic_cone'), 10**9, 'base_link'), 10**9)
     truth, left_out = read_truth_of(tmp_path / 'gt')
-    assert left_out == {'pedestrian': 1}
+    assert left_out == {'traffic_cone': 1}
     np.testing.assert_array_equal(truth[10**9][:, [0, 1, 8]], boxes[:1, [0, 1, 8]])
 
 
@@ -450,9 +490,9 @@ CAR = [4, 1, 0, 4, 2, 1.5, 0.1, 1, 0]
 
 
 def truth_bag(path, edit, boxes=(CAR, [9, -2, 0, 1, 1, 1.8, 0, 1, 1], CAR)):
-    """Write one ground-truth message at 1 s (a car, a pedestrian, a car) after ``edit(msg)``."""
+    """Write one ground-truth message at 1 s (a car, a traffic cone, a car) after ``edit(msg)``."""
     msg = detections_message(bagio.TYPESTORE.types, np.array(boxes, np.float32),
-                             ('vehicle', 'pedestrian'), 10**9, 'base_link')
+                             ('car', 'traffic_cone'), 10**9, 'base_link')
     edit(msg)
     with bagio.BagWriter(path) as writer:
         writer.write(GROUND_TRUTH_TOPIC, msg, 10**9)
@@ -497,7 +537,7 @@ def test_a_bad_ground_truth_box_is_refused_naming_bag_stamp_and_box(
 
 def test_a_bad_box_of_a_class_left_out_is_not_refused(tmp_path):
     truth, left_out = read_truth_of(truth_bag(tmp_path / 'gt', set_box(1, 'size', (NAN, 0, 0))))
-    assert left_out == {'pedestrian': 1} and len(truth[10**9]) == 2
+    assert left_out == {'traffic_cone': 1} and len(truth[10**9]) == 2
 
 
 def copy_with_truth(src, dst, edit):
@@ -547,9 +587,26 @@ def test_a_box_larger_than_the_grid_covers_it():
     # int(radius) of a 1e30 m box was an np.arange of 1e30 cells (ValueError).
     grid = config_from_parameters(PARAMS).grid
     box = np.array([[3.3, -7.05, 0.9, 1e30, 1e30, 1.5, 0.0, 1.0, 0.0]], np.float32)
-    heat, reg, mask = train.encode_targets(box, grid, (32, 32))
-    assert heat[18, 11, 0] == 1.0 and np.all(heat > 0) and mask.sum() == 1
+    heat, reg, mask = head_targets.encode_targets(box, grid, (32, 32))
+    assert heat[18, 11, 0] == 1.0 and np.all(heat > 0) and mask.sum() == 9
     np.testing.assert_allclose(reg[18, 11, 3], math.log(1e30), rtol=1e-6)
+
+
+def test_the_intensity_scale_scales_the_pooled_intensity_alone():
+    grid = config_from_parameters(PARAMS).grid
+    data = training_set.Dataset(3, ('occupancy', 'density', 'intensity_mean'))
+    rng = np.random.default_rng(2)
+    for k in range(2):
+        data.pooled.append(rng.uniform(0.0, 9.0, (8, 8, 8)).astype(np.float32))
+        data.boxes.append(np.zeros((0, 9), np.float32))
+    flips = np.zeros((2, 2), bool)
+    plain = train.batch(data, [0, 1], flips, grid)[0]
+    scaled = train.batch(data, [0, 1], flips, grid, scales=[0.5, 2.0])[0]
+    want = plain.copy()
+    want[0, ..., [2, 5]] *= 0.5     # intensity_mean in the max half and in the mean half
+    want[1, ..., [2, 5]] *= 2.0
+    np.testing.assert_array_equal(scaled, want)
+    np.testing.assert_array_equal(data.pooled[0], plain[0])    # the dataset is not changed
 
 
 def test_a_bev_with_non_finite_values_is_refused_naming_bag_stamp_and_channel():

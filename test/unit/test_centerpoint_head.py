@@ -2,9 +2,11 @@
 
 import equinox as eqx
 import jax
+from jax_perception_node.detection.boxes import OBJECT_CLASSES
 from jax_perception_node.detection.head import (HEAD_OUTPUTS, HeadInput, leaf_names, load_head,
                                                 save_weights)
-from jax_perception_node.detection.heads.centerpoint import CenterPointHead, vehicle_head
+from jax_perception_node.detection.heads.centerpoint import (CenterPointHead, NMS_RADIUS_M,
+                                                             object_head)
 from jax_perception_node.settings.parameters import ConfigError
 import numpy as np
 import pytest
@@ -30,14 +32,21 @@ def reference_conv(x: np.ndarray, weight: np.ndarray, bias: np.ndarray,
 
 
 def reference_head(bev: np.ndarray, m) -> np.ndarray:
-    """Run the head in NumPy: normalize, then 4 x 4 max and mean pool, convs; float64[h, w, 9]."""
+    """
+    Run the head in NumPy: normalize, 4 x 4 max and mean pool, convs; float64[h, w, 12].
+
+    Beside them, the occupied cells' centroid: the mean (row, column) within the block, from
+    the block's centre, in blocks, of the cells whose first channel is positive (0 if none).
+    """
     x = (bev.astype(np.float64) - np.asarray(m.mean)) / np.asarray(m.std)
     h, w, c = x.shape
-    pooled = np.zeros((h // 4, w // 4, 2 * c))
+    pooled = np.zeros((h // 4, w // 4, 2 * c + 2))
     for i in range(h // 4):
         for j in range(w // 4):
             block = x[4 * i:4 * i + 4, 4 * j:4 * j + 4].reshape(16, c)
-            pooled[i, j] = np.concatenate([block.max(axis=0), block.mean(axis=0)])
+            rows, cols = np.nonzero(bev[4 * i:4 * i + 4, 4 * j:4 * j + 4, 0] > 0)
+            centroid = [(rows.mean() - 1.5) / 4, (cols.mean() - 1.5) / 4] if len(rows) else [0, 0]
+            pooled[i, j] = np.concatenate([block.max(axis=0), block.mean(axis=0), centroid])
     y = np.maximum(reference_conv(pooled, np.asarray(m.conv1.weight, np.float64),
                                   np.asarray(m.conv1.bias), 1), 0)
     y = np.maximum(reference_conv(y, np.asarray(m.conv2.weight, np.float64),
@@ -46,21 +55,22 @@ def reference_head(bev: np.ndarray, m) -> np.ndarray:
 
 
 def test_outputs_are_the_contracts_dict():
-    spec = vehicle_head(HeadInput(16, 24, 5, 0.5))
+    spec = object_head(HeadInput(16, 24, 5, 0.5))
     bev = np.random.default_rng(1).random((16, 24, 5), np.float32)
     out = jax.jit(spec.apply)(spec.params, bev)
     assert set(out) == set(HEAD_OUTPUTS)
     for key, channels in HEAD_OUTPUTS.items():
-        assert out[key].shape == (4, 6, channels or 1)
+        assert out[key].shape == (4, 6, channels or len(OBJECT_CLASSES))
         assert out[key].dtype == np.float32
-    assert spec.stride == 4 and spec.classes == ('vehicle',)
-    assert spec.weights.name == 'centerpoint_vehicle.npz'
+    assert spec.stride == 4 and spec.classes == OBJECT_CLASSES
+    assert spec.nms_radius_m == NMS_RADIUS_M and len(NMS_RADIUS_M) == len(OBJECT_CLASSES)
+    assert spec.weights.name == 'centerpoint_objects.npz'
     assert all(np.asarray(leaf).dtype == np.float32 for leaf in jax.tree.leaves(spec.params))
     assert '.conv1.weight' in leaf_names(spec.params)
 
 
 def test_untrained_heatmap_starts_at_the_prior():
-    spec = vehicle_head(HeadInput(16, 16, 3, 0.5))
+    spec = object_head(HeadInput(16, 16, 3, 0.5))
     out = spec.apply(spec.params, np.zeros((16, 16, 3), np.float32))
     # Zero input, identity statistics: only the biases act; the first is the heatmap's.
     np.testing.assert_allclose(1 / (1 + np.exp(-np.asarray(out['heatmap']))), 0.1, rtol=1e-5)
@@ -77,13 +87,13 @@ def test_layers_match_a_numpy_reference():
                  rng.uniform(0.5, 2.0, channels).astype(np.float32),
                  rng.normal(size=32).astype(np.float32) * 0.1,
                  rng.normal(size=16).astype(np.float32) * 0.1,
-                 rng.normal(size=9).astype(np.float32)))
+                 rng.normal(size=12).astype(np.float32)))
     bev = rng.normal(size=(24, 20, channels)).astype(np.float32)
     params, static = eqx.partition(model, eqx.is_array)
     out = jax.jit(lambda p, b: eqx.combine(p, static)(b))(params, bev)
     want = reference_head(bev, model)
     got = np.concatenate([out[k] for k in ('heatmap', 'offset', 'z', 'size', 'yaw')], axis=-1)
-    assert got.shape == (6, 5, 9)
+    assert got.shape == (6, 5, 12)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
@@ -105,14 +115,14 @@ def test_training_path_computes_what_the_head_computes_at_run_time():
 
 
 def test_conv_parts_must_add_up_to_the_kernels_channels():
-    conv = CenterPointHead.create(3, seed=0).conv1          # takes 2 x 3 channels
-    with pytest.raises(ValueError, match='5 channels in all, the kernel takes 6'):
+    conv = CenterPointHead.create(3, seed=0).conv1          # takes 2 x 3 + 2 channels
+    with pytest.raises(ValueError, match='5 channels in all, the kernel takes 8'):
         conv(np.zeros((1, 4, 4, 3), np.float32), np.zeros((1, 4, 4, 2), np.float32))
 
 
 def test_a_grid_the_stride_does_not_divide_is_refused():
     with pytest.raises(ConfigError, match='head.module'):
-        vehicle_head(HeadInput(18, 24, 5, 0.5))
+        object_head(HeadInput(18, 24, 5, 0.5))
 
 
 def test_the_shipped_weights_fit_the_shipped_parameters_and_are_trained():
@@ -123,7 +133,7 @@ def test_the_shipped_weights_fit_the_shipped_parameters_and_are_trained():
     cfg = load_config(PARAMS_FILE)
     assert cfg.head.module == REFERENCE_HEAD and cfg.head.weights == ''
     head = load_head(cfg.head.module, '', HeadInput(256, 256, cfg.fused_channels, 0.4))
-    assert head.weights_path.name == 'centerpoint_vehicle.npz'
+    assert head.weights_path.name == 'centerpoint_objects.npz'
     assert head.weights_path.stat().st_size < 1 << 20          # "a few MB at most"
     untrained = jax.tree.leaves(head.spec.params)
     trained = jax.tree.leaves(head.params)
@@ -143,7 +153,7 @@ def test_the_shipped_weights_fit_the_shipped_parameters_and_are_trained():
 def test_a_checkpoint_whose_std_the_network_cannot_divide_by_is_refused(tmp_path, std, refused):
     from jax_perception_node.settings.parameters import REFERENCE_HEAD
     bev = HeadInput(16, 24, 5, 0.5)
-    spec = vehicle_head(bev)
+    spec = object_head(bev)
     std = np.asarray(std, np.float32)
     params = jax.tree.map(np.asarray, spec.params)
     save_weights(tmp_path / 'good.npz', params)                     # std 1

@@ -9,6 +9,7 @@ from builtin_interfaces.msg import Time
 from geometry_msgs.msg import (Point, Polygon, Pose, PoseWithCovariance, Quaternion, Twist,
                                TwistWithCovariance, Vector3)
 from jax_perception_node.bags import bagio
+from jax_perception_node.detection.boxes import OBJECT_CLASSES
 from jax_perception_node.outputs.detected_objects import (boxes_from_detected_objects,
                                                           detected_objects_message,
                                                           DETECTED_OBJECTS_TYPE, MESSAGE_TYPES)
@@ -106,11 +107,16 @@ def test_rclpy_layout_and_the_same_bytes_decode_in_rosbags():
     np.testing.assert_array_equal(np.delete(rows, 6, axis=1), np.delete(boxes, 6, axis=1))
 
 
-def test_the_shipped_label_map_makes_the_shipped_heads_vehicle_a_car():
+def test_the_shipped_label_map_gives_every_class_of_the_shipped_head_its_label():
     labels = autoware_labels(defaults()['output.autoware_labels'])
     boxes = np.array([[1, 2, 0.5, 4.5, 1.9, 1.6, 0.3, 0.8, 0]], np.float32)
     msg = detected_objects_message(ROSBAGS_TYPES, boxes, ('vehicle',), labels, STAMP, 'map')
     assert msg.objects[0].classification[0].label == 1      # CAR
+    rows = np.repeat(boxes, 4, axis=0)
+    rows[:, 8] = np.arange(4)
+    msg = detected_objects_message(ROSBAGS_TYPES, rows, OBJECT_CLASSES, labels, STAMP, 'map')
+    # car CAR, large_vehicle TRUCK, pedestrian PEDESTRIAN, cyclist BICYCLE
+    assert [o.classification[0].label for o in msg.objects] == [1, 2, 7, 6]
     # Every label of the default map, by name, as the message defines them.
     assert {ObjectClassification.CAR: 'CAR', ObjectClassification.TRUCK: 'TRUCK',
             ObjectClassification.BUS: 'BUS', ObjectClassification.TRAILER: 'TRAILER',
@@ -125,7 +131,7 @@ def test_the_shipped_label_map_makes_the_shipped_heads_vehicle_a_car():
     rows[:, 3:6], rows[:, 8] = 1.0, np.arange(len(classes))
     got = [o.classification[0].label for o in detected_objects_message(
         ROSBAGS_TYPES, rows, classes, labels, STAMP, 'map').objects]
-    assert got == [1, 1, 2, 3, 4, 5, 6, 6, 7, 0]
+    assert got == [1, 1, 2, 2, 3, 4, 5, 6, 6, 7, 0]
 
 
 def test_a_hand_built_message_reads_back():

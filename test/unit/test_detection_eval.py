@@ -1,8 +1,9 @@
-"""Detection evaluation: AP at 2 m, recall and precision on hand-worked cases and a reference."""
+"""Detection evaluation: AP at 2 m, per-class AP and mAP, on hand-worked cases and a reference."""
 
+import json
 import math
 
-from jax_perception_node.detection.detection_eval import evaluate
+from jax_perception_node.detection.detection_eval import evaluate, evaluate_classes
 import numpy as np
 import pytest
 
@@ -180,3 +181,138 @@ def test_random_frames_against_a_brute_force_reference(seed):
             assert result['recall'] == pytest.approx(recall, abs=1e-12)
         else:
             assert result['ap'] is None and result['recall'] is None
+
+
+# -- per class, nuScenes-style (evaluate_classes) -------------------------------------------------
+
+CAR, PEDESTRIAN, CYCLIST = 0, 1, 2
+CLASSES = ('car', 'pedestrian', 'cyclist')
+
+
+def test_per_class_ap_and_map_worked_by_hand():
+    # Cars: ground truth A (10, 0), B (20, 0); pedestrians: P (5, 5), Q (-10, -10); no cyclist.
+    # Car predictions, ranked: c4 (5, 5) 0.95 sits on pedestrian P: a false positive of car at
+    #   every distance (P stays unfound by it); c1 (10.3, 0) 0.9 -> A at 0.3 m; c2 (21.5, 0)
+    #   0.8 -> B at 1.5 m; c3 (30, 0) 0.7 -> 10 m from anything: FP.
+    #   0.5 m and 1 m: FP, TP, FP, FP: precision 0, 1/2, 1/3, 1/4, recall 0, 1/2, 1/2, 1/2
+    #     monotone 1/2, 1/2, 1/3, 1/4 -> AP = 1/2 * 1/2 = 1/4
+    #   2 m and 4 m: FP, TP, TP, FP: precision 0, 1/2, 2/3, 2/4, recall 0, 1/2, 1, 1
+    #     monotone 2/3, 2/3, 2/3, 1/2 -> AP = 1/2 * 2/3 + 1/2 * 2/3 = 2/3
+    #   car AP = (1/4 + 1/4 + 2/3 + 2/3) / 4 = 11/24; at 2 m recall 1, precision 2/4.
+    # Pedestrian predictions: p1 (5.5, 5) 0.6 -> P at exactly 0.5 m (inclusive: a match at
+    #   0.5 m); p2 (-10, -11.5) 0.3 -> Q at 1.5 m.
+    #   0.5 m and 1 m: TP, FP -> AP 1/2 * 1 = 1/2; 2 m and 4 m: TP, TP -> AP 1
+    #   pedestrian AP = (1/2 + 1/2 + 1 + 1) / 4 = 3/4
+    # Cyclist: one prediction, no ground truth: AP None, left out of the mean.
+    # mAP = (11/24 + 3/4) / 2 = 29/48. Class 3 (no class of the head's) takes no part.
+    predicted = rows(box(5, 5, 0.95, CAR), box(10.3, 0, 0.9, CAR), box(21.5, 0, 0.8, CAR),
+                     box(30, 0, 0.7, CAR), box(5.5, 5, 0.6, PEDESTRIAN),
+                     box(-10, -11.5, 0.3, PEDESTRIAN), box(0, 8, 0.5, CYCLIST),
+                     box(1, 1, 0.99, 3))
+    truth = rows(box(10, 0, cls=CAR), box(20, 0, cls=CAR), box(5, 5, cls=PEDESTRIAN),
+                 box(-10, -10, cls=PEDESTRIAN), box(1, 1, cls=3))
+    result = evaluate_classes([(predicted, truth)], CLASSES)
+    assert list(result['per_class']) == list(CLASSES)
+    car, pedestrian, cyclist = (result['per_class'][name] for name in CLASSES)
+    assert car['ap_at_m'] == pytest.approx({'0.5': 1 / 4, '1': 1 / 4, '2': 2 / 3, '4': 2 / 3})
+    assert car['ap'] == pytest.approx(11 / 24)
+    assert (car['ground_truth'], car['predictions'], car['true_positives']) == (2, 4, 2)
+    assert (car['recall'], car['precision'], car['match_m']) == (1.0, 0.5, 2.0)
+    assert pedestrian['ap_at_m'] == pytest.approx({'0.5': 0.5, '1': 0.5, '2': 1.0, '4': 1.0})
+    assert pedestrian['ap'] == pytest.approx(3 / 4)
+    assert cyclist == {'ap': None, 'ap_at_m': {'0.5': None, '1': None, '2': None, '4': None},
+                       'ground_truth': 0, 'predictions': 1, 'true_positives': 0,
+                       'recall': None, 'precision': 0.0, 'match_m': 2.0,
+                       'errors': dict.fromkeys(car['errors'])}
+    assert result['mean_ap'] == pytest.approx(29 / 48)
+    assert result['classes_evaluated'] == ['car', 'pedestrian']
+    assert (result['thresholds_m'], result['max_range_m'], result['match_m']) == (
+        [0.5, 1.0, 2.0, 4.0], 50.0, 2.0)
+    # The box errors at 2 m are evaluate's for the class (same sizes here: 0 but for z).
+    assert car['errors'] == evaluate([(predicted, truth)], 50.0, 2.0, CAR)['errors']
+    json.dumps(result)
+
+
+def test_distance_thresholds_are_inclusive():
+    # 1 m exactly: not a match at 0.5 m, a match at 1, 2 and 4 m.
+    result = evaluate_classes([(rows(box(1, 0, 0.9)), rows(box(0, 0)))], ('car',))
+    car = result['per_class']['car']
+    assert car['ap_at_m'] == {'0.5': 0.0, '1': 1.0, '2': 1.0, '4': 1.0}
+    assert car['ap'] == pytest.approx(0.75) and result['mean_ap'] == pytest.approx(0.75)
+    # Other distances, keyed by their %g.
+    other = evaluate_classes([(rows(box(1, 0, 0.9)), rows(box(0, 0)))], ('car',),
+                             thresholds=(0.25, 1.5), match_m=0.25)
+    assert other['per_class']['car']['ap_at_m'] == {'0.25': 0.0, '1.5': 1.0}
+    assert other['per_class']['car']['recall'] == 0.0
+
+
+def test_per_class_range_is_50_m_inclusive():
+    # (30, 40) is 50 m away: in; (0, 50.5) out, truth and prediction alike; the prediction at
+    # (30, 39.6) is 49.7 m away. (evaluate's own default range stays 40 m.)
+    frames = [(rows(box(30, 39.6, 0.9), box(0, 50.5, 0.8)), rows(box(30, 40), box(0, 50.5)))]
+    car = evaluate_classes(frames, ('car',))['per_class']['car']
+    assert (car['ground_truth'], car['predictions'], car['true_positives']) == (1, 1, 1)
+    assert car['ap'] == 1.0
+    assert evaluate(frames)['ground_truth'] == 0
+    near = evaluate_classes(frames, ('car',), max_range_m=45.0)['per_class']['car']
+    assert (near['ground_truth'], near['predictions'], near['ap']) == (0, 0, None)
+
+
+def test_classes_without_ground_truth_and_classes_the_head_lacks():
+    # The head knows only 'car' (index 0): rows of index 1 and 2 are no class of it.
+    frames = [(rows(box(3, 3, 0.9, 1), box(7, 0, 0.8, 2)), rows(box(3, 3, cls=1)))]
+    result = evaluate_classes(frames, ('car',))
+    assert list(result['per_class']) == ['car']
+    assert result['per_class']['car']['ground_truth'] == 0
+    assert (result['mean_ap'], result['classes_evaluated']) == (None, [])
+    # No frames at all: every class reported, none evaluated.
+    empty = evaluate_classes([], CLASSES)
+    assert [e['ground_truth'] for e in empty['per_class'].values()] == [0, 0, 0]
+    assert empty['mean_ap'] is None
+    # A class with ground truth and no prediction is evaluated: AP 0, in the mean.
+    truth = rows(box(3, 3, cls=CAR), box(9, 9, cls=CYCLIST))
+    missed = evaluate_classes([(rows(box(3, 3, 0.9, CAR)), truth)], CLASSES)
+    assert missed['per_class']['cyclist']['ap'] == 0.0
+    assert missed['classes_evaluated'] == ['car', 'cyclist']
+    assert missed['mean_ap'] == pytest.approx(0.5)
+
+
+def test_per_class_bad_arguments():
+    with pytest.raises(ValueError, match='thresholds'):
+        evaluate_classes([], CLASSES, thresholds=())
+    with pytest.raises(ValueError, match='match_m'):
+        evaluate_classes([], CLASSES, thresholds=(1.0, -1.0))
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_per_class_ap_against_the_brute_force_reference(seed):
+    rng = np.random.default_rng(100 + seed)
+    frames = []
+    for _ in range(rng.integers(1, 5)):
+        truth = np.zeros((rng.integers(0, 14), 9))
+        truth[:, :2] = rng.uniform(-60, 60, (len(truth), 2))
+        truth[:, 8] = rng.integers(0, 4, len(truth))
+        near = truth[rng.integers(0, len(truth), rng.integers(0, 16))] if len(truth) else \
+            np.zeros((0, 9))
+        near[:, :2] += rng.normal(0, 1.5, (len(near), 2))
+        near[:, 8] = np.where(rng.random(len(near)) < 0.2, rng.integers(0, 4, len(near)),
+                              near[:, 8])        # some predictions of the wrong class
+        predicted = near.astype(np.float32)
+        predicted[:, 7] = rng.random(len(predicted))
+        frames.append((predicted, truth.astype(np.float32)))
+    result = evaluate_classes(frames, CLASSES + ('truck',))
+    means = []
+    for k, name in enumerate(CLASSES + ('truck',)):
+        entry = result['per_class'][name]
+        aps = [reference(frames, 50.0, m, k)[0] for m in (0.5, 1.0, 2.0, 4.0)]
+        _, recall, tp, count, total = reference(frames, 50.0, 2.0, k)
+        assert (entry['true_positives'], entry['predictions'], entry['ground_truth']) == (
+            tp, count, total)
+        if total:
+            assert entry['ap'] == pytest.approx(sum(aps) / 4, abs=1e-12)
+            assert entry['recall'] == pytest.approx(recall, abs=1e-12)
+            means.append(sum(aps) / 4)
+        else:
+            assert entry['ap'] is None
+    assert result['mean_ap'] == (pytest.approx(sum(means) / len(means), abs=1e-12)
+                                 if means else None)

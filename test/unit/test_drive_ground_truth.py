@@ -1,4 +1,4 @@
-"""The sample drive's ground truth: visible vehicles at each LiDAR stamp, and its bag topic."""
+"""The sample drive's ground truth: visible objects at each LiDAR stamp, and its bag topic."""
 
 from dataclasses import replace
 import math
@@ -6,6 +6,7 @@ import math
 from configs import PARAMS_FILE
 from jax_perception_node.bags import bagio
 from jax_perception_node.bags.topics import POINTCLOUD_TOPIC
+from jax_perception_node.detection.boxes import OBJECT_CLASSES
 from jax_perception_node.outputs.objects import (boxes_from_detections, DETECTION_ARRAY_TYPE,
                                                  GROUND_TRUTH_TOPIC)
 from jax_perception_node.settings.config import load_config, Pose
@@ -17,7 +18,9 @@ import pytest
 SEED = 7
 TIMES = (0.0, 3.3, 6.6)
 SMALL_LIDAR = LidarModel(beams=32, azimuth_steps=1024)
-VEHICLE = 1                      # scene.VEHICLE, the class column of a scene box row
+# Scene classes (the class column of a scene box row) of OBJECT_CLASSES, in their order: car,
+# large vehicle, pedestrian, cyclist (scene.OBJECT_SCENE_CLASSES).
+SCENE_CLASSES = (1, 4, 5, 6)
 # Box row columns of SyntheticDrive.scene: x y z vx vy hx hy hz yaw rho class.
 X, Y, Z, VX, VY, HX, HY, HZ, YAW, CLS = 0, 1, 2, 3, 4, 5, 6, 7, 8, 10
 
@@ -71,24 +74,24 @@ def count_inside(world, tau, box, grow=0.2):
                       & (np.abs(d[:, 2]) <= box[HZ] + grow)))
 
 
-def vehicles_in_grid(cfg, drive, t):
-    """Scene vehicle rows (world, at t) whose centre lies in the grid around ego(t)."""
+def objects_in_grid(cfg, drive, t):
+    """Scene rows of objects (world, at t) whose centre lies in the grid around ego(t)."""
     ego = drive.ego_position(t)
     boxes, _ = drive.scene(ego[0] - 120.0, ego[0] + 120.0, t)
     g = cfg.grid
     rel_x, rel_y = boxes[:, X] - ego[0], boxes[:, Y] - ego[1]
-    inside = ((boxes[:, CLS] == VEHICLE) & (rel_x >= g.x_min) & (rel_x < g.x_max)
+    inside = (np.isin(boxes[:, CLS], SCENE_CLASSES) & (rel_x >= g.x_min) & (rel_x < g.x_max)
               & (rel_y >= g.y_min) & (rel_y < g.y_max))
     return boxes[inside]
 
 
-def test_boxes_are_the_scene_vehicles_seen_by_enough_points(cfg, frames):
+def test_boxes_are_the_scene_objects_seen_by_enough_points(cfg, frames):
     drive, data = frames
-    total = 0
+    total, classes = 0, set()
     for t, points, rows, ids in data:
         assert rows.shape == (len(ids), 9) and len(set(ids)) == len(ids)
         world, tau = world_points(cfg, drive, t, points)
-        candidates = vehicles_in_grid(cfg, drive, t)
+        candidates = objects_in_grid(cfg, drive, t)
         counts = [count_inside(world, tau, box) for box in candidates]
         visible = candidates[np.array(counts, int) >= 5]
         assert len(visible) == len(rows), (t, counts)
@@ -101,8 +104,10 @@ def test_boxes_are_the_scene_vehicles_seen_by_enough_points(cfg, frames):
             assert row[3:6] == pytest.approx(2.0 * match[[HX, HY, HZ]], abs=1e-12)
             assert -math.pi < row[6] <= math.pi
             assert abs(math.remainder(row[6] - match[YAW], 2 * math.pi)) < 1e-12
-            assert row[7:].tolist() == [1.0, 0.0]
+            assert row[7:].tolist() == [1.0, SCENE_CLASSES.index(match[CLS])]
+            classes.add(row[8])
     assert total >= 10          # parked cars and traffic, or the check proves little
+    assert len(classes) >= 3    # and people or cyclists: cars the most
 
 
 def test_one_vehicle_counted_point_by_point(cfg, frames):
@@ -111,7 +116,7 @@ def test_one_vehicle_counted_point_by_point(cfg, frames):
     t, points, rows, ids = data[-1]
     k = int(np.argmin(np.hypot(rows[:, 0], rows[:, 1])))
     ego = drive.ego_position(t)
-    [box] = [b for b in vehicles_in_grid(cfg, drive, t)
+    [box] = [b for b in objects_in_grid(cfg, drive, t)
              if np.allclose(b[[X, Y]], rows[k, :2] + ego[:2], atol=1e-9)]
     q, trans = cfg.lidar.rotation_xyzw, np.array(cfg.lidar.translation)
     count = 0
@@ -135,7 +140,8 @@ def test_ids_are_stable_and_points_optional(cfg, frames):
     (t0, _, rows0, ids0), (t1, _, rows1, ids1) = data[1], data[2]
     rows, ids = drive.ground_truth(t1)        # casts the sweep itself
     assert ids == ids1 and np.array_equal(rows, rows1)
-    # Same vehicle, same id: parked cars stay put in the world, traffic moves at its speed.
+    # Same object, same id: parked cars stay put in the world, traffic and cyclists move at
+    # their lane's speed, pedestrians stand or walk (or start or stop in between).
     later = SyntheticDrive(cfg, seed=SEED, num_cameras=0, lidar=SMALL_LIDAR)
     rows_b, ids_b = later.ground_truth(t0 + 0.5)
     common = set(ids0) & set(ids_b)
@@ -143,11 +149,14 @@ def test_ids_are_stable_and_points_optional(cfg, frames):
     for name in common:
         a, b = rows0[ids0.index(name)], rows_b[ids_b.index(name)]
         moved = (b[:2] + drive.ego_position(t0 + 0.5)[:2]) - (a[:2] + drive.ego_position(t0)[:2])
+        speed = np.hypot(*moved) / 0.5
         if name.startswith('tile'):
             assert np.allclose(moved, 0.0, atol=1e-9)
+        elif name.startswith('person'):
+            assert a[8] == b[8] == 2.0 and speed <= 1.5 + 1e-9
         else:
-            speed = np.hypot(*moved) / 0.5
-            assert speed == pytest.approx(10.6) or speed == pytest.approx(11.0)
+            lanes = {'lane0': 11.0, 'lane1': 10.6, 'lane2': 5.5, 'lane3': 4.5}
+            assert speed == pytest.approx(lanes[name.split('-')[0]])
 
 
 def test_sample_bag_has_one_ground_truth_per_sweep(cfg, tmp_path):
@@ -173,10 +182,13 @@ def test_sample_bag_has_one_ground_truth_per_sweep(cfg, tmp_path):
         assert msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec == stamp
         assert msg.header.frame_id == cfg.grid.frame_id
         rows, ids = drive.ground_truth((stamp - EPOCH_NS) * 1e-9)
-        got = boxes_from_detections(msg, ('vehicle',))
+        got = boxes_from_detections(msg, OBJECT_CLASSES)
         np.testing.assert_array_equal(got[:, [0, 1, 2, 3, 4, 5, 7, 8]],
                                       rows[:, [0, 1, 2, 3, 4, 5, 7, 8]].astype(np.float32))
         np.testing.assert_allclose(got[:, 6], rows[:, 6], atol=2e-6)
         assert [d.id for d in msg.detections] == ids
+        # The class as the hypothesis' class_id string: OBJECT_CLASSES by name.
+        assert [d.results[0].hypothesis.class_id for d in msg.detections] == [
+            OBJECT_CLASSES[int(c)] for c in rows[:, 8]]
         boxes += len(rows)
     assert boxes == summary['ground_truth_boxes'] > 0

@@ -23,30 +23,41 @@ def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-np.asarray(x, np.float64)))
 
 
-def decode_reference(outputs: dict, grid, stride: int, k: int, threshold: float) -> np.ndarray:
-    """Decode as CenterPoint does, written out cell by cell: 3 x 3 peaks, best K, threshold."""
+def decode_reference(outputs: dict, grid, stride: int, k: int, threshold: float,
+                     nms_radius_m: tuple = ()) -> np.ndarray:
+    """
+    Decode as CenterPoint does, written out cell by cell: 3 x 3 peaks per class, best K.
+
+    Then, with radii, greedy circle suppression in score order within a class; then the
+    threshold.
+    """
     heat = sigmoid(outputs['heatmap'])
-    rows, cols, _ = heat.shape
-    score = heat.max(axis=-1)
+    rows, cols, classes = heat.shape
     peaks = []
     for i in range(rows):
         for j in range(cols):
-            around = score[max(i - 1, 0):i + 2, max(j - 1, 0):j + 2]
-            if score[i, j] >= around.max():
-                peaks.append((-score[i, j], i * cols + j, i, j))
+            for c in range(classes):
+                around = heat[max(i - 1, 0):i + 2, max(j - 1, 0):j + 2, c]
+                if heat[i, j, c] >= around.max():
+                    peaks.append((-heat[i, j, c], (i * cols + j) * classes + c, i, j, c))
     peaks.sort()
     x_min, y_min, res = grid.x_min, grid.y_min, grid.resolution
     boxes = []
-    for neg, _, i, j in peaks[:k]:
-        if -neg < threshold:
-            continue
+    for neg, _, i, j, c in peaks[:k]:
         u, v = outputs['offset'][i, j]
         size = np.exp(outputs['size'][i, j])
         sin, cos = outputs['yaw'][i, j]
         boxes.append([x_min + (i + u) * stride * res, y_min + (j + v) * stride * res,
-                      outputs['z'][i, j, 0], *size, np.arctan2(sin, cos), -neg,
-                      np.argmax(heat[i, j])])
-    return np.array(boxes, np.float64).reshape(-1, 9)
+                      outputs['z'][i, j, 0], *size, np.arctan2(sin, cos), -neg, c])
+    kept = []
+    for box in boxes:
+        if nms_radius_m and any(
+                other[8] == box[8]
+                and np.hypot(other[0] - box[0], other[1] - box[1]) <= nms_radius_m[int(box[8])]
+                for other in kept):
+            continue
+        kept.append(box)
+    return np.array([b for b in kept if b[7] >= threshold], np.float64).reshape(-1, 9)
 
 
 def cluster_cloud(rng, centres, per=40) -> np.ndarray:
@@ -192,9 +203,9 @@ def test_features_stay_unfetched_when_not_asked_for(head_pipe):
     np.testing.assert_array_equal(full.objects, first.objects)
 
 
-def test_two_classes_take_the_best_class_per_cell(warmed):
+def test_two_classes_keep_their_own_peaks(warmed):
     pipe = warmed(head_config('toy_heads:two_class_head', **{'head.score_threshold': 0.0}))
-    assert pipe.head_classes == ('vehicle', 'pedestrian')
+    assert pipe.head_classes == ('car', 'pedestrian')
     # A filled 2 m square: whole 2 x 2 blocks occupied, vehicle logit 5 beats pedestrian 3.
     x, y = np.meshgrid(np.arange(2.05, 4.0, 0.25), np.arange(-2.95, -1.0, 0.25))
     square = np.c_[x.ravel() - 0.25, y.ravel() + 0.5, np.full(x.size, -0.5), np.ones(x.size)]
@@ -205,6 +216,68 @@ def test_two_classes_take_the_best_class_per_cell(warmed):
     want = decode_reference(outputs, pipe.cfg.grid, toy_heads.STRIDE, 8, 0.0)
     np.testing.assert_allclose(out.objects, want, rtol=1e-5, atol=1e-5)
     assert set(out.objects[:, 8]) == {0.0, 1.0}
+
+
+def test_circle_nms_on_the_device_matches_a_greedy_reference(warmed):
+    pipe = warmed(head_config('toy_heads:nms_head', **{'head.score_threshold': 0.0}))
+    rng = np.random.default_rng(11)
+    params = {k: np.asarray(v) for k, v in pipe.head.params.items()}
+    dropped = 0
+    for trial in range(4):
+        centres = rng.uniform([-7, -11, -1], [7, 11, 0.5], (rng.integers(4, 14), 3))
+        out = pipe.process(cluster_cloud(rng, centres))
+        outputs = toy_heads.toy_outputs(params, out.features)
+        want = decode_reference(outputs, pipe.cfg.grid, toy_heads.STRIDE, 8, 0.0,
+                                toy_heads.NMS_RADIUS_M)
+        every_peak = decode_reference(outputs, pipe.cfg.grid, toy_heads.STRIDE, 8, 0.0)
+        dropped += len(every_peak) - len(want)
+        np.testing.assert_allclose(out.objects, want, rtol=1e-5, atol=1e-5)
+        assert out.compiles_after_warmup == 0
+    assert dropped > 0          # the suppression had something to do
+
+
+def test_circle_nms_is_greedy_per_class_and_keeps_sorted_rows():
+    import jax.numpy as jnp
+    from jax_perception_node.core.box_decode import decode_boxes
+    # One output row of cells 1 m apart (stride 1, resolution 1): class 0 peaks at columns
+    # 0, 2, 4 (scores falling), class 1 at column 1. Radius 2.5 m for class 0: column 2 is
+    # dropped by column 0; column 4 is within 2.5 m of column 2 only, which was dropped, so
+    # it stays (a suppression by suppressed boxes would lose it); class 1 is never suppressed
+    # by class 0.
+    logits = np.full((1, 7, 2), -9.0, np.float32)
+    logits[0, [0, 2, 4], 0] = [4.0, 3.0, 2.0]
+    logits[0, 1, 1] = 1.0
+    zeros = np.zeros((1, 7, 2), np.float32)
+    outputs = {'heatmap': jnp.asarray(logits), 'offset': jnp.asarray(zeros),
+               'z': jnp.zeros((1, 7, 1)), 'size': jnp.zeros((1, 7, 3)),
+               'yaw': jnp.asarray(np.dstack([np.zeros((1, 7)), np.ones((1, 7))]))}
+    grid = jnp.asarray([0.0, 0.0, -2.0, 2.0, 1.0], jnp.float32)
+    boxes = np.asarray(decode_boxes(outputs, grid, stride=1, max_objects=5,
+                                    nms_radius_m=(2.5, 0.1)))
+    kept = boxes[boxes[:, 7] > 0.5]
+    assert sorted(zip(kept[:, 1], kept[:, 8])) == [(0.0, 0.0), (1.0, 1.0), (4.0, 0.0)]
+    assert np.all(np.diff(boxes[:, 7]) <= 0)          # sorted by score, dropped rows last
+    plain = np.asarray(decode_boxes(outputs, grid, stride=1, max_objects=5))
+    assert sorted(plain[plain[:, 7] > 0.5][:, 1]) == [0.0, 1.0, 2.0, 4.0]
+
+
+def test_per_class_thresholds_apply_live_and_a_wrong_count_is_refused(warmed):
+    from jax_perception_node.core.frame_result import class_thresholds
+    from jax_perception_node.settings.config import HeadConfig
+    pipe = warmed(head_config('toy_heads:two_class_head', **{'head.score_threshold': 0.0}))
+    x, y = np.meshgrid(np.arange(2.05, 4.0, 0.25), np.arange(-2.95, -1.0, 0.25))
+    square = np.c_[x.ravel() - 0.25, y.ravel() + 0.5, np.full(x.size, -0.5), np.ones(x.size)]
+    every = pipe.process(square.astype(np.float32)).objects
+    assert set(every[:, 8]) == {0.0, 1.0}
+    pipe.score_threshold = class_thresholds(HeadConfig(score_thresholds=(0.0, 1.0)),
+                                            pipe.head_classes)
+    before = compile_count()
+    out = pipe.process(square.astype(np.float32))
+    np.testing.assert_array_equal(out.objects, every[every[:, 8] == 0.0])
+    assert compile_count() == before
+    with pytest.raises(ConfigError, match=r'head.score_thresholds: 3 values .* 2 classes'):
+        class_thresholds(HeadConfig(score_thresholds=(0.1, 0.2, 0.3)), pipe.head_classes)
+    assert class_thresholds(HeadConfig(score_threshold=0.4), pipe.head_classes) == 0.4
 
 
 @pytest.mark.parametrize('module, match', [

@@ -10,7 +10,7 @@ from jax_perception_node.core.pipeline import BevPipeline
 from jax_perception_node.detection.head import (CHANNELS_KEY, describe_channels, HeadInput,
                                                 load_head, save_weights)
 from jax_perception_node.detection.heads import centerpoint
-from jax_perception_node.detection.heads.centerpoint import vehicle_head, WEIGHTS
+from jax_perception_node.detection.heads.centerpoint import object_head, WEIGHTS
 from jax_perception_node.settings.channels import COVERAGE_CHANNEL, lidar_channels
 from jax_perception_node.settings.config import config_from_parameters, load_config
 from jax_perception_node.settings.param_file import read_param_file
@@ -23,7 +23,7 @@ SHIPPED = lidar_channels(1) + tuple(f'camera_{k}' for k in range(8)) + (COVERAGE
 SHIPPED_TEXT = ('15 BEV channels (occupancy, density, z_max, z_mean, z_min, intensity_mean, '
                 'camera_0 .. camera_7, coverage)')
 LIDAR_ONLY = lidar_channels(1) + (COVERAGE_CHANNEL,)
-SHAPE_WORDING = ('float32[', 'the head needs', 'centerpoint_vehicle.npz', 'shape')
+SHAPE_WORDING = ('float32[', 'the head needs', 'centerpoint_objects.npz', 'shape')
 
 
 def bev(names: tuple[str, ...] = (), channels: int | None = None) -> HeadInput:
@@ -147,7 +147,7 @@ def test_the_shipped_weights_are_refused_by_name(names, where, no_lidar_weights)
 
 def trained_for(tmp_path, names, channels=None, record=True):
     """Write untrained reference weights for a BEV of ``names``; return the file."""
-    spec = vehicle_head(bev(names, channels))
+    spec = object_head(bev(names, channels))
     stem = f'w{len(names) if channels is None else channels}'
     path = tmp_path / (f'{stem}.npz' if record else f'{stem}_bare.npz')
     save_weights(path, jax.tree.map(np.asarray, spec.params), names if record else ())
@@ -188,7 +188,7 @@ def test_a_file_without_names_is_compared_by_count_only(tmp_path):
 
 @pytest.mark.parametrize('value', [np.zeros(15, np.float32), np.asarray([SHIPPED, SHIPPED])])
 def test_a_channel_record_that_is_no_list_of_names_is_refused(tmp_path, value):
-    spec = vehicle_head(bev(SHIPPED))
+    spec = object_head(bev(SHIPPED))
     path = tmp_path / 'w.npz'
     save_weights(path, jax.tree.map(np.asarray, spec.params))
     arrays = dict(np.load(path))

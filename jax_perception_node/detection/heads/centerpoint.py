@@ -1,22 +1,25 @@
 """
-The reference head: a small CenterPoint-style vehicle detector on the fused BEV, in Equinox.
+The reference head: a small CenterPoint-style object detector on the fused BEV, in Equinox.
 
-``vehicle_head`` is the factory named by ``head.module:
-'jax_perception_node.detection.heads.centerpoint:vehicle_head'``. The network, channel-last
+``object_head`` is the factory named by ``head.module:
+'jax_perception_node.detection.heads.centerpoint:object_head'``. Four classes
+(``boxes.OBJECT_CLASSES``: car, large_vehicle, pedestrian, cyclist), one heatmap each, and a
+circle non-maximum suppression on the device with CenterPoint's per-class radii
+(:data:`NMS_RADIUS_M`). The network, channel-last
 throughout (XLA on the CPU is faster with NHWC, and the BEV is channel-last). Sized for the
 budget of issue 18 (at most 30 % on a CPU frame): standalone on this 2-core CPU 0.5 ms with its
 decoding, where a 3x3 first layer and a dilated 32-channel second one (18 k parameters) took
 1.05 ms:
 
-- 4 x 4 pooling of the BEV float32[H, W, C] to stride 4: max and mean of every channel, 2C
-  channels;
+- 4 x 4 pooling of the BEV float32[H, W, C] to stride 4: max and mean of every channel, and the
+  centroid (mean row and column within the block) of the occupied cells, 2C + 2 channels;
 - a fixed per-channel input normalization ``(x - mean) / std``, the statistics of the training
   BEVs (set by the trainer, never trained). It is applied after the pooling, which is the same
   as before it (max and mean commute with a positive affine map per channel) at 1/16 the cost;
-- conv 1x1 2C -> 32 + ReLU (per cell), conv 3x3 32 -> 16 + ReLU (the 3 x 3 neighbourhood:
+- conv 1x1 2C + 2 -> 32 + ReLU (per cell), conv 3x3 32 -> 16 + ReLU (the 3 x 3 neighbourhood:
   4.8 m);
-- conv 1x1 16 -> 9: heatmap logit (bias -2.19, a prior of 0.1 as in CenterPoint), centre
-  offset (2), centre z (1), log size (3), sin and cos of the yaw (2).
+- conv 1x1 16 -> 12: one heatmap logit per class (bias -2.19, a prior of 0.1 as in
+  CenterPoint), centre offset (2), centre z (1), log size (3), sin and cos of the yaw (2).
 
 The parameters are the arrays of the Equinox module (``eqx.partition(model, eqx.is_array)``);
 ``apply`` combines them with the static rest and calls it, so they are traced arguments.
@@ -24,7 +27,7 @@ The parameters are the arrays of the Equinox module (``eqx.partition(model, eqx.
 The head ships one checkpoint per BEV layout the shipped parameters make (issue 29): with the
 cameras (:data:`WEIGHTS`, 15 channels) and LiDAR-only, ``cameras.names: []``
 (:data:`LIDAR_WEIGHTS`, 7 channels). Each records the channels it was trained for, and
-``vehicle_head`` takes the one whose record is the BEV's layout (:func:`shipped_weights`).
+``object_head`` takes the one whose record is the BEV's layout (:func:`shipped_weights`).
 """
 
 from pathlib import Path
@@ -34,18 +37,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..boxes import OBJECT_CLASSES
 from ..head import CHANNELS_KEY, HeadInput, HeadSpec
 from ...settings.parameters import ConfigError
 
 STRIDE = 4
-CLASSES = ('vehicle',)
+CLASSES = OBJECT_CLASSES
+# Circle NMS radius per class (m): CenterPoint's nuScenes min_radius (squared distances 4, 12,
+# 0.175, 0.85: car, truck, pedestrian, bicycle), as Autoware's centerpoint configures it.
+NMS_RADIUS_M = (2.0, 3.46, 0.42, 0.92)
 HIDDEN = 32                # channels of the per-cell layer
+CENTROID = 2               # pooled channels of the occupied cells' mean row and column
 CONTEXT = 16               # channels of the 3 x 3 layer
 # The head's outputs (the head contract's keys) and their channels, in the last conv's order.
 OUTPUTS = (('heatmap', len(CLASSES)), ('offset', 2), ('z', 1), ('size', 3), ('yaw', 2))
 HEATMAP_PRIOR = 0.1        # initial score everywhere: bias log(p / (1 - p)) = -2.19
-WEIGHTS = Path(__file__).with_name('centerpoint_vehicle.npz')            # with the cameras
-LIDAR_WEIGHTS = Path(__file__).with_name('centerpoint_vehicle_lidar.npz')  # cameras.names: []
+WEIGHTS = Path(__file__).with_name('centerpoint_objects.npz')             # with the cameras
+LIDAR_WEIGHTS = Path(__file__).with_name('centerpoint_objects_lidar.npz')   # cameras.names: []
 
 
 class Conv(eqx.Module):
@@ -105,12 +113,20 @@ class CenterPointHead(eqx.Module):
         bias = np.zeros(outputs, np.float32)
         bias[:len(CLASSES)] = np.log(HEATMAP_PRIOR / (1.0 - HEATMAP_PRIOR))
         return cls(np.zeros(channels, np.float32), np.ones(channels, np.float32),
-                   Conv.create(rng, 1, 2 * channels, HIDDEN),
+                   Conv.create(rng, 1, 2 * channels + CENTROID, HIDDEN),
                    Conv.create(rng, 3, HIDDEN, CONTEXT),
                    eqx.tree_at(lambda c: c.bias, out, bias))
 
-    def pool_parts(self, bev: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Pool float32[..., H, W, C] to (max, mean), each [..., H/s, W/s, C]."""
+    def pool_parts(self, bev: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """
+        Pool float32[..., H, W, C] to (max, mean, centroid) at stride s.
+
+        max and mean: [..., H/s, W/s, C]; centroid [..., H/s, W/s, 2]: the mean row and
+        column, in blocks from the block's centre (within +-(s - 1) / 2s), of the block's
+        cells whose first channel is positive (occupied, in every layout the node makes), 0
+        in an empty block. Max and mean keep no position inside a 1.6 m block; the centroid
+        gives the head the sub-block position it needs for its centre offsets.
+        """
         *lead, h, w, c = bev.shape
         s = self.stride
         blocks = bev.reshape(*lead, h // s, s, w // s, s, c)
@@ -120,23 +136,39 @@ class CenterPointHead(eqx.Module):
         high, total = views[0], views[0]
         for view in views[1:]:
             high, total = jnp.maximum(high, view), total + view
-        return high, total / (s * s)
+        # The first channel alone, blocked apart: its s * s views are a 16th of the BEV's.
+        occupied = (bev[..., 0] > 0).astype(bev.dtype).reshape(*lead, h // s, s, w // s, s)
+        count = row = col = 0.0
+        for i in range(s):
+            for j in range(s):
+                cell = occupied[..., i, :, j]
+                count = count + cell
+                row = row + cell * ((i - (s - 1) / 2) / s)
+                col = col + cell * ((j - (s - 1) / 2) / s)
+        inverse = 1.0 / jnp.maximum(count, 1.0)
+        return high, total / (s * s), jnp.stack([row * inverse, col * inverse], axis=-1)
 
     def pool(self, bev: jax.Array) -> jax.Array:
-        """Pool float32[..., H, W, C] to [..., H/s, W/s, 2C]: max, then mean, per channel."""
+        """Pool float32[..., H, W, C] to [..., H/s, W/s, 2C + 2]: max, mean, centroid."""
         return jnp.concatenate(self.pool_parts(bev), axis=-1)
 
     def from_pooled(self, pooled: jax.Array) -> dict[str, jax.Array]:
-        """Return the outputs, each float32[N, H/s, W/s, n], of pooled raw features [..., 2C]."""
+        """Return the outputs, each float32[N, H/s, W/s, n], of pooled features [..., 2C + 2]."""
         c = self.mean.shape[0]
-        return self._from_parts(pooled[..., :c], pooled[..., c:])
+        return self._from_parts(pooled[..., :c], pooled[..., c:2 * c], pooled[..., 2 * c:])
 
-    def _from_parts(self, high: jax.Array, average: jax.Array) -> dict[str, jax.Array]:
-        """Return the outputs of the pooled max and mean halves, each float32[N, h, w, C]."""
+    def _from_parts(self, high: jax.Array, average: jax.Array,
+                    centroid: jax.Array) -> dict[str, jax.Array]:
+        """Return the outputs of the pooled max, mean [N, h, w, C] and centroid [N, h, w, 2]."""
         scale = 1.0 / self.std
-        # The halves go through conv1 apart: no concatenated input (XLA's CPU backend
-        # interleaves channels element by element).
-        x = jax.nn.relu(self.conv1((high - self.mean) * scale, (average - self.mean) * scale))
+        # The parts go through conv1 apart: no concatenated input (XLA's CPU backend
+        # interleaves channels element by element). The centroid's two channels are a
+        # broadcast multiply-add, fused with the ReLU: a convolution of its own cost more.
+        c, weight = self.mean.shape[0], self.conv1.weight
+        x = Conv(weight[:, :, :2 * c], self.conv1.bias)(
+            (high - self.mean) * scale, (average - self.mean) * scale)
+        x = jax.nn.relu(x + centroid[..., :1] * weight[0, 0, 2 * c]
+                        + centroid[..., 1:] * weight[0, 0, 2 * c + 1])
         x = jax.nn.relu(self.conv2(x))
         y = self.out(x)
         outputs, start = {}, 0
@@ -148,8 +180,8 @@ class CenterPointHead(eqx.Module):
     def __call__(self, bev: jax.Array) -> dict[str, jax.Array]:
         """Return the head contract's dict for one BEV float32[H, W, C]."""
         # Pooled unbatched: XLA's CPU code for the batched reduction took twice as long.
-        high, average = self.pool_parts(bev)
-        outputs = self._from_parts(high[None], average[None])
+        high, average, centroid = self.pool_parts(bev)
+        outputs = self._from_parts(high[None], average[None], centroid[None])
         return {name: value[0] for name, value in outputs.items()}
 
 
@@ -217,9 +249,9 @@ def shipped_weights(head_input: HeadInput) -> Path:
                 WEIGHTS)
 
 
-def vehicle_head(head_input: HeadInput) -> HeadSpec:
+def object_head(head_input: HeadInput) -> HeadSpec:
     """
-    Return the reference vehicle head for a BEV of ``head_input``'s shape.
+    Return the reference object head for a BEV of ``head_input``'s shape.
 
     Args
     ----
@@ -228,7 +260,8 @@ def vehicle_head(head_input: HeadInput) -> HeadSpec:
     Returns
     -------
     HeadSpec: ``apply(params, bev)`` -> the CenterPoint outputs at stride 4, the untrained
-    parameters (the checkpoint layout), class 'vehicle', the shipped weights that fit the BEV
+    parameters (the checkpoint layout), the four :data:`CLASSES` with their circle NMS radii
+    (:data:`NMS_RADIUS_M`), the shipped weights that fit the BEV
     (:func:`shipped_weights`: the 15 channels of the shipped configuration, or its 7 with
     ``cameras.names: []``), :func:`validate`, which refuses a checkpoint's non-positive
     ``std``, and :func:`checkpoint_channels`. The shipped weights record the BEV channels they
@@ -246,4 +279,4 @@ def vehicle_head(head_input: HeadInput) -> HeadSpec:
         return eqx.combine(params, static)(bev)
 
     return HeadSpec(apply, params, STRIDE, CLASSES, shipped_weights(head_input), validate,
-                    checkpoint_channels)
+                    checkpoint_channels, NMS_RADIUS_M)

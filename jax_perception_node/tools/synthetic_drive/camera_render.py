@@ -9,9 +9,13 @@ Image: each surface has a colour (linear RGB): the ground asphalt grey, lane pai
 sidewalk light grey, gravel verge brown, grass green and water dark blue-grey, each with a
 texture hashed from the hit's world position (0.5 m cells, +-10 %); buildings and the underpass
 one of six beige, brick, concrete and render tones, buildings with a grid of dark windows;
-lamp posts dark grey, utility poles wooden brown; vehicles one of ten paints (mostly white,
-black, silver and grey; red, blue, green, beige), with a dark glass band along their sides.
-An object's tone is a hash of its reflectivity, so it keeps its colour over time. Surfaces are
+lamp posts dark grey, utility poles wooden brown; vehicles (cars and large vehicles alike) one
+of ten paints (mostly white, black, silver and grey; red, blue, green, beige), with a dark
+glass band along their sides; pedestrians a top (one of ten clothing tones: navy, black,
+charcoal, grey, white, red, olive, camel, sky blue, mustard) over their legs (denim, black,
+grey, khaki, brown), cyclists a top over their bicycle (black, silver, red, blue), split at
+47 % of their height.
+An object's tones are a hash of its reflectivity, so it keeps its colour over time. Surfaces are
 lit by Lambert shading under ``SUN`` (0.3 ambient + 0.7 max(n . sun, 0)); the sky is a blue
 gradient by elevation, pale at the horizon. The camera then applies the frame's exposure gain
 (uniform in [0.8, 1.2]), clips to 1, gamma-encodes (1 / 2.2) and adds sensor noise (sigma 0.01,
@@ -32,9 +36,9 @@ from jax_perception_node.settings.config import CameraConfig
 import numpy as np
 
 from .scene import (ASPHALT, BCLS, BHX, BHY, BHZ, box_hits, BRHO, BX, BY, BYAW, BZ,
-                    CAMERA_CHANNELS, CAMERA_VIEW_M, CCLS, CR, CX, CY, cylinder_hits, CZ0,
-                    CZ1, GRASS, GRAVEL, GROUND, ground_reflectivity, PAINT, SIDEWALK, SUN,
-                    VEHICLE, WALL, WATER)
+                    CAMERA_CHANNELS, CAMERA_VIEW_M, CCLS, CR, CX, CY, CYCLIST, cylinder_hits, CZ0,
+                    CZ1, GRASS, GRAVEL, GROUND, ground_reflectivity, PAINT, PEDESTRIAN, SIDEWALK,
+                    SUN, VEHICLES, WALL, WATER)
 
 # Ground tints per reflectivity (the colour is reflectivity x tint, x the texture).
 GROUND_TINTS = ((ASPHALT, (1.0, 1.0, 1.03)), (PAINT, (1.0, 1.0, 0.95)),
@@ -48,6 +52,16 @@ VEHICLE_PAINTS = np.array([(0.75, 0.75, 0.73), (0.75, 0.75, 0.73), (0.03, 0.03, 
 WALL_TONES = np.array([(0.55, 0.48, 0.36), (0.40, 0.17, 0.10), (0.32, 0.31, 0.29),
                        (0.62, 0.60, 0.55), (0.45, 0.33, 0.22), (0.25, 0.14, 0.10)])
 GLASS = np.array([0.05, 0.06, 0.08])
+# People: tops (coats, jackets, shirts: navy, black, charcoal, grey, white, red, olive, camel,
+# sky blue, mustard) and legs (denim, black, grey, khaki, dark brown); bicycles' frames.
+CLOTHING = np.array([(0.04, 0.05, 0.12), (0.03, 0.03, 0.03), (0.10, 0.10, 0.11),
+                     (0.30, 0.30, 0.30), (0.70, 0.70, 0.68), (0.45, 0.05, 0.06),
+                     (0.15, 0.17, 0.08), (0.45, 0.30, 0.16), (0.25, 0.40, 0.60),
+                     (0.55, 0.42, 0.08)])
+TROUSERS = np.array([(0.08, 0.12, 0.25), (0.13, 0.18, 0.32), (0.03, 0.03, 0.03),
+                     (0.20, 0.20, 0.21), (0.40, 0.35, 0.24), (0.12, 0.08, 0.05)])
+BICYCLES = np.array([(0.04, 0.04, 0.04), (0.35, 0.36, 0.38), (0.40, 0.04, 0.04),
+                     (0.05, 0.10, 0.35)])
 LAMP_POST, WOODEN_POLE = np.array([0.12, 0.13, 0.13]), np.array([0.25, 0.17, 0.10])
 SKY_HORIZON, SKY_ZENITH = np.array([0.55, 0.65, 0.80]), np.array([0.15, 0.30, 0.70])
 LUMA = np.array([0.299, 0.587, 0.114])
@@ -59,7 +73,7 @@ class Surfaces(NamedTuple):
     """What each ray hits first: depth inf and class -1 for the sky."""
 
     depth: np.ndarray       # (N,) optical depth (m)
-    cls: np.ndarray         # (N,) int8 scene class (GROUND, VEHICLE, POLE, WALL)
+    cls: np.ndarray         # (N,) int8 scene class (scene.GROUND, CAR, POLE, WALL, ...)
     normal: np.ndarray      # (N, 3) outward normal, world axes
     colour: np.ndarray      # (N, 3) linear RGB albedo
 
@@ -155,9 +169,9 @@ def _hash01(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (h & np.uint64(0xFFFF)).astype(float) / 65536.0
 
 
-def _tone(rho: np.ndarray, palette: np.ndarray) -> np.ndarray:
+def _tone(rho: np.ndarray, palette: np.ndarray, salt: int = 0) -> np.ndarray:
     """Pick each object's palette entry by a hash of its reflectivity rho, shape (K, 3)."""
-    pick = _hash01(np.floor(rho * 2**30), np.zeros(len(rho)))
+    pick = _hash01(np.floor(rho * 2**30), np.full(len(rho), salt))
     return palette[(pick * len(palette)).astype(int)]
 
 
@@ -186,12 +200,17 @@ def _ground(dirs, origin):
 
 def _paint_boxes(boxes, k, hit, normal):
     """Colour box k's hits at world points hit (P, 3): vehicles' glass, buildings' windows."""
-    vehicle = boxes[k, BCLS] == VEHICLE
-    colour = np.where(vehicle[:, None], _tone(boxes[k, BRHO], VEHICLE_PAINTS),
-                      _tone(boxes[k, BRHO], WALL_TONES))
-    side = normal[:, 2] == 0.0
+    cls, rho = boxes[k, BCLS], boxes[k, BRHO]
+    vehicle = np.isin(cls, VEHICLES)
     z0, z1 = boxes[k, BZ] - boxes[k, BHZ], boxes[k, BZ] + boxes[k, BHZ]
     band = (hit[:, 2] - z0) / (z1 - z0)
+    # People: a top over legs (pedestrians) or over a bicycle (cyclists), from the waist up.
+    lower = np.where((cls == CYCLIST)[:, None], _tone(rho, BICYCLES, 1), _tone(rho, TROUSERS, 1))
+    person = np.where((band > 0.47)[:, None], _tone(rho, CLOTHING), lower)
+    colour = np.where(vehicle[:, None], _tone(rho, VEHICLE_PAINTS),
+                      np.where(np.isin(cls, (PEDESTRIAN, CYCLIST))[:, None], person,
+                               _tone(rho, WALL_TONES)))
+    side = normal[:, 2] == 0.0
     glass = vehicle & side & (band > 0.62) & (band < 0.9)
     # Windows on buildings (walls standing on the ground, over 6 m tall and 4 m deep), 3.2 m
     # floors, 3 m bays: along a face, the in-plane box coordinate plus the constant other one.

@@ -7,11 +7,11 @@ import numpy as np
 
 from .camera_render import camera_rays, render, Surfaces, trace
 from .lidar_model import LidarModel
+from .road_users import People, people_at, Traffic
 from .scene import (BCLS, BHX, BHY, BHZ, box_hits, BRHO, BVX, BVY, BX, BY, BYAW, BZ, CAMERA_VIEW_M,
                     CCLS, CR, CRHO, CVX, CVY, CX, CY, cylinder_hits, CZ0, CZ1, EGO_LANE_Y,
-                    EGO_SPEED, expand, GROUND, ground_reflectivity, LEAD_MARGIN, make_tile,
-                    MAX_EGO_SPEED, POINT_DTYPE, sweep_points_in_boxes, TILE, time_key, TRAFFIC,
-                    VEHICLE, vehicle)
+                    EGO_SPEED, expand, GROUND, ground_reflectivity, make_tile, MAX_EGO_SPEED,
+                    OBJECT_SCENE_CLASSES, POINT_DTYPE, sweep_points_in_boxes, TILE, time_key)
 
 
 class SyntheticDrive:
@@ -20,9 +20,10 @@ class SyntheticDrive:
 
     ``t`` is seconds since the start of the drive (bag stamp = ``EPOCH_NS`` + t). ``num_cameras``
     keeps the first N configured cameras (None: all, 0: LiDAR only). The ego drives at
-    ``ego_speed`` (m/s, in (0, :data:`MAX_EGO_SPEED`]); traffic keeps its own speeds, except
-    that the vehicles ahead in the ego's lane drive :data:`LEAD_MARGIN` faster than a faster ego,
-    which thus never runs into them. ``lidar`` is the sensor model, mounted at ``mount`` (its
+    ``ego_speed`` (m/s, in (0, :data:`MAX_EGO_SPEED`]); traffic and cyclists keep their own
+    speeds, except that the vehicles ahead in the ego's lane drive :data:`LEAD_MARGIN` faster
+    than a faster ego, and pedestrians walk and cross timed to it (``road_users``), so the ego
+    never runs into anything. ``lidar`` is the sensor model, mounted at ``mount`` (its
     pose in base_link; None: ``cfg.lidar``). ``instant_sweep``: every column fires at the
     stamp, from where the sensor is then into the scene as it is then, and every point's time
     is 0 (the reference a deskewed sweep is compared with); the rays and the noise and
@@ -60,14 +61,12 @@ class SyntheticDrive:
         self.instant_sweep = bool(instant_sweep)
         self.mount = cfg.lidar if mount is None else mount
         self._noise_key = [self.seed, 2] if noise_stream == 0 else [self.seed, 2, 5, noise_stream]
-        # Traffic lanes with the speeds of this drive (see the class docstring).
-        self._lanes = tuple((y, max(speed, self.ego_speed + LEAD_MARGIN) if n_min is not None
-                             else speed, first, spacing, jitter, n_min)
-                            for y, speed, first, spacing, jitter, n_min in TRAFFIC)
         self._setup_rays()
         self._camera_rays = {cam.name: (cam, camera_rays(cam)) for cam in self.cameras}
         self._tiles: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._vehicles: dict[tuple[int, int], list[float]] = {}
+        # Traffic and cyclists with the speeds of this drive (see the class docstring), people.
+        self._traffic = Traffic(self.seed, self.ego_speed)
+        self._people = People(self.seed, self.ego_speed, self._tile, self._traffic)
 
     def _setup_rays(self):
         """Lay out the LiDAR's rays in its frame and in world axes, and their firing times."""
@@ -117,17 +116,20 @@ class SyntheticDrive:
         """Like ``scene``, plus the box rows' ids if ``ids`` (else None): see ground_truth."""
         tiles = range(math.floor(x_lo / TILE) - 1, math.floor(x_hi / TILE) + 1)
         parts = [self._tile(k) for k in tiles]
-        traffic, keys = self._traffic(x_lo - 20.0, x_hi + 20.0, t)
+        traffic, keys = self._traffic.rows(x_lo - 20.0, x_hi + 20.0, t)
         boxes = np.concatenate([p[0] for p in parts] + [traffic])
         cylinders = np.concatenate([p[1] for p in parts])
         boxes[:, BX] += boxes[:, BVX] * t
         boxes[:, BY] += boxes[:, BVY] * t
         cylinders[:, CX] += cylinders[:, CVX] * t
         cylinders[:, CY] += cylinders[:, CVY] * t
+        people = [people_at(self._people.plans(k), t) for k in tiles]
+        boxes = np.concatenate([boxes] + people)
         names = None
         if ids:
             names = [f'tile{k}-{i}' for k, p in zip(tiles, parts) for i in range(len(p[0]))]
             names += [f'lane{lane}-{n}' for lane, n in keys]
+            names += [f'person{k}-{i}' for k, p in zip(tiles, people) for i in range(len(p))]
         return boxes, cylinders, names
 
     def _tile(self, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -135,49 +137,32 @@ class SyntheticDrive:
             self._tiles[k] = make_tile(np.random.default_rng([self.seed, 1, k + 2**32]), k)
         return self._tiles[k]
 
-    def _traffic(self, x_lo: float, x_hi: float, t: float) -> tuple[np.ndarray, list]:
-        rows, keys = [], []
-        for lane, (y, speed, first, spacing, jitter, n_min) in enumerate(self._lanes):
-            n_lo = math.floor((x_lo - speed * t - first - jitter) / spacing)
-            n_hi = math.ceil((x_hi - speed * t - first + jitter) / spacing)
-            if n_min is not None:
-                n_lo = max(n_lo, n_min)
-            for n in range(n_lo, n_hi + 1):
-                key = (lane, n)
-                if key not in self._vehicles:
-                    rng = np.random.default_rng([self.seed, 3, lane, n + 2**32])
-                    x0 = first + spacing * n + rng.uniform(-jitter, jitter)
-                    # Heading along the lane's direction, so the velocity is (speed, 0).
-                    self._vehicles[key] = vehicle(rng, x0, y, 0.0 if speed > 0 else math.pi,
-                                                  abs(speed))
-                rows.append(self._vehicles[key])
-                keys.append(key)
-        return np.array(rows).reshape(-1, 11), keys
-
     # ---------------------------------------------------------------- ground truth
 
     def ground_truth(self, t: float, points: np.ndarray | None = None, min_points: int = 5,
                      others: tuple = ()) -> tuple[np.ndarray, list[str]]:
         """
-        Return the visible vehicles at time t (s), the LiDAR stamp: (float64[n, 9] rows, ids).
+        Return the visible objects at time t (s), the LiDAR stamp: (float64[n, 9] rows, ids).
 
         Rows (``boxes.BOX_COLUMNS``): x, y, z (box centre, m, grid frame: base_link at t, whose
         axes are the world's), length, width, height (m), yaw (rad, in (-pi, pi]), score 1,
-        class 0 (vehicle), for the parked cars and the traffic whose centre at t lies in the
-        grid's x and y range and that at least ``min_points`` returns of the sweep starting at
-        t hit: a point counts when it lies inside the box grown by 0.2 m, both where they are
+        class (index into ``boxes.OBJECT_CLASSES``: car, large_vehicle, pedestrian, cyclist),
+        for the vehicles (parked and moving), pedestrians and cyclists whose centre at t lies in
+        the grid's x and y range and that at least ``min_points`` returns of the sweep starting
+        at t hit: a point counts when it lies inside the box grown by 0.2 m, both where they are
         when the point fires (tau s after t: the LiDAR frame at t + tau, the box at its centre
         at t + v tau). nuScenes likewise drops the boxes no LiDAR point falls in. ``points``:
         ``lidar_frame(t)``, when the caller has it (else it is cast here). ``others``: (drive,
         points) of the vehicle's other LiDARs (drives of the same world and ego, other mounts),
-        whose returns count too. Ids are stable per vehicle: 'tile<k>-<i>' (the i-th box of the
-        40 m tile k) or 'lane<l>-<n>' (traffic).
+        whose returns count too. Ids are stable per object: 'tile<k>-<i>' (the i-th box of the
+        40 m tile k), 'lane<l>-<n>' (traffic and cyclists) or 'person<k>-<i>' (the i-th
+        pedestrian of tile k).
         """
         grid = self.cfg.grid
         ego = self.ego_position(t)
         boxes, _, ids = self._scene(ego[0] + grid.x_min, ego[0] + grid.x_max, t, ids=True)
         boxes[:, [BX, BY, BZ]] -= ego
-        keep = np.flatnonzero((boxes[:, BCLS] == VEHICLE)
+        keep = np.flatnonzero(np.isin(boxes[:, BCLS], OBJECT_SCENE_CLASSES)
                               & (boxes[:, BX] >= grid.x_min) & (boxes[:, BX] < grid.x_max)
                               & (boxes[:, BY] >= grid.y_min) & (boxes[:, BY] < grid.y_max))
         if points is None:
@@ -194,6 +179,7 @@ class SyntheticDrive:
         rows[:, 3:6] = 2.0 * boxes[keep][:, [BHX, BHY, BHZ]]
         rows[:, 6] = math.pi - np.mod(math.pi - boxes[keep, BYAW], 2.0 * math.pi)
         rows[:, 7] = 1.0
+        rows[:, 8] = [OBJECT_SCENE_CLASSES.index(c) for c in boxes[keep, BCLS]]
         return rows, [ids[k] for k in keep]
 
     # ---------------------------------------------------------------- LiDAR

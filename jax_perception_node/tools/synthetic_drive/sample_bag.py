@@ -10,6 +10,7 @@ from typing import Callable, Mapping
 from jax_perception_node.bags.bagio import (message_class, offered_qos, SAMPLE_SEED_KEY, TF_TYPE,
                                             TYPESTORE)
 from jax_perception_node.bags.topics import camera_info_topic, camera_topic, ODOMETRY_TOPIC
+from jax_perception_node.detection.boxes import OBJECT_CLASSES
 from jax_perception_node.geometry.transforms import TF_STATIC_TOPIC, TF_TOPIC
 from jax_perception_node.outputs.objects import (DETECTION_ARRAY_TYPE, detections_message,
                                                  GROUND_TRUTH_TOPIC)
@@ -24,7 +25,7 @@ from .scene import EGO_SPEED, EPOCH_NS, ODOMETRY_FRAME_ID, POINT_FIELDS, POINT_S
 
 ODOMETRY = ':odometry'      # event name: no camera name can have a colon
 IMAGE_SCALE = 8             # CameraInfo describes an image this many times the feature map
-GROUND_TRUTH_CLASSES = ('vehicle',)     # class names of the ground truth's class indices
+GROUND_TRUTH_CLASSES = OBJECT_CLASSES   # class names of the ground truth's class indices
 
 
 # -------------------------------------------------------------------- bag writing
@@ -62,8 +63,10 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     ``IMAGE_SCALE`` times the map, whose K scales to the configured intrinsics exactly.
     Each sweep is followed by its ground truth on :data:`GROUND_TRUTH_TOPIC`
     (vision_msgs/Detection3DArray, same stamp, frame ``cfg.grid.frame_id``): the visible
-    vehicles, ``SyntheticDrive.ground_truth`` (the returns of every LiDAR count), as
-    ``objects.detections_message`` lays them out.
+    objects, ``SyntheticDrive.ground_truth`` (the returns of every LiDAR count), as
+    ``objects.detections_message`` lays them out, with the class names
+    :data:`GROUND_TRUTH_CLASSES` (``boxes.OBJECT_CLASSES``: car, large_vehicle, pedestrian,
+    cyclist).
     nav_msgs/Odometry of the grid frame (``cfg.grid.frame_id``, the ego's base_link) in the
     fixed frame ``map`` goes to :data:`ODOMETRY_TOPIC` at ``odometry_hz`` (0: none), stamps
     n / odometry_hz up to half a LiDAR period after the last sweep, each written before a

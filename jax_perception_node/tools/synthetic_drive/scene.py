@@ -2,6 +2,7 @@
 
 import math
 
+from jax_perception_node.detection.boxes import OBJECT_CLASSES
 import numpy as np
 
 LIDAR_FRAME_ID = 'lidar'
@@ -23,8 +24,12 @@ POINT_DTYPE = np.dtype({'names': [f[0] for f in POINT_FIELDS],
 CAMERA_CHANNELS = ('red', 'green', 'blue', 'luminance', 'grad_u', 'grad_v', 'local_contrast',
                    'saturation')
 
-# Classes of the scene's surfaces (box and cylinder rows, the LiDAR's and camera's ray casts).
-GROUND, VEHICLE, POLE, WALL = 0, 1, 2, 3
+# Classes of the scene's surfaces (box and cylinder rows, the LiDAR's and camera's ray casts),
+# and the scene class of each ground-truth class (index into ``boxes.OBJECT_CLASSES``).
+GROUND, CAR, POLE, WALL, LARGE_VEHICLE, PEDESTRIAN, CYCLIST = range(7)
+OBJECT_SCENE_CLASSES = tuple({'car': CAR, 'large_vehicle': LARGE_VEHICLE, 'pedestrian': PEDESTRIAN,
+                              'cyclist': CYCLIST}[name] for name in OBJECT_CLASSES)
+VEHICLES = (CAR, LARGE_VEHICLE)
 
 # Scene layout, world frame (m, m/s).
 EGO_SPEED = 10.0                 # the default ego speed (SyntheticDrive's ego_speed)
@@ -32,6 +37,7 @@ MAX_EGO_SPEED = 25.0             # 90 km/h: the drives go from 0+ up to this
 LEAD_MARGIN = 0.6                # vehicles ahead in the ego lane drive this much faster than a
 #                                  faster ego, so it never runs into them
 EGO_LANE_Y = -1.75
+EGO_REAR, EGO_FRONT, EGO_HALF_WIDTH = -1.0, 3.8, 0.95    # the ego's body about base_link (m)
 ROAD_HALF_WIDTH = 7.0
 TOWN_START = 40.0
 TOWN_LENGTH = 140.0
@@ -39,12 +45,18 @@ TOWN_PERIOD = 240.0
 UNDERPASS_OFFSET = 40.0          # underpass centre after the town entrance
 UNDERPASS_HALF_LENGTH = 20.0
 LAKE_START, LAKE_END = 15.0, 85.0   # m after a town's end: the causeway
+CROSSWALKS = (8.0, 72.0, 100.0, 128.0)   # m after a town's start: zebra crossings' centres
+CROSSWALK_HALF_WIDTH = 2.0
 CAUSEWAY_HALF_WIDTH = 8.5
 TILE = 40.0
 CAMERA_VIEW_M = 150.0         # objects further than this are not rendered (ground still is)
-# Traffic lanes: (y, speed, first x at t = 0, spacing, jitter, lowest vehicle index or None).
-TRAFFIC = ((1.75, -11.0, 15.0, 42.0, 8.0, None),
-           (EGO_LANE_Y, 10.6, 22.0, 70.0, 5.0, 0))   # ahead of the ego only (LEAD_MARGIN)
+# Traffic lanes: (y, speed, first x at t = 0, spacing, jitter, lowest index or None, class).
+# Cyclists ride the inner edge of the outer lanes (parked vehicles keep 4 m from the centre
+# line), one speed per lane so that they never run into one another.
+TRAFFIC = ((1.75, -11.0, 15.0, 42.0, 8.0, None, CAR),
+           (EGO_LANE_Y, 10.6, 22.0, 70.0, 5.0, 0, CAR),   # ahead of the ego only (LEAD_MARGIN)
+           (-3.6, 5.5, 35.0, 95.0, 25.0, None, CYCLIST),
+           (3.6, -4.5, 60.0, 110.0, 25.0, None, CYCLIST))
 
 # Ground reflectivity (also the camera albedo, tinted in camera_render.py).
 ASPHALT, PAINT, SIDEWALK, GRAVEL, GRASS, WATER = 0.07, 0.55, 0.25, 0.18, 0.20, 0.02
@@ -222,6 +234,13 @@ def underpass_centres(x_lo: float, x_hi: float) -> list[float]:
             < x_hi]
 
 
+def crosswalks(x_lo: float, x_hi: float) -> list[float]:
+    """World x (m) of the zebra crossings' centres in [x_lo, x_hi)."""
+    first = math.floor((x_lo - TOWN_START) / TOWN_PERIOD)
+    return [x for n in range(max(first, 0), math.floor((x_hi - TOWN_START) / TOWN_PERIOD) + 1)
+            for x in (TOWN_START + n * TOWN_PERIOD + u for u in CROSSWALKS) if x_lo <= x < x_hi]
+
+
 def near_underpass(x0: float, x1: float, margin: float) -> bool:
     """Whether [x0, x1] (m) comes within margin of an underpass."""
     reach = UNDERPASS_HALF_LENGTH + margin
@@ -229,7 +248,12 @@ def near_underpass(x0: float, x1: float, margin: float) -> bool:
 
 
 def ground_reflectivity(x, y):
-    """Ground reflectivity at world (x, y) (m, arrays): asphalt, paint, sidewalk, gravel, grass."""
+    """
+    Ground reflectivity at world (x, y) (m, arrays): asphalt, paint, sidewalk, gravel, grass.
+
+    Paint: the road's edge lines, the double centre line, the dashed lane lines, and the zebra
+    crossings in towns (``CROSSWALKS``: bars 4 m long along the road, 0.5 m wide and apart).
+    """
     ay = np.abs(y)
     rho = np.where(in_town(x), SIDEWALK, np.where(ay < ROAD_HALF_WIDTH + 0.8, GRAVEL, GRASS))
     rho = np.where(in_lake(x) & (ay >= CAUSEWAY_HALF_WIDTH), WATER, rho)
@@ -237,7 +261,10 @@ def ground_reflectivity(x, y):
     edge = (ay >= ROAD_HALF_WIDTH - 0.25) & (ay < ROAD_HALF_WIDTH - 0.1)
     centre = (ay >= 0.04) & (ay < 0.16)                            # double solid line
     dashed = (np.abs(ay - 3.5) < 0.075) & (np.mod(x, 9.0) < 3.0)
-    return np.where(edge | centre | dashed, PAINT, rho)
+    u = np.mod(np.asarray(x) - TOWN_START, TOWN_PERIOD)
+    zebra = (np.asarray(x) >= TOWN_START) & (ay < ROAD_HALF_WIDTH - 0.25) & (np.mod(y, 1.0) < 0.5)
+    zebra &= np.logical_or.reduce([np.abs(u - c) < CROSSWALK_HALF_WIDTH for c in CROSSWALKS])
+    return np.where(edge | centre | dashed | zebra, PAINT, rho)
 
 
 def box(x, y, z0, z1, length, width, yaw, rho, cls, vx=0.0, vy=0.0):
@@ -246,20 +273,44 @@ def box(x, y, z0, z1, length, width, yaw, rho, cls, vx=0.0, vy=0.0):
             rho, cls]
 
 
-def vehicle(rng: np.random.Generator, x: float, y: float, yaw: float,
-            speed: float = 0.0) -> list[float]:
-    """Draw a car (70 %), van (20 %) or truck (10 %) box row with 0.25 m ground clearance."""
+def vehicle(rng: np.random.Generator, x: float, y: float, yaw: float, speed: float = 0.0,
+            parked: bool = False) -> list[float]:
+    """
+    Draw a vehicle's box row with 0.25 m ground clearance: a car, or a van, truck or bus.
+
+    Moving and lay-by vehicles: 70 % cars, 15 % vans, 10 % trucks, 5 % buses; ``parked`` in a
+    town's parking lane: 80 % cars, 14 % vans, 6 % trucks. Sizes (length, width, top; m) are
+    those of common European models, and the large vehicles' come near nuScenes' per-class mean
+    boxes (truck 6.9 x 2.5 x 2.8, bus 11.0 x 2.9 x 3.5; the mean anchor sizes of its detection
+    benchmark), whose bus width counts the mirrors.
+    """
     kind = rng.random()
-    if kind < 0.7:
-        length, width, height = rng.uniform(4.2, 4.9), rng.uniform(1.75, 1.9), rng.uniform(
-            1.4, 1.65)
-    elif kind < 0.9:
-        length, width, height = rng.uniform(5.0, 5.8), rng.uniform(1.95, 2.05), rng.uniform(
-            2.0, 2.5)
+    mix = (0.8, 0.94, 1.0) if parked else (0.7, 0.85, 0.95)
+    if kind < mix[0]:
+        sizes, cls = ((4.2, 4.9), (1.75, 1.9), (1.4, 1.65)), CAR
+    elif kind < mix[1]:
+        sizes, cls = ((5.0, 5.9), (1.95, 2.1), (2.0, 2.6)), LARGE_VEHICLE       # vans
+    elif kind < mix[2]:
+        sizes, cls = ((6.0, 8.5), (2.4, 2.55), (2.8, 3.6)), LARGE_VEHICLE       # trucks
     else:
-        length, width, height = rng.uniform(8.0, 11.0), 2.5, rng.uniform(3.2, 3.8)
-    return box(x, y, 0.25, height, length, width, yaw, rng.uniform(0.15, 0.6), VEHICLE,
+        sizes, cls = ((10.5, 12.5), (2.5, 2.55), (3.0, 3.4)), LARGE_VEHICLE     # buses
+    length, width, height = (rng.uniform(lo, hi) for lo, hi in sizes)
+    return box(x, y, 0.25, height, length, width, yaw, rng.uniform(0.15, 0.6), cls,
                speed * math.cos(yaw), speed * math.sin(yaw))
+
+
+def cyclist(rng: np.random.Generator, x: float, y: float, yaw: float,
+            speed: float) -> list[float]:
+    """Draw a bicycle with its rider, standing on the ground: about 1.8 x 0.6 x 1.7 m."""
+    return box(x, y, 0.0, rng.uniform(1.6, 1.85), rng.uniform(1.65, 1.9), rng.uniform(0.55, 0.7),
+               yaw, rng.uniform(0.15, 0.5), CYCLIST, speed * math.cos(yaw),
+               speed * math.sin(yaw))
+
+
+def road_user(rng: np.random.Generator, cls: int, x: float, y: float, yaw: float,
+              speed: float) -> list[float]:
+    """Draw a moving vehicle (``cls`` CAR: any vehicle) or a cyclist (CYCLIST)."""
+    return (cyclist if cls == CYCLIST else vehicle)(rng, x, y, yaw, speed)
 
 
 def make_tile(rng: np.random.Generator, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -284,10 +335,16 @@ def make_tile(rng: np.random.Generator, k: int) -> tuple[np.ndarray, np.ndarray]
         x = x0 + rng.uniform(0.0, 3.0)
         while x < x1:
             car = vehicle(rng, 0.0, side * 5.3 + rng.normal(0.0, 0.08),
-                          rng.normal(0.0, 0.04) + (0.0 if side < 0 else math.pi))
+                          rng.normal(0.0, 0.04) + (0.0 if side < 0 else math.pi), parked=True)
+            # Keep the lane's inner 0.5 m free (cyclists): no part nearer the centre than 4 m.
+            reach = car[BHY] * abs(math.cos(car[BYAW])) + car[BHX] * abs(math.sin(car[BYAW]))
+            car[BY] = side * max(abs(car[BY]), 4.0 + reach)
             occupied = rng.random() < 0.8
             length = 2.0 * car[BHX]
-            if occupied and in_town(x) and in_town(x + length) and x + length < x1:
+            # No parking within 5 m of a zebra crossing.
+            if occupied and in_town(x) and in_town(x + length) and x + length < x1 \
+                    and not crosswalks(x - 5.0 - CROSSWALK_HALF_WIDTH,
+                                       x + length + 5.0 + CROSSWALK_HALF_WIDTH):
                 car[BX] = x + 0.5 * length
                 boxes.append(car)
             x += length + rng.uniform(1.0, 3.5)
@@ -295,7 +352,9 @@ def make_tile(rng: np.random.Generator, k: int) -> tuple[np.ndarray, np.ndarray]
         for n in range(math.ceil((x0 - 11.0 * (side < 0)) / 22.0),
                        math.ceil((x1 - 11.0 * (side < 0)) / 22.0)):
             px = 22.0 * n + 11.0 * (side < 0)
-            if in_town(px) and not near_underpass(px, px, 1.0):
+            if in_town(px) and not near_underpass(px, px, 1.0) \
+                    and not crosswalks(px - 3.0 - CROSSWALK_HALF_WIDTH,
+                                       px + 3.0 + CROSSWALK_HALF_WIDTH):
                 cylinders.append([px, side * 7.6, 0.0, 0.0, 0.12, 0.0, 7.0, 0.3, POLE])
     # Utility poles along the open road, left side.
     for n in range(math.ceil((x0 - 5.0) / 38.0), math.ceil((x1 - 5.0) / 38.0)):
