@@ -58,7 +58,7 @@ def decode_boxes(outputs: dict, grid: jax.Array, *, stride: int, max_objects: in
         top = _circle_nms(x, y, top, label, jnp.asarray(nms_radius_m, jnp.float32))
         top, order = jax.lax.top_k(top, k)
         x, y, label = x[order], y[order], label[order]
-        offset, size, yaw = offset[order], size[order], yaw[order]
+        size, yaw = size[order], yaw[order]
         index = index[order]
     boxes = jnp.stack([
         x, y, at('z')[:, 0], size[:, 0], size[:, 1], size[:, 2],
