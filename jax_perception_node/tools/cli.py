@@ -100,7 +100,8 @@ def _replaceable_bag(out: Path) -> None:
 
 def cmd_sample_bag(args) -> int:
     """Write the synthetic drive as an MCAP bag."""
-    from .synthetic_drive import EGO_SPEED, MAX_EGO_SPEED, sensor_model, write_sample_bag
+    from .synthetic_drive import (EGO_SPEED, MAX_EGO_SPEED, option_variation, sensor_model,
+                                  write_sample_bag)
     out = Path(args.out)
     number(args.seconds, '--seconds', 0.0, low_open=True, unit=' s')
     number(args.speed, '--speed', 0.0, MAX_EGO_SPEED, low_open=True, unit=' m/s')
@@ -108,8 +109,11 @@ def cmd_sample_bag(args) -> int:
     if args.cameras is not None and not 0 <= args.cameras <= len(cfg.cameras):
         raise UsageError(f'--cameras {args.cameras}: the params configure {len(cfg.cameras)}')
     try:
+        vary = option_variation(args.seed, cfg.lidar.translation[2], args.randomize,
+                                args.mount_height, args.mount_tilt, args.body_tilt,
+                                args.range_noise, args.dropout)
         lidar = sensor_model(args.lidar, args.beams, azimuth_steps=args.azimuth_steps,
-                             range_noise_m=args.range_noise, dropout=args.dropout)
+                             range_noise_m=vary.pop('range_noise_m'), dropout=vary.pop('dropout'))
     except ValueError as exc:
         raise UsageError(f'sample-bag: {exc}') from None
     # Everything is checked before an old bag is deleted: a refused run loses nothing.
@@ -124,7 +128,7 @@ def cmd_sample_bag(args) -> int:
     try:
         summary = write_sample_bag(out, cfg, seconds=args.seconds, num_cameras=args.cameras,
                                    seed=args.seed, lidar=lidar, ego_speed=args.speed or EGO_SPEED,
-                                   instant_sweep=args.instant_sweep, lidars=args.lidars)
+                                   instant_sweep=args.instant_sweep, lidars=args.lidars, **vary)
     except ValueError as exc:
         raise UsageError(f'sample-bag: {exc}') from None
     except OSError as exc:
@@ -386,6 +390,11 @@ def _add_sample_bag(p: argparse.ArgumentParser) -> None:
     p.add_argument('--azimuth-steps', type=int, help='LiDAR columns per turn (default 2048)')
     p.add_argument('--range-noise', type=float, help='LiDAR range noise sigma, m (0.02)')
     p.add_argument('--dropout', type=float, help='probability a return is lost (0.02)')
+    p.add_argument('--mount-height', type=float, metavar='M', help="top LiDAR's z, m (params)")
+    p.add_argument('--mount-tilt', metavar='PITCH,ROLL', help='extra LiDAR pitch, roll, deg')
+    p.add_argument('--body-tilt', metavar='PITCH,ROLL', help='body on the road, deg, not in TF')
+    p.add_argument('--randomize', action='store_true',
+                   help='draw the 5 options above, unless given, from --seed')
     p.set_defaults(func=cmd_sample_bag)
 
 

@@ -200,8 +200,8 @@ def test_a_few_steps_lower_the_loss(dataset, drive):
     fixed = train.batch(dataset, indices, [(False, False)] * len(indices), grid)
     mean, std = dataset.statistics()
     untrained = eqx.tree_at(lambda m: (m.mean, m.std), CenterPointHead.create(
-        dataset.pooled[0].shape[-1] // 2, seed=5), replace=(mean, std))
-    model, losses = train.train(dataset, grid, dataset.pooled[0].shape[-1] // 2, steps=8,
+        dataset.channels, seed=5), replace=(mean, std))
+    model, losses = train.train(dataset, grid, dataset.channels, steps=8,
                                 batch_size=4, seed=5)
     assert losses.shape == (8, 3) and np.all(np.isfinite(losses))
     assert losses[-2:, 0].mean() < losses[:2, 0].mean()
@@ -304,6 +304,44 @@ def test_the_sampler_draws_the_variants_with_their_weights(camera_dataset, camer
     assert draws(None, steps=3) == [None] * 3
     lidar_only = training_set.Dataset(7)
     assert list(lidar_only.variants(training_set.CameraDropout())) == [1.0, 0.0, 0.0]
+
+
+def test_class_balanced_draws_give_each_class_an_equal_share():
+    def frame(*classes):
+        rows = np.zeros((len(classes), 9), np.float32)
+        rows[:, 8] = classes
+        return rows
+    # car in frames 0-3, pedestrian in 3, cyclist in 4; frame 5 empty; a class id out of range
+    # (a class the head does not learn) is no class.
+    boxes = [frame(0, 0), frame(0), frame(0), frame(0, 2), frame(3, 7), frame()]
+    p = train.class_balanced(boxes, 4)
+    # Each of the 3 classes present: 1/3 of the balanced half, over its frames; half uniform.
+    third = 1.0 / 3.0
+    want = np.array([third / 4, third / 4, third / 4, third / 4 + third, third, 0.0])
+    np.testing.assert_allclose(p, 0.5 * want + 0.5 / 6)
+    assert train.class_balanced([frame(0), frame(0, 0)], 4) is None     # one class: uniform
+
+
+def test_training_draws_frames_class_balanced(dataset, drive, monkeypatch):
+    grid = drive[2].grid
+    drawn, real = [], train.batch
+
+    def batch(data, indices, flips, grid, variants=None, scales=None):
+        drawn.extend(indices)
+        return real(data, indices, flips, grid, variants, scales)
+
+    monkeypatch.setattr(train, 'batch', batch)
+    monkeypatch.setattr(train, 'make_step', lambda optimizer, frozen: (
+        lambda t, state, *arrays: (t, state, np.ones(3, np.float32))))
+    channels = dataset.channels
+    want = train.class_balanced(dataset.boxes, len(centerpoint.CLASSES))
+    assert want is not None and want.std() > 0.1 / len(want)
+    train.train(dataset, grid, channels, 150, 8, 3, balance=True)
+    counts = np.bincount(drawn, minlength=len(want))
+    np.testing.assert_allclose(counts / counts.sum(), want, atol=0.03)
+    drawn.clear()
+    train.train(dataset, grid, channels, 15, 8, 3)      # without: each frame once per pass
+    assert np.all(np.bincount(drawn, minlength=len(want)) == 8)
 
 
 def test_train_command_drops_cameras_by_its_options(camera_drive, tmp_path, capsys,
@@ -632,7 +670,7 @@ def test_a_diverging_training_stops_at_its_first_non_finite_loss(dataset, drive)
     # A learning rate of 1e30: the warm-up's first step has rate 0, the second takes the
     # weights to ~1e30, the third step's loss overflows.
     grid = drive[2].grid
-    channels = dataset.pooled[0].shape[-1] // 2
+    channels = dataset.channels
     with pytest.raises(train.TrainingError) as info:
         train.train(dataset, grid, channels, steps=5, batch_size=2, seed=5, learning_rate=1e30)
     message = str(info.value)
@@ -659,7 +697,7 @@ def test_final_weights_that_are_not_finite_are_refused(dataset, drive, monkeypat
             return trainable, state, losses
         return wrapped
     monkeypatch.setattr(train, 'make_step', poisoned)
-    channels = dataset.pooled[0].shape[-1] // 2
+    channels = dataset.channels
     with pytest.raises(train.TrainingError, match=r'training diverged: after step 2 the weights '
                                                   r'\.conv1\.bias are not finite'):
         train.train(dataset, drive[2].grid, channels, steps=2, batch_size=2, seed=5)

@@ -49,8 +49,13 @@ def reference_head(bev: np.ndarray, m) -> np.ndarray:
             pooled[i, j] = np.concatenate([block.max(axis=0), block.mean(axis=0), centroid])
     y = np.maximum(reference_conv(pooled, np.asarray(m.conv1.weight, np.float64),
                                   np.asarray(m.conv1.bias), 1), 0)
-    y = np.maximum(reference_conv(y, np.asarray(m.conv2.weight, np.float64),
-                                  np.asarray(m.conv2.bias), 1), 0)
+    for block in m.blocks:
+        # A depthwise 3 x 3 kernel is a full one that is zero between channels.
+        depthwise = np.asarray(block.depthwise.weight, np.float64)
+        full = depthwise[:, :, :, None] * np.eye(depthwise.shape[2])
+        z = reference_conv(y, full, np.zeros(depthwise.shape[2]), block.depthwise.dilation)
+        y = y + np.maximum(reference_conv(z, np.asarray(block.pointwise.weight, np.float64),
+                                          np.asarray(block.pointwise.bias), 1), 0)
     return reference_conv(y, np.asarray(m.out.weight, np.float64), np.asarray(m.out.bias), 1)
 
 
@@ -82,11 +87,13 @@ def test_layers_match_a_numpy_reference():
     model = CenterPointHead.create(channels, seed=3)
     # Statistics and biases of their own, so every term of the reference counts.
     model = eqx.tree_at(
-        lambda m: (m.mean, m.std, m.conv1.bias, m.conv2.bias, m.out.bias), model,
+        lambda m: (m.mean, m.std, m.conv1.bias, m.blocks[0].pointwise.bias,
+                   m.blocks[1].pointwise.bias, m.out.bias), model,
         replace=(rng.normal(size=channels).astype(np.float32),
                  rng.uniform(0.5, 2.0, channels).astype(np.float32),
                  rng.normal(size=32).astype(np.float32) * 0.1,
-                 rng.normal(size=16).astype(np.float32) * 0.1,
+                 rng.normal(size=32).astype(np.float32) * 0.1,
+                 rng.normal(size=32).astype(np.float32) * 0.1,
                  rng.normal(size=12).astype(np.float32)))
     bev = rng.normal(size=(24, 20, channels)).astype(np.float32)
     params, static = eqx.partition(model, eqx.is_array)

@@ -58,6 +58,11 @@ Sensors, all taken from the :class:`~jax_perception_node.settings.config.Pipelin
   real image would give. ``SyntheticDrive.camera_surfaces`` holds each pixel's depth and class
   for tests; it is never published.
 
+For training sets (``mounts.py``): the top LiDAR at another height and tilt (``mount_height``,
+``mount_tilt``: published), the body pitched and rolled against the road (``body_tilt``: not
+published, as a vehicle's TF does not know it), and ``draw_variation``, their draws per seed
+(with range noise and dropout) for ``sample-bag --randomize``, recorded in the bag's metadata.
+
 Odometry (nav_msgs/Odometry, 50 Hz): the pose of ``grid.frame_id`` (base_link) in the fixed
 frame ``map`` = world, for multi-sweep accumulation; the same pose as map -> base_link on /tf.
 /tf_static: base_link -> each LiDAR frame and -> each camera frame at their poses.
@@ -77,12 +82,14 @@ interfaces): no ROS installation, no JAX.
 from .drive import SyntheticDrive
 from .lidar_model import LidarModel
 from .lidar_presets import lidar_preset, PRESETS, sensor_model
+from .mounts import draw_variation, option_variation, VARIATION_KEYS
 from .rig import lidar_rig, lidar_topic, RIGS
 from .sample_bag import camera_stamp_offset, write_sample_bag
 from .scene import (CAMERA_CHANNELS, EGO_LANE_Y, EGO_SPEED, EPOCH_NS, LIDAR_FRAME_ID,
                     MAX_EGO_SPEED, ODOMETRY_FRAME_ID, POINT_DTYPE, POINT_FIELDS, POINT_STEP)
 
-__all__ = ['CAMERA_CHANNELS', 'camera_stamp_offset', 'EGO_LANE_Y', 'EGO_SPEED', 'EPOCH_NS',
-           'LIDAR_FRAME_ID', 'lidar_preset', 'lidar_rig', 'lidar_topic', 'LidarModel',
-           'MAX_EGO_SPEED', 'ODOMETRY_FRAME_ID', 'POINT_DTYPE', 'POINT_FIELDS', 'POINT_STEP',
-           'PRESETS', 'RIGS', 'sensor_model', 'SyntheticDrive', 'write_sample_bag']
+__all__ = ['CAMERA_CHANNELS', 'camera_stamp_offset', 'draw_variation', 'EGO_LANE_Y',
+           'EGO_SPEED', 'EPOCH_NS', 'LIDAR_FRAME_ID', 'lidar_preset', 'lidar_rig', 'lidar_topic',
+           'LidarModel', 'MAX_EGO_SPEED', 'ODOMETRY_FRAME_ID', 'option_variation', 'POINT_DTYPE',
+           'POINT_FIELDS', 'POINT_STEP', 'PRESETS', 'RIGS', 'sensor_model', 'SyntheticDrive',
+           'VARIATION_KEYS', 'write_sample_bag']

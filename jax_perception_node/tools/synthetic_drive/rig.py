@@ -48,21 +48,24 @@ def side_pose(side: float) -> Pose:
     return Pose((x, side * y, z), tuple(float(v) for v in matrix_quaternion(rz @ ry)))
 
 
-def lidar_rig(kind: str, cfg: PipelineConfig, model: LidarModel) -> tuple[LidarMount, ...]:
+def lidar_rig(kind: str, cfg: PipelineConfig, model: LidarModel,
+              top: Pose | None = None) -> tuple[LidarMount, ...]:
     """
     Return the LiDARs of the rig ``kind`` (:data:`RIGS`), the first at the parameters' mount.
 
     'one': ``model`` at ``cfg.lidar`` in frame ``cfg.lidar_frame_id`` on the node's single
     input topic. 'three': top (``model`` at ``cfg.lidar``), left and right (VLP-16s at the
     ``model``'s rotation rate, :func:`side_pose`), in frames ``lidar_<name>`` on
-    :func:`lidar_topic`. ValueError for another kind.
+    :func:`lidar_topic`. ``top``: the first LiDAR's pose instead of ``cfg.lidar`` (see
+    ``mounts.mounted``). ValueError for another kind.
     """
+    top = cfg.lidar if top is None else top
     if kind == 'one':
-        return (LidarMount('lidar', POINTCLOUD_TOPIC, cfg.lidar_frame_id, cfg.lidar, model),)
+        return (LidarMount('lidar', POINTCLOUD_TOPIC, cfg.lidar_frame_id, top, model),)
     if kind != 'three':
         raise ValueError(f'lidars must be one of {", ".join(RIGS)}, got {kind!r}')
     side = replace(VLP_16, rotation_hz=model.rotation_hz)
-    return (LidarMount('top', lidar_topic('top'), 'lidar_top', cfg.lidar, model),
+    return (LidarMount('top', lidar_topic('top'), 'lidar_top', top, model),
             LidarMount('left', lidar_topic('left'), 'lidar_left', side_pose(1.0), side),
             LidarMount('right', lidar_topic('right'), 'lidar_right', side_pose(-1.0), side))
 

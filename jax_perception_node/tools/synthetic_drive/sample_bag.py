@@ -20,6 +20,8 @@ from rosbags.rosbag2 import StoragePlugin, Writer
 
 from .drive import SyntheticDrive
 from .lidar_model import LidarModel
+from .mounts import (body_tilted, check_variation, custom_data, mounted, tilted_boxes,
+                     variation_record)
 from .rig import lidar_rig, LidarMount, rig_summary
 from .scene import EGO_SPEED, EPOCH_NS, ODOMETRY_FRAME_ID, POINT_FIELDS, POINT_STEP
 
@@ -42,7 +44,9 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
                      progress: Callable[[int, int], None] | None = None,
                      lidar: LidarModel | None = None, odometry_hz: float = 50.0,
                      ego_speed: float = EGO_SPEED, instant_sweep: bool = False,
-                     lidars: str = 'one') -> dict:
+                     lidars: str = 'one', mount_height: float | None = None,
+                     mount_tilt: tuple[float, float] | None = None,
+                     body_tilt: tuple[float, float] | None = None) -> dict:
     """
     Write the synthetic drive as a rosbag2 (version 9, MCAP) directory at ``path``.
 
@@ -73,40 +77,59 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     sweep of the same stamp, and the same pose as map -> base_link to /tf. /tf_static holds
     one message first: base_link -> each LiDAR frame and -> each camera's frame, at their
     poses. The metadata's custom_data holds the seed (``bagio.SAMPLE_SEED_KEY``: the trainer
-    refuses held-out seeds). Bag time = header stamp = ``EPOCH_NS`` + t. The bytes depend only
-    on the arguments (of the path, its last component, which names the .mcap file) and the
-    rosbags version. ``progress(done, total)`` is called after every message.
+    refuses held-out seeds). ``mount_height`` (m) and ``mount_tilt`` (pitch, roll, deg) move
+    the top LiDAR, published; ``body_tilt`` (pitch, roll, deg) turns base_link under every
+    LiDAR, unpublished, and the ground truth with it; cameras stay level (``mounts.py``).
+    With any of them, summary and custom_data record the variation
+    (``mounts.VARIATION_KEYS``). Bag time = header stamp = ``EPOCH_NS`` + t. The bytes
+    depend only on the arguments (of the path, its last component, which names the .mcap
+    file) and the rosbags version. ``progress(done, total)`` is called after every message.
     Raises FileExistsError if ``path`` exists, ValueError on bad arguments, bagio.BagError when
     vision_msgs is not installed; a failed write leaves nothing behind. Returns a summary:
     path, seconds, seed, frames, camera_messages (name -> count; as many CameraInfo),
     odometry_messages (as many /tf), ground_truth_messages (one per frame), ground_truth_boxes
     (in all of them), min_points, max_points, mean_points (per sweep, all LiDARs together),
     ego_speed, instant_sweep, lidars (name -> topic, frame_id, translation, rotation_xyzw,
-    mean_points).
+    mean_points), and a variation's entries (``mounts.variation_record``: mount_height_m...).
     """
     path = Path(path)
     if path.exists():
         raise FileExistsError(f'{path} already exists')
     _check_rates(seconds, lidar_hz, odometry_hz)
+    check_variation(mount_height, mount_tilt, body_tilt)
     model = replace(lidar or LidarModel(), rotation_hz=float(lidar_hz))
-    mounts = lidar_rig(lidars, cfg, model)
-    # The first drive carries the cameras and the single LiDAR's draws, as a one-LiDAR drive.
-    drives = [SyntheticDrive(cfg, seed=seed, num_cameras=num_cameras if i == 0 else 0,
-                             lidar=mount.model, ego_speed=ego_speed, instant_sweep=instant_sweep,
-                             mount=mount.pose, noise_stream=i) for i, mount in enumerate(mounts)]
+    mounts = lidar_rig(lidars, cfg, model, mounted(cfg.lidar, mount_height, mount_tilt))
+    record = {} if mount_height is None and mount_tilt is None and body_tilt is None else \
+        variation_record(mounts[0].pose.translation[2], mount_tilt, body_tilt, model)
+    drives = _drives(cfg, mounts, body_tilt, seed=seed, num_cameras=num_cameras,
+                     ego_speed=ego_speed, instant_sweep=instant_sweep)
     rates = _camera_rates(drives[0], camera_hz)
     frames = max(1, int(round(seconds * lidar_hz)))
     events = event_schedule(frames, lidar_hz, rates, odometry_hz)
     try:
         with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
             writer.set_custom_data(SAMPLE_SEED_KEY, str(drives[0].seed))
-            counts, sweeps = _write_events(writer, _Messages(drives, mounts), events,
-                                           odometry_hz > 0, progress)
+            for key, value in custom_data(record).items():
+                writer.set_custom_data(key, value)
+            counts, sweeps = _write_events(writer, _Messages(drives, mounts, body_tilt),
+                                           events, odometry_hz > 0, progress)
     except BaseException:
         # The path did not exist before: whatever is there now is our partial bag.
         shutil.rmtree(path, ignore_errors=True)
         raise
-    return _summary(path, frames / lidar_hz, drives[0], counts, sweeps, mounts)
+    return _summary(path, frames / lidar_hz, drives[0], counts, sweeps, mounts) | record
+
+
+def _drives(cfg: PipelineConfig, mounts, body_tilt, num_cameras, **drive) -> list:
+    """
+    Return one SyntheticDrive per LiDAR of ``mounts``, cast from the body turned by ``body_tilt``.
+
+    The first carries the cameras and the single LiDAR's draws, as a one-LiDAR drive.
+    /tf_static has the mounts, untilted.
+    """
+    return [SyntheticDrive(cfg, num_cameras=num_cameras if i == 0 else 0, lidar=mount.model,
+                           mount=body_tilted(mount.pose, body_tilt), noise_stream=i, **drive)
+            for i, mount in enumerate(mounts)]
 
 
 def _check_rates(seconds: float, lidar_hz: float, odometry_hz: float) -> None:
@@ -190,8 +213,10 @@ class _Messages:
     ``drives``: one per LiDAR of ``mounts``, the first with the cameras.
     """
 
-    def __init__(self, drives: list[SyntheticDrive], mounts: tuple[LidarMount, ...]):
+    def __init__(self, drives: list[SyntheticDrive], mounts: tuple[LidarMount, ...],
+                 body_tilt=None):
         self.drive = drives[0]
+        self.body_tilt = body_tilt
         self.drives = drives
         self.mounts = mounts
         self.ts = TYPESTORE
@@ -255,6 +280,7 @@ class _Messages:
         points = [drive.lidar_frame(t) for drive in self.drives]
         boxes, ids = self.drive.ground_truth(t, points[0],
                                              others=tuple(zip(self.drives[1:], points[1:])))
+        boxes = tilted_boxes(boxes, self.body_tilt)
         truth = detections_message(self.ts.types, boxes, GROUND_TRUTH_CLASSES, stamp_ns,
                                    self.drive.cfg.grid.frame_id, ids)
         return [self.cloud(stamp_ns, m.frame_id, p) for m, p in zip(self.mounts, points)], truth
