@@ -10,8 +10,10 @@ ros2 launch jax_perception_node jax_perception.launch.py \
 
 Every topic has an argument, as Autoware launch files pass topics. Inputs: ``pointcloud_topic``,
 ``odometry_topic``, for each camera ``<name>`` in the params file's ``cameras.names``
-``<name>_features_topic`` and ``<name>_camera_info_topic``, and for each LiDAR ``<name>`` in its
-``lidars.names`` ``<name>_pointcloud_topic`` (the node then reads those, not
+``<name>_features_topic`` (or, with ``input: image``, ``<name>_image_topic`` and
+``<name>_compressed_topic``: image_transport's raw and compressed topics, remapped one by
+one as plain ROS remapping does) and ``<name>_camera_info_topic``, and for each LiDAR
+``<name>`` in its ``lidars.names`` ``<name>_pointcloud_topic`` (the node then reads those, not
 ``pointcloud_topic``, and a ``pointcloud_topic`` given is logged as ignored). The sensor names
 are only known once the params file is read, so the node is made in an OpaqueFunction; a sensor
 argument that names no configured sensor is logged as a warning (a typo would otherwise remap
@@ -57,6 +59,8 @@ INPUTS = {'pointcloud_topic': '~/input/pointcloud', 'odometry_topic': '~/input/o
 # calls such a sensor, suffix -> the node's own input of sensor <name>).
 SENSOR_INPUTS = {
     'cameras.names': ('camera', {'_features_topic': '~/input/camera/{}/features',
+                                 '_image_topic': '~/input/camera/{}/image',
+                                 '_compressed_topic': '~/input/camera/{}/image/compressed',
                                  '_camera_info_topic': '~/input/camera/{}/camera_info'}),
     'lidars.names': ('LiDAR', {'_pointcloud_topic': '~/input/{}/pointcloud'}),
 }

@@ -180,3 +180,14 @@ def sample_counts_ref(cfg) -> np.ndarray:
         for ii, jj, _, _ in valid_samples(cfg, cam):
             count[ii, jj] += 1
     return count
+
+
+def block_mean(image: np.ndarray, stride: int) -> np.ndarray:
+    """NumPy: the mean of every stride x stride block of uint8[H, W, 3], in 0..1 (float64)."""
+    h, w = image.shape[0] // stride, image.shape[1] // stride
+    out = np.zeros((h, w, 3))
+    for i in range(h):
+        for j in range(w):
+            out[i, j] = image[i * stride:(i + 1) * stride,
+                              j * stride:(j + 1) * stride].reshape(-1, 3).mean(axis=0)
+    return out / 255.0

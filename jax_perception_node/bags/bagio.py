@@ -29,10 +29,10 @@ from rosbags.typesys import get_typestore, Stores
 import yaml
 
 from .message_types import register_interface_types, share_folders
-from .topics import (camera_info_topic, camera_topic, DIAGNOSTICS_TOPIC,  # noqa: F401
-                     FEATURES_TOPIC, GRID_MAP_TOPIC, IMAGE_TOPIC, LATENCY_TOPIC, lidar_topic,
-                     NAMESPACE, OBJECTS_MARKERS_TOPIC, OBJECTS_TOPIC, ODOMETRY_TOPIC,
-                     POINTCLOUD_TOPIC)
+from .topics import (camera_compressed_topic, camera_image_topic, camera_info_topic,  # noqa: F401
+                     camera_topic, DIAGNOSTICS_TOPIC, FEATURES_TOPIC, GRID_MAP_TOPIC,
+                     IMAGE_TOPIC, LATENCY_TOPIC, lidar_topic, NAMESPACE, OBJECTS_MARKERS_TOPIC,
+                     OBJECTS_TOPIC, ODOMETRY_TOPIC, POINTCLOUD_TOPIC)
 from ..geometry.stamps import NS_PER_S, split_ns
 from ..outputs.detected_objects import DETECTED_OBJECTS_TYPE
 from ..outputs.object_markers import MARKER_ARRAY_TYPE  # noqa: F401
@@ -44,6 +44,9 @@ TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 MISSING_TYPES = tuple(register_interface_types(TYPESTORE))
 POINTCLOUD_TYPE = 'sensor_msgs/msg/PointCloud2'
 IMAGE_TYPE = 'sensor_msgs/msg/Image'
+COMPRESSED_IMAGE_TYPE = 'sensor_msgs/msg/CompressedImage'
+# What a camera's topic may carry: feature maps, or (cameras.<name>.input: image) images.
+CAMERA_TYPES = {False: (IMAGE_TYPE,), True: (IMAGE_TYPE, COMPRESSED_IMAGE_TYPE)}
 CAMERA_INFO_TYPE = 'sensor_msgs/msg/CameraInfo'
 ODOMETRY_TYPE = 'nav_msgs/msg/Odometry'
 DIAGNOSTICS_TYPE = 'diagnostic_msgs/msg/DiagnosticArray'
@@ -97,6 +100,18 @@ class BagTopics:
     def camera(self, name: str) -> str:
         """Topic of camera ``name``'s feature maps in the bag."""
         return dict(self.cameras).get(name, camera_topic(name))
+
+    def camera_inputs(self, names: Sequence[str], images: bool) -> dict[str, str]:
+        """
+        Return bag topic -> camera name of each camera's maps, or with ``images`` its images.
+
+        A camera given a topic reads that one; otherwise, with images, both of image_transport's
+        (raw and compressed: a bag normally holds one), else its feature-map topic.
+        """
+        return {topic: name for name in names for topic in (
+            [dict(self.cameras)[name]] if name in dict(self.cameras) else
+            [camera_image_topic(name), camera_compressed_topic(name)] if images else
+            [camera_topic(name)])}
 
     def camera_info(self, name: str) -> str:
         """Topic of camera ``name``'s CameraInfo in the bag."""
@@ -382,14 +397,16 @@ def topic_types(reader: Reader) -> dict[str, str]:
     return {c.topic: c.msgtype for c in reader.connections}
 
 
-def check_topics(types: dict[str, str], topics: BagTopics, lidars: tuple[str, ...] = ()) -> None:
+def check_topics(types: dict[str, str], topics: BagTopics, lidars: tuple[str, ...] = (),
+                 images: bool = False) -> None:
     """
     Refuse a bag without a LiDAR topic or a camera topic ``topics`` names (BagError).
 
     ``lidars``: the names of ``lidars.names``, each of whose topics (``BagTopics.lidar``) must
     be there; () for the one LiDAR of ``topics.pointcloud``. A camera without an entry in
     ``topics`` may be missing (its maps are masked, as for a LiDAR-only drive); one named
-    explicitly (``--camera-topic``) must be there, with its type.
+    explicitly (``--camera-topic``) must be there, with its type: Image, or with ``images``
+    (``cameras.<name>.input: image``) also CompressedImage.
     """
     for topic, name in topics.clouds(lidars).items():
         found = types.get(topic)
@@ -401,9 +418,10 @@ def check_topics(types: dict[str, str], topics: BagTopics, lidars: tuple[str, ..
                 not lidars and len(clouds) > 1) else ''
             of = f' of LiDAR {name} (lidars.names)' if name else ''
             raise BagError(f'no {POINTCLOUD_TYPE} topic {topic}{of} ({what}){hint}')
-    for kind, named, wanted in (('camera', topics.cameras, IMAGE_TYPE),
-                                ('camera-info', topics.camera_infos, CAMERA_INFO_TYPE)):
+    for kind, named, wanted in (('camera', topics.cameras, CAMERA_TYPES[images]),
+                                ('camera-info', topics.camera_infos, (CAMERA_INFO_TYPE,))):
         for name, topic in named:
-            if types.get(topic) != wanted:
+            if types.get(topic) not in wanted:
                 state = f'is {types[topic]}' if topic in types else 'is not in the bag'
-                raise BagError(f'--{kind}-topic {name}={topic}: {state}, want {wanted}')
+                raise BagError(f'--{kind}-topic {name}={topic}: {state}, want '
+                               f'{" or ".join(wanted)}')

@@ -165,7 +165,7 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
     reader = bagio.open_reader(src)
     try:
         types = bagio.topic_types(reader)
-        total = cloud_count(reader, types, topics, src, lidar_names(cfg))
+        total = cloud_count(reader, types, topics, src, lidar_names(cfg), cfg.camera_images)
         bagio.message_class(bagio.GRID_MAP_TYPE)   # BagError naming the package if not installed
         if cfg.head.module:
             bagio.message_class(bagio.OBJECTS_TYPES[cfg.output.objects_type])
@@ -203,14 +203,14 @@ def lidar_names(cfg: PipelineConfig) -> tuple[str, ...]:
 
 
 def cloud_count(reader, types: dict[str, str], topics: bagio.BagTopics, src,
-                lidars: tuple[str, ...] = ()) -> int:
+                lidars: tuple[str, ...] = (), images: bool = False) -> int:
     """
     Return the clouds of the LiDAR topic, or of every one of ``lidars`` (``lidar_names``).
 
-    BagError for a missing input (``check_topics``).
+    BagError for a missing input (``check_topics``; ``images``: the cameras send images).
     """
     try:
-        bagio.check_topics(types, topics, lidars)
+        bagio.check_topics(types, topics, lidars, images)
     except bagio.BagError as exc:
         raise bagio.BagError(f'{src}: {exc}') from None
     clouds = topics.clouds(lidars)
@@ -244,8 +244,9 @@ class BagFrames:
                               cfg.max_lidar_delay_s) if cfg.lidars else None
         for name in lidar_names(cfg):
             self.result.lidars_missing.setdefault(name, 0)
-        features = {topics.camera(c.name): c.name for c in cfg.cameras
-                    if types.get(topics.camera(c.name)) == bagio.IMAGE_TYPE}
+        features = {topic: name for topic, name in topics.camera_inputs(
+            self.path.pipe.camera_names, cfg.camera_images).items()
+            if types.get(topic) in bagio.CAMERA_TYPES[cfg.camera_images]}
         infos = {topics.camera_info(c.name): c.name for c in cfg.cameras
                  if types.get(topics.camera_info(c.name)) == bagio.CAMERA_INFO_TYPE}
         odometry = [topics.odometry] if (needs_ego_poses(cfg) and types.get(

@@ -26,6 +26,16 @@ def camera_topic(name: str) -> str:
     return f'{NAMESPACE}/input/camera/{name}/features'
 
 
+def camera_image_topic(name: str) -> str:
+    """Input topic of a camera's images (sensor_msgs/Image), image_transport's raw one."""
+    return f'{NAMESPACE}/input/camera/{name}/image'
+
+
+def camera_compressed_topic(name: str) -> str:
+    """Input topic of a camera's compressed images (sensor_msgs/CompressedImage)."""
+    return f'{camera_image_topic(name)}/compressed'
+
+
 def lidar_topic(name: str) -> str:
     """Input topic of LiDAR ``name`` of ``lidars.names``: the node's ~/input/<name>/pointcloud."""
     return f'{NAMESPACE}/input/{name}/pointcloud'

@@ -15,7 +15,7 @@ out without dots, and the one matmul (the projection) asks for HIGHEST. NVIDIA G
 run float32 dots as TF32 (10-bit mantissa), which moved a quarter of the lifted cells.
 """
 
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -340,10 +340,12 @@ class FrameArgs(NamedTuple):
     calibration: float32[25 + 12 (S - 1)] LiDAR rotation (row-major), LiDAR translation, the
     LiDAR filter (``crop_points``), ``grid``, then the pose of each further LiDAR (per
     calibration; stays on the device).
-    features: float32[N, H_f, W_f, C] or None without cameras (only when a map changed).
+    features: float32[N, H_f, W_f, C], or with an image encoder the images uint8[N, H_i, W_i,
+    3], or None without cameras (only when a map or image changed).
     lift: LiftTables or None without cameras (per calibration).
     projection: (W float32[L + C + 1, C_out], b float32[C_out]) or None (fixed); L = 6 or 7.
     sweeps: SweepArgs with accumulation (per frame, two small transfers), else None.
+    encoder: the image encoder's parameters (a pytree, per checkpoint), or None.
     """
 
     points: jax.Array
@@ -355,12 +357,13 @@ class FrameArgs(NamedTuple):
     lift: LiftTables | None
     projection: tuple[jax.Array, jax.Array] | None
     sweeps: SweepArgs | None = None
+    encoder: Any = None
 
 
 def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, width: int,
-              activation: str):
+              activation: str, encode: Callable | None = None):
     """
-    One frame: voxelize, lift the cameras, fuse.
+    One frame: voxelize, encode the camera images (with an encoder), lift the cameras, fuse.
 
     Without cameras (``args.features`` None) the camera block has 0 channels and coverage is 0.
     With accumulation the current sweep is written into the ring's slot
@@ -374,6 +377,8 @@ def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, wi
     ring: float32[P, C, 4] the earlier sweeps with accumulation (``args.sweeps`` says which
         rows count and how they move), else None.
     height, width: the grid's H x W (static); activation: as for ``fuse`` (static).
+    encode: the image encoder's ``apply(params, uint8[H_i, W_i, 3]) -> float32[H_f, W_f, C]``
+        (static), run on every camera's image; None: ``args.features`` are the maps.
 
     Returns
     -------
@@ -399,10 +404,15 @@ def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, wi
                                 translation, grid, height=height, width=width)
     camera = coverage = None
     if args.features is not None:
+        maps = args.features
+        if encode is not None:
+            # Materialized once: fused into the lift's gathers, every tap would encode again.
+            maps = jax.lax.optimization_barrier(jax.vmap(encode, in_axes=(None, 0))(
+                args.encoder, maps))
         # Materialized before the stack: fused into it, the slot loop ran once per output
         # channel instead of once per cell.
         camera, coverage = jax.lax.optimization_barrier(lift_cameras(
-            args.features, args.scalars[1:1 + cameras] > 0, args.lift))
+            maps, args.scalars[1:1 + cameras] > 0, args.lift))
     features = fuse(lidar, camera, coverage, args.projection, height=height, width=width,
                     activation=activation)
     if ring is None:

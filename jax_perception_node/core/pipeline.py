@@ -21,8 +21,8 @@ from .buckets import BucketPadder, PaddedCloud, SetCloud
 from .compile_counter import compile_count, install_compile_counter
 from .executable_cache import ExecutableCache, private_cache_dir
 from .frame_result import class_thresholds, FrameResult, PendingFrame, result_placement
-from .head_weights import HeadWeights
 from .kernel_inputs import calibration_arrays, calibration_vector, SweepHistory
+from .plugin_weights import EncoderWeights, HeadWeights
 from .staging import CameraStaging, DoubleBuffer
 from ..detection.head import HeadInput, load_head
 from ..geometry.ego_motion import MOTION_SIZE, STILL
@@ -33,7 +33,7 @@ from ..settings.lidar_filter import LidarFilter
 from ..settings.parameters import ConfigError
 
 
-class BevPipeline(HeadWeights):
+class BevPipeline(HeadWeights, EncoderWeights):
     """
     LiDAR + camera BEV fusion with one AOT executable per bucket; see the module doc.
 
@@ -43,7 +43,7 @@ class BevPipeline(HeadWeights):
 
     Raises
     ------
-    ConfigError: cameras with different feature-map shapes, or unreadable fusion weights.
+    ConfigError: unreadable fusion weights, a head or image encoder that cannot be loaded.
 
     """
 
@@ -66,17 +66,11 @@ class BevPipeline(HeadWeights):
         self.output_channels = cfg.fused_channels if weights is None else weights[0].shape[1]
         self.projected = weights is not None     # output channels are no longer the raw ones
         n = len(cfg.cameras)
-        if cfg.cameras:
-            first = cfg.cameras[0]
-            self._map_shape = (first.height, first.width, first.channels)
-            for cam in cfg.cameras:
-                if (cam.height, cam.width, cam.channels) != self._map_shape:
-                    raise ConfigError(f'cameras.{cam.name}: every camera needs the same feature-'
-                                      f'map shape, got {(cam.height, cam.width, cam.channels)} '
-                                      f'and {self._map_shape}')
-            self._staging = CameraStaging(self.camera_names, self._map_shape)
-        else:
-            self._map_shape, self._staging = None, None
+        self._map_shape = cfg.map_shape         # the config checked that every camera has it
+        self.load_image_encoder(cfg, self._map_shape)
+        # The batch that crosses to the device: the maps, or the images the encoder reads.
+        self._staging = None if not n else CameraStaging(self.camera_names, *(
+            (cfg.image_shape, np.uint8) if self.encoder else (self._map_shape,)))
         # count of real rows, a flag per camera, the first row of each further LiDAR: the
         # per-frame scalars in one transfer
         self._scalars = DoubleBuffer((n + self.lidar_count,), np.int32)
@@ -101,7 +95,8 @@ class BevPipeline(HeadWeights):
         self.host_inputs = jax.devices()[0].platform == 'cpu'
         self._frame_jit = jax.jit(functools.partial(
             kernels.bev_frame, height=self.height, width=self.width,
-            activation=cfg.fusion.activation), donate_argnums=(1,) if past else (),
+            activation=cfg.fusion.activation, encode=self.encoder and self.encoder.spec.apply),
+            donate_argnums=(1,) if past else (),
             out_shardings=shardings)
         self._head_executable = None
         # Accumulation state: the device ring, and what each slot holds on the host.
@@ -122,7 +117,8 @@ class BevPipeline(HeadWeights):
     def _static(self) -> str:
         return repr((self.height, self.width, self.cfg.fusion.activation,
                      self.cfg.fusion.num_heights, self._map_shape, self.lift_slots,
-                     self.num_sweeps, self.features_memory))
+                     self.num_sweeps, self.features_memory,
+                     self.encoder and (self.encoder.identity, self.cfg.image_shape)))
 
     def _geometry_jit(self, function, **static):
         map_h, map_w = self._map_shape[:2]
@@ -202,11 +198,12 @@ class BevPipeline(HeadWeights):
             times=spec((bucket,), jnp.float32), motion=spec((MOTION_SIZE,), jnp.float32),
             calibration=spec((kernels.calibration_size(self.lidar_count),), jnp.float32),
             features=None if self._staging is None else spec(
-                self._staging.batches.current.shape, jnp.float32),
+                self._staging.batches.current.shape, self._staging.batches.current.dtype),
             lift=None if self._tables is None else shape_of(self._tables),
             projection=None if self._projection is None else shape_of(self._projection),
             sweeps=None if self.num_sweeps == 1 else shape_of(
-                kernels.SweepArgs(self._sweeps.scalars, self._sweeps.motion)))
+                kernels.SweepArgs(self._sweeps.scalars, self._sweeps.motion)),
+            encoder=None if self.encoder is None else shape_of(self._encoder_params))
 
     def frame_args(self, points: np.ndarray, count: int, times: np.ndarray | None = None,
                    motion: np.ndarray | None = None,
@@ -239,7 +236,8 @@ class BevPipeline(HeadWeights):
             np.copyto(sweeps.scalars, self._sweeps.scalars)
             np.copyto(sweeps.motion, self._sweeps.motion)
         return kernels.FrameArgs(points, scalars, times, twist, self._calibration_device,
-                                 self._features_device, self._tables, self._projection, sweeps)
+                                 self._features_device, self._tables, self._projection, sweeps,
+                                 self._encoder_params)
 
     def set_calibration(self, lidar: Pose | tuple[Pose, ...] | None = None,
                         cameras: tuple[CameraConfig, ...] | None = None,

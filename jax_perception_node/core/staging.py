@@ -63,18 +63,22 @@ class DoubleBuffer:
 
 class CameraStaging:
     """
-    The camera batch float32[N, H_f, W_f, C] in two aligned arrays; a map is staged on change.
+    The camera batch in two aligned arrays; a map (or image) is staged on change.
 
-    A map equal to what its slot holds is not copied again; when one differs, the other array
-    becomes current and receives the changed maps straight from the caller, plus any slot it
-    has not caught up with (slot versions tell which), so the batch in use stays untouched.
-    Non-finite values, and values beyond +-``channels.MAX_ABS_INPUT``, are zeroed in the slot
-    (NaN * 0 is NaN: one would poison every cell sampling near it; +-3e38 summed to inf).
+    The batch is float32[N, H_f, W_f, C] of feature maps, or uint8[N, H_i, W_i, 3] of images
+    (``dtype``). A map equal to what its slot holds is not copied again; when one differs, the
+    other array becomes current and receives the changed maps straight from the caller, plus
+    any slot it has not caught up with (slot versions tell which), so the batch in use stays
+    untouched. Non-finite values, and values beyond +-``channels.MAX_ABS_INPUT``, are zeroed
+    in a float slot (NaN * 0 is NaN: one would poison every cell sampling near it; +-3e38
+    summed to inf); every uint8 value is valid.
     """
 
-    def __init__(self, names: tuple[str, ...], map_shape: tuple[int, int, int]):
+    def __init__(self, names: tuple[str, ...], map_shape: tuple[int, int, int],
+                 dtype=np.float32):
         self.names, self.map_shape = names, map_shape
-        self.batches = DoubleBuffer((len(names),) + map_shape)
+        self.batches = DoubleBuffer((len(names),) + map_shape, dtype)
+        self._checked = np.dtype(dtype).kind == 'f'
         self._versions = np.zeros((2, len(names)), np.int64)   # per array, per slot
         self._next_version = 1
 
@@ -99,8 +103,7 @@ class CameraStaging:
             if fmap is None:
                 continue
             if fmap.shape != self.map_shape:
-                raise ValueError(f'camera {name!r}: feature map {fmap.shape}, '
-                                 f'expected {self.map_shape}')
+                raise ValueError(f'camera {name!r}: {fmap.shape}, expected {self.map_shape}')
             if not np.array_equal(held[i], fmap):
                 changed.append((i, fmap))
         if not changed:
@@ -111,8 +114,8 @@ class CameraStaging:
         nonfinite = 0
         for i, fmap in changed:
             np.copyto(batch[i], fmap)
-            bad = ~(np.abs(batch[i]) <= MAX_ABS_INPUT)     # NaN compares False
-            if bad.any():
+            bad = ~(np.abs(batch[i]) <= MAX_ABS_INPUT) if self._checked else None  # NaN: False
+            if bad is not None and bad.any():
                 nonfinite += int(bad.sum())
                 batch[i][bad] = 0.0
             staged[i] = self._next_version

@@ -1,1 +1,1 @@
-"""Detection: the head plug-in, its box layout, evaluation and the shipped heads. No ROS."""
+"""Detection: the head and image encoder plug-ins, box layout, evaluation, what ships. No ROS."""

@@ -24,6 +24,7 @@ from ..geometry.stamps import stamp_ns
 from ..geometry.transforms import TransformBuffer
 from ..outputs.render import bev_to_rgb
 from ..sensors.camera import FeatureMapError, read_features, scale_camera_info, with_intrinsics
+from ..sensors.camera_image import ImageDecoder
 from ..sensors.cloud import CloudFormatError, has_valid_point
 from ..settings.config import PipelineConfig
 
@@ -86,7 +87,11 @@ class FramePath(TfCalibration):
         if pipe.head is not None:
             pipe.set_head_weights(cfg.head.weights)
             pipe.score_threshold = class_thresholds(cfg.head, pipe.head_classes)
+        if pipe.encoder is not None:
+            pipe.set_encoder_weights(cfg.encoder.weights)
         self.cfg, self.pipe = cfg, pipe
+        # With input image: every image is decoded and scaled to the encoder's input.
+        self._images = None if cfg.image_shape is None else ImageDecoder(*cfg.image_shape[:2])
         self.cameras = cfg.cameras          # the camera calibration in force
         self._from_info: dict[str, tuple] = {}   # camera -> intrinsics a CameraInfo set
         self._buffer_lock = threading.Lock()
@@ -109,8 +114,8 @@ class FramePath(TfCalibration):
         Apply a new live configuration (the static keys must be unchanged: see live_params).
 
         Calibration (only when it changed; never a compile), sync tolerance, odometry gap and
-        frame, sweep age, pose sources, the head's weights (only when the file named changed;
-        never a compile) and score threshold.
+        frame, sweep age, pose sources, the head's and the image encoder's weights (only when
+        the file named changed; never a compile) and score threshold.
 
         Args
         ----
@@ -121,13 +126,16 @@ class FramePath(TfCalibration):
 
         Raises
         ------
-        ConfigError: a calibration with more lift samples than slots, head weights that
-            cannot be loaded, or head.score_thresholds not one per head class; nothing changed.
+        ConfigError: a calibration with more lift samples than slots, head or encoder weights
+            that cannot be loaded, or head.score_thresholds not one per head class; nothing
+            changed.
 
         """
-        weights = None      # read and checked before the lock: frames go on meanwhile
+        weights = encoder = None    # read and checked before the lock: frames go on meanwhile
         if self.pipe.head is not None and cfg.head.weights != self.cfg.head.weights:
             weights = self.pipe.read_head_weights(cfg.head.weights)
+        if self.pipe.encoder is not None and cfg.encoder.weights != self.cfg.encoder.weights:
+            encoder = self.pipe.read_encoder_weights(cfg.encoder.weights)
         thresholds = class_thresholds(cfg.head, self.pipe.head_classes)
         with self._pipe_lock:     # a CameraInfo applied meanwhile must not be lost
             from_info = {name: intrinsics for name, intrinsics in self._from_info.items()
@@ -149,6 +157,8 @@ class FramePath(TfCalibration):
                 self.pipe.set_calibration(lidar, changed, crop)
             if weights is not None:
                 self.pipe.use_head_weights(*weights)
+            if encoder is not None:
+                self.pipe.use_encoder_weights(*encoder)
             self.pipe.max_sweep_age_s = cfg.accumulation.max_sweep_age_s
             self.pipe.score_threshold = thresholds
             self.cameras, self._from_info = cameras, from_info
@@ -195,19 +205,23 @@ class FramePath(TfCalibration):
 
     def add_features(self, name: str, msg) -> bool:
         """
-        Decode a camera's feature Image into the buffer; True when its stamps jumped back.
+        Decode a camera's message into the buffer; True when its stamps jumped back.
 
-        Raises FeatureMapError for a map in another frame than ``cameras.<name>.frame_id``
-        (only with ``extrinsics.source: parameters``) or of the wrong shape or encoding.
+        A feature Image, or with ``cameras.<name>.input: image`` an Image or CompressedImage,
+        decoded and scaled to the encoder's input on arrival (``camera_image.ImageDecoder``).
+        Raises FeatureMapError for a map or image in another frame than
+        ``cameras.<name>.frame_id`` (only with ``extrinsics.source: parameters``), or of the
+        wrong shape or encoding (CameraImageError, a FeatureMapError, for images).
         """
         expected = self._camera_frame(name)
         # With TF extrinsics any frame will do: its pose is looked up at each frame.
         if self.cfg.extrinsics_source != 'tf' and msg.header.frame_id != expected:
             raise FeatureMapError(
                 f'header.frame_id "{msg.header.frame_id}" is not camera {name}\'s frame '
-                f'"{expected}" (parameter cameras.{name}.frame_id): feature maps must be in '
+                f'"{expected}" (parameter cameras.{name}.frame_id): camera messages must be in '
                 'the configured frame')
-        fmap = read_features(msg, *self._shapes[name])
+        fmap = read_features(msg, *self._shapes[name]) if self._images is None else (
+            self._images.decode(msg))
         stamp = stamp_ns(msg.header.stamp)
         with self._buffer_lock:
             # A map naming no frame is in its CameraInfo's (the pose TF gives that frame).

@@ -27,7 +27,7 @@ from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import CameraInfo, Image, PointCloud2
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from std_msgs.msg import Header
 from tf2_msgs.msg import TFMessage
 
@@ -135,11 +135,15 @@ class PerceptionCore:
                 PointCloud2, f'~/input/{name}/pointcloud',
                 lambda msg, name=name: self._on_lidar_cloud(name, msg), qos_profile_sensor_data)
             for name in self._sets.names]
+        # image_transport's names: raw on .../image, the compressed transport beside it.
+        inputs = (((Image, 'image'), (CompressedImage, 'image/compressed'))
+                  if self.cfg.camera_images else ((Image, 'features'),))
         for name in self.pipe.camera_names:
-            subs.append(node.create_subscription(
-                Image, f'~/input/camera/{name}/features',
-                lambda msg, name=name: self._on_features(name, msg), qos_profile_sensor_data))
             # Sensor-data QoS matches reliable and best-effort camera drivers alike.
+            subs += [node.create_subscription(
+                kind, f'~/input/camera/{name}/{topic}',
+                lambda msg, name=name: self._on_features(name, msg), qos_profile_sensor_data)
+                for kind, topic in inputs]
             subs.append(node.create_subscription(
                 CameraInfo, f'~/input/camera/{name}/camera_info',
                 lambda msg, name=name: self._on_camera_info(name, msg), qos_profile_sensor_data))
@@ -325,9 +329,11 @@ class PerceptionCore:
         self._take(lambda: self.path.add_transforms(msg, static), 'transforms_received',
                    'rejected_transforms', '/tf_static' if static else '/tf', TransformError)
 
-    def _on_features(self, name: str, msg: Image) -> None:
+    def _on_features(self, name: str, msg) -> None:
+        """Take a feature map, or with ``input: image`` an Image or CompressedImage."""
+        what = 'image' if self.cfg.camera_images else 'feature map'    # counted as maps
         jumped = self._take(lambda: self.path.add_features(name, msg), 'feature_maps_received',
-                            'rejected_feature_maps', f'camera {name}: feature map rejected',
+                            'rejected_feature_maps', f'camera {name}: {what} rejected',
                             FeatureMapError)
         if jumped:
             self.log.info(f'camera {name}: stamp went backwards, its buffer was reset')

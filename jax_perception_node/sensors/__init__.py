@@ -1,1 +1,1 @@
-"""Sensor messages decoded: PointCloud2 rows, camera feature maps and CameraInfo. No ROS."""
+"""Sensor messages decoded: PointCloud2 rows, camera feature maps, images, CameraInfo. No ROS."""

@@ -17,15 +17,16 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .channels import COVERAGE_CHANNEL, lidar_channels
+from .cameras import (camera_block, CameraConfig, channel_names, check_encoder,  # noqa: F401
+                      check_map_shapes, EncoderConfig, image_shape, map_shape)
 from .lidar_filter import lidar_filter, LidarFilter
 from .lidar_timing import lidar_timing, LidarTiming
 from .lidars import block_names, lidar_blocks, LidarConfig
 from .npz_file import read_npz
 from .param_checks import check_ros_type, check_value
 from .param_file import read_param_file
-from .parameters import (camera_defaults, camera_keys, ConfigError, defaults, is_camera_name,
-                         lidar_defaults, lidar_keys, NODE_KEYS)
+from .parameters import (camera_defaults, camera_keys, ConfigError, defaults, lidar_defaults,
+                         lidar_keys, NODE_KEYS)
 from ..geometry.rotations import Pose
 
 __all__ = ['AccumulationConfig', 'autoware_labels', 'BondConfig', 'CameraConfig',
@@ -69,35 +70,6 @@ class GridConfig:
         """float32[5] (x_min, y_min, z_min, z_max, resolution), the kernels' ``grid``."""
         return np.array([self.x_min, self.y_min, self.z_min, self.z_max, self.resolution],
                         np.float32)
-
-
-@dataclass(frozen=True)
-class CameraConfig:
-    """
-    One camera: feature-map shape (static) and calibration (traced), in feature-map pixels.
-
-    ``frame_id`` is the frame ``pose`` describes ('' resolves to ``<name>_optical``).
-    ``distortion`` holds the coefficients of ``distortion_model``: (k1, k2, p1, p2, k3) for
-    plumb_bob, (k1, k2, k3, k4) for equidistant, () for none.
-    """
-
-    name: str
-    height: int
-    width: int
-    channels: int
-    fx: float
-    fy: float
-    cx: float
-    cy: float
-    pose: Pose
-    frame_id: str = ''
-    distortion_model: str = 'none'
-    distortion: tuple[float, ...] = ()
-
-    def __post_init__(self):
-        """Resolve the default frame, so every constructor gets '<name>_optical' for ''."""
-        if not self.frame_id:
-            object.__setattr__(self, 'frame_id', f'{self.name}_optical')
 
 
 @dataclass(frozen=True)
@@ -189,6 +161,22 @@ class PipelineConfig:
     lidars: tuple[LidarConfig, ...] = ()     # lidars.names' blocks; (): the one of lidar.*
     max_lidar_delay_s: float = 0.05          # with lidars: a set's wait for its other clouds
     lidar_stamp_tolerance_s: float = 0.05    # with lidars: the stamps of one set
+    encoder: EncoderConfig = EncoderConfig()
+
+    @property
+    def camera_images(self) -> bool:
+        """Return True when the cameras send images (``cameras.<name>.input: image``)."""
+        return bool(self.cameras) and self.cameras[0].input_kind == 'image'
+
+    @property
+    def map_shape(self) -> tuple[int, int, int] | None:
+        """Return every camera's feature map (H_f, W_f, C), None without cameras."""
+        return map_shape(self.cameras[0]) if self.cameras else None
+
+    @property
+    def image_shape(self) -> tuple[int, int, int] | None:
+        """Return the encoder's input uint8[H_i, W_i, 3] (feature map x stride), or None."""
+        return image_shape(self.cameras, self.encoder) if self.camera_images else None
 
     @property
     def lidar_sensors(self) -> tuple[LidarConfig, ...]:
@@ -259,10 +247,8 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
     if not buckets or buckets != sorted(set(buckets)):
         raise ConfigError(f'buckets: expected strictly ascending positive sizes, got {buckets}')
 
-    cameras = tuple(_camera(v, name) for name in camera_names)
-    if len({c.channels for c in cameras}) > 1:
-        raise ConfigError(f'cameras.{cameras[-1].name}.channels: every camera needs the same '
-                          f'channel count, got {[c.channels for c in cameras]}')
+    cameras = tuple(camera_block(v, name, _pose) for name in camera_names)
+    check_map_shapes(cameras)
 
     fusion = FusionConfig(
         num_heights=v['fusion.num_heights'], weights_file=v['fusion.weights_file'],
@@ -285,7 +271,7 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
             'num_sweeps', 'max_sweep_age_s', 'max_odometry_gap_s', 'pose_source',
             'fixed_frame')}),
         lidar_frame_id=v['lidar.frame_id'], extrinsics_source=v['extrinsics.source'],
-        channel_names=_channel_names(v['cameras.channel_names'], cameras),
+        channel_names=channel_names(v['cameras.channel_names'], cameras),
         head=HeadConfig(**{f: v[f'head.{f}'] for f in (
             'module', 'weights', 'max_objects', 'score_threshold')},
             score_thresholds=tuple(v['head.score_thresholds'])),
@@ -295,7 +281,9 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
         bond=BondConfig(**{f: v[f'bond.{f}'] for f in (
             'enabled', 'heartbeat_period_s', 'heartbeat_timeout_s')}),
         lidars=lidar_blocks(v, names, _pose), max_lidar_delay_s=v['sync.max_lidar_delay_s'],
-        lidar_stamp_tolerance_s=v['sync.lidar_stamp_tolerance_s'])
+        lidar_stamp_tolerance_s=v['sync.lidar_stamp_tolerance_s'],
+        encoder=EncoderConfig(**{f: v[f'encoder.{f}'] for f in ('module', 'weights', 'stride')}))
+    check_encoder(cameras, cfg.encoder)
     if fusion.weights_file:
         load_fusion_weights(cfg)   # validate now, not on the first frame
     if cfg.head.weights and not cfg.head.module:
@@ -351,50 +339,6 @@ def autoware_labels(items: list[str]) -> tuple[tuple[str, str], ...]:
             raise ConfigError(f'output.autoware_labels: class {name!r} mapped twice')
         pairs.append((name, label))
     return tuple(pairs)
-
-
-def _camera(v: Mapping[str, Any], name: str) -> CameraConfig:
-    k = f'cameras.{name}.'
-    model = v[k + 'distortion_model']
-    return CameraConfig(name=name, pose=_pose(v, k[:-1]), frame_id=v[k + 'frame_id'],
-                        distortion_model=model,
-                        distortion=_distortion(k + 'distortion', model, v[k + 'distortion']),
-                        **{f: v[k + f] for f in (
-                            'height', 'width', 'channels', 'fx', 'fy', 'cx', 'cy')})
-
-
-def _channel_names(names: list[str], cameras: tuple[CameraConfig, ...]) -> tuple[str, ...]:
-    """Check the camera channel names: [] or one per channel, unique, identifier-like."""
-    key, channels = 'cameras.channel_names', cameras[0].channels if cameras else 0
-    if names and len(names) != channels:
-        raise ConfigError(f'{key}: {len(names)} names for {channels} camera feature channels '
-                          f'(cameras.<name>.channels); give one per channel or []')
-    for name in names:
-        if not is_camera_name(name):
-            raise ConfigError(f'{key}: "{name}" must be letters, digits and underscores')
-    if len(set(names)) != len(names):
-        raise ConfigError(f'{key}: duplicate names in {names}')
-    # They name GridMap layers beside the LiDAR channels and coverage.
-    clash = sorted((set(lidar_channels(2)) | {COVERAGE_CHANNEL}) & set(names))
-    if clash:
-        raise ConfigError(f'{key}: {clash} already name other BEV channels')
-    return tuple(names)
-
-
-DISTORTION_COUNTS = {'plumb_bob': 5, 'equidistant': 4}
-
-
-def _distortion(key: str, model: str, coefficients: list[float]) -> tuple[float, ...]:
-    """Check the coefficient count of ``model``; 'none' takes [] or zeros and keeps ()."""
-    if model == 'none':
-        if any(coefficients):
-            raise ConfigError(f'{key}: distortion_model none takes [] or zeros, got '
-                              f'{coefficients}')
-        return ()
-    count = DISTORTION_COUNTS[model]
-    if len(coefficients) != count:
-        raise ConfigError(f'{key}: {model} needs {count} coefficients, got {coefficients}')
-    return tuple(coefficients)
 
 
 def _pose(v: Mapping[str, Any], prefix: str) -> Pose:

@@ -216,6 +216,11 @@ SCHEMA: tuple[ParamSpec, ...] = (
        'names of the camera feature channels (letters, digits, underscores; unique), the '
        'GridMap layers; [] for camera_0 .. camera_<C-1>; else one per channel',
        nonempty=True),
+    _p(_C + 'input', 'string', 'features',
+       'what the camera publishes: features (32FC<C> maps on ~/input/camera/<name>/features) '
+       'or image (rgb8, bgr8, rgba8, bgra8, mono8 Image on .../image, jpeg or png '
+       'CompressedImage on .../image/compressed, encoded by encoder.module); the same for '
+       'every camera', choices=('features', 'image'), static=SHAPES),
     _p(_C + 'height', 'integer', None, 'feature-map rows H_f', unit='px', minimum=1,
        maximum=MAX_PIXELS, static=SHAPES),
     _p(_C + 'width', 'integer', None, 'feature-map columns W_f', unit='px', minimum=1,
@@ -298,6 +303,18 @@ SCHEMA: tuple[ParamSpec, ...] = (
        "per-class thresholds, one per head class in the head's class order (the reference "
        'head: car, large_vehicle, pedestrian, cyclist); [] for head.score_threshold in every '
        'class', minimum=0.0, maximum=1.0),
+    _p('encoder.module', 'string', '',
+       "image encoder of cameras with input image, 'package.module:factory' (shipped: "
+       'jax_perception_node.detection.encoders.pooled:rgb, mean RGB at the stride, and '
+       ":appearance, the sample drive's hand-made features), run on the device in the "
+       "frame's executable; '' for none", static=COMPILED),
+    _p('encoder.weights', 'string', '',
+       "the encoder's checkpoint (.npz, loaded with allow_pickle=False); '' for the weights "
+       'it ships; a new file of the same shapes applies without a compile'),
+    _p('encoder.stride', 'integer', 4,
+       'image pixels per feature-map pixel: every image is scaled on the host to the feature '
+       'map size times this, the encoder input', unit='px', minimum=1, maximum=64,
+       static=SHAPES),
     _p('output.bev_features', 'bool', True,
        'publish ~/output/bev_features (3.9 MB a frame at the default grid); false for '
        'deployments that only want objects (bev_image and bev_grid_map stay on demand)'),

@@ -100,11 +100,14 @@ def _replaceable_bag(out: Path) -> None:
 
 def cmd_sample_bag(args) -> int:
     """Write the synthetic drive as an MCAP bag."""
-    from .synthetic_drive import (EGO_SPEED, MAX_EGO_SPEED, option_variation, sensor_model,
-                                  write_sample_bag)
+    from .synthetic_drive import (EGO_SPEED, MAX_EGO_SPEED, MAX_IMAGE_SCALE, option_variation,
+                                  sensor_model, write_sample_bag)
     out = Path(args.out)
     number(args.seconds, '--seconds', 0.0, low_open=True, unit=' s')
     number(args.speed, '--speed', 0.0, MAX_EGO_SPEED, low_open=True, unit=' m/s')
+    number(args.image_scale, '--image-scale', 1, MAX_IMAGE_SCALE)
+    if args.image_scale is not None and args.camera_images is None:
+        raise UsageError('--image-scale: only with --camera-images (feature maps have no scale)')
     cfg = _load(args)
     if args.cameras is not None and not 0 <= args.cameras <= len(cfg.cameras):
         raise UsageError(f'--cameras {args.cameras}: the params configure {len(cfg.cameras)}')
@@ -128,7 +131,9 @@ def cmd_sample_bag(args) -> int:
     try:
         summary = write_sample_bag(out, cfg, seconds=args.seconds, num_cameras=args.cameras,
                                    seed=args.seed, lidar=lidar, ego_speed=args.speed or EGO_SPEED,
-                                   instant_sweep=args.instant_sweep, lidars=args.lidars, **vary)
+                                   instant_sweep=args.instant_sweep, lidars=args.lidars,
+                                   camera_images=args.camera_images,
+                                   image_scale=args.image_scale or 4, **vary)
     except ValueError as exc:
         raise UsageError(f'sample-bag: {exc}') from None
     except OSError as exc:
@@ -284,7 +289,7 @@ def cmd_demo(args) -> int:
     from .demo import run_demo
     number(args.seconds, '--seconds', 0.0, low_open=True, unit=' s')
     check_writable(args.out, '--out', folder=True)
-    return run_demo(Path(args.out), params=args.params, seconds=args.seconds)
+    return run_demo(Path(args.out), args.params, args.seconds, images=not args.feature_maps)
 
 
 def _with_topics(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -366,6 +371,8 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     p = with_params(sub.add_parser('demo', help='the main job on the embedded sample drive'))
     p.add_argument('--out', default='demo_out')
     p.add_argument('--seconds', type=float, default=8.0)
+    p.add_argument('--feature-maps', action='store_true', help='the cameras as the parameters '
+                   'say (default: JPEG images, encoded by the appearance encoder)')
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser('train', help='train the reference head on sample drives (seeds >= 100)')
@@ -395,6 +402,10 @@ def _add_sample_bag(p: argparse.ArgumentParser) -> None:
     p.add_argument('--body-tilt', metavar='PITCH,ROLL', help='body on the road, deg, not in TF')
     p.add_argument('--randomize', action='store_true',
                    help='draw the 5 options above, unless given, from --seed')
+    p.add_argument('--camera-images', choices=('raw', 'jpeg'),
+                   help='publish the camera images (rgb8 Image, JPEG CompressedImage), not maps')
+    p.add_argument('--image-scale', type=int, metavar='K',
+                   help='with --camera-images: image size / feature-map size, 1..8 (4)')
     p.set_defaults(func=cmd_sample_bag)
 
 

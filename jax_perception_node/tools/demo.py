@@ -15,6 +15,7 @@ caption.
 """
 
 from collections import Counter
+import os
 from pathlib import Path
 import re
 import shutil
@@ -28,9 +29,11 @@ from jax_perception_node.frames.latency import percentiles, STAGES
 from jax_perception_node.geometry.stamps import stamp_ns
 from jax_perception_node.outputs.objects import GROUND_TRUTH_TOPIC
 from jax_perception_node.settings.config import default_params_file, load_config
+from jax_perception_node.settings.param_file import read_param_file, write_param_file
 
 from .processes import console_script, local_ros_env, stop_process
 
+APPEARANCE_ENCODER = 'jax_perception_node.detection.encoders.pooled:appearance'
 RECORDED_TOPICS = {bagio.FEATURES_TOPIC: bagio.IMAGE_TYPE,
                    bagio.LATENCY_TOPIC: bagio.DIAGNOSTICS_TYPE,
                    bagio.DIAGNOSTICS_TOPIC: bagio.DIAGNOSTICS_TYPE}
@@ -49,25 +52,60 @@ def recorded_topics(cfg) -> dict[str, str]:
 
 
 def sample_bag(out: Path, params: Path, seconds: float) -> Path:
-    """Return the cached sample drive for these params and duration (made on first use)."""
+    """
+    Return the cached sample drive for these params and duration (made on first use).
+
+    Cameras that send images (``cameras.<name>.input: image``) get the drive's JPEGs.
+    """
     from .synthetic_drive import write_sample_bag
-    stat = params.stat()
-    bag = out / f'sample_drive_{seconds:g}s_{int(stat.st_mtime)}'
+    cfg = load_config(params)
+    images = 'jpeg' if cfg.camera_images else None
+    bag = out / (f'sample_drive_{seconds:g}s_{int(params.stat().st_mtime)}'
+                 + ('_jpeg' if images else ''))
     if not (bag / 'metadata.yaml').exists():
         for old in out.glob('sample_drive_*'):
             shutil.rmtree(old, ignore_errors=True)
         print(f'generating the sample drive ({seconds:g} s) ...', flush=True)
-        write_sample_bag(bag, load_config(params), seconds=seconds)
+        write_sample_bag(bag, cfg, seconds=seconds, camera_images=images,
+                         image_scale=cfg.encoder.stride if images else 4)
     return bag
 
 
-def run_demo(out: Path, params: str | None = None, seconds: float = 8.0) -> int:
-    """Run the demo into ``out``; non-zero when the node produced nothing or recompiled."""
+def image_params(params_file: Path, out: Path) -> Path:
+    """
+    Return ``params_file``, or a copy in ``out`` whose feature-map cameras send images.
+
+    The copy sets every camera's ``input: image`` and, when the file names no encoder, the
+    ``appearance`` encoder, which computes from the images the features the shipped head was
+    trained on. Its modification time stays the original's (the sample drive's cache key).
+    """
+    params = read_param_file(params_file)
+    names = params.get('cameras.names') or []
+    if not names or all(params.get(f'cameras.{n}.input') == 'image' for n in names):
+        return params_file
+    params.update({f'cameras.{n}.input': 'image' for n in names})
+    params['encoder.module'] = params.get('encoder.module') or APPEARANCE_ENCODER
+    path = write_param_file(params, out / 'params_images.yaml')
+    stat = params_file.stat()
+    os.utime(path, (stat.st_atime, stat.st_mtime))
+    return path
+
+
+def run_demo(out: Path, params: str | None = None, seconds: float = 8.0,
+             images: bool = True) -> int:
+    """
+    Run the demo into ``out``; non-zero when the node produced nothing or recompiled.
+
+    ``images``: the cameras send the drive's JPEG images (``image_params``); False: as the
+    parameters say.
+    """
     import rclpy
     from .live import Recorder
-    params_file = Path(params) if params else default_params_file()
-    cfg = load_config(params_file)
     out.mkdir(parents=True, exist_ok=True)
+    params_file = Path(params) if params else default_params_file()
+    if images:
+        params_file = image_params(params_file, out)
+    cfg = load_config(params_file)
     bag = sample_bag(out, params_file, seconds)
     env = local_ros_env()
     recording = out / 'recording'
@@ -121,6 +159,15 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0) -> int:
     return write_report(out, bag, recording, cfg, startup_s)
 
 
+def _camera_input(cfg) -> str:
+    """Return what the cameras sent: '4, JPEG images (encoder ...:appearance)' or maps."""
+    if not cfg.cameras:
+        return 'none'
+    if cfg.camera_images:
+        return f'{len(cfg.cameras)}, JPEG images (encoder {cfg.encoder.module.split(".")[-1]})'
+    return f'{len(cfg.cameras)}, feature maps'
+
+
 def _has_topic(bag: Path, topic: str) -> bool:
     reader = bagio.open_reader(bag)
     try:
@@ -151,8 +198,7 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
     from jax_perception_node.sensors.camera import read_features
     from .report import latency_table, save_bev_png, save_latency_png
     reader = bagio.open_reader(bag)
-    frames_in = next(c.msgcount for c in reader.connections
-                     if c.topic == bagio.POINTCLOUD_TOPIC)
+    frames_in = next(c.msgcount for c in reader.connections if c.topic == bagio.POINTCLOUD_TOPIC)
     reader.close()
     records, statuses, best = [], [], None
     boxes = {bagio.OBJECTS_TOPIC: {}, GROUND_TRUTH_TOPIC: {}}   # topic -> stamp -> message
@@ -182,6 +228,7 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
         'loopback), outputs recorded to `recording/`.', '',
         '| | |', '|---|---:|',
         f'| LiDAR frames in the bag | {frames_in} |',
+        f'| cameras | {_camera_input(cfg)} |',
         f'| frames received by the node | {counts.get("received", "?")} |',
         f'| frames out (bev_features) | {len(records)} |',
         f'| dropped (latest wins) | {counts.get("dropped", "?")} |',

@@ -44,8 +44,9 @@ def play_routes(types: dict[str, str], cfg: PipelineConfig, topics: bagio.BagTop
     """
     Return bag topic -> published topic: the node's inputs found in the bag, then ``remap``.
 
-    The inputs: the LiDAR (each of ``lidars.names``), each camera's maps and CameraInfo,
-    odometry, /tf_static and /tf.
+    The inputs: the LiDAR (each of ``lidars.names``), each camera's maps (or, with
+    ``cameras.<name>.input: image``, its Image or CompressedImage) and CameraInfo, odometry,
+    /tf_static and /tf.
 
     ``remap`` (FROM -> TO, ``ros2 bag play --remap``'s FROM:=TO) names topics of the bag: FROM
     is published on TO instead of on the node's input, and a topic that is no input of the
@@ -53,14 +54,19 @@ def play_routes(types: dict[str, str], cfg: PipelineConfig, topics: bagio.BagTop
     lacks an input (``bagio.check_topics``) or a topic FROM, or when two bag topics would end
     on one name (two streams interleaved on one topic are never what was meant).
     """
-    lidars = tuple(lidar.name for lidar in cfg.lidars)
-    bagio.check_topics(types, topics, lidars)
+    lidars, images = tuple(lidar.name for lidar in cfg.lidars), cfg.camera_images
+    bagio.check_topics(types, topics, lidars, images)
     # One LiDAR on the node's ~/input/pointcloud, several each on ~/input/<name>/pointcloud.
     routes = {topic: lidar_topic(name) if name else bagio.POINTCLOUD_TOPIC
               for topic, name in topics.clouds(lidars).items()}
+    # Feature maps on ~/input/camera/<name>/features; images by type on image_transport's two.
+    for topic, name in topics.camera_inputs([c.name for c in cfg.cameras], images).items():
+        kind = types.get(topic)
+        if kind in bagio.CAMERA_TYPES[images]:
+            routes[topic] = (bagio.camera_topic(name) if not images else
+                             bagio.camera_image_topic(name) if kind == bagio.IMAGE_TYPE else
+                             bagio.camera_compressed_topic(name))
     for cam in cfg.cameras:
-        if types.get(topics.camera(cam.name)) == bagio.IMAGE_TYPE:
-            routes[topics.camera(cam.name)] = bagio.camera_topic(cam.name)
         if types.get(topics.camera_info(cam.name)) == bagio.CAMERA_INFO_TYPE:
             routes[topics.camera_info(cam.name)] = bagio.camera_info_topic(cam.name)
     if types.get(topics.odometry) == bagio.ODOMETRY_TYPE:

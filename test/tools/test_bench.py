@@ -15,6 +15,7 @@ from jax_perception_node.settings.config import config_from_parameters, Pose
 from jax_perception_node.tools import peers
 from jax_perception_node.tools.bench import (checks, common, pipeline_rows, render, report, ros,
                                              run_benchmarks)
+from jax_perception_node.tools.bench import images as bench_images
 from jax_perception_node.tools.bench.device import bench_device
 import numpy as np
 import pytest
@@ -261,10 +262,19 @@ def test_bench_tiny_run(tmp_path, capsys):
     points = [r['points_per_frame'] for r in acc['rows']]
     assert points[0] * 3 == points[1] and points[0] * 5 == points[2]
     assert '## 8. Multi-sweep accumulation' in printed
+    images = results['images']
+    assert images['compiles_after_warmup'] == 0 and images['cameras'] == 4
+    assert all(_number(v) and v > 0 for v in images['frame_ms'].values())
+    assert images['images_over_lidar'] == pytest.approx(
+        images['frame_ms']['images'] / images['frame_ms']['lidar'], rel=0.01, abs=0.01)
+    assert images['encoder']['torch_max_abs_diff'] <= 1e-4     # checked before it was timed
+    assert [r['name'] for r in images['decode']] == [case[0] for case in bench_images.CASES]
+    assert all(_number(r['ms']) and r['ms'] > 0 for r in images['decode'])
+    assert '## 11. Cameras as images' in printed
     names = {t['name'].split(' ')[0] for t in results['targets']}
-    assert names >= {'recompile.speedup', 'pipeline.speedup_vs_numpy', 'ros.overhead_ms',
-                     'pipeline.cameras_over_lidar', 'pipeline.speedup_vs_numba',
-                     'pipeline.pinned.speedup_vs_numba'}
+    assert names >= {'images.images_over_lidar', 'images.decode', 'recompile.speedup',
+                     'pipeline.speedup_vs_numpy', 'ros.overhead_ms', 'pipeline.cameras_over_lidar',
+                     'pipeline.speedup_vs_numba', 'pipeline.pinned.speedup_vs_numba'}
 
     # The committed form: the JSON renders to the same tables, and --check reads its targets.
     capsys.readouterr()

@@ -136,7 +136,7 @@ def test_a_feature_map_in_another_frame_is_rejected_and_not_buffered(path):
         path.add_features('front', features('front', frame_id='rear_optical'))
     assert str(info.value) == (
         'header.frame_id "rear_optical" is not camera front\'s frame "front_optical" '
-        '(parameter cameras.front.frame_id): feature maps must be in the configured frame')
+        '(parameter cameras.front.frame_id): camera messages must be in the configured frame')
     path.add_features('rear', features('rear'))
     frame = path.process(cloud())
     assert frame.stale == ('front',) and frame.result.cameras_used == 1

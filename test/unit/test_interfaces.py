@@ -333,7 +333,7 @@ def test_live_tf_static_reaches_a_late_subscriber_and_float64_stamped_arrives():
 
 
 # Imports with a rosdep key of another name, and those without one (pip: requirements.txt).
-ROSDEP_KEYS = {'numpy': 'python3-numpy', 'yaml': 'python3-yaml'}
+ROSDEP_KEYS = {'numpy': 'python3-numpy', 'yaml': 'python3-yaml', 'PIL': 'python3-pil'}
 PIP_ONLY = {'jax', 'jaxlib', 'rosbags', 'equinox'}
 # The tools' extras (requirements-dev.txt), never imported by the node.
 TOOLS_ONLY = {'matplotlib', 'psutil', 'scipy', 'torch', 'ray', 'mcap', 'mcap_ros2', 'numba',

@@ -6,6 +6,7 @@ the run behind it; a test checks that they agree).
 """
 
 from .common import DROP_LIMIT_PCT, rounded
+from .image_report import image_part, image_targets
 from .lidar_report import lidar_part, lidar_targets
 
 REQUIRED_KEYS = (
@@ -50,7 +51,7 @@ def targets(results: dict) -> list[dict]:
         items.append(item('head.compute_ratio (compute_ms + head_ms with / compute_ms without '
                           'the head, 131k points, 4 cameras)', '<= 1.30', head['compute_ratio'],
                           lambda v: v <= 1.30))
-    items += lidar_targets(results, item)
+    items += lidar_targets(results, item) + image_targets(results, item)
     items += [
         item('ros.overhead_ms', '< 2', ros.get('overhead_ms'), lambda v: v < 2),
         item('startup.warm_s / startup.cold_s', '<= 0.25',
@@ -97,7 +98,8 @@ def markdown(results: dict, nested: bool = False) -> str:
     """
     lines = _header(results)
     for part in (_recompile_part, _pipeline_part, _ros_part, _startup_part, _memory_part,
-                 _fleet_part, _accumulation_part, _head_part, lidar_part, _device_part):
+                 _fleet_part, _accumulation_part, _head_part, lidar_part, image_part,
+                 _device_part):
         lines += part(results)
     if nested:
         lines = ['#' + line if line.startswith('## ') else line for line in lines]

@@ -21,7 +21,8 @@ from .common import BenchError, FULL, machine_info, QUICK, rounded, TINY
 from .plot import plot
 from .report import markdown, missed, targets
 
-PARTS = ('fleet', 'recompile', 'pipeline', 'accumulation', 'head', 'lidar', 'ros', 'device')
+PARTS = ('fleet', 'recompile', 'pipeline', 'accumulation', 'head', 'lidar', 'images', 'ros',
+         'device')
 
 
 def run_benchmarks(quick: bool = False, json_path: str | None = None,
@@ -34,11 +35,10 @@ def run_benchmarks(quick: bool = False, json_path: str | None = None,
     quick: shorter runs (about 4 minutes on a 2-core CPU). tiny: the test's sizes (small grid,
     few frames). use_torch: None = when installed. parts: a subset of ``PARTS``; by default
     every part but 'device' (``bench --device`` runs that one alone), and in the tiny run also
-    not 'fleet' (its test has its own). check: also return 1
-    when a measured target is missed, naming it.
+    not 'fleet' (its test has its own). check: also return 1 when a target is missed, naming it.
     """
     plan = TINY if tiny else QUICK if quick else FULL
-    parts = parts or (PARTS[1:7] if tiny else PARTS[:7])
+    parts = parts or (PARTS[1:8] if tiny else PARTS[:8])
     if use_torch is None:
         use_torch = peers.torch_available()
     out = Path(out_dir)
@@ -80,6 +80,9 @@ def run_benchmarks(quick: bool = False, json_path: str | None = None,
         if 'lidar' in parts:
             from .lidar import bench_lidar
             results['lidar'] = bench_lidar(plan, log)
+        if 'images' in parts:
+            from .image_frames import bench_images
+            results['images'] = bench_images(plan, use_torch, log)
         if 'ros' in parts:
             from .ros import bench_ros
             results.update(bench_ros(plan, work, logs, log))

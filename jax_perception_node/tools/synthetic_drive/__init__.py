@@ -56,7 +56,10 @@ Sensors, all taken from the :class:`~jax_perception_node.settings.config.Pipelin
   appearance features of that image (:data:`CAMERA_CHANNELS`: RGB, luminance, edges, local
   contrast, saturation; ``camera_render.py``): no class and no depth, as a fixed backbone on a
   real image would give. ``SyntheticDrive.camera_surfaces`` holds each pixel's depth and class
-  for tests; it is never published.
+  for tests; it is never published. With ``camera_images`` (``sample-bag --camera-images
+  raw|jpeg``) the bag holds the images themselves instead, rendered at ``image_scale`` times the
+  map (``SyntheticDrive.camera_image``; ``camera_messages.py``): rgb8 Images or JPEG
+  CompressedImages on image_transport's topic names.
 
 For training sets (``mounts.py``): the top LiDAR at another height and tilt (``mount_height``,
 ``mount_tilt``: published), the body pitched and rolled against the road (``body_tilt``: not
@@ -66,8 +69,8 @@ published, as a vehicle's TF does not know it), and ``draw_variation``, their dr
 Odometry (nav_msgs/Odometry, 50 Hz): the pose of ``grid.frame_id`` (base_link) in the fixed
 frame ``map`` = world, for multi-sweep accumulation; the same pose as map -> base_link on /tf.
 /tf_static: base_link -> each LiDAR frame and -> each camera frame at their poses.
-Each feature map comes with a sensor_msgs/CameraInfo of an image 8 times its size, whose K
-scales to the configured intrinsics exactly.
+Each feature map comes with a sensor_msgs/CameraInfo of an image 8 times its size, each image
+with one of that image; either K scales to the configured intrinsics exactly.
 
 Ground truth (vision_msgs/Detection3DArray on ``/ground_truth/objects``, one per sweep, same
 stamp, frame ``grid.frame_id``): the cars, large vehicles, pedestrians and cyclists, parked,
@@ -79,6 +82,7 @@ Only NumPy and ``rosbags`` are used (vision_msgs' definitions come from the inst
 interfaces): no ROS installation, no JAX.
 """
 
+from .camera_render import MAX_IMAGE_SCALE
 from .drive import SyntheticDrive
 from .lidar_model import LidarModel
 from .lidar_presets import lidar_preset, PRESETS, sensor_model
@@ -90,6 +94,6 @@ from .scene import (CAMERA_CHANNELS, EGO_LANE_Y, EGO_SPEED, EPOCH_NS, LIDAR_FRAM
 
 __all__ = ['CAMERA_CHANNELS', 'camera_stamp_offset', 'draw_variation', 'EGO_LANE_Y',
            'EGO_SPEED', 'EPOCH_NS', 'LIDAR_FRAME_ID', 'lidar_preset', 'lidar_rig', 'lidar_topic',
-           'LidarModel', 'MAX_EGO_SPEED', 'ODOMETRY_FRAME_ID', 'option_variation', 'POINT_DTYPE',
-           'POINT_FIELDS', 'POINT_STEP', 'PRESETS', 'RIGS', 'sensor_model', 'SyntheticDrive',
-           'VARIATION_KEYS', 'write_sample_bag']
+           'LidarModel', 'MAX_EGO_SPEED', 'MAX_IMAGE_SCALE', 'ODOMETRY_FRAME_ID',
+           'option_variation', 'POINT_DTYPE', 'POINT_FIELDS', 'POINT_STEP', 'PRESETS', 'RIGS',
+           'sensor_model', 'SyntheticDrive', 'VARIATION_KEYS', 'write_sample_bag']

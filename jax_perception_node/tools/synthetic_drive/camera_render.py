@@ -3,7 +3,10 @@ The drive's cameras: the scene rendered as a colour image, and label-free featur
 
 Geometry (:func:`trace`): one ray per pixel centre (integer pixel coordinates) with the
 configured intrinsics, from the camera pose ego(t) x calibration, against the ground plane,
-boxes and vertical cylinders as they are at t (global shutter), at feature-map resolution.
+boxes and vertical cylinders as they are at t (global shutter), at feature-map resolution, or
+at ``scale`` times it for a published image (:func:`scaled_intrinsics`: pixel centres stay at
+integer coordinates at both resolutions). Each object is tested only against the rays within
+its image rectangle (:class:`Pinhole`), which changes no hit and saves most of the work.
 
 Image: each surface has a colour (linear RGB): the ground asphalt grey, lane paint white,
 sidewalk light grey, gravel verge brown, grass green and water dark blue-grey, each with a
@@ -37,8 +40,8 @@ import numpy as np
 
 from .scene import (ASPHALT, BCLS, BHX, BHY, BHZ, box_hits, BRHO, BX, BY, BYAW, BZ,
                     CAMERA_CHANNELS, CAMERA_VIEW_M, CCLS, CR, CX, CY, CYCLIST, cylinder_hits, CZ0,
-                    CZ1, GRASS, GRAVEL, GROUND, ground_reflectivity, PAINT, PEDESTRIAN, SIDEWALK,
-                    SUN, VEHICLES, WALL, WATER)
+                    CZ1, expand, GRASS, GRAVEL, GROUND, ground_reflectivity, PAINT, PEDESTRIAN,
+                    SIDEWALK, SUN, VEHICLES, WALL, WATER)
 
 # Ground tints per reflectivity (the colour is reflectivity x tint, x the texture).
 GROUND_TINTS = ((ASPHALT, (1.0, 1.0, 1.03)), (PAINT, (1.0, 1.0, 0.95)),
@@ -67,6 +70,12 @@ SKY_HORIZON, SKY_ZENITH = np.array([0.55, 0.65, 0.80]), np.array([0.15, 0.30, 0.
 LUMA = np.array([0.299, 0.587, 0.114])
 EXPOSURE = (0.8, 1.2)         # per-frame gain range
 NOISE = 0.01                  # sensor noise sigma, after gamma
+MAX_IMAGE_SCALE = 8           # images up to 8 x the map each way (256 x 704 for 32 x 88)
+# Every hit lies over 1e-6 m in front of the camera (box_hits, cylinder_hits): in the part of an
+# object beyond this depth (m), whose image is bounded. The edges of a box around an object join
+# the corners (4 a + 2 b + c for sign bits a, b, c) that differ in one bit.
+CLIP_M = 1e-7
+EDGES = np.array([(i, i | bit) for bit in (1, 2, 4) for i in range(8) if not i & bit])
 
 
 class Surfaces(NamedTuple):
@@ -78,31 +87,80 @@ class Surfaces(NamedTuple):
     colour: np.ndarray      # (N, 3) linear RGB albedo
 
 
-def camera_rays(cam: CameraConfig) -> np.ndarray:
-    """Return the ray of every pixel centre (row-major) in base_link axes, shape (H_f * W_f, 3)."""
-    v, u = np.mgrid[0:cam.height, 0:cam.width].astype(float)
+class Pinhole(NamedTuple):
+    """A camera's rays as a pixel grid: which rays can hit an object (``trace``'s culling)."""
+
+    rotation: np.ndarray    # (3, 3) base_link (= world) axes from the optical frame
+    fx: float               # px, at this grid's resolution
+    fy: float
+    cx: float
+    cy: float
+    width: int
+    height: int
+
+
+def scaled_intrinsics(cam: CameraConfig, scale: int = 1) -> tuple[float, float, float, float]:
+    """
+    Return (fx, fy, cx, cy) of ``cam`` for an image ``scale`` times its feature map each way.
+
+    fx_i = fx k, cx_i = (cx + 0.5) k - 0.5, the same for y: pixel centres at integer coordinates
+    at both resolutions, the inverse of ``sensors.camera.scale_camera_info``. Scale 1 gives the
+    configured values themselves, bit for bit.
+    """
+    if scale == 1:
+        return cam.fx, cam.fy, cam.cx, cam.cy
+    return (cam.fx * scale, cam.fy * scale, (cam.cx + 0.5) * scale - 0.5,
+            (cam.cy + 0.5) * scale - 0.5)
+
+
+def check_scale(scale: int) -> int:
+    """Return ``scale`` when it is an integer in 1..MAX_IMAGE_SCALE, else raise ValueError."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, np.integer)) \
+            or not 1 <= scale <= MAX_IMAGE_SCALE:
+        raise ValueError(f'image_scale must be an integer in 1..{MAX_IMAGE_SCALE}, got {scale!r}')
+    return int(scale)
+
+
+def pinhole(cam: CameraConfig, scale: int = 1) -> Pinhole:
+    """Return the pixel grid of ``cam`` at ``scale`` times its feature map."""
+    fx, fy, cx, cy = scaled_intrinsics(cam, scale)
+    return Pinhole(cam.pose.rotation_matrix(), fx, fy, cx, cy, cam.width * scale,
+                   cam.height * scale)
+
+
+def camera_rays(cam: CameraConfig, scale: int = 1) -> np.ndarray:
+    """Return the ray of every pixel centre (row-major) in base_link axes, shape (H * W, 3)."""
+    view = pinhole(cam, scale)
+    v, u = np.mgrid[0:view.height, 0:view.width].astype(float)
     # Optical z = 1: the ray parameter of a hit is its optical depth.
-    rays = np.stack([(u - cam.cx) / cam.fx, (v - cam.cy) / cam.fy,
+    rays = np.stack([(u - view.cx) / view.fx, (v - view.cy) / view.fy,
                      np.ones_like(u)], axis=-1).reshape(-1, 3)
-    return rays @ cam.pose.rotation_matrix().T
+    return rays @ view.rotation.T
 
 
 def render(cam: CameraConfig, dirs: np.ndarray, origin: np.ndarray, boxes: np.ndarray,
-           cylinders: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+           cylinders: np.ndarray, rng: np.random.Generator,
+           view: Pinhole | None = None) -> np.ndarray:
     """
     Render the feature map float32 (H_f, W_f, C) a camera sees from ``origin`` (world, m).
 
     ``dirs``: its pixel rays in world axes (camera_rays), ``boxes`` and ``cylinders``: the
-    scene at the frame's time. Channel k is ``CAMERA_CHANNELS[k % 8]``; ``rng`` draws the
-    exposure gain, then the sensor noise.
+    scene at the frame's time, ``view``: the rays' pixel grid (see ``trace``). Channel k is
+    ``CAMERA_CHANNELS[k % 8]``; ``rng`` draws the exposure gain, then the sensor noise.
     """
-    rgb = image(dirs, trace(dirs, origin, boxes, cylinders), rng)
+    rgb = image(dirs, trace(dirs, origin, boxes, cylinders, view), rng)
     return features(cam, rgb.reshape(cam.height, cam.width, 3))
 
 
-def trace(dirs: np.ndarray, origin: np.ndarray, boxes: np.ndarray,
-          cylinders: np.ndarray) -> Surfaces:
-    """Return the nearest surface along each ray ``dirs`` (N, 3) from ``origin`` (world, m)."""
+def trace(dirs: np.ndarray, origin: np.ndarray, boxes: np.ndarray, cylinders: np.ndarray,
+          view: Pinhole | None = None) -> Surfaces:
+    """
+    Return the nearest surface along each ray ``dirs`` (N, 3) from ``origin`` (world, m).
+
+    ``view``: the pixel grid ``dirs`` are the rays of (``camera_rays``, row-major), with which
+    each object is tested only against the rays in its image rectangle; None: every ray.
+    Either way the surfaces are the same.
+    """
     forward = dirs.mean(axis=0)
     forward /= np.linalg.norm(forward)
     # Culling behind the image plane holds only while every ray points ahead of it.
@@ -110,9 +168,9 @@ def trace(dirs: np.ndarray, origin: np.ndarray, boxes: np.ndarray,
     depth, colour, normal, cls = _ground(dirs, origin)
     hits = []
     if len(boxes):
-        hits.append(_box_hits(dirs, origin, forward, cull, boxes))
+        hits.append(_box_hits(dirs, origin, forward, cull, boxes, view))
     if len(cylinders):
-        hits.append(_cylinder_hits(dirs, origin, forward, cull, cylinders))
+        hits.append(_cylinder_hits(dirs, origin, forward, cull, cylinders, view))
     for ray, dist, *_ in hits:
         np.minimum.at(depth, ray, dist)
     for ray, dist, k, nrm, rows, col, paint in hits:
@@ -230,7 +288,45 @@ def _paint_cylinders(cylinders, k, hit, normal):
     return np.where((cylinders[k, CR] < 0.13)[:, None], LAMP_POST, WOODEN_POLE)
 
 
-def _box_hits(dirs, origin, forward, cull, boxes):
+def _view_pairs(view: Pinhole | None, origin: np.ndarray, corners: np.ndarray,
+                n_rays: int) -> tuple[np.ndarray, np.ndarray]:
+    """
+    Return the (object, ray) pairs to test, each shape (P,), object-major, rays ascending.
+
+    corners (K, 8, 3): world corners of a box around each object (in :data:`EDGES`' order).
+    Every hit lies in the box's part beyond the depth ``CLIP_M``, a convex body whose corners
+    are the box's corners beyond it and the points where its edges cross it, so a ray outside
+    the bounding rectangle of their projections (grown by a pixel against rounding) cannot hit
+    the object. Without ``view``: every ray.
+    """
+    n_obj = len(corners)
+    if view is None:
+        return np.repeat(np.arange(n_obj), n_rays), np.tile(np.arange(n_rays), n_obj)
+    optical = (corners - origin) @ view.rotation
+    near, far = optical[:, EDGES[:, 0]], optical[:, EDGES[:, 1]]
+    with np.errstate(divide='ignore', invalid='ignore'):
+        cross = near + (CLIP_M - near[..., 2:]) / (far[..., 2:] - near[..., 2:]) * (far - near)
+    points = np.concatenate([optical, cross], axis=1)
+    valid = np.concatenate([optical[..., 2] >= CLIP_M,
+                            (near[..., 2] > CLIP_M) != (far[..., 2] > CLIP_M)], axis=1)
+    depth = np.where(valid, np.maximum(points[..., 2], CLIP_M), 1.0)
+    bounds = []
+    for axis, focal, centre, size in ((0, view.fx, view.cx, view.width),
+                                      (1, view.fy, view.cy, view.height)):
+        with np.errstate(invalid='ignore'):
+            pixel = focal * points[..., axis] / depth + centre
+        low = np.where(valid, pixel, np.inf).min(axis=1)
+        high = np.where(valid, pixel, -np.inf).max(axis=1)
+        # An object wholly behind the camera gets an empty range (low inf, high -inf).
+        bounds.append((np.clip(np.floor(low) - 1, 0, size).astype(int),
+                       np.clip(np.ceil(high) + 2, 0, size).astype(int)))
+    (u0, u1), (v0, v1) = bounds
+    cols = np.maximum(u1 - u0, 0)
+    k, local = expand(np.arange(n_obj), cols * np.maximum(v1 - v0, 0))
+    return k, (v0[k] + local // cols[k]) * view.width + u0[k] + local % cols[k]
+
+
+def _box_hits(dirs, origin, forward, cull, boxes, view):
     """Return (ray, depth, box, normal, boxes, class column, paint) for the boxes in view."""
     n_rays = len(dirs)
     radius = np.linalg.norm(boxes[:, [BHX, BHY, BHZ]], axis=1)
@@ -238,8 +334,13 @@ def _box_hits(dirs, origin, forward, cull, boxes):
     seen = ((np.linalg.norm(rel, axis=1) - radius < CAMERA_VIEW_M)
             & ((rel @ forward > -radius) | (not cull)))
     boxes = boxes[seen]
-    k = np.repeat(np.arange(len(boxes)), n_rays)
-    ray = np.tile(np.arange(n_rays), len(boxes))
+    sign = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)])
+    half = boxes[:, None, [BHX, BHY, BHZ]] * sign
+    cos_b, sin_b = np.cos(boxes[:, BYAW, None]), np.sin(boxes[:, BYAW, None])
+    corners = boxes[:, None, [BX, BY, BZ]] + np.stack(
+        [cos_b * half[..., 0] - sin_b * half[..., 1], sin_b * half[..., 0] + cos_b * half[..., 1],
+         half[..., 2]], axis=-1)
+    k, ray = _view_pairs(view, origin, corners, n_rays)
     cos_y, sin_y = np.cos(boxes[k, BYAW]), np.sin(boxes[k, BYAW])
     dist, _, nrm = box_hits(origin[0] - boxes[k, BX], origin[1] - boxes[k, BY],
                             origin[2] - boxes[k, BZ], dirs[ray], cos_y, sin_y,
@@ -247,7 +348,7 @@ def _box_hits(dirs, origin, forward, cull, boxes):
     return ray, dist, k, nrm, boxes, BCLS, _paint_boxes
 
 
-def _cylinder_hits(dirs, origin, forward, cull, cylinders):
+def _cylinder_hits(dirs, origin, forward, cull, cylinders, view):
     """Return (ray, depth, cylinder, normal, cylinders, class column, paint) for those in view."""
     n_rays = len(dirs)
     rel = np.column_stack([cylinders[:, CX] - origin[0], cylinders[:, CY] - origin[1]])
@@ -256,8 +357,12 @@ def _cylinder_hits(dirs, origin, forward, cull, cylinders):
     seen = ((np.linalg.norm(rel, axis=1) - cylinders[:, CR] < CAMERA_VIEW_M)
             & ((rel @ forward[:2] + reach > -cylinders[:, CR]) | (not cull)))
     cylinders = cylinders[seen]
-    k = np.repeat(np.arange(len(cylinders)), n_rays)
-    ray = np.tile(np.arange(n_rays), len(cylinders))
+    # The square prism around each cylinder holds it.
+    sign = np.array([[sx, sy] for sx in (-1, 1) for sy in (-1, 1)] * 2, float)
+    corners = np.concatenate([
+        cylinders[:, None, [CX, CY]] + cylinders[:, None, [CR]] * sign,
+        np.repeat(cylinders[:, [CZ0, CZ1]], 4, axis=1)[..., None]], axis=-1)
+    k, ray = _view_pairs(view, origin, corners, n_rays)
     dist, _, nrm = cylinder_hits(origin[0] - cylinders[k, CX], origin[1] - cylinders[k, CY],
                                  origin[2], dirs[ray], cylinders[k, CR], cylinders[k, CZ0],
                                  cylinders[k, CZ1])

@@ -5,7 +5,7 @@ import math
 from jax_perception_node.settings.config import CameraConfig, PipelineConfig, Pose
 import numpy as np
 
-from .camera_render import camera_rays, render, Surfaces, trace
+from .camera_render import camera_rays, check_scale, image, pinhole, render, Surfaces, trace
 from .lidar_model import LidarModel
 from .road_users import People, people_at, Traffic
 from .scene import (BCLS, BHX, BHY, BHZ, box_hits, BRHO, BVX, BVY, BX, BY, BYAW, BZ, CAMERA_VIEW_M,
@@ -62,7 +62,8 @@ class SyntheticDrive:
         self.mount = cfg.lidar if mount is None else mount
         self._noise_key = [self.seed, 2] if noise_stream == 0 else [self.seed, 2, 5, noise_stream]
         self._setup_rays()
-        self._camera_rays = {cam.name: (cam, camera_rays(cam)) for cam in self.cameras}
+        # (name, scale) -> the camera's rays and their pixel grid, made on first use.
+        self._camera_grids: dict[tuple[str, int], tuple] = {}
         self._tiles: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         # Traffic and cyclists with the speeds of this drive (see the class docstring), people.
         self._traffic = Traffic(self.seed, self.ego_speed)
@@ -389,27 +390,47 @@ class SyntheticDrive:
         image the camera takes of the scene as it is at t (global shutter) from the camera pose
         ego(t) x calibration, with the frame's exposure and noise (``camera_render.py``).
         """
-        cam, rays, origin, boxes, cylinders = self._camera_view(name, t)
-        rng = np.random.default_rng([self.seed, 4, self.cameras.index(cam), time_key(t)])
-        return render(cam, rays, origin, boxes, cylinders, rng)
+        cam, rays, view, origin, boxes, cylinders = self._camera_view(name, t)
+        return render(cam, rays, origin, boxes, cylinders, self._camera_rng(cam, t), view)
 
-    def camera_surfaces(self, name: str, t: float) -> Surfaces:
+    def camera_image(self, name: str, t: float, scale: int = 4) -> np.ndarray:
+        """
+        Camera ``name``'s colour image at time t (s): uint8 (H_f k, W_f k, 3) RGB, k = ``scale``.
+
+        The image ``camera_features`` computes its features from, rendered at ``scale`` (1..8)
+        times the feature map each way with ``camera_render.scaled_intrinsics``: the same
+        scene, the frame's exposure gain (the same draw) and sensor noise per pixel; each value
+        is round(255 x the gamma-encoded level).
+        """
+        cam, rays, view, origin, boxes, cylinders = self._camera_view(name, t, check_scale(scale))
+        rgb = image(rays, trace(rays, origin, boxes, cylinders, view), self._camera_rng(cam, t))
+        return np.round(255.0 * rgb).astype(np.uint8).reshape(view.height, view.width, 3)
+
+    def camera_surfaces(self, name: str, t: float, scale: int = 1) -> Surfaces:
         """
         Return what each pixel of camera ``name`` sees at time t (s): ``camera_render.Surfaces``.
 
-        Per pixel (row-major): optical depth (m; inf: sky), scene class (-1: sky), normal and
-        albedo; the geometry behind ``camera_features``, never published (tests, evaluation).
+        Per pixel (row-major) of the map (or of ``camera_image`` at ``scale``): optical depth
+        (m; inf: sky), scene class (-1: sky), normal and albedo; the geometry behind
+        ``camera_features``, never published (tests, evaluation).
         """
-        _, rays, origin, boxes, cylinders = self._camera_view(name, t)
-        return trace(rays, origin, boxes, cylinders)
+        _, rays, view, origin, boxes, cylinders = self._camera_view(name, t, check_scale(scale))
+        return trace(rays, origin, boxes, cylinders, view)
 
-    def _camera_view(self, name: str, t: float):
-        """Return camera ``name``'s config, rays, origin (world) and the scene it sees at t."""
-        if name not in self._camera_rays:
+    def _camera_rng(self, cam: CameraConfig, t: float) -> np.random.Generator:
+        """Return the generator of camera ``cam``'s frame at t: exposure gain, then noise."""
+        return np.random.default_rng([self.seed, 4, self.cameras.index(cam), time_key(t)])
+
+    def _camera_view(self, name: str, t: float, scale: int = 1):
+        """Return camera ``name``'s config, rays, grid, origin (world) and the scene at t."""
+        cam = next((c for c in self.cameras if c.name == name), None)
+        if cam is None:
             raise ValueError(f'unknown camera {name!r}; this drive has '
                              f'{[c.name for c in self.cameras]}')
-        cam, rays = self._camera_rays[name]
+        if (name, scale) not in self._camera_grids:
+            self._camera_grids[name, scale] = camera_rays(cam, scale), pinhole(cam, scale)
+        rays, view = self._camera_grids[name, scale]
         origin = self.ego_position(t) + np.array(cam.pose.translation)
         boxes, cylinders = self.scene(origin[0] - CAMERA_VIEW_M, origin[0] + CAMERA_VIEW_M, t)
         # Ego heading 0: base_link axes are world axes, so the rays need no rotation.
-        return cam, rays, origin, boxes, cylinders
+        return cam, rays, view, origin, boxes, cylinders

@@ -9,7 +9,7 @@ from typing import Callable, Mapping
 
 from jax_perception_node.bags.bagio import (message_class, offered_qos, SAMPLE_SEED_KEY, TF_TYPE,
                                             TYPESTORE)
-from jax_perception_node.bags.topics import camera_info_topic, camera_topic, ODOMETRY_TOPIC
+from jax_perception_node.bags.topics import camera_info_topic, ODOMETRY_TOPIC
 from jax_perception_node.detection.boxes import OBJECT_CLASSES
 from jax_perception_node.geometry.transforms import TF_STATIC_TOPIC, TF_TOPIC
 from jax_perception_node.outputs.objects import (DETECTION_ARRAY_TYPE, detections_message,
@@ -18,6 +18,7 @@ from jax_perception_node.settings.config import PipelineConfig
 import numpy as np
 from rosbags.rosbag2 import StoragePlugin, Writer
 
+from .camera_messages import CameraMessages, image_custom_data, image_record
 from .drive import SyntheticDrive
 from .lidar_model import LidarModel
 from .mounts import (body_tilted, check_variation, custom_data, mounted, tilted_boxes,
@@ -26,7 +27,6 @@ from .rig import lidar_rig, LidarMount, rig_summary
 from .scene import EGO_SPEED, EPOCH_NS, ODOMETRY_FRAME_ID, POINT_FIELDS, POINT_STEP
 
 ODOMETRY = ':odometry'      # event name: no camera name can have a colon
-IMAGE_SCALE = 8             # CameraInfo describes an image this many times the feature map
 GROUND_TRUTH_CLASSES = OBJECT_CLASSES   # class names of the ground truth's class indices
 
 
@@ -46,7 +46,8 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
                      ego_speed: float = EGO_SPEED, instant_sweep: bool = False,
                      lidars: str = 'one', mount_height: float | None = None,
                      mount_tilt: tuple[float, float] | None = None,
-                     body_tilt: tuple[float, float] | None = None) -> dict:
+                     body_tilt: tuple[float, float] | None = None,
+                     camera_images: str | None = None, image_scale: int = 4) -> dict:
     """
     Write the synthetic drive as a rosbag2 (version 9, MCAP) directory at ``path``.
 
@@ -57,20 +58,19 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     see ``lidar_presets``). ``lidars='three'`` (``rig.lidar_rig``): per sweep one cloud per
     LiDAR, top (``lidar`` at ``cfg.lidar``), left, right, each on ``rig.lidar_topic(name)`` in
     its frame ``lidar_<name>`` with its own per-point times (the summary gives their poses, as
-    /tf_static does). The ego drives at
-    ``ego_speed`` (m/s) and ``instant_sweep`` freezes every sweep at its stamp (see
-    :class:`SyntheticDrive`). Camera ``name`` goes to ``camera_topic(name)``
-    (sensor_msgs/Image, ``32FC<C>``, frame ``cameras.<name>.frame_id``) at ``camera_hz`` (Hz,
-    one rate or a mapping name -> rate), with stamps offset by :func:`camera_stamp_offset` and
-    never later than half a LiDAR period after the last sweep; each map is followed by its
-    sensor_msgs/CameraInfo on ``camera_info_topic(name)`` (same stamp and frame) for an image
-    ``IMAGE_SCALE`` times the map, whose K scales to the configured intrinsics exactly.
+    /tf_static does). The ego drives at ``ego_speed`` (m/s) and ``instant_sweep`` freezes
+    every sweep at its stamp (see :class:`SyntheticDrive`). Each camera publishes in its frame
+    ``cameras.<name>.frame_id`` at ``camera_hz`` (Hz, one rate or a mapping name -> rate),
+    stamps offset by :func:`camera_stamp_offset`, up to half a LiDAR period after the last
+    sweep: feature maps (``32FC<C>`` Images on ``camera_topic(name)``), or with
+    ``camera_images`` 'raw' or 'jpeg' its images, ``image_scale`` (1..8) times the map
+    (``camera_messages.py``), each followed by its CameraInfo on ``camera_info_topic(name)``
+    (same stamp and frame), whose K scales to the configured intrinsics exactly.
     Each sweep is followed by its ground truth on :data:`GROUND_TRUTH_TOPIC`
-    (vision_msgs/Detection3DArray, same stamp, frame ``cfg.grid.frame_id``): the visible
-    objects, ``SyntheticDrive.ground_truth`` (the returns of every LiDAR count), as
-    ``objects.detections_message`` lays them out, with the class names
-    :data:`GROUND_TRUTH_CLASSES` (``boxes.OBJECT_CLASSES``: car, large_vehicle, pedestrian,
-    cyclist).
+    (vision_msgs/Detection3DArray, same stamp, frame ``cfg.grid.frame_id``): the visible objects,
+    ``SyntheticDrive.ground_truth`` (the returns of every LiDAR count), laid out by
+    ``objects.detections_message`` with the class names :data:`GROUND_TRUTH_CLASSES`
+    (``boxes.OBJECT_CLASSES``: car, large_vehicle, pedestrian, cyclist).
     nav_msgs/Odometry of the grid frame (``cfg.grid.frame_id``, the ego's base_link) in the
     fixed frame ``map`` goes to :data:`ODOMETRY_TOPIC` at ``odometry_hz`` (0: none), stamps
     n / odometry_hz up to half a LiDAR period after the last sweep, each written before a
@@ -81,43 +81,48 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     the top LiDAR, published; ``body_tilt`` (pitch, roll, deg) turns base_link under every
     LiDAR, unpublished, and the ground truth with it; cameras stay level (``mounts.py``).
     With any of them, summary and custom_data record the variation
-    (``mounts.VARIATION_KEYS``). Bag time = header stamp = ``EPOCH_NS`` + t. The bytes
-    depend only on the arguments (of the path, its last component, which names the .mcap
-    file) and the rosbags version. ``progress(done, total)`` is called after every message.
+    (``mounts.VARIATION_KEYS``), as they record images' camera_images and image_scale. Bag
+    time = header stamp = ``EPOCH_NS`` + t. The bytes depend only on the arguments (of the
+    path, its last component, which names the .mcap file) and the rosbags (and for JPEG
+    Pillow) version. ``progress(done, total)`` is called after every message.
     Raises FileExistsError if ``path`` exists, ValueError on bad arguments, bagio.BagError when
     vision_msgs is not installed; a failed write leaves nothing behind. Returns a summary:
     path, seconds, seed, frames, camera_messages (name -> count; as many CameraInfo),
     odometry_messages (as many /tf), ground_truth_messages (one per frame), ground_truth_boxes
     (in all of them), min_points, max_points, mean_points (per sweep, all LiDARs together),
     ego_speed, instant_sweep, lidars (name -> topic, frame_id, translation, rotation_xyzw,
-    mean_points), and a variation's entries (``mounts.variation_record``: mount_height_m...).
+    mean_points), camera_images, image_scale (None: maps) and a variation's entries.
     """
     path = Path(path)
     if path.exists():
         raise FileExistsError(f'{path} already exists')
     _check_rates(seconds, lidar_hz, odometry_hz)
     check_variation(mount_height, mount_tilt, body_tilt)
+    images = image_record(camera_images, image_scale)
     model = replace(lidar or LidarModel(), rotation_hz=float(lidar_hz))
     mounts = lidar_rig(lidars, cfg, model, mounted(cfg.lidar, mount_height, mount_tilt))
     record = {} if mount_height is None and mount_tilt is None and body_tilt is None else \
         variation_record(mounts[0].pose.translation[2], mount_tilt, body_tilt, model)
     drives = _drives(cfg, mounts, body_tilt, seed=seed, num_cameras=num_cameras,
                      ego_speed=ego_speed, instant_sweep=instant_sweep)
-    rates = _camera_rates(drives[0], camera_hz)
     frames = max(1, int(round(seconds * lidar_hz)))
-    events = event_schedule(frames, lidar_hz, rates, odometry_hz)
+    events = event_schedule(frames, lidar_hz, _camera_rates(drives[0], camera_hz), odometry_hz)
     try:
         with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
-            writer.set_custom_data(SAMPLE_SEED_KEY, str(drives[0].seed))
-            for key, value in custom_data(record).items():
+            for key, value in _custom_data(drives[0].seed, record, images).items():
                 writer.set_custom_data(key, value)
-            counts, sweeps = _write_events(writer, _Messages(drives, mounts, body_tilt),
+            counts, sweeps = _write_events(writer, _Messages(drives, mounts, body_tilt, **images),
                                            events, odometry_hz > 0, progress)
     except BaseException:
         # The path did not exist before: whatever is there now is our partial bag.
         shutil.rmtree(path, ignore_errors=True)
         raise
-    return _summary(path, frames / lidar_hz, drives[0], counts, sweeps, mounts) | record
+    return _summary(path, frames / lidar_hz, drives[0], counts, sweeps, mounts) | images | record
+
+
+def _custom_data(seed: int, record: dict, images: dict) -> dict[str, str]:
+    """Return the metadata custom_data: the seed, then a variation's and images' records."""
+    return {SAMPLE_SEED_KEY: str(seed)} | custom_data(record) | image_custom_data(images)
 
 
 def _drives(cfg: PipelineConfig, mounts, body_tilt, num_cameras, **drive) -> list:
@@ -210,11 +215,13 @@ class _Messages:
     """
     The drive's messages as rosbags (ROS 2 Jazzy + interfaces) objects, and type names.
 
-    ``drives``: one per LiDAR of ``mounts``, the first with the cameras.
+    ``drives``: one per LiDAR of ``mounts``, the first with the cameras, whose frames and
+    CameraInfo ``cameras`` builds (``camera_images``, ``image_scale``: see CameraMessages).
     """
 
     def __init__(self, drives: list[SyntheticDrive], mounts: tuple[LidarMount, ...],
-                 body_tilt=None):
+                 body_tilt=None, camera_images: str | None = None,
+                 image_scale: int | None = None):
         self.drive = drives[0]
         self.body_tilt = body_tilt
         self.drives = drives
@@ -223,26 +230,11 @@ class _Messages:
         message_class(DETECTION_ARRAY_TYPE)     # BagError now when vision_msgs is missing
         types = self.ts.types
         self.cloud_type = types['sensor_msgs/msg/PointCloud2'].__msgtype__
-        self.image_type = types['sensor_msgs/msg/Image'].__msgtype__
+        self.cameras = CameraMessages(self.drive, self.header, camera_images, image_scale)
         self.odometry_type = types['nav_msgs/msg/Odometry'].__msgtype__
         self._fields = [types['sensor_msgs/msg/PointField'](name=name, offset=offset,
                                                             datatype=datatype, count=1)
                         for name, offset, datatype in POINT_FIELDS]
-
-    def camera_info(self, name: str, stamp_ns: int):
-        """Build camera ``name``'s CameraInfo: K of an image ``IMAGE_SCALE`` times its map."""
-        cam = next(c for c in self.drive.cameras if c.name == name)
-        k = IMAGE_SCALE      # inverse of the node's scaling: fx_f = fx / k, cx_f = (cx+.5)/k-.5
-        fx, fy, cx, cy = cam.fx * k, cam.fy * k, (cam.cx + 0.5) * k - 0.5, (cam.cy + 0.5) * k - 0.5
-        model = cam.distortion_model if cam.distortion_model != 'none' else 'plumb_bob'
-        return self.ts.types['sensor_msgs/msg/CameraInfo'](
-            header=self.header(stamp_ns, cam.frame_id), height=cam.height * k,
-            width=cam.width * k, distortion_model=model,
-            d=np.array(cam.distortion or (0.0,) * 5, np.float64),
-            k=np.array([fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0]), r=np.eye(3).reshape(-1),
-            p=np.array([fx, 0.0, cx, 0.0, 0.0, fy, cy, 0.0, 0.0, 0.0, 1.0, 0.0]),
-            binning_x=0, binning_y=0,
-            roi=self.ts.types['sensor_msgs/msg/RegionOfInterest'](0, 0, 0, 0, False))
 
     def transform(self, stamp_ns: int, parent: str, child: str, translation, xyzw):
         """Build a geometry_msgs/TransformStamped: the pose of ``child`` in ``parent``."""
@@ -294,16 +286,6 @@ class _Messages:
             row_step=POINT_STEP * len(points), data=points.view(np.uint8).reshape(-1),
             is_dense=True)
 
-    def image(self, name: str, stamp_ns: int, t: float):
-        """Build camera ``name``'s map at t (s) as a ``32FC<C>`` Image in its frame."""
-        feats = self.drive.camera_features(name, t).astype('<f4', copy=False)
-        height, width, channels = feats.shape
-        frame_id = next(c.frame_id for c in self.drive.cameras if c.name == name)
-        return self.ts.types['sensor_msgs/msg/Image'](
-            header=self.header(stamp_ns, frame_id), height=height, width=width,
-            encoding=f'32FC{channels}', is_bigendian=0, step=width * channels * 4,
-            data=feats.reshape(-1).view(np.uint8))
-
     def odometry(self, stamp_ns: int, t: float):
         """Build the ego's pose and twist at t (s): base_link in ``map``."""
         # The ego drives along +x with heading 0 (see SyntheticDrive.ego_position).
@@ -332,9 +314,9 @@ def _write_events(writer: Writer, messages: _Messages, events, odometry: bool,
     Connections are added in the order LiDARs, cameras, /tf_static, camera infos, odometry and
     /tf (these two only with ``odometry``), ground truth.
     """
-    ts, cameras = messages.ts, messages.drive.cameras
+    ts, cameras, frames = messages.ts, messages.drive.cameras, messages.cameras
     lidar_topics = [m.topic for m in messages.mounts]
-    topics = {c.name: camera_topic(c.name) for c in cameras}
+    topics = {c.name: frames.topic(c.name) for c in cameras}
     infos = {c.name: camera_info_topic(c.name) for c in cameras}
     info_type = ts.types['sensor_msgs/msg/CameraInfo'].__msgtype__
     # The QoS a driver offers: sensor data best effort; TF as tf2_ros' broadcasters.
@@ -344,7 +326,7 @@ def _write_events(writer: Writer, messages: _Messages, events, odometry: bool,
         return writer.add_connection(topic, msgtype, typestore=ts, offered_qos_profiles=qos)
 
     conn = {topic: add(topic, messages.cloud_type, sensor) for topic in lidar_topics}
-    conn |= {topic: add(topic, messages.image_type, sensor) for topic in topics.values()}
+    conn |= {topic: add(topic, frames.msgtype, sensor) for topic in topics.values()}
     conn[TF_STATIC_TOPIC] = add(TF_STATIC_TOPIC, TF_TYPE,
                                 [offered_qos(depth=1, transient_local=True)])
     conn |= {topic: add(topic, info_type, sensor) for topic in infos.values()}
@@ -376,8 +358,8 @@ def _write_events(writer: Writer, messages: _Messages, events, odometry: bool,
             out.append((GROUND_TRUTH_TOPIC, truth, DETECTION_ARRAY_TYPE))
             sweeps.append(([cloud.width for cloud in clouds], len(truth.detections)))
         else:
-            out = [(topics[name], messages.image(name, stamp, t), messages.image_type),
-                   (infos[name], messages.camera_info(name, stamp), info_type)]
+            out = [(topics[name], frames.frame(name, stamp, t), frames.msgtype),
+                   (infos[name], frames.info(name, stamp), info_type)]
         if name:
             counts[name] += 1
         for topic, msg, msgtype in out:

@@ -1,0 +1,1 @@
+"""Image encoders shipped with the package: factories for ``encoder.module`` (``encoder.py``)."""

@@ -1,0 +1,134 @@
+"""
+What the head and the image encoder plug-ins share: import, source digest, checkpoints.
+
+A plug-in is named ``package.module:factory``; its executable is keyed on the source of its
+package (:func:`source_digest`), and its checkpoints are .npz files with one array per pytree
+leaf, read without pickles and within each leaf's size (:func:`load_weights`).
+This module imports no ROS.
+"""
+
+import hashlib
+import importlib
+import os
+from pathlib import Path
+import re
+import secrets
+from typing import Any, Callable, Mapping
+
+import jax
+import numpy as np
+
+from ..settings.npz_file import read_npz
+from ..settings.parameters import ConfigError
+
+_MODULE_RE = re.compile(r'^[A-Za-z_][\w.]*:[A-Za-z_]\w*$')
+# A checkpoint's optional record of the BEV channels it was trained for: their names, a 1-D
+# array of strings. No leaf is named so (``keystr`` starts with '.' or '[').
+CHANNELS_KEY = 'bev_channels'
+_CHANNELS_BYTES = 1 << 20       # the most bytes of names a checkpoint may hold
+
+
+def import_factory(name: str, key: str = 'head.module'):
+    """
+    Import ``package.module:factory``; return (factory, source digest).
+
+    Raises ConfigError('<key>: ...') naming the parameter ``key`` on any failure.
+    """
+    if not _MODULE_RE.match(name):
+        raise ConfigError(f"{key}: expected 'package.module:factory', got {name!r}")
+    module_name, attr = name.split(':')
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:        # a plug-in's import may fail in any way: report, not crash
+        raise ConfigError(f'{key}: cannot import {module_name}: '
+                          f'{type(exc).__name__}: {exc}') from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError(f'{key}: {module_name} has no callable {attr}')
+    return factory, source_digest(module)
+
+
+def source_digest(module) -> str:
+    """
+    Return the sha256 of the source of ``module``'s top-level package (every .py, by path).
+
+    A plug-in's network may live in other modules of its package than the factory's. A module
+    without a source file gets a digest of its own each time (its executable is never reused).
+    """
+    path = getattr(module, '__file__', None)
+    if not path:
+        return secrets.token_hex(32)
+    root = Path(path).resolve().parent
+    for _ in module.__name__.split('.')[1:]:
+        root = root.parent
+    files = sorted(root.rglob('*.py')) if '.' in module.__name__ else [Path(path).resolve()]
+    digest = hashlib.sha256()
+    for source in files:
+        digest.update(str(source.relative_to(root)).encode() + b'\0' + source.read_bytes())
+    return digest.hexdigest()
+
+
+def leaf_names(tree) -> list[str]:
+    """Return the checkpoint key of every leaf of ``tree``: ``jax.tree_util.keystr``."""
+    return [jax.tree_util.keystr(path) for path, _ in
+            jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def save_weights(path: str | os.PathLike, params, channel_names=()) -> None:
+    """
+    Write ``params`` as an .npz, one array per leaf, keyed by its path in the pytree.
+
+    ``channel_names``, the BEV channels the weights were trained for, are recorded as
+    :data:`CHANNELS_KEY` (none: not recorded); a configuration with others is then refused.
+    """
+    leaves = jax.tree_util.tree_leaves(params)
+    arrays = dict(zip(leaf_names(params), (np.asarray(leaf) for leaf in leaves)))
+    if channel_names:
+        arrays[CHANNELS_KEY] = np.asarray(tuple(channel_names), np.str_)
+    with open(path, 'wb') as f:
+        np.savez(f, **arrays)
+
+
+def load_weights(path: str | os.PathLike, template,
+                 validate: Callable[[Any], None] | None = None,
+                 fit: Callable[[Mapping[str, np.ndarray]], None] | None = None,
+                 key: str = 'head.weights'):
+    """
+    Read a checkpoint shaped like ``template`` (its leaves' shapes and dtypes).
+
+    Loaded with ``allow_pickle=False``, each array inflating to at most its leaf's size (and an
+    .npy header): a zip bomb is refused unread. ``fit`` (``head.fits``), if any, first checks
+    the file's arrays for the BEV channels it was trained for. Raises ConfigError('<key>: ...')
+    naming the parameter ``key`` (head.weights, encoder.weights), the file and the first
+    missing, extra, too large or differently shaped array, or one with non-finite values; then
+    ``validate`` (``HeadSpec.validate``), if any, checks the values and its ValueError becomes
+    ConfigError('<key>: <file>: <its message>').
+    """
+    owner = key.split('.')[0]        # head, encoder
+    names = leaf_names(template)
+    leaves, treedef = jax.tree_util.tree_flatten(template)
+    limits = {name: np.asarray(leaf).nbytes for name, leaf in zip(names, leaves)}
+    arrays = read_npz(path, key, {**limits, CHANNELS_KEY: _CHANNELS_BYTES})
+    if fit is not None:
+        fit(arrays)
+    values = []
+    for name, leaf in zip(names, leaves):
+        if name not in arrays:
+            raise ConfigError(f'{key}: {path} lacks {name}')
+        value, want = arrays[name], np.asarray(leaf)
+        if value.shape != want.shape or value.dtype != want.dtype:
+            raise ConfigError(f'{key}: {path} {name} is {value.dtype}{list(value.shape)}, '
+                              f'the {owner} needs {want.dtype}{list(want.shape)}')
+        if not np.all(np.isfinite(value)):
+            raise ConfigError(f'{key}: {path} {name} has non-finite values')
+        values.append(value)
+    params = jax.tree_util.tree_unflatten(treedef, values)
+    if validate is not None:
+        try:
+            validate(params)
+        except ValueError as exc:
+            raise ConfigError(f'{key}: {path}: {exc}') from None
+        except Exception as exc:    # the plug-in's own error, named as such
+            raise ConfigError(f'{key}: {path}: the {owner} plug-in failed to validate it: '
+                              f'{type(exc).__name__}: {exc}') from None
+    return params

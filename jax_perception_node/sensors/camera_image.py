@@ -1,0 +1,334 @@
+"""
+Camera sensor_msgs/Image and CompressedImage -> uint8[H_i, W_i, 3] RGB at the encoder's size.
+
+``ImageDecoder(H_i, W_i).decode(msg)`` returns the image the encoder reads: H_i x W_i pixels,
+channel-last R, G, B, uint8, C-contiguous, written into a caller's buffer when one is given.
+Message fields are read by attribute (rclpy and ``rosbags`` messages both work): an Image has
+``encoding``, ``height``, ``width``, ``step``, ``is_bigendian`` and ``data``; a CompressedImage
+``format`` and ``data``.
+
+Image encodings: ``IMAGE_ENCODINGS`` (8 bits a channel, so the byte order does not matter).
+Rows are read ``step`` bytes apart (row padding skipped), B, G, R reordered, alpha dropped (not
+composited), mono replicated to three channels. CompressedImage formats: JPEG or PNG, named
+anywhere in ``format`` as image_transport writes it ('jpeg', 'bgr8; jpeg compressed bgr8',
+'rgb8; png compressed bgr8'; case-insensitive, 'jpg' too). The file itself holds true colours
+whatever the encodings in ``format`` say (the publisher's OpenCV wrote them so); its first bytes
+must be the named format's signature. The size is read from the file's header and checked
+before anything is decoded (at most ``camera.MAX_IMAGE_SIZE`` a side and ``MAX_PIXELS`` in
+all: a small file can claim a huge image). JPEG is decoded by libjpeg(-turbo), with
+``scaled`` at 1/2, 1/4 or 1/8 of its size in the DCT (the largest reduction that keeps it at
+least the target size); PNG of any colour type, 16-bit samples reduced to their high byte
+(as Pillow does for 16-bit colour). EXIF orientation is not applied.
+
+Scaling is downward only and area averaging (each output pixel the mean of the input area it
+covers, fractions of pixels weighted by their share): an exact integer factor in both axes
+averages the blocks exactly in integers, rounding half up (``(sum + n // 2) // n`` over a
+block's n pixels, as Pillow's ``reduce`` does for powers of two); any other factor weighs the
+pixels in float32, rows first, and rounds half up (within half a level of the exact mean, plus
+float32 rounding). Pillow's BOX resize is not used: it takes whole pixels by their centres,
+tens of levels off at sharp edges for a factor like 2.5. The factors in x and y must agree within
+``camera.SCALE_TOLERANCE`` (relative, as for ``scale_camera_info``): anything else is another
+camera's image or a wrong pairing. Every unusable message raises :class:`CameraImageError`,
+naming the field and the problem, and leaves the caller's buffer as it was.
+"""
+
+import io
+import re
+import struct
+
+import numpy as np
+from PIL import Image, ImageFile
+
+from .camera import FeatureMapError, MAX_IMAGE_SIZE, SCALE_TOLERANCE
+from .cloud import byte_view
+
+__all__ = ['CameraImageError', 'COMPRESSED_FORMATS', 'IMAGE_ENCODINGS', 'ImageDecoder',
+           'MAX_PIXELS']
+
+
+class CameraImageError(FeatureMapError):
+    """A camera Image or CompressedImage cannot be used; the message names the problem."""
+
+
+# encoding -> (bytes per pixel, the source channel of R, G and B).
+_ENCODINGS = {
+    'rgb8': (3, (0, 1, 2)),
+    'bgr8': (3, (2, 1, 0)),
+    'rgba8': (4, (0, 1, 2)),
+    'bgra8': (4, (2, 1, 0)),
+    'mono8': (1, (0, 0, 0)),
+}
+IMAGE_ENCODINGS = tuple(_ENCODINGS)
+COMPRESSED_FORMATS = ('jpeg', 'png')
+# Pixels a compressed header may claim (8192 x 8192, 192 MiB as RGB): the header is all a bomb
+# needs, and Pillow's own limit (MAX_IMAGE_PIXELS, 89 Mpx) only warns below twice its value.
+MAX_PIXELS = 1 << 26
+
+# Whole words: 'jpeg' / 'jpg' / 'png', not inside another word ('pngx'); 'compressedDepth'
+# (depth images: a 12-byte header precedes the PNG) is refused by name.
+_FORMAT_WORD = re.compile(r'(?<![a-z0-9])(jpe?g|png)(?![a-z0-9])')
+_SIGNATURES = {'jpeg': b'\xff\xd8\xff', 'png': b'\x89PNG\r\n\x1a\n'}
+_PIL_FORMATS = {'jpeg': 'JPEG', 'png': 'PNG'}
+_OBJECT_REPR = re.compile(r'<[^<>]* object at 0x[0-9a-fA-F]+>')
+# What Pillow raises for data it cannot read: OSError (truncated, broken data stream,
+# UnidentifiedImageError), SyntaxError (broken PNG chunks, not a JPEG), ValueError, EOFError,
+# struct.error (a header field cut short), DecompressionBombError (its own pixel limit).
+_PIL_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, KeyError,
+               struct.error, Image.DecompressionBombError)
+
+
+def _check_size(width: int, height: int, target: tuple[int, int], what: str = '') -> None:
+    """Refuse a size out of bounds, smaller than the target or of another aspect ratio."""
+    target_height, target_width = target
+    if width <= 0 or height <= 0 or max(width, height) > MAX_IMAGE_SIZE:
+        raise CameraImageError(f'{what}width {width}, height {height}: the image size must be '
+                               f'in 1..{MAX_IMAGE_SIZE}')
+    if width < target_width or height < target_height:
+        raise CameraImageError(f'{what}width {width}, height {height}: smaller than the '
+                               f'{target_width} x {target_height} encoder input (images are '
+                               'never scaled up)')
+    scale_x, scale_y = target_width / width, target_height / height
+    if abs(scale_x - scale_y) > SCALE_TOLERANCE * max(scale_x, scale_y):
+        raise CameraImageError(
+            f'{what}width {width}, height {height}: scales to the {target_width} x '
+            f'{target_height} encoder input by {scale_x:.3g} in x but {scale_y:.3g} in y')
+
+
+def _block_mean(src: np.ndarray, factor_y: int, factor_x: int) -> np.ndarray:
+    """uint8[H, W, C] (any strides) -> uint8[H / fy, W / fx, C] block means, half rounded up."""
+    count = factor_y * factor_x
+    # uint16 holds a block's sum up to 257 pixels; larger blocks (rare) sum in uint32.
+    wide = np.uint16 if count * 255 < 1 << 16 else np.uint32
+    # Rows first (whole contiguous rows added), then columns: a few passes over the data,
+    # where one sum over a 5-D strided view is ten times slower.
+    rows = src[0::factor_y].astype(wide)
+    for i in range(1, factor_y):
+        rows += src[i::factor_y]
+    sums = rows[:, 0::factor_x].copy()
+    for i in range(1, factor_x):
+        sums += rows[:, i::factor_x]
+    sums += count // 2
+    sums //= count
+    return sums.astype(np.uint8)
+
+
+def _area_taps(size: int, target: int) -> tuple[np.ndarray, np.ndarray]:
+    """(index intp[target, K], weight float32[target, K]): the input pixels each output covers."""
+    scale = size / target
+    lo = np.arange(target) * scale                      # output i covers [lo_i, lo_i + scale)
+    first = np.floor(lo).astype(np.intp)
+    taps = int((np.ceil(lo + scale) - first).max())
+    index = first[:, None] + np.arange(taps)
+    # The overlap of [lo_i, lo_i + scale) with pixel [j, j + 1), over the span: the weights.
+    overlap = np.minimum(lo[:, None] + scale, index + 1) - np.maximum(lo[:, None], index)
+    weight = np.clip(overlap, 0.0, None) / scale
+    return np.minimum(index, size - 1), weight.astype(np.float32)
+
+
+def _area_axis(pixels: np.ndarray, target: int, axis: int) -> np.ndarray:
+    """Area-average [H, W, C] ``pixels`` along ``axis`` down to ``target`` samples, as float32."""
+    size = pixels.shape[axis]
+    # Indexing along ``axis`` in place (no moveaxis), so rows stay rows in memory.
+    along = (slice(None),) * axis
+    if size % target == 0:
+        # Whole blocks: strided adds, no gathers.
+        factor = size // target
+        total = pixels[along + (slice(0, None, factor),)].astype(np.float32)
+        for i in range(1, factor):
+            total += pixels[along + (slice(i, None, factor),)]
+        total *= np.float32(1 / factor)
+        return total
+    index, weight = _area_taps(size, target)
+    weight = weight.reshape((target, 1, 1, -1) if axis == 0 else (target, 1, -1))
+    # scale + 1 taps at most per output pixel, each one gather and one multiply-add.
+    total = weight[..., 0] * pixels[along + (index[:, 0],)]
+    for tap in range(1, index.shape[1]):
+        total += weight[..., tap] * pixels[along + (index[:, tap],)]
+    return total
+
+
+def _area_mean(src: np.ndarray, out: np.ndarray) -> None:
+    """Area-average uint8[H, W, C] (any strides) into ``out``, half rounded up."""
+    pixels = src
+    # Rows first: whole rows are added and gathered (long inner loops); the columns' strided
+    # three-byte pixels are then fewer.
+    for axis in (0, 1):
+        if pixels.shape[axis] != out.shape[axis]:
+            pixels = _area_axis(pixels, out.shape[axis], axis)
+    np.copyto(out, np.floor(pixels + np.float32(0.5)), casting='unsafe')
+
+
+def _fit_array(src: np.ndarray, out: np.ndarray) -> None:
+    """Area-scale uint8[H, W, 1 or 3] (any strides) into ``out``, uint8[H_i, W_i, 3]."""
+    height, width = src.shape[:2]
+    target_height, target_width = out.shape[:2]
+    if (height, width) == (target_height, target_width):
+        np.copyto(out, src)          # broadcasts one channel (mono) to three
+    elif height % target_height == 0 and width % target_width == 0:
+        np.copyto(out, _block_mean(src, height // target_height, width // target_width))
+    else:
+        _area_mean(src, out)
+
+
+def _format_kind(format_) -> str:
+    """CompressedImage.format -> 'jpeg' or 'png'."""
+    if not isinstance(format_, str):
+        raise CameraImageError(f'format {format_!r} is not a string')
+    lowered = format_.lower()
+    if 'compresseddepth' in lowered:
+        raise CameraImageError(f'format {format_!r}: compressedDepth (a depth image behind a '
+                               '12-byte header) is not supported')
+    kinds = {'jpeg' if word.startswith('j') else 'png'
+             for word in _FORMAT_WORD.findall(lowered)}
+    if len(kinds) != 1:
+        problem = 'names both jpeg and png' if kinds else 'names neither jpeg (jpg) nor png'
+        raise CameraImageError(f'format {format_!r}: {problem}')
+    return kinds.pop()
+
+
+def _open_compressed(data: np.ndarray, kind: str, target: tuple[int, int]) -> Image.Image:
+    """Open JPEG or PNG bytes (header only) and check the size they claim."""
+    signature = _SIGNATURES[kind]
+    if data.size == 0:
+        raise CameraImageError(f'data is empty, expected a {kind} file')
+    head = data[:len(signature)].tobytes()
+    if head != signature:
+        raise CameraImageError(f'format names {kind}, but the data starts with {head.hex(" ")}, '
+                               f'not the {kind} signature {signature.hex(" ")}')
+    try:
+        # formats=: only that plugin reads the bytes, no guessing among all of Pillow's.
+        image = Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[kind]])
+    except Image.DecompressionBombError as error:
+        # Pillow's own limit, twice Image.MAX_IMAGE_PIXELS (between the two it only warns,
+        # DecompressionBombWarning, and MAX_PIXELS below refuses).
+        raise CameraImageError(f'{kind} header: {_reason(error)}') from None
+    except _PIL_ERRORS as error:
+        raise CameraImageError(f'corrupt {kind}: {_reason(error)}') from None
+    width, height = image.size
+    if width * height > MAX_PIXELS:
+        raise CameraImageError(f'{kind} header: {width} x {height} = {width * height} pixels, '
+                               f'over the {MAX_PIXELS} a compressed image may have')
+    _check_size(width, height, target, f'{kind} header: ')
+    return image
+
+
+def _reason(error: BaseException) -> str:
+    """Pillow's reason on one line, with the exception type when it says nothing."""
+    # 'cannot identify image file <_io.BytesIO object at 0x7f...>': the address says nothing.
+    text = ' '.join(_OBJECT_REPR.sub('', str(error)).split())
+    return text or type(error).__name__
+
+
+def _decoded_pixels(image: Image.Image, kind: str, target: tuple[int, int],
+                    scaled: bool) -> Image.Image:
+    """Decode an opened JPEG or PNG; return it as a Pillow image of mode L or RGB."""
+    if kind == 'jpeg' and scaled:
+        # libjpeg scales in the DCT by 1/2, 1/4 or 1/8, the largest that stays >= the target
+        # in both axes (Pillow's rule): most of the decode work is never done.
+        image.draft('RGB', (target[1], target[0]))
+    if ImageFile.LOAD_TRUNCATED_IMAGES:
+        # Someone set it process-wide: a truncated file would load as gray, silently.
+        raise CameraImageError('PIL.ImageFile.LOAD_TRUNCATED_IMAGES is set: truncated '
+                               f'{kind} images could not be detected; leave it False')
+    try:
+        image.load()
+        if image.mode == 'I;16':
+            # 16-bit gray: high byte, as Pillow reads 16-bit RGB (convert() would clip at 255).
+            return Image.fromarray((np.asarray(image) >> 8).astype(np.uint8))
+        if image.mode not in ('L', 'RGB'):
+            # P (palette), 1, LA, RGBA, CMYK: transparency is dropped, not composited.
+            image = image.convert('L' if image.mode in ('1', 'LA') else 'RGB')
+        return image
+    except _PIL_ERRORS as error:
+        raise CameraImageError(f'corrupt {kind}: {_reason(error)}') from None
+
+
+class ImageDecoder:
+    """
+    Decode camera Images and CompressedImages to the encoder's H_i x W_i RGB input.
+
+    ``height`` x ``width`` is the target H_i x W_i (the image encoder's input), each in
+    1..MAX_IMAGE_SIZE. ``scaled`` lets libjpeg decode a JPEG at 1/2, 1/4 or 1/8 size when that
+    is still at least the target: much faster, and different from a full decode only by JPEG's
+    own rounding. A decoder holds no state beyond these, so threads may share one.
+    """
+
+    def __init__(self, height: int, width: int, scaled: bool = True):
+        for name, value in (('height', height), ('width', width)):
+            if int(value) != value or not 1 <= value <= MAX_IMAGE_SIZE:
+                raise ValueError(f'{name} {value}: must be an integer in 1..{MAX_IMAGE_SIZE}')
+        self.height, self.width, self.scaled = int(height), int(width), bool(scaled)
+
+    def decode(self, msg, out: np.ndarray | None = None) -> np.ndarray:
+        """
+        Decode an Image or CompressedImage to uint8[H_i, W_i, 3] RGB.
+
+        Args
+        ----
+        msg: sensor_msgs/Image (has ``encoding``) or sensor_msgs/CompressedImage (has
+            ``format``), rclpy or rosbags or any object with those attributes.
+        out: a writable uint8[H_i, W_i, 3] to write into (e.g. preallocated and aligned);
+            None: a new C-contiguous array. ``out`` is written only when decoding succeeds.
+
+        Returns
+        -------
+        ``out`` (or the new array), the image at the target size.
+
+        Raises
+        ------
+        CameraImageError: the message cannot be used (names the field and the problem).
+        ValueError: ``out`` has the wrong shape or dtype (a caller's error, not the image's).
+
+        """
+        target = (self.height, self.width)
+        if out is None:
+            out = np.empty((self.height, self.width, 3), np.uint8)
+        elif out.shape != (self.height, self.width, 3) or out.dtype != np.uint8:
+            raise ValueError(f'out is {out.dtype}{list(out.shape)}, expected uint8'
+                             f'[{self.height}, {self.width}, 3]')
+        if hasattr(msg, 'encoding'):
+            _fit_array(_raw_pixels(msg, target), out)
+            return out
+        if not hasattr(msg, 'format'):
+            raise CameraImageError(f'{type(msg).__name__} has neither encoding (an Image) nor '
+                                   'format (a CompressedImage)')
+        kind = _format_kind(msg.format)
+        data = byte_view(getattr(msg, 'data', None), CameraImageError)
+        image = _open_compressed(data, kind, target)
+        pixels = np.asarray(_decoded_pixels(image, kind, target, self.scaled))
+        _fit_array(pixels[:, :, None] if pixels.ndim == 2 else pixels, out)
+        return out
+
+
+def _integer(msg, name: str) -> int:
+    """Read an integer field as a Python int (NumPy scalars would wrap around in products)."""
+    value = getattr(msg, name, None)
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise CameraImageError(f'{name} {value!r} is not an integer') from None
+
+
+def _raw_pixels(msg, target: tuple[int, int]) -> np.ndarray:
+    """Check an Image; return a uint8[H, W, 3] (mono: [H, W, 1]) RGB view of its data."""
+    encoding = msg.encoding
+    if not isinstance(encoding, str) or encoding not in _ENCODINGS:
+        raise CameraImageError(f'encoding {encoding!r} is not one of '
+                               f'{", ".join(IMAGE_ENCODINGS)}')
+    pixel_bytes, channels = _ENCODINGS[encoding]
+    height, width, step = (_integer(msg, name) for name in ('height', 'width', 'step'))
+    _check_size(width, height, target)
+    row_bytes = width * pixel_bytes
+    if step < row_bytes:
+        raise CameraImageError(f'step {step} < width {width} * {pixel_bytes} bytes per pixel '
+                               f'({encoding}) = {row_bytes}')
+    raw = byte_view(getattr(msg, 'data', None), CameraImageError)
+    if raw.size < step * height:
+        raise CameraImageError(f'data has {raw.size} bytes, expected step {step} * height '
+                               f'{height} = {step * height}')
+    pixels = np.ndarray((height, width, pixel_bytes), np.uint8, buffer=raw,
+                        strides=(step, pixel_bytes, 1))
+    if pixel_bytes == 1:
+        return pixels
+    # Basic slices only, so still a view: R, G, B forward or B, G, R backward.
+    return pixels[:, :, :3] if channels == (0, 1, 2) else pixels[:, :, 2::-1]

@@ -1,0 +1,25 @@
+"""A small image encoder plug-in with weights for the tests: simple to recompute in NumPy."""
+
+import jax.numpy as jnp
+from jax_perception_node.detection.encoder import EncoderSpec
+import numpy as np
+
+
+def gained(inp):
+    """Mean RGB of each stride x stride block (0..255) times a per-channel gain, plus a bias."""
+    stride = inp.stride
+
+    def apply(params, image):
+        rows, cols = image.shape[0] // stride, image.shape[1] // stride
+        pooled = image.astype(jnp.float32).reshape(rows, stride, cols, stride, 3).mean((1, 3))
+        return pooled * params['gain'] + params['bias']
+    if inp.channels != 3:
+        raise ValueError('the toy encoder gives 3 channels')
+    return EncoderSpec(apply, {'gain': np.ones(3, np.float32), 'bias': np.zeros(3, np.float32)})
+
+
+def gained_ref(image: np.ndarray, stride: int, gain, bias) -> np.ndarray:
+    """NumPy: ``gained`` of one uint8 image."""
+    h, w = image.shape[0] // stride, image.shape[1] // stride
+    pooled = image.astype(np.float64).reshape(h, stride, w, stride, 3).mean(axis=(1, 3))
+    return pooled * np.asarray(gain) + np.asarray(bias)

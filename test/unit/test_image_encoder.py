@@ -1,0 +1,174 @@
+"""Cameras with images: the encoder plug-in, the shipped encoders, and the BEV they give."""
+
+from configs import camera_params, small_config
+import jax
+from jax_perception_node import BevPipeline
+from jax_perception_node.core.compile_counter import compile_count
+from jax_perception_node.detection.encoder import EncoderInput, load_encoder
+from jax_perception_node.detection.encoders.pooled import APPEARANCE_CHANNELS
+from jax_perception_node.detection.plugin import save_weights
+from jax_perception_node.settings.parameters import ConfigError
+import numpy as np
+import pytest
+from reference import block_mean, lift_ref
+from test_pipeline import cell_centre_cloud
+from toy_encoders import gained_ref
+
+RGB = 'jax_perception_node.detection.encoders.pooled:rgb'
+APPEARANCE = 'jax_perception_node.detection.encoders.pooled:appearance'
+TOY = 'toy_encoders:gained'
+
+
+def image_config(module=RGB, stride=4, channels=3, **overrides):
+    """Return the small test config with both cameras sending images to ``module``."""
+    cams = {**camera_params('front', channels=channels),
+            **camera_params('rear', channels=channels, translation=(-1.0, 0.0, 1.5),
+                            rotation=[-0.5, -0.5, 0.5, 0.5])}
+    return small_config(**{**cams, 'cameras.front.input': 'image', 'cameras.rear.input': 'image',
+                           'encoder.module': module, 'encoder.stride': stride, **overrides})
+
+
+def appearance_ref(rgb: np.ndarray) -> np.ndarray:
+    """NumPy, pixel by pixel: the eight appearance channels of an RGB map in 0..1."""
+    h, w, _ = rgb.shape
+    lum = rgb @ np.array([0.299, 0.587, 0.114])
+
+    def at(i, j):
+        return lum[min(max(i, 0), h - 1), min(max(j, 0), w - 1)]
+    out = np.zeros((h, w, 8))
+    for i in range(h):
+        for j in range(w):
+            gu = sum(k * (at(i + di, j + 1) - at(i + di, j - 1))
+                     for di, k in ((-1, 1), (0, 2), (1, 1))) / 8
+            gv = sum(k * (at(i + 1, j + dj) - at(i - 1, j + dj))
+                     for dj, k in ((-1, 1), (0, 2), (1, 1))) / 8
+            box = np.mean([at(i + di, j + dj) for di in range(-2, 3) for dj in range(-2, 3)])
+            r, g, b = rgb[i, j]
+            out[i, j] = [r, g, b, lum[i, j], gu, gv, lum[i, j] - box, max(r, g, b) - min(r, g, b)]
+    return out
+
+
+@pytest.fixture(scope='module')
+def rgb_pipe():
+    pipe = BevPipeline(image_config())
+    pipe.warmup()
+    return pipe
+
+
+def random_images(cfg, seed=0):
+    rng = np.random.default_rng(seed)
+    return {c.name: rng.integers(0, 256, size=cfg.image_shape, dtype=np.uint8)
+            for c in cfg.cameras}
+
+
+def test_the_rgb_encoders_bev_equals_the_reference_across_calibrations(rgb_pipe):
+    """Pooled RGB, lifted: the NumPy reference within 1e-4, before and after a move; 0 compiles."""
+    cfg = rgb_pipe.cfg
+    assert cfg.image_shape == (48, 80, 3) and rgb_pipe.encoder is not None
+    rng = np.random.default_rng(3)
+    images = random_images(cfg, 1)
+    points = cell_centre_cloud(cfg, rng)
+    pooled = {name: block_mean(image, 4) for name, image in images.items()}
+    before = compile_count()
+    out = rgb_pipe.process(points, images).features
+    camera, coverage = lift_ref(cfg, pooled)
+    assert 0 < coverage.sum() < coverage.size
+    assert np.abs(out[..., 6:9] - camera).max() <= 1e-4
+    np.testing.assert_array_equal(out[..., 9], coverage)
+    # New intrinsics and pose, as a CameraInfo or TF would set them: no compile.
+    moved = image_config(**camera_params('front', fx=6.0, cx=10.0, translation=(0.5, 0.3, 2.0)))
+    rgb_pipe.set_calibration(cameras=moved.cameras)
+    try:
+        out = rgb_pipe.process(points, images).features
+    finally:
+        rgb_pipe.set_calibration(cameras=cfg.cameras)
+    moved_camera, _ = lift_ref(moved, pooled)
+    assert not np.allclose(moved_camera, camera, atol=1e-3)
+    assert np.abs(out[..., 6:9] - moved_camera).max() <= 1e-4
+    # A masked camera drops out of the mean.
+    out = rgb_pipe.process(points, {'front': images['front']}).features
+    front_only, _ = lift_ref(cfg, pooled, used={'front'})
+    assert np.abs(out[..., 6:9] - front_only).max() <= 1e-4
+    assert compile_count() == before
+
+
+def test_the_appearance_encoder_equals_a_pixel_by_pixel_reference():
+    """The eight hand-made channels of the pooled image; channel k is channel k % 8."""
+    assert APPEARANCE_CHANNELS == ('red', 'green', 'blue', 'luminance', 'grad_u', 'grad_v',
+                                   'local_contrast', 'saturation')
+    rng = np.random.default_rng(7)
+    image = rng.integers(0, 256, size=(24, 40, 3), dtype=np.uint8)
+    for channels in (8, 3, 11):
+        enc = load_encoder(APPEARANCE, '', EncoderInput(24, 40, 2, 12, 20, channels))
+        out = np.asarray(jax.jit(enc.spec.apply)(enc.params, image))
+        want = appearance_ref(block_mean(image, 2))[..., np.arange(channels) % 8]
+        assert out.shape == (12, 20, channels) and out.dtype == np.float32
+        assert np.abs(out - want).max() <= 1e-5
+
+
+def test_encoder_weights_are_traced_a_live_swap_compiles_nothing(tmp_path):
+    """A checkpoint of the same shapes swaps in for the next frame: its values, 0 compiles."""
+    cfg = image_config(TOY, stride=2)
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    images = random_images(cfg, 2)
+    points = np.zeros((5, 4), np.float32)
+    gain, bias = np.float32([0.5, 2.0, -1.0]), np.float32([1.0, 0.0, 3.0])
+    path = tmp_path / 'encoder.npz'
+    save_weights(path, {'bias': bias, 'gain': gain})
+    before = compile_count()
+    first = pipe.process(points, images).features
+    pipe.set_encoder_weights(str(path))
+    second = pipe.process(points, images).features
+    assert compile_count() == before and pipe.encoder_weights == path
+    maps = {n: gained_ref(im, 2, gain, bias) for n, im in images.items()}
+    np.testing.assert_allclose(second[..., 6:9], lift_ref(cfg, maps)[0], atol=1e-3)
+    plain = {n: gained_ref(im, 2, 1.0, 0.0) for n, im in images.items()}
+    np.testing.assert_allclose(first[..., 6:9], lift_ref(cfg, plain)[0], atol=1e-3)
+    # A file of other shapes is refused naming encoder.weights; the weights in force stay.
+    save_weights(tmp_path / 'bad.npz', {'bias': bias, 'gain': np.ones(4, np.float32)})
+    with pytest.raises(ConfigError, match=r"^encoder\.weights: .*bad\.npz \['gain'\] is "
+                                          r'float32\[4\], the encoder needs float32\[3\]'):
+        pipe.set_encoder_weights(str(tmp_path / 'bad.npz'))
+    np.testing.assert_array_equal(pipe.process(points, images).features, second)
+
+
+@pytest.mark.parametrize('overrides,message', [
+    ({'cameras.rear.input': 'features'},
+     r'^cameras\.rear\.input: features, but cameras\.front\.input is image; every camera '),
+    ({'encoder.module': ''}, r'^cameras\.front\.input: image needs an image encoder: set '
+                             r'encoder\.module'),
+    ({'encoder.stride': 64, 'cameras.front.width': 200, 'cameras.rear.width': 200},
+     r'^encoder\.stride: 64 x the 12 x 200 feature map is a 768 x 12800 image, above 8192'),
+])
+def test_image_configurations_that_cannot_work_are_refused_by_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        image_config(**overrides)
+
+
+def test_an_encoder_without_images_is_refused():
+    with pytest.raises(ConfigError, match=r'^encoder\.module: .*pooled:rgb given, but no camera '
+                                          r'has input: image'):
+        small_config(**{'encoder.module': RGB})
+    with pytest.raises(ConfigError, match=r'^encoder\.weights: w\.npz given, but no camera'):
+        small_config(**{'encoder.weights': 'w.npz'})
+
+
+@pytest.mark.parametrize('module,channels,message', [
+    (RGB, 8, r'^encoder\.module: .*pooled:rgb failed: ValueError: it gives 3 channels \(red, '
+             r'green, blue\), the cameras have 8: set cameras\.<name>\.channels: 3'),
+    ('toy_encoders:nothing', 3, r'^encoder\.module: toy_encoders has no callable nothing'),
+    ('no_such_package.encoders:x', 3, r'^encoder\.module: cannot import no_such_package'),
+    ('not a module', 3, r"^encoder\.module: expected 'package\.module:factory'"),
+])
+def test_encoders_that_cannot_load_are_refused_naming_encoder_module(module, channels, message):
+    with pytest.raises(ConfigError, match=message):
+        BevPipeline(image_config(module, channels=channels))
+
+
+def test_an_encoder_of_the_wrong_output_shape_is_refused():
+    """The lift's maps are fixed: an encoder whose output differs is refused before warm-up."""
+    with pytest.raises(ConfigError, match=r'^encoder\.module: .* turns a 24 x 40 image into '
+                                          r'float32\[6, 10, 3\], the cameras need float32'
+                                          r'\[12, 20, 3\]'):
+        load_encoder(RGB, '', EncoderInput(24, 40, 4, 12, 20, 3))
