@@ -108,8 +108,9 @@ class BagTopics:
         A camera given a topic reads that one; otherwise, with images, both of image_transport's
         (raw and compressed: a bag normally holds one), else its feature-map topic.
         """
+        named = dict(self.cameras)
         return {topic: name for name in names for topic in (
-            [dict(self.cameras)[name]] if name in dict(self.cameras) else
+            [named[name]] if name in named else
             [camera_image_topic(name), camera_compressed_topic(name)] if images else
             [camera_topic(name)])}
 

@@ -12,7 +12,6 @@ JAX against a PyTorch peer on the same images (outputs checked equal first), and
 decode rows of ``images.py``.
 """
 
-import io
 import time
 from typing import Callable
 
@@ -23,10 +22,9 @@ from jax_perception_node.sensors.camera_image import ImageDecoder
 from jax_perception_node.settings.config import config_from_parameters
 from jax_perception_node.tools.synthetic_drive import SyntheticDrive
 import numpy as np
-from PIL import Image
 
 from .common import bench_params, HEADLINE_POINTS, Inputs, Plan, rounded, RTOL, SWEEP_T0
-from .images import decode_rows
+from .images import decode_rows, image_message
 
 APPEARANCE = 'jax_perception_node.detection.encoders.pooled:appearance'
 STRIDE = 4
@@ -43,19 +41,9 @@ def image_params(plan: Plan) -> dict:
 
 
 def _jpegs(cfg, drive: SyntheticDrive, t: float) -> list:
-    """Return (camera, CompressedImage-like) of every camera's JPEG (quality 90) at t."""
-    from jax_perception_node.bags.bagio import TYPESTORE
-    out = []
-    for cam in cfg.cameras:
-        buffer = io.BytesIO()
-        picture = Image.fromarray(drive.camera_image(cam.name, t, STRIDE))
-        picture.save(buffer, 'JPEG', quality=90)
-        out.append((cam.name, TYPESTORE.types['sensor_msgs/msg/CompressedImage'](
-            header=TYPESTORE.types['std_msgs/msg/Header'](
-                stamp=TYPESTORE.types['builtin_interfaces/msg/Time'](sec=0, nanosec=0),
-                frame_id=cam.frame_id),
-            format='jpeg', data=np.frombuffer(buffer.getvalue(), np.uint8))))
-    return out
+    """Return (camera, CompressedImage) of every camera's JPEG (quality 90) at t."""
+    return [(cam.name, image_message(drive.camera_image(cam.name, t, STRIDE), 'jpeg'))
+            for cam in cfg.cameras]
 
 
 def bench_images(plan: Plan, use_torch: bool, log: Callable[[str], None]) -> dict:

@@ -62,7 +62,7 @@ def synthetic_photo(width: int, height: int, seed: int) -> np.ndarray:
     return np.clip(picture, 0, 255).astype(np.uint8)
 
 
-def _message(rgb: np.ndarray, transport: str):
+def image_message(rgb: np.ndarray, transport: str):
     """Return a rosbags Image (rgb8) or CompressedImage (JPEG) of ``rgb``."""
     types = TYPESTORE.types
     header = types['std_msgs/msg/Header'](
@@ -96,7 +96,7 @@ def decode_rows(repeats: int) -> list[dict]:
     for name, cameras, source, target, transport, scaled in CASES:
         if (source, cameras) not in photos:
             photos[source, cameras] = [synthetic_photo(*source, seed=i) for i in range(cameras)]
-        messages = [_message(rgb, transport) for rgb in photos[source, cameras]]
+        messages = [image_message(rgb, transport) for rgb in photos[source, cameras]]
         decoder = ImageDecoder(target[1], target[0], scaled=bool(scaled))
         outputs = [np.empty((target[1], target[0], 3), np.uint8) for _ in messages]
         samples = []
