@@ -8,8 +8,10 @@ setup(
     name=package_name,
     version='0.1.0',
     packages=find_packages(exclude=['test']),
-    # The reference head's shipped weights (jax-perception train writes them).
-    package_data={'jax_perception_node.detection.heads': ['*.npz']},
+    # The reference head's and the learned image encoder's shipped weights (jax-perception
+    # train writes them).
+    package_data={'jax_perception_node.detection.heads': ['*.npz'],
+                  'jax_perception_node.detection.encoders': ['*.npz']},
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),

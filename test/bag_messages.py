@@ -41,6 +41,21 @@ def features(fmap: np.ndarray, stamp_ns: int, camera: str = 'front',
         data=np.frombuffer(np.ascontiguousarray(fmap, np.float32).tobytes(), np.uint8))
 
 
+def image(rgb: np.ndarray, stamp_ns: int, camera: str = 'front'):
+    """uint8 (H, W, 3) -> an rgb8 Image in ``<camera>_optical``."""
+    rows, cols, _ = rgb.shape
+    return TYPES[bagio.IMAGE_TYPE](
+        header=header(stamp_ns, f'{camera}_optical'), height=rows, width=cols, encoding='rgb8',
+        is_bigendian=0, step=cols * 3, data=np.ascontiguousarray(rgb, np.uint8).reshape(-1))
+
+
+def compressed_image(data: bytes, stamp_ns: int, camera: str = 'front'):
+    """JPEG or PNG bytes -> a CompressedImage in ``<camera>_optical``, as image_transport sends."""
+    return TYPES[bagio.COMPRESSED_IMAGE_TYPE](
+        header=header(stamp_ns, f'{camera}_optical'), format='rgb8; jpeg compressed bgr8',
+        data=np.frombuffer(data, np.uint8))
+
+
 def camera_info(width: int, height: int, fx: float, fy: float, cx: float, cy: float,
                 stamp_ns: int = 0):
     """Build a CameraInfo with K = [fx 0 cx; 0 fy cy; 0 0 1] for a ``width`` x ``height`` image."""

@@ -44,6 +44,16 @@ def occupancy_head(head_input):
     return HeadSpec(toy_outputs, jax_params(params), STRIDE, ('car',))
 
 
+def camera_channel_head(head_input):
+    """Build the occupancy head on the last camera channel (the one before the coverage)."""
+    params = {'scale': np.float32(2.0), 'bias': np.float32(-3.0), 'z': np.float32(0.75)}
+    channel = head_input.channels - 2
+
+    def apply(params, bev):
+        return toy_outputs(params, bev[:, :, channel:channel + 1])
+    return HeadSpec(apply, jax_params(params), STRIDE, ('car',))
+
+
 def size_gain_head(head_input):
     """
     Build the occupancy head with its log sizes shifted by a parameter, 0 by default.

@@ -80,7 +80,7 @@ class BevPipeline(HeadWeights, EncoderWeights):
         self.head = load_head(cfg.head.module, cfg.head.weights, HeadInput(
             self.height, self.width, self.output_channels, grid.resolution, () if (
                 self.projected) else self.lidar_channels + cfg.camera_channel_names + (
-                COVERAGE_CHANNEL,)))
+                COVERAGE_CHANNEL,), self.encoder.name if self.encoder else ''))
         self.head_classes, self._head_params, self.head_weights = ((), None, None) if (
             self.head is None) else (self.head.spec.classes, jax.device_put(self.head.params),
                                      self.head.weights_path)

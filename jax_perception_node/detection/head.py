@@ -42,6 +42,7 @@ class HeadInput(NamedTuple):
     channels: int        # C, the pipeline's output channels
     resolution: float    # m per cell
     channel_names: tuple[str, ...] = ()     # the C channels' names; () where not known
+    encoder: str = ''    # the image encoder (encoder.module) of the camera channels; '' none
 
 
 @dataclass(frozen=True)

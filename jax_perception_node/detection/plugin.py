@@ -25,6 +25,9 @@ _MODULE_RE = re.compile(r'^[A-Za-z_][\w.]*:[A-Za-z_]\w*$')
 # A checkpoint's optional record of the BEV channels it was trained for: their names, a 1-D
 # array of strings. No leaf is named so (``keystr`` starts with '.' or '[').
 CHANNELS_KEY = 'bev_channels'
+# A head checkpoint's optional record of the image encoder (encoder.module) it was trained
+# with, end to end: a 0-d string array. The head picks its shipped checkpoint by it.
+ENCODER_KEY = 'image_encoder'
 _CHANNELS_BYTES = 1 << 20       # the most bytes of names a checkpoint may hold
 
 
@@ -74,17 +77,20 @@ def leaf_names(tree) -> list[str]:
             jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
-def save_weights(path: str | os.PathLike, params, channel_names=()) -> None:
+def save_weights(path: str | os.PathLike, params, channel_names=(), encoder: str = '') -> None:
     """
     Write ``params`` as an .npz, one array per leaf, keyed by its path in the pytree.
 
     ``channel_names``, the BEV channels the weights were trained for, are recorded as
     :data:`CHANNELS_KEY` (none: not recorded); a configuration with others is then refused.
+    ``encoder``, the image encoder a head was trained with, as :data:`ENCODER_KEY` ('': none).
     """
     leaves = jax.tree_util.tree_leaves(params)
     arrays = dict(zip(leaf_names(params), (np.asarray(leaf) for leaf in leaves)))
     if channel_names:
         arrays[CHANNELS_KEY] = np.asarray(tuple(channel_names), np.str_)
+    if encoder:
+        arrays[ENCODER_KEY] = np.asarray(encoder, np.str_)
     with open(path, 'wb') as f:
         np.savez(f, **arrays)
 
@@ -108,7 +114,8 @@ def load_weights(path: str | os.PathLike, template,
     names = leaf_names(template)
     leaves, treedef = jax.tree_util.tree_flatten(template)
     limits = {name: np.asarray(leaf).nbytes for name, leaf in zip(names, leaves)}
-    arrays = read_npz(path, key, {**limits, CHANNELS_KEY: _CHANNELS_BYTES})
+    arrays = read_npz(path, key, {**limits, CHANNELS_KEY: _CHANNELS_BYTES,
+                                  ENCODER_KEY: _CHANNELS_BYTES})
     if fit is not None:
         fit(arrays)
     values = []

@@ -305,9 +305,11 @@ SCHEMA: tuple[ParamSpec, ...] = (
        'class', minimum=0.0, maximum=1.0),
     _p('encoder.module', 'string', '',
        "image encoder of cameras with input image, 'package.module:factory' (shipped: "
-       'jax_perception_node.detection.encoders.pooled:rgb, mean RGB at the stride, and '
-       ":appearance, the sample drive's hand-made features), run on the device in the "
-       "frame's executable; '' for none", static=COMPILED),
+       'jax_perception_node.detection.encoders.pooled:rgb, mean RGB at the stride, '
+       ":appearance, the sample drive's hand-made features, and "
+       'jax_perception_node.detection.encoders.learned:cnn, a small CNN trained with the head '
+       "end to end), run on the device in the frame's executable; '' for none",
+       static=COMPILED),
     _p('encoder.weights', 'string', '',
        "the encoder's checkpoint (.npz, loaded with allow_pickle=False); '' for the weights "
        'it ships; a new file of the same shapes applies without a compile'),

@@ -372,7 +372,7 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     p.add_argument('--out', default='demo_out')
     p.add_argument('--seconds', type=float, default=8.0)
     p.add_argument('--feature-maps', action='store_true', help='the cameras as the parameters '
-                   'say (default: JPEG images, encoded by the appearance encoder)')
+                   'say (default: JPEG images, encoded by the learned encoder)')
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser('train', help='train the reference head on sample drives (seeds >= 100)')

@@ -33,7 +33,8 @@ from jax_perception_node.settings.param_file import read_param_file, write_param
 
 from .processes import console_script, local_ros_env, stop_process
 
-APPEARANCE_ENCODER = 'jax_perception_node.detection.encoders.pooled:appearance'
+# The learned encoder, whose shipped weights were trained end to end with a shipped head.
+IMAGE_ENCODER = 'jax_perception_node.detection.encoders.learned:cnn'
 RECORDED_TOPICS = {bagio.FEATURES_TOPIC: bagio.IMAGE_TYPE,
                    bagio.LATENCY_TOPIC: bagio.DIAGNOSTICS_TYPE,
                    bagio.DIAGNOSTICS_TOPIC: bagio.DIAGNOSTICS_TYPE}
@@ -76,15 +77,16 @@ def image_params(params_file: Path, out: Path) -> Path:
     Return ``params_file``, or a copy in ``out`` whose feature-map cameras send images.
 
     The copy sets every camera's ``input: image`` and, when the file names no encoder, the
-    ``appearance`` encoder, which computes from the images the features the shipped head was
-    trained on. Its modification time stays the original's (the sample drive's cache key).
+    learned one (``encoders.learned``), whose weights were trained end to end with the head
+    checkpoint ``head.weights: ''`` then takes. Its modification time stays the original's
+    (the sample drive's cache key).
     """
     params = read_param_file(params_file)
     names = params.get('cameras.names') or []
     if not names or all(params.get(f'cameras.{n}.input') == 'image' for n in names):
         return params_file
     params.update({f'cameras.{n}.input': 'image' for n in names})
-    params['encoder.module'] = params.get('encoder.module') or APPEARANCE_ENCODER
+    params['encoder.module'] = params.get('encoder.module') or IMAGE_ENCODER
     path = write_param_file(params, out / 'params_images.yaml')
     stat = params_file.stat()
     os.utime(path, (stat.st_atime, stat.st_mtime))
@@ -160,7 +162,7 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0,
 
 
 def _camera_input(cfg) -> str:
-    """Return what the cameras sent: '4, JPEG images (encoder ...:appearance)' or maps."""
+    """Return what the cameras sent: '4, JPEG images (encoder learned:cnn)' or maps."""
     if not cfg.cameras:
         return 'none'
     if cfg.camera_images:

@@ -26,7 +26,7 @@ import numpy as np
 from ..bags.bagio import BagError
 from ..core.pipeline import BevPipeline
 from ..detection.head import CHANNELS_KEY, load_weights
-from ..detection.heads.centerpoint import CenterPointHead, recorded_channels
+from ..detection.heads.centerpoint import CenterPointHead, recorded
 from ..outputs.grid_map import GridMapLayers
 from ..settings.channels import COVERAGE_CHANNEL, LIDAR_CHANNELS, TIME_LAG_CHANNEL
 from ..settings.config import default_params_file, HeadConfig, load_config
@@ -75,7 +75,8 @@ def derive(checkpoint: Path, kept: tuple[str, ...]) -> tuple[CenterPointHead, tu
     Raises ConfigError when the checkpoint records no channels, or when ``kept`` is not its
     channels less some camera channels (in the same order).
     """
-    names = recorded_channels(checkpoint)
+    record = recorded(checkpoint)
+    names = None if record is None else record[0]
     if names is None:
         raise ConfigError(f'{checkpoint}: records no BEV channels ({CHANNELS_KEY}), or cannot '
                           'be read')

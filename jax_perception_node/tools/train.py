@@ -11,11 +11,15 @@ the box's size in output cells, CenterPoint's ``gaussian_radius`` at overlap 0.1
 cells), and in the 3 x 3 cells about the centre cell the offset to it, z, log size and sin/cos
 yaw. Loss: the focal loss of the heatmaps plus 0.25 x the L1 of the regression, per object and
 per taught cell. Random flips of x and y (the pooled centroid mirrored with them) and a random
-intensity scale (:data:`INTENSITY_SCALE`) augment; frames are drawn class-balanced
-(:func:`class_balanced`, as CBGS) unless ``--no-class-balance``; optax AdamW with a warm-up and
-cosine decay.
+intensity scale (``training_set.INTENSITY_SCALE``) augment; frames are drawn
+class-balanced (``training_set.class_balanced``, as CBGS) unless ``--no-class-balance``; optax
+AdamW with a warm-up and cosine decay.
 Camera dropout (issue 29): a sample has all its cameras,
 a random subset or none (``training_set.CameraDropout``), so the head works with them masked.
+When the cameras send images to an encoder with parameters (``encoders.learned``), the encoder
+is trained with the head, end to end through the camera lift (``train_images``), and written
+beside the head (``--encoder-out``); the head records that encoder. ``--init-head`` starts from
+a trained head (fine-tuning) instead of a new one.
 
 A loss that is not finite stops the training (``TrainingError``, naming the step and the
 inputs' extremes), and so do final weights that are not finite: nothing non-finite is ever
@@ -38,11 +42,14 @@ import optax
 
 from .arguments import check_writable, outputs_apart
 from .head_targets import encode_targets, flip_boxes
-from .training_set import CameraDropout, collect, Dataset, read_truth, VARIANTS
+from .train_images import EndToEnd, ImageFrames, make_step as end_to_end_step, samples
+from .training_progress import plot_losses, progress_bar
+from .training_set import CameraDropout, collect, Dataset, draws, read_truth, VARIANTS
 from ..bags import bagio
 from ..core.pipeline import BevPipeline
-from ..detection.head import HeadInput, leaf_names, save_weights
-from ..detection.heads.centerpoint import CenterPointHead, check_input, CLASSES, mirrored
+from ..detection.head import HeadInput, leaf_names, load_weights, save_weights
+from ..detection.heads.centerpoint import (
+    CenterPointHead, check_input, CLASSES, mirrored, validate)
 from ..outputs.grid_map import GridMapLayers
 from ..settings.config import default_params_file, HeadConfig, load_config
 from ..settings.parameters import ConfigError
@@ -52,9 +59,6 @@ DEFAULT_BATCH = 8
 LEARNING_RATE = 3e-3
 WEIGHT_DECAY = 1e-4
 REG_WEIGHT = 0.25          # CenterPoint's weight of the box regression against the heatmap
-# Each sample's intensity is scaled by a log-uniform factor in this range: drivers and units
-# scale it differently (0-255 Velodyne, Ouster's signal, uint8 Autoware clouds).
-INTENSITY_SCALE = (0.5, 2.0)
 
 
 class TrainingError(bagio.BagError):
@@ -109,10 +113,11 @@ def head_loss(model: CenterPointHead, pooled, heat, reg, mask):
     return focal + REG_WEIGHT * l1, (focal, l1)
 
 
-def trainable_mask(model: CenterPointHead):
-    """Return the filter of the trained leaves: all but the input normalization."""
+def trainable_mask(model: CenterPointHead | EndToEnd):
+    """Return the filter of the trained leaves: all but the head's input normalization."""
     mask = jax.tree.map(lambda _: True, model)
-    return eqx.tree_at(lambda m: (m.mean, m.std), mask, replace=(False, False))
+    head = (lambda m: m.head) if isinstance(model, EndToEnd) else (lambda m: m)
+    return eqx.tree_at(lambda m: (head(m).mean, head(m).std), mask, replace=(False, False))
 
 
 def make_step(optimizer, frozen):
@@ -127,30 +132,11 @@ def make_step(optimizer, frozen):
     return step
 
 
-def class_balanced(boxes: list[np.ndarray], classes: int) -> np.ndarray | None:
-    """
-    Return each frame's probability of being drawn, class-balanced; None if one class or none.
-
-    As CBGS (Zhu et al. 2019, CenterPoint's nuScenes training): each class with ground truth
-    gets an equal share of the draws, spread evenly over the frames that contain it; a frame
-    with several classes collects a share from each. Half the draws stay uniform over all
-    frames, so frames without objects (the heatmaps' negatives) are still drawn.
-    """
-    present = np.zeros((len(boxes), classes), bool)
-    for k, frame in enumerate(boxes):
-        ids = np.asarray(frame, np.float64)[:, 8].astype(int)
-        present[k, ids[(ids >= 0) & (ids < classes)]] = True
-    frames = present.sum(axis=0)
-    if np.count_nonzero(frames) < 2:
-        return None
-    share = (present[:, frames > 0] / frames[frames > 0]).sum(axis=1) / np.count_nonzero(frames)
-    return 0.5 * share + 0.5 / len(boxes)
-
-
 def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, seed: int,
           progress=None, learning_rate: float | None = None,
-          dropout: CameraDropout | None = None,
-          balance: bool = False) -> tuple[CenterPointHead, np.ndarray]:
+          dropout: CameraDropout | None = None, balance: bool = False,
+          init: CenterPointHead | None = None, images: ImageFrames | None = None,
+          encoder=None) -> tuple[CenterPointHead | EndToEnd, np.ndarray]:
     """
     Train a head on ``dataset``; return it and the per-step losses float32[steps, 3].
 
@@ -166,12 +152,17 @@ def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, se
     learning_rate: the peak of the schedule (None: ``LEARNING_RATE``).
     dropout: the weights of each sample's camera variant (None: all cameras; a set without
         cameras to drop has all only: ``Dataset.variants``).
-    balance: draw frames class-balanced (:func:`class_balanced`, with replacement) instead of
-        in a random order of passes.
+    balance: draw frames class-balanced (``training_set.class_balanced``, with replacement)
+        instead of in a random order of passes.
+    init: the head to start from, its normalization kept (None: a new head with the
+        dataset's statistics).
+    images, encoder: each frame's camera images and the LoadedEncoder to train with the head,
+        end to end (``train_images``; None: the head alone).
 
     Returns
     -------
-    (the trained CenterPointHead, float32[steps, 3] losses: total, heatmap, regression).
+    (the trained CenterPointHead, or with ``images`` the EndToEnd head and encoder parameters,
+    float32[steps, 3] losses: total, heatmap, regression).
 
     Raises
     ------
@@ -179,34 +170,35 @@ def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, se
     not (the message names the step and the inputs' extremes).
 
     """
-    mean, std = dataset.statistics()
-    model = eqx.tree_at(lambda m: (m.mean, m.std), CenterPointHead.create(channels, seed),
-                        replace=(mean, std))
+    if init is None:
+        mean, std = dataset.statistics()
+        init = eqx.tree_at(lambda m: (m.mean, m.std), CenterPointHead.create(channels, seed),
+                           replace=(mean, std))
+    model = init if images is None else EndToEnd(
+        init, jax.tree.map(jnp.asarray, encoder.params))
     trainable, frozen = eqx.partition(model, trainable_mask(model))
     rate = LEARNING_RATE if learning_rate is None else learning_rate
-    schedule = optax.warmup_cosine_decay_schedule(
-        0.0, rate, min(100, max(steps // 10, 1)), max(steps, 2), rate * 0.02)
-    optimizer = optax.chain(optax.clip_by_global_norm(10.0),
-                            optax.adamw(schedule, weight_decay=WEIGHT_DECAY))
+    optimizer = optax.chain(optax.clip_by_global_norm(10.0), optax.adamw(
+        optax.warmup_cosine_decay_schedule(0.0, rate, min(100, max(steps // 10, 1)),
+                                           max(steps, 2), rate * 0.02),
+        weight_decay=WEIGHT_DECAY))
     opt_state = optimizer.init(trainable)
-    step = make_step(optimizer, frozen)
-    rng = np.random.default_rng(seed)
-    augment = np.random.default_rng([seed, 1])      # apart: rng's draws stay those before
-    weights = dataset.variants(dropout or CameraDropout(0.0))
-    draws = class_balanced(dataset.boxes, len(CLASSES)) if balance else None
-    order: list[int] = []
+    intensity = dataset.names.index('intensity_mean') if images is not None and (
+        'intensity_mean' in dataset.names) else None
+    step = make_step(optimizer, frozen) if images is None else end_to_end_step(
+        optimizer, frozen, encoder.spec.apply, images.stacked_tables(), dataset.cameras,
+        intensity, head_loss)
+    weights = dataset.variants(dropout or CameraDropout(0.0), drawn=images is not None)
     losses = np.zeros((steps, 3), np.float32)
-    for n in range(steps):
-        if draws is not None:
-            order = list(rng.choice(len(draws), batch_size, p=draws))
-        elif len(order) < batch_size:
-            order += list(rng.permutation(len(dataset.pooled)))
-        indices, order = order[:batch_size], order[batch_size:]
-        flips = rng.random((batch_size, 2)) < 0.5
-        # Drawn only with dropout: without, the draws are those of the training before it.
-        variants = rng.choice(len(VARIANTS), batch_size, p=weights) if weights[0] < 1 else None
-        scales = np.exp(augment.uniform(*np.log(INTENSITY_SCALE), batch_size))
-        arrays = batch(dataset, indices, flips, grid, variants, scales)
+    for n, (indices, flips, variants, scales, keep) in enumerate(draws(
+            dataset, steps, batch_size, seed, weights, balance,
+            0 if images is None else len(images.valid[0]))):
+        if images is None:
+            arrays = batch(dataset, indices, flips, grid, variants, scales)
+        else:
+            arrays = samples(dataset, images, indices, flips,
+                             np.zeros(batch_size, int) if variants is None else variants,
+                             scales, keep, targets_of(dataset, grid))
         trainable, opt_state, loss = step(trainable, opt_state, *arrays)
         losses[n] = np.asarray(loss)
         if not np.isfinite(losses[n]).all():
@@ -217,15 +209,27 @@ def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, se
         if progress:
             progress(n + 1, steps, float(losses[n, 0]))
     model = eqx.combine(trainable, frozen)
+    check_finite(model, steps, lambda: _hint(dataset, rate))
+    return model, losses
+
+
+def check_finite(model, steps: int, hint) -> None:
+    """Raise TrainingError naming the first weights of ``model`` that are not finite."""
     arrays = eqx.filter(model, eqx.is_array)
     bad = [name for name, leaf in zip(leaf_names(arrays), jax.tree.leaves(arrays))
            if not np.all(np.isfinite(np.asarray(leaf)))]
     if bad:
         raise TrainingError(
             f'training diverged: after step {steps} the weights {", ".join(bad[:3])}'
-            f'{" ..." if len(bad) > 3 else ""} are not finite (every loss was); '
-            f'{_hint(dataset, rate)}')
-    return model, losses
+            f'{" ..." if len(bad) > 3 else ""} are not finite (every loss was); {hint()}')
+
+
+def targets_of(dataset: Dataset, grid):
+    """Return ``targets(k, flip_x, flip_y)``: frame k's (heatmap, regression, mask), mirrored."""
+    def targets(k: int, flip_x: bool, flip_y: bool):
+        return encode_targets(flip_boxes(dataset.boxes[k], grid, flip_x, flip_y), grid,
+                              dataset.pooled[k].shape[:2], len(CLASSES))
+    return targets
 
 
 def _hint(dataset: Dataset, rate: float) -> str:
@@ -237,62 +241,20 @@ def _hint(dataset: Dataset, rate: float) -> str:
     return f'{hint}; {extremes}' if extremes else hint
 
 
-def progress_bar(stream=sys.stderr, width: int = 30):
-    """Return ``draw(step, steps, loss)``: a text bar with the loss and ETA on ``stream``."""
-    start = time.perf_counter()
-    tty = stream.isatty()
-
-    def draw(done: int, total: int, loss: float) -> None:
-        if not tty and done != total and done % max(total // 10, 1):
-            return
-        elapsed = time.perf_counter() - start
-        eta = elapsed / done * (total - done)
-        filled = int(width * done / max(total, 1))
-        line = (f'[{"#" * filled}{"." * (width - filled)}] step {done}/{total} loss '
-                f'{loss:.3f} {elapsed / done:.2f} s/step ETA {eta // 60:.0f}:{eta % 60:02.0f}')
-        stream.write(('\r' + line) if tty else line + '\n')
-        if tty and done >= total:
-            stream.write('\n')
-        stream.flush()
-    return draw
-
-
-def write_weights(path: Path, params, channel_names: tuple[str, ...] = ()) -> None:
+def write_weights(path: Path, params, channel_names: tuple[str, ...] = (),
+                  encoder: str = '') -> None:
     """
     ``save_weights`` to a temporary file beside ``path``, renamed onto it once complete.
 
-    ``channel_names``: the BEV channels the weights were trained on, recorded in the file.
+    ``channel_names``: the BEV channels the weights were trained on, recorded in the file;
+    ``encoder``: the image encoder trained with them ('': none).
     """
     part = path.with_name(f'.{path.name}.{os.getpid()}.part')
     try:
-        save_weights(part, params, channel_names)
+        save_weights(part, params, channel_names, encoder)
         os.replace(part, path)
     finally:
         part.unlink(missing_ok=True)
-
-
-def plot_losses(losses: np.ndarray, path: Path) -> None:
-    """Write the loss curves (total, heatmap focal, box L1; raw and smoothed); format by suffix."""
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-    steps = np.arange(1, len(losses) + 1)
-    window = max(1, len(losses) // 50)
-    for column, label, color in ((0, 'total', 'black'), (1, 'heatmap (focal)', 'tab:red'),
-                                 (2, 'box regression (L1)', 'tab:blue')):
-        ax.plot(steps, losses[:, column], color=color, alpha=0.2, linewidth=0.8)
-        smooth = np.convolve(losses[:, column], np.ones(window) / window, mode='valid')
-        ax.plot(steps[window - 1:], smooth, color=color, label=label)
-    ax.set_yscale('log')
-    ax.set_xlabel('step')
-    ax.set_ylabel('loss')
-    ax.set_title('CenterPoint vehicle head: training loss')
-    ax.grid(True, which='both', alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
 
 
 # -- command line ----------------------------------------------------------------------------
@@ -358,6 +320,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              ': every frame once per pass')
     parser.add_argument('--png', type=_picture_file, metavar='FILE',
                         help='the loss curve picture (default: WEIGHTS with _loss.png)')
+    parser.add_argument('--init-head', metavar='WEIGHTS',
+                        help='start from this head checkpoint, its input normalization kept '
+                             '(default: a new head)')
+    parser.add_argument('--encoder-out', metavar='WEIGHTS',
+                        help='where an image encoder with parameters, trained with the head '
+                             'end to end, is written (default: WEIGHTS with _encoder.npz)')
+    parser.add_argument('--untrained-encoder', action='store_true',
+                        help="start that encoder from its factory's parameters, not from "
+                             "encoder.weights (the shipped ones for '')")
+
+
+def initial_head(path: str, channels: int) -> CenterPointHead:
+    """Return the head of checkpoint ``path`` (``--init-head``) for ``channels``; ConfigError."""
+    params, static = eqx.partition(CenterPointHead.create(channels), eqx.is_array)
+    loaded = load_weights(Path(os.path.expanduser(path)), jax.tree.map(np.asarray, params),
+                          validate, key='--init-head')
+    return eqx.combine(jax.tree.map(jnp.asarray, loaded), static)
 
 
 def cmd_train(args, stream=sys.stderr) -> int:
@@ -365,53 +344,78 @@ def cmd_train(args, stream=sys.stderr) -> int:
     start = time.perf_counter()
     out = Path(args.out)
     png = Path(args.png) if args.png else out.with_name(out.stem + '_loss.png')
-    # Before the work: an output that cannot be made, or one over a training bag, loses it.
-    check_writable(args.out, '--out', folder=False)
-    picture = '--png' if args.png else 'the loss picture (WEIGHTS_loss.png)'
-    check_writable(str(png), picture, folder=False)
-    outputs_apart(args.bags, {'--out': args.out, picture: str(png)})
     cfg = load_config(args.params or default_params_file())
     cfg = replace(cfg, head=HeadConfig(), output_bev_features=True)   # the BEV, no head
     grid = cfg.grid
     pipe = BevPipeline(cfg)
     check_input(HeadInput(grid.height, grid.width, pipe.output_channels, grid.resolution))
+    encoder = pipe.encoder if pipe.encoder and jax.tree.leaves(pipe.encoder.params) else None
+    encoder_out = Path(args.encoder_out or out.with_name(out.stem + '_encoder.npz'))
+    # Before the work: an output that cannot be made, or one over a training bag, loses it.
+    picture = '--png' if args.png else 'the loss picture (WEIGHTS_loss.png)'
+    outputs = {'--out': args.out, '--encoder-out': str(encoder_out), picture: str(png)}
+    if encoder is None:
+        del outputs['--encoder-out']
+    for option, path in outputs.items():
+        check_writable(path, option, folder=False)
+    outputs_apart(args.bags, outputs)
     for src in args.bags:      # refuse a bag without ground truth before the warm-up
         reader = bagio.open_reader(src)
         try:
             read_truth(reader, src)
         finally:
             reader.close()
+    init = initial_head(args.init_head, pipe.output_channels) if args.init_head else None
+    if encoder is not None and args.untrained_encoder:
+        encoder = replace(encoder, params=jax.tree.map(np.asarray, encoder.spec.params))
     pipe.warmup()
     names = GridMapLayers.for_pipeline(cfg, pipe).names
     dataset = Dataset.of(cfg, pipe, names)
+    if encoder is not None and dataset.cameras is None:
+        raise ConfigError('encoder.module: its parameters are trained through the camera lift, '
+                          "which fusion.weights projects away; set fusion.weights_file: ''")
     dropout = CameraDropout(args.camera_dropout, args.drop_all_cameras)
-    collect(args.bags, cfg, pipe, dataset, stream, dropout, args.seed)
+    images = ImageFrames(pipe) if encoder is not None else None
+    collect(args.bags, cfg, pipe, dataset, stream, None if images else dropout, args.seed,
+            images)
     if not dataset.pooled:
         raise bagio.BagError('no LiDAR frame with ground truth at its stamp in '
                              f'{", ".join(map(str, args.bags))}')
-    collected = time.perf_counter()
     stream.write(f'{len(dataset.pooled)} frames, {sum(len(b) for b in dataset.boxes)} boxes, '
-                 f'collected in {collected - start:.0f} s; '
-                 f'{dataset.describe_dropout(cfg, pipe.projected, dropout)}; '
-                 f'training {args.steps} steps of {args.batch}\n')
+                 f'collected in {time.perf_counter() - start:.0f} s; '
+                 f'{dataset.describe_dropout(cfg, pipe.projected, dropout, bool(images))}; '
+                 + (f'the encoder {encoder.name} trained with the head end to end; '
+                    if encoder else '') + f'training {args.steps} steps of {args.batch}\n')
     try:
         model, losses = train(dataset, grid, pipe.output_channels, args.steps, args.batch,
                               args.seed, progress_bar(stream), dropout=dropout,
-                              balance=args.class_balance)
+                              balance=args.class_balance, init=init, images=images,
+                              encoder=encoder)
     except TrainingError as exc:
         if stream.isatty():
             stream.write('\n')        # end the progress bar's line
         raise TrainingError(f'{exc}; nothing written to {out}') from None
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_weights(out, eqx.partition(model, eqx.is_array)[0], tuple(names))
-        png.parent.mkdir(parents=True, exist_ok=True)
-        plot_losses(losses, png)
-    except OSError as exc:
-        raise ConfigError(f'head.weights: cannot write {out} or {png}: '
-                          f'{exc.strerror or exc}') from None
+    written = write_outputs(model, losses, names, outputs, encoder)
     k = max(1, min(20, len(losses) // 10))
     stream.write(f'loss {losses[:k, 0].mean():.3f} -> {losses[-k:, 0].mean():.3f} '
                  f'(mean of the first and last {k} steps); {time.perf_counter() - start:.0f} s '
-                 f'in all; wrote {out} and {png}\n')
+                 f'in all; wrote {written}\n')
     return 0
+
+
+def write_outputs(model, losses: np.ndarray, names, outputs: dict[str, str], encoder) -> str:
+    """Write the head, an encoder trained with it and the loss picture (``outputs``' order)."""
+    head = model.head if encoder is not None else model
+    paths = [Path(path) for path in outputs.values()]
+    try:
+        for path in paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        write_weights(paths[0], eqx.partition(head, eqx.is_array)[0], tuple(names),
+                      encoder.name if encoder else '')
+        if encoder is not None:
+            write_weights(paths[1], jax.tree.map(np.asarray, model.encoder))
+        plot_losses(losses, paths[-1])
+    except OSError as exc:
+        raise ConfigError(f'head.weights: cannot write {" or ".join(map(str, paths))}: '
+                          f'{exc.strerror or exc}') from None
+    return ', '.join(map(str, paths[:-1])) + f' and {paths[-1]}'

@@ -26,6 +26,10 @@ pooled BEV with those zeroed (made when drawn, never stored). Both equal what
 ``BevPipeline.process`` gives with those cameras left out, bit for bit (tested). A BEV without
 cameras, or projected by ``fusion.weights`` (no camera channel to drop), has the one variant.
 
+What each training step takes from the set is drawn here too (:func:`draws`): the frames
+(class-balanced, :func:`class_balanced`, or in passes), their mirrors, camera variants and
+intensity scales.
+
 A sample drive records its seed in its metadata.yaml (``bagio.SAMPLE_SEED_KEY``); one of a
 seed below ``FIRST_TRAINING_SEED`` is held out for tests, the demo and evaluation, and refused,
 whether named by its folder or by its .mcap (``bagio.custom_data``). A bag without that record
@@ -55,6 +59,9 @@ UNIT_TOLERANCE = 0.01      # |norm - 1| of a box's orientation quaternion (modul
 BOX_COLUMNS = ('x', 'y', 'z', 'length', 'width', 'height')    # the box values a target uses
 VARIANTS = ('all', 'subset', 'none')    # the cameras of a frame's BEV variants (module doc)
 KEEP_CAMERA = 0.5          # the subset variant keeps each camera with this probability
+# Each sample's intensity is scaled by a log-uniform factor in this range: drivers and units
+# scale it differently (0-255 Velodyne, Ouster's signal, uint8 Autoware clouds).
+INTENSITY_SCALE = (0.5, 2.0)
 
 
 @dataclass(frozen=True)
@@ -125,10 +132,14 @@ class Dataset:
         self.boxes.append(boxes)
         self.origins.append(origin)
 
-    def variants(self, dropout: CameraDropout) -> np.ndarray:
-        """Return the probabilities of ``VARIANTS`` (all cameras only where none can drop)."""
+    def variants(self, dropout: CameraDropout, drawn: bool = False) -> np.ndarray:
+        """
+        Return the probabilities of ``VARIANTS`` (all cameras only where none can drop).
+
+        ``drawn``: the subset variant is drawn per sample (end to end), not stored.
+        """
         weights = np.asarray(dropout.weights if self.cameras is not None else (1.0, 0.0, 0.0))
-        if not self.subset:
+        if not (self.subset or drawn):
             weights[1] = 0.0
         return weights / weights.sum() if weights.sum() > 0 else np.array([1.0, 0.0, 0.0])
 
@@ -147,13 +158,14 @@ class Dataset:
             pooled[..., self.channels + self.cameras:2 * self.channels] = 0.0
         return pooled
 
-    def describe_dropout(self, cfg, projected: bool, dropout: CameraDropout) -> str:
+    def describe_dropout(self, cfg, projected: bool, dropout: CameraDropout,
+                         drawn: bool = False) -> str:
         """Say the samples' camera variants: their weights, or why there are none."""
         if not cfg.cameras:
             return 'no cameras to drop'
         if projected:
             return 'no camera dropout (fusion.weights projects the camera channels away)'
-        weights = self.variants(dropout)
+        weights = self.variants(dropout, drawn)
         if weights[0] == 1.0:
             return 'no camera dropout'
         return 'samples with ' + ', '.join(f'{name} cameras {w:.2g}' for name, w in
@@ -215,10 +227,10 @@ class _Collect(BagFrames):
     picture = False
 
     def __init__(self, path: FramePath, truth: dict, dataset: Dataset, pool, total: int,
-                 src: str = '', subset: SubsetLift | None = None):
+                 src: str = '', subset: SubsetLift | None = None, images=None):
         super().__init__(path, ReplayResult(), total)
         self.truth, self.dataset, self.pool, self.src = truth, dataset, pool, src
-        self.subset = subset
+        self.subset, self.images = subset, images
 
     def write(self, frame, timestamp: int) -> None:
         """Pair the frame with the ground truth of its stamp and keep it (BagError: non-finite)."""
@@ -241,6 +253,8 @@ class _Collect(BagFrames):
             dropped = self.subset(features)
             subset = pooled if dropped is None else np.asarray(self.pool(dropped))
         self.dataset.add(features, pooled, boxes, (str(self.src), frame.stamp_ns), subset)
+        if self.images is not None:
+            self.images(str(self.src))
 
 
 def read_truth(reader, src) -> tuple[dict[int, np.ndarray], Counter]:
@@ -318,12 +332,13 @@ def _text(values) -> str:
 
 
 def collect(bags, cfg, pipe: BevPipeline, dataset: Dataset, stream=sys.stderr,
-            dropout: CameraDropout | None = None, seed: int = 0) -> None:
+            dropout: CameraDropout | None = None, seed: int = 0, images=None) -> None:
     """
     Replay every bag through ``pipe`` (warmed, no head) into ``dataset``.
 
     With ``dropout`` (its subset variant weighted) and a dataset whose cameras can be dropped,
-    each frame's subset variant is kept too, drawn with ``seed``.
+    each frame's subset variant is kept too, drawn with ``seed``. ``images``
+    (``train_images.ImageFrames``), if any, is called with the bag after each frame is kept.
     """
     head = CenterPointHead.create(pipe.output_channels)
     pool = jax.jit(lambda bev: head.pool(bev))   # as the head pools at run time: unbatched
@@ -338,7 +353,7 @@ def collect(bags, cfg, pipe: BevPipeline, dataset: Dataset, stream=sys.stderr,
             truth, left_out = read_truth(reader, src)
             pipe.reset_sweeps()
             collector = _Collect(FramePath(cfg, pipe), truth, dataset, pool, total, src,
-                                 subset)
+                                 subset, images)
             collector.run(reader, types, topics, None)
         finally:
             reader.close()
@@ -348,3 +363,53 @@ def collect(bags, cfg, pipe: BevPipeline, dataset: Dataset, stream=sys.stderr,
                      + ''.join(f', {k} {name!r} boxes left out' for name, k in left_out.items())
                      + '\n')
         stream.flush()
+
+
+# -- the draws of a training ---------------------------------------------------------------
+
+
+def class_balanced(boxes: list[np.ndarray], classes: int) -> np.ndarray | None:
+    """
+    Return each frame's probability of being drawn, class-balanced; None if one class or none.
+
+    As CBGS (Zhu et al. 2019, CenterPoint's nuScenes training): each class with ground truth
+    gets an equal share of the draws, spread evenly over the frames that contain it; a frame
+    with several classes collects a share from each. Half the draws stay uniform over all
+    frames, so frames without objects (the heatmaps' negatives) are still drawn.
+    """
+    present = np.zeros((len(boxes), classes), bool)
+    for k, frame in enumerate(boxes):
+        ids = np.asarray(frame, np.float64)[:, 8].astype(int)
+        present[k, ids[(ids >= 0) & (ids < classes)]] = True
+    frames = present.sum(axis=0)
+    if np.count_nonzero(frames) < 2:
+        return None
+    share = (present[:, frames > 0] / frames[frames > 0]).sum(axis=1) / np.count_nonzero(frames)
+    return 0.5 * share + 0.5 / len(boxes)
+
+
+def draws(dataset: Dataset, steps: int, batch_size: int, seed: int, weights, balance: bool,
+          cameras: int = 0):
+    """
+    Yield each step's frames, (x, y) flips, camera variants, intensity scales, cameras kept.
+
+    The variants (indices into ``VARIANTS`` drawn with ``weights``) are None without dropout;
+    the kept cameras bool[B, ``cameras``] (each with probability ``KEEP_CAMERA``) are drawn
+    only for ``cameras`` > 0, the end-to-end training's subset variant.
+    """
+    rng = np.random.default_rng(seed)
+    augment = np.random.default_rng([seed, 1])      # apart: rng's draws stay those before
+    frames = class_balanced(dataset.boxes, len(CLASSES)) if balance else None
+    order: list[int] = []
+    for _ in range(steps):
+        if frames is not None:
+            order = list(rng.choice(len(frames), batch_size, p=frames))
+        elif len(order) < batch_size:
+            order += list(rng.permutation(len(dataset.pooled)))
+        indices, order = order[:batch_size], order[batch_size:]
+        flips = rng.random((batch_size, 2)) < 0.5
+        # Drawn only with dropout: without, the draws are those of the training before it.
+        variants = rng.choice(len(VARIANTS), batch_size, p=weights) if weights[0] < 1 else None
+        scales = np.exp(augment.uniform(*np.log(INTENSITY_SCALE), batch_size))
+        keep = augment.random((batch_size, cameras)) < KEEP_CAMERA if cameras else None
+        yield indices, flips, variants, scales, keep

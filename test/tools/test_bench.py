@@ -268,6 +268,9 @@ def test_bench_tiny_run(tmp_path, capsys):
     assert images['images_over_lidar'] == pytest.approx(
         images['frame_ms']['images'] / images['frame_ms']['lidar'], rel=0.01, abs=0.01)
     assert images['encoder']['torch_max_abs_diff'] <= 1e-4     # checked before it was timed
+    assert images['learned_encoder']['torch_max_abs_diff'] <= 1e-4
+    assert images['learned_over_lidar'] == pytest.approx(
+        images['frame_ms']['learned'] / images['frame_ms']['lidar'], rel=0.01, abs=0.01)
     assert [r['name'] for r in images['decode']] == [case[0] for case in bench_images.CASES]
     assert all(_number(r['ms']) and r['ms'] > 0 for r in images['decode'])
     assert '## 11. Cameras as images' in printed

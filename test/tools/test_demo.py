@@ -26,8 +26,8 @@ def test_demo_runs_and_writes_the_report(tmp_path, capsys):
                 if line.startswith('| ') and line.count('|') == 3)
     rows = {k.strip(): v.strip() for k, v in rows.items()}
     assert rows['LiDAR frames in the bag'] == '15'
-    # By default the cameras send the drive's JPEGs, encoded in the node.
-    assert rows['cameras'] == '4, JPEG images (encoder pooled:appearance)'
+    # By default the cameras send the drive's JPEGs, encoded in the node by the learned encoder.
+    assert rows['cameras'] == '4, JPEG images (encoder learned:cnn)'
     assert len(list(out.glob('sample_drive_1.5s_*_jpeg'))) == 1
     assert rows['compiles after warm-up'] == '0'
     # Accounting, not a rate: played in real time on a shared machine, the node may drop

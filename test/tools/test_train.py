@@ -22,7 +22,7 @@ from jax_perception_node.settings.channels import COVERAGE_CHANNEL, lidar_channe
 from jax_perception_node.settings.config import config_from_parameters
 from jax_perception_node.settings.param_file import write_param_file
 from jax_perception_node.settings.parameters import REFERENCE_HEAD
-from jax_perception_node.tools import head_targets, train, training_set
+from jax_perception_node.tools import head_targets, train, training_progress, training_set
 from jax_perception_node.tools.cli import main
 from jax_perception_node.tools.synthetic_drive import write_sample_bag
 import numpy as np
@@ -306,6 +306,14 @@ def test_the_sampler_draws_the_variants_with_their_weights(camera_dataset, camer
     assert list(lidar_only.variants(training_set.CameraDropout())) == [1.0, 0.0, 0.0]
 
 
+def test_the_progress_bar_shows_the_eta_in_minutes_and_whole_seconds(monkeypatch):
+    clock = iter([0.0, 59.9 / 2])      # one of three steps took 29.95 s: 59.9 s to go
+    monkeypatch.setattr(training_progress.time, 'perf_counter', lambda: next(clock))
+    out = io.StringIO()
+    training_progress.progress_bar(out)(1, 3, 1.5)
+    assert out.getvalue().rstrip().endswith('loss 1.500 29.95 s/step ETA 1:00')
+
+
 def test_class_balanced_draws_give_each_class_an_equal_share():
     def frame(*classes):
         rows = np.zeros((len(classes), 9), np.float32)
@@ -314,12 +322,12 @@ def test_class_balanced_draws_give_each_class_an_equal_share():
     # car in frames 0-3, pedestrian in 3, cyclist in 4; frame 5 empty; a class id out of range
     # (a class the head does not learn) is no class.
     boxes = [frame(0, 0), frame(0), frame(0), frame(0, 2), frame(3, 7), frame()]
-    p = train.class_balanced(boxes, 4)
+    p = training_set.class_balanced(boxes, 4)
     # Each of the 3 classes present: 1/3 of the balanced half, over its frames; half uniform.
     third = 1.0 / 3.0
     want = np.array([third / 4, third / 4, third / 4, third / 4 + third, third, 0.0])
     np.testing.assert_allclose(p, 0.5 * want + 0.5 / 6)
-    assert train.class_balanced([frame(0), frame(0, 0)], 4) is None     # one class: uniform
+    assert training_set.class_balanced([frame(0), frame(0, 0)], 4) is None     # one class: uniform
 
 
 def test_training_draws_frames_class_balanced(dataset, drive, monkeypatch):
@@ -334,7 +342,7 @@ def test_training_draws_frames_class_balanced(dataset, drive, monkeypatch):
     monkeypatch.setattr(train, 'make_step', lambda optimizer, frozen: (
         lambda t, state, *arrays: (t, state, np.ones(3, np.float32))))
     channels = dataset.channels
-    want = train.class_balanced(dataset.boxes, len(centerpoint.CLASSES))
+    want = training_set.class_balanced(dataset.boxes, len(centerpoint.CLASSES))
     assert want is not None and want.std() > 0.1 / len(want)
     train.train(dataset, grid, channels, 150, 8, 3, balance=True)
     counts = np.bincount(drawn, minlength=len(want))
@@ -721,7 +729,7 @@ def test_a_failed_weights_write_leaves_no_partial_file(drive, tmp_path, capsys, 
     params_file, bag, _ = drive
     save_weights = train.save_weights
 
-    def disk_full(path, params, channel_names=()):
+    def disk_full(path, params, *record):
         with open(path, 'wb') as f:
             f.write(b'PK\x03\x04 half a zip')
         raise OSError(errno.ENOSPC, 'No space left on device')

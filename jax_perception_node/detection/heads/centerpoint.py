@@ -28,8 +28,10 @@ The parameters are the arrays of the Equinox module (``eqx.partition(model, eqx.
 
 The head ships one checkpoint per BEV layout the shipped parameters make (issue 29): with the
 cameras (:data:`WEIGHTS`, 15 channels) and LiDAR-only, ``cameras.names: []``
-(:data:`LIDAR_WEIGHTS`, 7 channels). Each records the channels it was trained for, and
-``object_head`` takes the one whose record is the BEV's layout (:func:`shipped_weights`).
+(:data:`LIDAR_WEIGHTS`, 7 channels), and one trained end to end with the learned image
+encoder (:data:`CNN_WEIGHTS`, ``encoders.learned``; 15 channels). Each records the channels it
+was trained for, the last also its encoder, and ``object_head`` takes the one whose record is
+the BEV's layout and encoder (:func:`shipped_weights`).
 """
 
 from pathlib import Path
@@ -41,6 +43,7 @@ import numpy as np
 
 from ..boxes import OBJECT_CLASSES
 from ..head import CHANNELS_KEY, HeadInput, HeadSpec
+from ..plugin import ENCODER_KEY
 from ...settings.parameters import ConfigError
 
 STRIDE = 4
@@ -56,6 +59,7 @@ OUTPUTS = (('heatmap', len(CLASSES)), ('offset', 2), ('z', 1), ('size', 3), ('ya
 HEATMAP_PRIOR = 0.1        # initial score everywhere: bias log(p / (1 - p)) = -2.19
 WEIGHTS = Path(__file__).with_name('centerpoint_objects.npz')             # with the cameras
 LIDAR_WEIGHTS = Path(__file__).with_name('centerpoint_objects_lidar.npz')   # cameras.names: []
+CNN_WEIGHTS = Path(__file__).with_name('centerpoint_objects_cnn.npz')   # encoders.learned
 
 
 class Conv(eqx.Module):
@@ -288,14 +292,20 @@ def checkpoint_channels(params: CenterPointHead) -> int:
     return int(np.shape(params.mean)[0])
 
 
-def recorded_channels(path: Path) -> tuple[str, ...] | None:
-    """Return the BEV channels a shipped checkpoint records; None if absent or unreadable."""
+def recorded(path: Path) -> tuple[tuple[str, ...], str] | None:
+    """
+    Return (BEV channels, image encoder) a shipped checkpoint records; None if unreadable.
+
+    The encoder is '' where none is recorded (trained on feature maps or on a weight-free
+    encoder's features, which they equal).
+    """
     try:
         with np.load(path, allow_pickle=False) as arrays:
             names = arrays[CHANNELS_KEY]
+            encoder = str(arrays[ENCODER_KEY]) if ENCODER_KEY in arrays.files else ''
     except Exception:               # absent (not trained yet) or damaged: not a candidate
         return None
-    return tuple(str(name) for name in names) if names.ndim == 1 else None
+    return (tuple(str(name) for name in names), encoder) if names.ndim == 1 else None
 
 
 def shipped_weights(head_input: HeadInput) -> Path:
@@ -303,19 +313,23 @@ def shipped_weights(head_input: HeadInput) -> Path:
     Return the shipped checkpoint for the BEV of ``head_input``: the one trained for it.
 
     The checkpoint whose recorded channels are the BEV's names (where the pipeline names them,
-    else its channel count): :data:`WEIGHTS` or :data:`LIDAR_WEIGHTS`. When none is, one of
-    the BEV's channel count if there is one (its channels then differ by name), else
-    :data:`WEIGHTS`: the loader refuses it in one line naming head.module, the layout it was
-    trained for and the BEV's.
+    else its channel count) and whose recorded encoder is ``head_input.encoder``, else one
+    with those channels that records no encoder: :data:`WEIGHTS`, :data:`LIDAR_WEIGHTS` or
+    :data:`CNN_WEIGHTS`. When none is, one of the BEV's channel count if there is one (its
+    channels then differ by name), else :data:`WEIGHTS`: the loader refuses it in one line
+    naming head.module, the layout it was trained for and the BEV's.
     """
     names = head_input.channel_names
     named = len(names) == head_input.channels
-    layouts = [(path, recorded_channels(path)) for path in (WEIGHTS, LIDAR_WEIGHTS)]
-    layouts = [(path, record) for path, record in layouts if record is not None]
-    for path, record in layouts:
-        if (record == names) if named else len(record) == head_input.channels:
-            return path
-    return next((path for path, record in layouts if len(record) == head_input.channels),
+    layouts = [(path, recorded(path)) for path in (WEIGHTS, LIDAR_WEIGHTS, CNN_WEIGHTS)]
+    layouts = [(path, *record) for path, record in layouts if record is not None]
+    fitting = [(path, encoder) for path, record, encoder in layouts
+               if ((record == names) if named else len(record) == head_input.channels)]
+    for wanted in (head_input.encoder, ''):
+        match = next((path for path, encoder in fitting if encoder == wanted), None)
+        if match is not None:
+            return match
+    return next((path for path, record, _ in layouts if len(record) == head_input.channels),
                 WEIGHTS)
 
 

@@ -38,10 +38,14 @@ def image_part(results: dict) -> list[str]:
              f'| {images["cameras"]} cameras, feature maps | {ms["features"]} | '
              f'{images["features_over_lidar"]} |',
              f'| {images["cameras"]} cameras, JPEG {images["image"]} (host decode, appearance '
-             f'encoder, lift) | {ms["images"]} | {images["images_over_lidar"]} |', '',
-             f'Encoder alone on the {images["cameras"]} images: JAX {enc["jax_ms"]} ms'
-             + (f', PyTorch eager {enc["torch_ms"]} ms (same output within '
-                f'{enc["torch_max_abs_diff"]:.2g})' if 'torch_ms' in enc else '') + '.', '',
+             f'encoder, lift) | {ms["images"]} | {images["images_over_lidar"]} |',
+             f'| {images["cameras"]} cameras, JPEG {images["image"]} (host decode, learned '
+             f'encoder, lift) | {ms["learned"]} | {images["learned_over_lidar"]} |', '',
+             *(f'{what} encoder alone on the {images["cameras"]} images: JAX {e["jax_ms"]} ms'
+               + (f', PyTorch eager {e["torch_ms"]} ms (same output within '
+                  f'{e["torch_max_abs_diff"]:.2g})' if 'torch_ms' in e else '') + '.'
+               for what, e in (('Appearance', enc), ('Learned', images['learned_encoder']))),
+             '',
              '| host decode, one frame | cameras | source | encoder input | transport | scaled '
              '| ms |', '|---|---:|---|---|---|---|---:|']
     for r in images['decode']:
