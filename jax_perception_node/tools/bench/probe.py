@@ -9,6 +9,11 @@ import numpy as np
 
 from .ros_processes import cloud_message, latency_record, set_stamp, spin_in_thread
 
+# How long a stopped process's subscription may stay visible. It normally leaves at once, but
+# when its goodbye to the graph is lost (best-effort discovery traffic on a loaded machine) it
+# stays until its participant lease runs out: 20 s by Fast DDS's default.
+GONE_TIMEOUT_S = 30.0
+
 
 class Probe:
     """
@@ -54,7 +59,7 @@ class Probe:
             time.sleep(poll_s)
         return time.perf_counter()
 
-    def wait_gone(self, timeout_s: float = 15.0) -> bool:
+    def wait_gone(self, timeout_s: float = GONE_TIMEOUT_S) -> bool:
         """
         Block until nothing subscribes to the cloud input (a stopped node has left the graph).
 

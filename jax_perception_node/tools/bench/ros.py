@@ -75,8 +75,10 @@ class RosBench:
 
     def wait_gone(self) -> None:
         """Wait until no stopped node's cloud subscription is visible any more."""
+        from .probe import GONE_TIMEOUT_S
         if not self.probe.wait_gone():
-            raise BenchError('a stopped node still subscribes to the cloud topic after 15 s; '
+            raise BenchError('a stopped node still subscribes to the cloud topic after '
+                             f'{GONE_TIMEOUT_S:g} s; '
                              'is another node running in this ROS domain?')
 
     def node_argv(self) -> list[str]:
