@@ -76,10 +76,10 @@ def derive(checkpoint: Path, kept: tuple[str, ...]) -> tuple[CenterPointHead, tu
     channels less some camera channels (in the same order).
     """
     record = recorded(checkpoint)
-    names = None if record is None else record[0]
-    if names is None:
+    if record is None:
         raise ConfigError(f'{checkpoint}: records no BEV channels ({CHANNELS_KEY}), or cannot '
                           'be read')
+    names = record[0]
     lidar = set(LIDAR_CHANNELS) | {TIME_LAG_CHANNEL, COVERAGE_CHANNEL}
     dropped = [name for name in names if name not in kept]
     if [name for name in names if name in kept] != list(kept) or lidar & set(dropped):
