@@ -145,10 +145,11 @@ class Bond:
     def _on_peer_break(self, instance_id: str) -> None:
         if self.state == DYING:
             self.log.info(f'bond "{self.id}" broken cleanly: the lifecycle manager answered')
-        else:       # the peer broke it first: acknowledge, as bondcpp does
-            self._publish(False)
+        else:       # the peer broke it first: acknowledge, as bondcpp does (logged first,
+            # so whoever sees the answer finds the line in the log)
             self.log.warning(f'bond "{self.id}" broken by the lifecycle manager ({instance_id});'
                              ' still serving, no heartbeats until the next activation')
+            self._publish(False)
         self._die()
 
     def _on_heartbeat(self) -> None:

@@ -9,16 +9,11 @@ that map onto the ROS 2 lifecycle: ``declare`` (parameters and the parameter cal
 Latest wins, the worker thread, live parameters and the health rules: docs/design.md ("One
 frame, end to end") and docs/users.md.
 
-Several LiDARs (``lidars.names``): each on ``~/input/<name>/pointcloud``; their clouds are
-grouped into sets (``frames/lidar_sets.py``) in the executor thread, under the lock, on the
-monotonic clock. A set is closed when it holds every LiDAR, or by the worker once its wait
-(``sync.max_lidar_delay_s`` after its first cloud) has ended: the worker waits for the wake
-event no longer than that deadline, so no timer is needed. A closed set is the pending item
-(latest wins, as a single cloud is). Its frame's ``total_ms`` counts from when the set was
-closed, not from its first cloud (``age_ms``, publish time minus the set's stamp, includes the
-wait); the outputs are stamped with the set's stamp, its oldest cloud's.
+Several LiDARs (``lidars.names``, sets closed by the worker) and images decoded on a pool
+(``frames/camera_decode_pool.py``): docs/design.md ("Several LiDARs", "One frame, end to end").
 """
 
+import functools
 import threading
 import time
 
@@ -27,15 +22,17 @@ from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
+from sensor_msgs.msg import CameraInfo, PointCloud2
 from std_msgs.msg import Header
 from tf2_msgs.msg import TFMessage
 
+from .camera_inputs import subscribe_cameras
 from .frame_warnings import warn_frame
 from .health import assess, CloudTimes, count_names, frame_counts, RecentLatency
 from .node_outputs import FrameOutputs
 from .node_params import declare_parameters, read_parameters
 from ..core.pipeline import BevPipeline
+from ..frames.camera_decode_pool import CameraDecodePool
 from ..frames.frame_path import FramePath, uses_tf
 from ..frames.latency import format_value, LatencyWindow
 from ..frames.lidar_sets import LidarSet, LidarSets
@@ -76,7 +73,7 @@ class PerceptionCore:
         self._sets: LidarSets | None = None  # with lidars.names: the sets being collected
         self._late = 0                       # ``self._sets.late`` already counted
         self._wake, self._stop = threading.Event(), threading.Event()
-        self._worker = self._timer = None
+        self._worker = self._timer = self._decoders = None
         self._subscriptions, self._diagnostics_pub = [], None
         self._tf_subscriptions = []
 
@@ -107,6 +104,7 @@ class PerceptionCore:
             self.log.warning(f'executable store: {refusal}')
         self.values, self.cfg, self.pipe = values, cfg, pipe
         self.path = FramePath(cfg, pipe)
+        self._decoders = CameraDecodePool() if cfg.camera_images else None    # maps: inline
         names = tuple(lidar.name for lidar in cfg.lidars)
         with self._lock:
             self._sets = LidarSets(names, cfg.lidar_stamp_tolerance_s,
@@ -135,18 +133,8 @@ class PerceptionCore:
                 PointCloud2, f'~/input/{name}/pointcloud',
                 lambda msg, name=name: self._on_lidar_cloud(name, msg), qos_profile_sensor_data)
             for name in self._sets.names]
-        # image_transport's names: raw on .../image, the compressed transport beside it.
-        inputs = (((Image, 'image'), (CompressedImage, 'image/compressed'))
-                  if self.cfg.camera_images else ((Image, 'features'),))
-        for name in self.pipe.camera_names:
-            # Sensor-data QoS matches reliable and best-effort camera drivers alike.
-            subs += [node.create_subscription(
-                kind, f'~/input/camera/{name}/{topic}',
-                lambda msg, name=name: self._on_features(name, msg), qos_profile_sensor_data)
-                for kind, topic in inputs]
-            subs.append(node.create_subscription(
-                CameraInfo, f'~/input/camera/{name}/camera_info',
-                lambda msg, name=name: self._on_camera_info(name, msg), qos_profile_sensor_data))
+        subs += subscribe_cameras(node, self.pipe.camera_names, self.cfg.camera_images,
+                                  self._on_features, self._on_camera_info)
         # Accumulation and deskew take the ego motion from it with pose_source odometry (live,
         # as are lidar.time_field and lidar.deskew: so always). Sensor-data QoS matches reliable
         # and best-effort publishers alike.
@@ -193,6 +181,9 @@ class PerceptionCore:
         self._destroy_publisher(self._diagnostics_pub)
         self.outputs = self._diagnostics_pub = None
         self.pipe = self.path = self.window = None
+        if self._decoders is not None:
+            self._decoders.close()
+            self._decoders = None
         with self._lock:
             self._sets = None
 
@@ -330,12 +321,17 @@ class PerceptionCore:
                    'rejected_transforms', '/tf_static' if static else '/tf', TransformError)
 
     def _on_features(self, name: str, msg) -> None:
-        """Take a feature map, or with ``input: image`` an Image or CompressedImage."""
-        what = 'image' if self.cfg.camera_images else 'feature map'    # counted as maps
-        jumped = self._take(lambda: self.path.add_features(name, msg), 'feature_maps_received',
-                            'rejected_feature_maps', f'camera {name}: {what} rejected',
-                            FeatureMapError)
-        if jumped:
+        """Take a feature map, or (decoded on the pool) an Image or CompressedImage."""
+        take = functools.partial(self._take_features, self.path, name, msg)
+        if self._decoders is None:
+            take()
+        else:
+            self._decoders.submit(name, take)
+
+    def _take_features(self, path: FramePath, name: str, msg) -> None:
+        what = 'image' if path.cfg.camera_images else 'feature map'    # counted as maps
+        if self._take(lambda: path.add_features(name, msg), 'feature_maps_received',
+                      'rejected_feature_maps', f'camera {name}: {what} rejected', FeatureMapError):
             self.log.info(f'camera {name}: stamp went backwards, its buffer was reset')
 
     def _take(self, accept, taken: str, refused: str, what: str, error: type):
@@ -345,6 +341,9 @@ class PerceptionCore:
         except error as exc:
             self._count(refused)
             self.log.warning(f'{what}: {exc}', throttle_duration_sec=2.0)
+            return None
+        except Exception as exc:    # noqa: B902 - a bug taking one message: said, serve on
+            self.log.error(f'{what}: unexpected error {exc!r}')
             return None
         self._count(taken)
         return result
@@ -386,6 +385,8 @@ class PerceptionCore:
         return min(IDLE_WAIT_S, max(0.0, end - time.monotonic()))
 
     def _process(self, clouds: PointCloud2 | LidarSet, arrived: float) -> None:
+        if self._decoders is not None:
+            self._decoders.wait()       # the images that arrived before are in the buffers
         now_ns = self.node.get_clock().now().nanoseconds
         several = isinstance(clouds, LidarSet)
         try:

@@ -273,6 +273,7 @@ def test_bench_tiny_run(tmp_path, capsys):
         images['frame_ms']['learned'] / images['frame_ms']['lidar'], rel=0.01, abs=0.01)
     assert [r['name'] for r in images['decode']] == [case[0] for case in bench_images.CASES]
     assert all(_number(r['ms']) and r['ms'] > 0 for r in images['decode'])
+    assert all((r['threads'] >= 2) == r['name'].endswith('_threads') for r in images['decode'])
     assert '## 11. Cameras as images' in printed
     names = {t['name'].split(' ')[0] for t in results['targets']}
     assert names >= {'images.images_over_lidar', 'images.decode', 'recompile.speedup',

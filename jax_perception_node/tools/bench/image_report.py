@@ -2,7 +2,7 @@
 
 IMAGES_OVER_LIDAR_TARGET = 1.5
 SIX_CAMERA_DECODE_MS_TARGET = 10.0
-SIX_CAMERA_ROW = 'ring6_1600x900_jpeg_scaled'
+SIX_CAMERA_ROW = 'ring6_1600x900_jpeg_scaled_threads'     # as the node decodes them
 
 
 def image_targets(results: dict, item) -> list:
@@ -16,7 +16,8 @@ def image_targets(results: dict, item) -> list:
              'host decode + encoder + lift, frame / LiDAR-only frame, '
              f'{images["points"]} points)', f'<= {IMAGES_OVER_LIDAR_TARGET}',
              images['images_over_lidar'], lambda v: v <= IMAGES_OVER_LIDAR_TARGET),
-        item('images.decode (six 1600 x 900 JPEGs to 400 x 225, scaled decode, ms)',
+        item('images.decode (six 1600 x 900 JPEGs to 400 x 225, scaled decode, at once on '
+             "the node's decode pool, ms)",
              f'<= {SIX_CAMERA_DECODE_MS_TARGET:g}', six,
              lambda v: v <= SIX_CAMERA_DECODE_MS_TARGET),
         item('images.compiles_after_warmup', '== 0', images['compiles_after_warmup'],
@@ -47,9 +48,9 @@ def image_part(results: dict) -> list[str]:
                for what, e in (('Appearance', enc), ('Learned', images['learned_encoder']))),
              '',
              '| host decode, one frame | cameras | source | encoder input | transport | scaled '
-             '| ms |', '|---|---:|---|---|---|---|---:|']
+             '| threads | ms |', '|---|---:|---|---|---|---|---:|---:|']
     for r in images['decode']:
         scaled = {True: 'yes', False: 'no', None: '-'}[r['scaled']]
         lines.append(f'| {r["name"]} | {r["cameras"]} | {r["source"]} | {r["target"]} | '
-                     f'{r["transport"]} | {scaled} | {r["ms"]} |')
+                     f'{r["transport"]} | {scaled} | {r["threads"]} | {r["ms"]} |')
     return lines

@@ -2,12 +2,14 @@
 Camera image decode: Image and CompressedImage to the encoder's input, per frame of a rig.
 
 :func:`decode_rows` times ``ImageDecoder.decode`` (``sensors/camera_image.py``) over every
-camera of a frame, one after the other on one thread, each into its own preallocated output,
-as the node would: raw rgb8 and JPEG (quality 90), libjpeg's scaled decode on and off. Rigs:
-four cameras at 704 x 256 to a 352 x 128 encoder input (exact 1/2), and six nuScenes-size
-cameras at 1600 x 900 to 400 x 225 (exact 1/4, the same aspect ratio) and to 400 x 224 (a
-typical encoder size: 1/4 in x, 1/4.018 in y, within the scale tolerance, so the non-integer
-area path for raw images and the 400 x 225 -> 400 x 224 step after a scaled JPEG decode).
+camera of a frame, each into its own preallocated output: one after the other on one thread,
+and (rows ``..._threads``) at once on a thread per CPU, each camera one task, as the node's
+decode pool runs them (``frames/camera_decode_pool.py``). Raw rgb8 and JPEG (quality 90),
+libjpeg's scaled decode on and off. Rigs: four cameras at 704 x 256 to a 352 x 128 encoder
+input (exact 1/2), and six nuScenes-size cameras at 1600 x 900 to 400 x 225 (exact 1/4, the
+same aspect ratio) and to 400 x 224 (a typical encoder size: 1/4 in x, 1/4.018 in y, within
+the scale tolerance, so the non-integer area path for raw images and the 400 x 225 ->
+400 x 224 step after a scaled JPEG decode).
 
 The images are synthetic photos, different for each camera: a sky-to-ground gradient,
 blocks of flat colour with sharp edges (buildings, cars), a low-frequency texture (a few
@@ -16,26 +18,30 @@ sinusoids) and mild sensor noise (sigma 3 levels). At quality 90 a JPEG of them 
 1.5); pure noise would take several times that and decode unrealistically slowly.
 """
 
+from concurrent.futures import ThreadPoolExecutor
 import io
 import time
 
 from jax_perception_node.bags.bagio import TYPESTORE
+from jax_perception_node.frames.camera_decode_pool import cpu_threads
 from jax_perception_node.sensors.camera_image import ImageDecoder
 import numpy as np
 from PIL import Image
 
 JPEG_QUALITY = 90
-# (name, cameras, source (W, H), target (W, H), transport, scaled). scaled None: raw, where
-# the flag does nothing.
+# (name, cameras, source (W, H), target (W, H), transport, scaled, threaded). scaled None: raw,
+# where the flag does nothing; threaded: the cameras at once on a thread per CPU.
 CASES = (
-    ('ring4_704x256_rgb8', 4, (704, 256), (352, 128), 'rgb8', None),
-    ('ring4_704x256_jpeg_scaled', 4, (704, 256), (352, 128), 'jpeg', True),
-    ('ring4_704x256_jpeg_full', 4, (704, 256), (352, 128), 'jpeg', False),
-    ('ring6_1600x900_rgb8', 6, (1600, 900), (400, 225), 'rgb8', None),
-    ('ring6_1600x900_jpeg_scaled', 6, (1600, 900), (400, 225), 'jpeg', True),
-    ('ring6_1600x900_jpeg_full', 6, (1600, 900), (400, 225), 'jpeg', False),
-    ('ring6_1600x900_rgb8_to_224', 6, (1600, 900), (400, 224), 'rgb8', None),
-    ('ring6_1600x900_jpeg_scaled_to_224', 6, (1600, 900), (400, 224), 'jpeg', True),
+    ('ring4_704x256_rgb8', 4, (704, 256), (352, 128), 'rgb8', None, False),
+    ('ring4_704x256_jpeg_scaled', 4, (704, 256), (352, 128), 'jpeg', True, False),
+    ('ring4_704x256_jpeg_scaled_threads', 4, (704, 256), (352, 128), 'jpeg', True, True),
+    ('ring4_704x256_jpeg_full', 4, (704, 256), (352, 128), 'jpeg', False, False),
+    ('ring6_1600x900_rgb8', 6, (1600, 900), (400, 225), 'rgb8', None, False),
+    ('ring6_1600x900_jpeg_scaled', 6, (1600, 900), (400, 225), 'jpeg', True, False),
+    ('ring6_1600x900_jpeg_scaled_threads', 6, (1600, 900), (400, 225), 'jpeg', True, True),
+    ('ring6_1600x900_jpeg_full', 6, (1600, 900), (400, 225), 'jpeg', False, False),
+    ('ring6_1600x900_rgb8_to_224', 6, (1600, 900), (400, 224), 'rgb8', None, False),
+    ('ring6_1600x900_jpeg_scaled_to_224', 6, (1600, 900), (400, 224), 'jpeg', True, False),
 )
 
 
@@ -83,30 +89,41 @@ def decode_rows(repeats: int) -> list[dict]:
     """
     Time the decode of one frame of each rig in ``CASES``: ``repeats`` frames, the median.
 
-    A frame is every camera's message decoded once, in order, into that camera's preallocated
-    uint8[H_i, W_i, 3]; one untimed frame comes first. The same photos serve every case of a
-    rig, so raw and JPEG rows see the same content.
+    A frame is every camera's message decoded once into that camera's preallocated
+    uint8[H_i, W_i, 3]: in order on this thread, or with ``threaded`` one task per camera on a
+    pool of a thread per CPU, the frame done when the last one is; one untimed frame comes
+    first. The same photos serve every case of a rig, so raw and JPEG rows see the same content.
 
     Returns one row per case: ``name``, ``cameras``, ``source`` and ``target`` ('WxH'),
     ``transport`` ('rgb8' raw Image or 'jpeg' CompressedImage at quality 90), ``scaled``
-    (libjpeg's DCT scaling; None for raw) and ``ms`` (median per frame, all cameras).
+    (libjpeg's DCT scaling; None for raw), ``threads`` (1, or the pool's) and ``ms`` (median
+    per frame, all cameras).
     """
     photos = {}
     rows = []
-    for name, cameras, source, target, transport, scaled in CASES:
-        if (source, cameras) not in photos:
-            photos[source, cameras] = [synthetic_photo(*source, seed=i) for i in range(cameras)]
-        messages = [image_message(rgb, transport) for rgb in photos[source, cameras]]
-        decoder = ImageDecoder(target[1], target[0], scaled=bool(scaled))
-        outputs = [np.empty((target[1], target[0], 3), np.uint8) for _ in messages]
-        samples = []
-        for repeat in range(repeats + 1):
-            start = time.perf_counter()
-            for msg, out in zip(messages, outputs):
-                decoder.decode(msg, out=out)
-            if repeat:                              # the first frame warms up
-                samples.append(time.perf_counter() - start)
-        rows.append({'name': name, 'cameras': cameras, 'source': '%dx%d' % source,
-                     'target': '%dx%d' % target, 'transport': transport, 'scaled': scaled,
-                     'ms': round(float(np.median(samples)) * 1e3, 3)})
+    threads = cpu_threads()         # the node's decode pool's
+    with ThreadPoolExecutor(threads) as pool:
+        for name, cameras, source, target, transport, scaled, threaded in CASES:
+            if (source, cameras) not in photos:
+                photos[source, cameras] = [synthetic_photo(*source, seed=i)
+                                           for i in range(cameras)]
+            messages = [image_message(rgb, transport) for rgb in photos[source, cameras]]
+            decoder = ImageDecoder(target[1], target[0], scaled=bool(scaled))
+            outputs = [np.empty((target[1], target[0], 3), np.uint8) for _ in messages]
+            samples = []
+            for repeat in range(repeats + 1):
+                start = time.perf_counter()
+                if threaded:
+                    for task in [pool.submit(decoder.decode, msg, out)
+                                 for msg, out in zip(messages, outputs)]:
+                        task.result()
+                else:
+                    for msg, out in zip(messages, outputs):
+                        decoder.decode(msg, out=out)
+                if repeat:                              # the first frame warms up
+                    samples.append(time.perf_counter() - start)
+            rows.append({'name': name, 'cameras': cameras, 'source': '%dx%d' % source,
+                         'target': '%dx%d' % target, 'transport': transport, 'scaled': scaled,
+                         'threads': threads if threaded else 1,
+                         'ms': round(float(np.median(samples)) * 1e3, 3)})
     return rows
