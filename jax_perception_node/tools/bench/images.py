@@ -18,12 +18,12 @@ sinusoids) and mild sensor noise (sigma 3 levels). At quality 90 a JPEG of them 
 1.5); pure noise would take several times that and decode unrealistically slowly.
 """
 
-from concurrent.futures import ThreadPoolExecutor
+import functools
 import io
 import time
 
 from jax_perception_node.bags.bagio import TYPESTORE
-from jax_perception_node.frames.camera_decode_pool import cpu_threads
+from jax_perception_node.frames.camera_decode_pool import CameraDecodePool, cpu_threads
 from jax_perception_node.sensors.camera_image import ImageDecoder
 import numpy as np
 from PIL import Image
@@ -90,9 +90,10 @@ def decode_rows(repeats: int) -> list[dict]:
     Time the decode of one frame of each rig in ``CASES``: ``repeats`` frames, the median.
 
     A frame is every camera's message decoded once into that camera's preallocated
-    uint8[H_i, W_i, 3]: in order on this thread, or with ``threaded`` one task per camera on a
-    pool of a thread per CPU, the frame done when the last one is; one untimed frame comes
-    first. The same photos serve every case of a rig, so raw and JPEG rows see the same content.
+    uint8[H_i, W_i, 3]: in order on this thread, or with ``threaded`` one call per camera on
+    the node's ``CameraDecodePool`` (a thread per CPU), the frame done when the last one is;
+    one untimed frame comes first. The same photos serve every case of a rig, so raw and JPEG
+    rows see the same content.
 
     Returns one row per case: ``name``, ``cameras``, ``source`` and ``target`` ('WxH'),
     ``transport`` ('rgb8' raw Image or 'jpeg' CompressedImage at quality 90), ``scaled``
@@ -101,8 +102,9 @@ def decode_rows(repeats: int) -> list[dict]:
     """
     photos = {}
     rows = []
-    threads = cpu_threads()         # the node's decode pool's
-    with ThreadPoolExecutor(threads) as pool:
+    pool = CameraDecodePool()       # the node's: a thread per CPU, each camera one call
+    threads = cpu_threads()
+    try:
         for name, cameras, source, target, transport, scaled, threaded in CASES:
             if (source, cameras) not in photos:
                 photos[source, cameras] = [synthetic_photo(*source, seed=i)
@@ -113,17 +115,18 @@ def decode_rows(repeats: int) -> list[dict]:
             samples = []
             for repeat in range(repeats + 1):
                 start = time.perf_counter()
-                if threaded:
-                    for task in [pool.submit(decoder.decode, msg, out)
-                                 for msg, out in zip(messages, outputs)]:
-                        task.result()
-                else:
-                    for msg, out in zip(messages, outputs):
+                for camera, (msg, out) in enumerate(zip(messages, outputs)):
+                    if threaded:
+                        pool.submit(str(camera), functools.partial(decoder.decode, msg, out))
+                    else:
                         decoder.decode(msg, out=out)
+                pool.wait()
                 if repeat:                              # the first frame warms up
                     samples.append(time.perf_counter() - start)
             rows.append({'name': name, 'cameras': cameras, 'source': '%dx%d' % source,
                          'target': '%dx%d' % target, 'transport': transport, 'scaled': scaled,
                          'threads': threads if threaded else 1,
                          'ms': round(float(np.median(samples)) * 1e3, 3)})
+    finally:
+        pool.close()
     return rows
