@@ -90,6 +90,27 @@ def nms_head(head_input):
                     nms_radius_m=NMS_RADIUS_M)
 
 
+def voting_outputs(params: dict, bev):
+    """
+    Compute the toy outputs with offsets that vote for nearby centres.
+
+    The offset is a block's occupied-cell share times 1.5 minus 0.25 along rows, and 1 minus
+    that along columns: votes from -0.25 to 1.25 cells, into the neighbours.
+    """
+    out = toy_outputs(params, bev)
+    out['offset'] = out['offset'][..., :1] * 1.5 - 0.25
+    out['offset'] = (jnp if not isinstance(bev, np.ndarray) else np).concatenate(
+        [out['offset'], 1.0 - out['offset']], axis=-1)
+    return out
+
+
+def voting_head(head_input):
+    """Build the NMS head whose centre is the mean vote of the 3 x 3 cells about a peak."""
+    params = {'scale': np.float32(2.0), 'bias': np.float32(-3.0), 'z': np.float32(0.75)}
+    return HeadSpec(voting_outputs, jax_params(params), STRIDE, ('car',),
+                    nms_radius_m=NMS_RADIUS_M, centre_votes=1)
+
+
 def wrong_keys_head(head_input):
     """Build a head that returns the wrong outputs."""
     return HeadSpec(lambda p, bev: {'heatmap': bev[::2, ::2, :1]}, {}, STRIDE, ('car',))

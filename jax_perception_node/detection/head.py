@@ -66,7 +66,11 @@ class HeadSpec:
     channel names (:data:`CHANNELS_KEY`) and was trained for another channel count is then
     refused by its channels, not by an array's shape. ``nms_radius_m``, optional, one radius
     per class (m): the decoded boxes then go through a circle non-maximum suppression on the
-    device (``box_decode.decode_boxes``); () keeps every 3 x 3 peak.
+    device (``box_decode.decode_boxes``); () keeps every 3 x 3 peak. ``centre_votes``,
+    optional, n > 0 for a head whose cells within n output cells of an object's centre
+    cell regress ``offset`` to that centre (relative to themselves): the decoded centre is then
+    the score-weighted mean of those cells' votes; 0 takes the peak cell's offset alone
+    (CenterPoint's decoding, for a head taught offsets at the centre cell only).
     """
 
     apply: Callable[[Any, jax.Array], dict]
@@ -77,6 +81,7 @@ class HeadSpec:
     validate: Callable[[Any], None] | None = None
     checkpoint_channels: Callable[[Any], int] | None = None
     nms_radius_m: tuple[float, ...] = ()
+    centre_votes: int = 0
 
 
 @dataclass(frozen=True)
@@ -106,9 +111,9 @@ class LoadedHead:
 
     @property
     def identity(self) -> str:
-        """Return what the executable store keys on: code, stride, classes, NMS (not values)."""
+        """Return what the store keys on: code, stride, classes, NMS, votes (not values)."""
         return repr((self.name, self.source_digest, self.spec.stride, self.spec.classes,
-                     self.spec.nms_radius_m))
+                     self.spec.nms_radius_m, self.spec.centre_votes))
 
 
 def trained_channels(arrays: Mapping[str, np.ndarray], spec: HeadSpec,

@@ -353,9 +353,11 @@ SCHEMA: tuple[ParamSpec, ...] = (
 BY_KEY: dict[str, ParamSpec] = {spec.key: spec for spec in SCHEMA}
 # Where the shipped parameter file differs from the schema's default, on purpose: it turns on
 # the reference head, whose weights fit the shipped grid and cameras (a config built in code,
-# with other shapes, has no head unless it names one).
+# with other shapes, has no head unless it names one), and it deskews by the sample drive's and
+# Velodyne's per-point field (the reference head is trained on deskewed sweeps; a driver
+# without per-point times has none by default).
 REFERENCE_HEAD = 'jax_perception_node.detection.heads.centerpoint:object_head'
-SHIPPED_VALUES = {'head.module': REFERENCE_HEAD}
+SHIPPED_VALUES = {'head.module': REFERENCE_HEAD, 'lidar.time_field': 'time'}
 TEMPLATES = (CAMERA_PREFIX, LIDAR_PREFIX)
 NODE_KEYS = tuple(s.key for s in SCHEMA if not s.key.startswith(TEMPLATES))
 CAMERA_KEYS = tuple(s.key[len(CAMERA_PREFIX):] for s in SCHEMA

@@ -46,7 +46,7 @@ def without_channels(model: CenterPointHead, names: tuple[str, ...],
     dropped = [k for k, name in enumerate(names) if name not in kept]
     c = len(names)
     mean, std = np.asarray(model.mean, np.float64), np.asarray(model.std, np.float64)
-    weight = np.asarray(model.conv1.weight, np.float64)           # [1, 1, 2C + 2, hidden]
+    weight = np.asarray(model.conv1.weight, np.float64)           # [1, 1, 2C + 4, hidden]
     zero = -mean[dropped] / std[dropped]                           # a 0 channel, normalized
     shift = (zero @ weight[0, 0, dropped] + zero @ weight[0, 0, [c + k for k in dropped]])
     rows = index + [c + k for k in index] + list(range(2 * c, weight.shape[2]))

@@ -14,14 +14,15 @@ import math
 
 import numpy as np
 
-from ..detection.heads.centerpoint import STRIDE
+from ..detection.heads.centerpoint import CENTRE_VOTES, STRIDE
 
 MIN_OVERLAP = 0.1          # CenterPoint's gaussian_radius overlap
 MIN_RADIUS = 2             # output cells
 REGRESSION = 8             # offset 2, z 1, log size 3, sin/cos yaw 2
 # The regression is taught this many cells about each centre: with 1 (the 3 x 3 cells) car AP at
 # 2 m on seed 7 went from 0.74 (0, as CenterPoint) to 0.81, at a cost in heading (module doc).
-SPREAD = 1
+# The head decodes a centre from as many cells' votes (centerpoint.CENTRE_VOTES).
+SPREAD = CENTRE_VOTES
 
 
 def gaussian_radius(length: float, width: float, min_overlap: float = MIN_OVERLAP) -> float:

@@ -34,7 +34,7 @@ import optax
 from ..bags import bagio
 from ..core import lift
 from ..core.pipeline import BevPipeline
-from ..detection.heads.centerpoint import CenterPointHead
+from ..detection.heads.centerpoint import CenterPointHead, CENTROID
 
 MAX_CALIBRATIONS = 16       # lift tables kept for one training (module doc)
 
@@ -89,9 +89,9 @@ class ImageFrames:
 
 def pooled_inputs(model: EndToEnd, encode, pooled, images, valid, tables, first: int):
     """
-    Return the head's inputs [B, h, w, 2C + 2] with the camera channels encoded and lifted.
+    Return the head's inputs [B, h, w, 2C + 4] with the camera channels encoded and lifted.
 
-    ``pooled``: the frames' pooled BEVs [B, h, w, 2C + 2] (``CenterPointHead.pool``), whose
+    ``pooled``: the frames' pooled BEVs [B, h, w, 2C + 4] (``CenterPointHead.pool``), whose
     channels ``first`` .. C - 1 (the cameras and the coverage) are replaced; ``images`` uint8
     [B, N, H_i, W_i, 3]; ``valid`` bool[B, N]; ``tables`` a LiftTables of each frame (leading
     axis B); ``encode``: the encoder's ``apply``.
@@ -111,7 +111,7 @@ def pooled_inputs(model: EndToEnd, encode, pooled, images, valid, tables, first:
 
 def augmented(inputs, channels: int, flips, scales, intensity: int | None):
     """
-    Return inputs [B, h, w, 2C + 2] mirrored per sample and their intensity scaled.
+    Return inputs [B, h, w, 2C + 4] mirrored per sample and their intensity scaled.
 
     ``flips`` bool[B, 2] (rows, columns), as ``centerpoint.mirrored``; ``scales`` float32[B]
     multiply the pooled max and mean of channel ``intensity`` (None: none).
@@ -119,7 +119,7 @@ def augmented(inputs, channels: int, flips, scales, intensity: int | None):
     flip_x, flip_y = flips[:, 0, None, None, None], flips[:, 1, None, None, None]
     out = jnp.where(flip_x, inputs[:, ::-1], inputs)
     out = jnp.where(flip_y, out[:, :, ::-1], out)
-    signs = jnp.where(flips, -1.0, 1.0)[:, None, None, :]
+    signs = jnp.tile(jnp.where(flips, -1.0, 1.0), CENTROID // 2)[:, None, None, :]
     factors = jnp.ones(2 * channels, jnp.float32)[None]
     if intensity is not None:
         factors = jnp.broadcast_to(factors, (scales.shape[0], 2 * channels))

@@ -87,7 +87,7 @@ class Dataset:
     """Pooled training BEVs, their ground-truth boxes and the BEVs' per-channel statistics."""
 
     def __init__(self, channels: int, names: Sequence[str] = (), cameras: int | None = None):
-        self.pooled: list[np.ndarray] = []        # float32[h, w, 2C + 2] each: all cameras
+        self.pooled: list[np.ndarray] = []        # float32[h, w, 2C + 4] each: all cameras
         self.subset: list[np.ndarray] = []        # the same with a random subset, if collected
         self.channels = channels
         self.cameras = cameras                    # first camera channel; None: no dropout
@@ -144,7 +144,7 @@ class Dataset:
         return weights / weights.sum() if weights.sum() > 0 else np.array([1.0, 0.0, 0.0])
 
     def variant(self, k: int, which: str = 'all') -> np.ndarray:
-        """Return frame ``k``'s pooled BEV [h, w, 2C + 2] with ``which`` cameras (VARIANTS)."""
+        """Return frame ``k``'s pooled BEV [h, w, 2C + 4] with ``which`` cameras (VARIANTS)."""
         if which == 'all' or self.cameras is None:
             return self.pooled[k]
         if which == 'subset':
@@ -152,7 +152,7 @@ class Dataset:
         return self.drop_cameras(self.pooled[k].copy())
 
     def drop_cameras(self, pooled: np.ndarray) -> np.ndarray:
-        """Zero the camera channels and the coverage of pooled BEVs [..., 2C + 2] in place."""
+        """Zero the camera channels and the coverage of pooled BEVs [..., 2C + 4] in place."""
         if self.cameras is not None:        # in the max and the mean (the centroid is LiDAR's)
             pooled[..., self.cameras:self.channels] = 0.0
             pooled[..., self.channels + self.cameras:2 * self.channels] = 0.0

@@ -44,11 +44,16 @@ def test_sample_bag_has_topics_types_and_varying_counts(sample):
 
 
 def small_replay_params(tmp_path) -> Path:
-    """Write the shipped cameras (the bag's map shapes) over a grid small enough to loop over."""
+    """
+    Write the shipped cameras (the bag's map shapes) over a grid small enough to loop over.
+
+    Without deskew: the expectation voxelizes the clouds as measured.
+    """
     params = read_param_file(PARAMS_FILE)
     params.update({'grid.x_min': -8.0, 'grid.x_max': 8.0, 'grid.y_min': -12.0,
                    'grid.y_max': 12.0, 'grid.resolution': 0.5, 'fusion.num_heights': 2,
-                   'buckets': [8192, 16384], 'compilation_cache_dir': ''})
+                   'buckets': [8192, 16384], 'compilation_cache_dir': '',
+                   'lidar.time_field': ''})
     return write_params(params, tmp_path / 'small.yaml')
 
 

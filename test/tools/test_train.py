@@ -144,10 +144,10 @@ def test_targets_of_one_box_match_an_independent_computation():
 
 def test_a_mirrored_pooled_bev_is_the_pooled_mirrored_bev():
     # The trainer mirrors pooled BEVs; the head at run time pools the BEV it is given.
-    head = CenterPointHead.create(3)
-    bev = np.random.default_rng(5).normal(size=(16, 24, 3)).astype(np.float32)
+    head = CenterPointHead.create(6)
+    bev = np.random.default_rng(5).normal(size=(16, 24, 6)).astype(np.float32)
     pooled = np.asarray(head.pool(bev))
-    data = training_set.Dataset(3)
+    data = training_set.Dataset(6)
     data.pooled.append(pooled)
     data.boxes.append(np.zeros((0, 9), np.float32))
     grid = config_from_parameters(PARAMS).grid

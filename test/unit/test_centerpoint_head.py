@@ -35,18 +35,25 @@ def reference_head(bev: np.ndarray, m) -> np.ndarray:
     """
     Run the head in NumPy: normalize, 4 x 4 max and mean pool, convs; float64[h, w, 12].
 
-    Beside them, the occupied cells' centroid: the mean (row, column) within the block, from
-    the block's centre, in blocks, of the cells whose first channel is positive (0 if none).
+    Beside them, two centroids: the mean (row, column) within the block, from the block's
+    centre, in cells, of the cells whose first channel is positive, then of those whose z_max
+    (channel 2) stands over 0.3 m above the lowest z_min (channel 4) of the block's occupied
+    cells (0 where none).
     """
     x = (bev.astype(np.float64) - np.asarray(m.mean)) / np.asarray(m.std)
     h, w, c = x.shape
-    pooled = np.zeros((h // 4, w // 4, 2 * c + 2))
+    pooled = np.zeros((h // 4, w // 4, 2 * c + 4))
     for i in range(h // 4):
         for j in range(w // 4):
             block = x[4 * i:4 * i + 4, 4 * j:4 * j + 4].reshape(16, c)
-            rows, cols = np.nonzero(bev[4 * i:4 * i + 4, 4 * j:4 * j + 4, 0] > 0)
-            centroid = [(rows.mean() - 1.5) / 4, (cols.mean() - 1.5) / 4] if len(rows) else [0, 0]
-            pooled[i, j] = np.concatenate([block.max(axis=0), block.mean(axis=0), centroid])
+            cells = bev[4 * i:4 * i + 4, 4 * j:4 * j + 4]
+            occupied = cells[..., 0] > 0
+            floor = cells[..., 4][occupied].min() if occupied.any() else np.inf
+            centroids = []
+            for mask in (occupied, occupied & (cells[..., 2] > floor + 0.3)):
+                rows, cols = np.nonzero(mask)
+                centroids += [rows.mean() - 1.5, cols.mean() - 1.5] if len(rows) else [0, 0]
+            pooled[i, j] = np.concatenate([block.max(axis=0), block.mean(axis=0), centroids])
     y = np.maximum(reference_conv(pooled, np.asarray(m.conv1.weight, np.float64),
                                   np.asarray(m.conv1.bias), 1), 0)
     for block in m.blocks:
@@ -75,15 +82,15 @@ def test_outputs_are_the_contracts_dict():
 
 
 def test_untrained_heatmap_starts_at_the_prior():
-    spec = object_head(HeadInput(16, 16, 3, 0.5))
-    out = spec.apply(spec.params, np.zeros((16, 16, 3), np.float32))
+    spec = object_head(HeadInput(16, 16, 6, 0.5))
+    out = spec.apply(spec.params, np.zeros((16, 16, 6), np.float32))
     # Zero input, identity statistics: only the biases act; the first is the heatmap's.
     np.testing.assert_allclose(1 / (1 + np.exp(-np.asarray(out['heatmap']))), 0.1, rtol=1e-5)
 
 
 def test_layers_match_a_numpy_reference():
     rng = np.random.default_rng(7)
-    channels = 3
+    channels = 6
     model = CenterPointHead.create(channels, seed=3)
     # Statistics and biases of their own, so every term of the reference counts.
     model = eqx.tree_at(
@@ -122,14 +129,30 @@ def test_training_path_computes_what_the_head_computes_at_run_time():
 
 
 def test_conv_parts_must_add_up_to_the_kernels_channels():
-    conv = CenterPointHead.create(3, seed=0).conv1          # takes 2 x 3 + 2 channels
-    with pytest.raises(ValueError, match='5 channels in all, the kernel takes 8'):
+    conv = CenterPointHead.create(3, seed=0).conv1          # takes 2 x 3 + 4 channels
+    with pytest.raises(ValueError, match='5 channels in all, the kernel takes 10'):
         conv(np.zeros((1, 4, 4, 3), np.float32), np.zeros((1, 4, 4, 2), np.float32))
 
 
 def test_a_grid_the_stride_does_not_divide_is_refused():
     with pytest.raises(ConfigError, match='head.module'):
         object_head(HeadInput(18, 24, 5, 0.5))
+
+
+def test_a_bev_without_the_lidar_heights_is_refused():
+    with pytest.raises(ConfigError, match=r'head.module: .*z_max.*got 4 channels'):
+        object_head(HeadInput(16, 24, 4, 0.5))
+
+
+def test_the_raised_centroid_finds_an_object_on_the_ground():
+    # One 4 x 4 block of ground (z 0, every cell occupied) with a pole in its corner cell
+    # (row 3, column 0) standing 1.5 m: the occupied centroid is the block's middle, the raised
+    # one the pole's cell, 3 - 1.5 and 0 - 1.5 cells from the centre.
+    bev = np.zeros((4, 4, 6), np.float32)
+    bev[..., 0] = 1.0
+    bev[3, 0, 2] = 1.5
+    pooled = np.asarray(CenterPointHead.create(6).pool(bev))[0, 0]
+    np.testing.assert_allclose(pooled[12:], [0.0, 0.0, 1.5, -1.5], atol=1e-7)
 
 
 def test_the_shipped_weights_fit_the_shipped_parameters_and_are_trained():

@@ -23,13 +23,32 @@ def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-np.asarray(x, np.float64)))
 
 
+def voted_centre(heat, offset, i: int, j: int, c: int, reach: int) -> tuple[float, float]:
+    """
+    Return the centre (output cells) the cells within ``reach`` of (i, j) vote for, by class score.
+
+    Cell (a, b) votes (a, b) + offset[a, b]; a vote more than 1.5 cells from (i, j)'s own is
+    another object's and is left out.
+    """
+    rows, cols = heat.shape[:2]
+    own = np.array([i, j]) + offset[i, j]
+    total, weighted = 0.0, np.zeros(2)
+    for a in range(max(i - reach, 0), min(i + reach + 1, rows)):
+        for b in range(max(j - reach, 0), min(j + reach + 1, cols)):
+            vote = np.array([a, b]) + offset[a, b]
+            if np.hypot(*(vote - own)) <= 1.5:
+                total += heat[a, b, c]
+                weighted += heat[a, b, c] * vote
+    return tuple(weighted / total)
+
+
 def decode_reference(outputs: dict, grid, stride: int, k: int, threshold: float,
-                     nms_radius_m: tuple = ()) -> np.ndarray:
+                     nms_radius_m: tuple = (), centre_votes: int = 0) -> np.ndarray:
     """
     Decode as CenterPoint does, written out cell by cell: 3 x 3 peaks per class, best K.
 
-    Then, with radii, greedy circle suppression in score order within a class; then the
-    threshold.
+    With ``centre_votes`` the centre is the neighbours' mean vote (:func:`voted_centre`). Then,
+    with radii, greedy circle suppression in score order within a class; then the threshold.
     """
     heat = sigmoid(outputs['heatmap'])
     rows, cols, classes = heat.shape
@@ -43,8 +62,11 @@ def decode_reference(outputs: dict, grid, stride: int, k: int, threshold: float,
     peaks.sort()
     x_min, y_min, res = grid.x_min, grid.y_min, grid.resolution
     boxes = []
+    offset = np.asarray(outputs['offset'], np.float64)
     for neg, _, i, j, c in peaks[:k]:
-        u, v = outputs['offset'][i, j]
+        u, v = offset[i, j]
+        if centre_votes:
+            u, v = np.subtract(voted_centre(heat, offset, i, j, c, centre_votes), (i, j))
         size = np.exp(outputs['size'][i, j])
         sin, cos = outputs['yaw'][i, j]
         boxes.append([x_min + (i + u) * stride * res, y_min + (j + v) * stride * res,
@@ -234,6 +256,49 @@ def test_circle_nms_on_the_device_matches_a_greedy_reference(warmed):
         np.testing.assert_allclose(out.objects, want, rtol=1e-5, atol=1e-5)
         assert out.compiles_after_warmup == 0
     assert dropped > 0          # the suppression had something to do
+
+
+def test_voted_centres_on_the_device_match_a_cell_by_cell_reference(warmed):
+    pipe = warmed(head_config('toy_heads:voting_head', **{'head.score_threshold': 0.0}))
+    rng = np.random.default_rng(5)
+    params = {k: np.asarray(v) for k, v in pipe.head.params.items()}
+    moved = 0
+    for trial in range(4):
+        centres = rng.uniform([-7, -11, -1], [7, 11, 0.5], (rng.integers(4, 14), 3))
+        out = pipe.process(cluster_cloud(rng, centres))
+        outputs = toy_heads.voting_outputs(params, out.features)
+        want = decode_reference(outputs, pipe.cfg.grid, toy_heads.STRIDE, 8, 0.0,
+                                toy_heads.NMS_RADIUS_M, centre_votes=1)
+        peak_cell = decode_reference(outputs, pipe.cfg.grid, toy_heads.STRIDE, 8, 0.0,
+                                     toy_heads.NMS_RADIUS_M)
+        moved += (want.shape != peak_cell.shape
+                  or not np.allclose(want[:, :2], peak_cell[:, :2], atol=1e-3))
+        np.testing.assert_allclose(out.objects, want, rtol=1e-5, atol=1e-5)
+        assert out.compiles_after_warmup == 0
+    assert moved > 0            # the neighbours' votes changed centres
+
+
+def test_a_peak_takes_the_mean_vote_of_its_cells_and_not_a_neighbours():
+    import jax.numpy as jnp
+    from jax_perception_node.core.box_decode import decode_boxes
+    # 1 m output cells. Object A peaks at (2, 2) (logit 4: 0.982) and its neighbours (1, 2)
+    # and (2, 3) (logit 0: 0.5) vote for it too: (2.4, 2.5), (2.6, 2.5), (2.2, 2.9). Cell
+    # (3, 2) votes for object B at (4.6, 1.1), 2.6 cells from A's vote: left out of A's mean.
+    logits = np.full((5, 5, 1), -20.0, np.float32)
+    logits[2, 2], logits[1, 2], logits[2, 3], logits[3, 2] = 4.0, 0.0, 0.0, 0.0
+    offset = np.zeros((5, 5, 2), np.float32)
+    offset[2, 2], offset[1, 2], offset[2, 3] = (0.4, 0.5), (1.6, 0.5), (0.2, -0.1)
+    offset[3, 2] = (1.6, -0.9)
+    outputs = {'heatmap': jnp.asarray(logits), 'offset': jnp.asarray(offset),
+               'z': jnp.zeros((5, 5, 1)), 'size': jnp.zeros((5, 5, 3)),
+               'yaw': jnp.asarray(np.dstack([np.zeros((5, 5)), np.ones((5, 5))]))}
+    grid = jnp.asarray([0.0, 0.0, -2.0, 2.0, 1.0], jnp.float32)
+    box = np.asarray(decode_boxes(outputs, grid, stride=1, max_objects=1, centre_votes=1))[0]
+    p = 1.0 / (1.0 + np.exp(-4.0))
+    want = (p * np.array([2.4, 2.5]) + 0.5 * np.array([2.6, 2.5]) + 0.5 * np.array([2.2, 2.9]))
+    np.testing.assert_allclose(box[:2], want / (p + 1.0), rtol=1e-6)
+    alone = np.asarray(decode_boxes(outputs, grid, stride=1, max_objects=1))[0]
+    np.testing.assert_allclose(alone[:2], [2.4, 2.5], rtol=1e-6)
 
 
 def test_circle_nms_is_greedy_per_class_and_keeps_sorted_rows():
