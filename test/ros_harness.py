@@ -80,6 +80,7 @@ def status_values(status) -> dict:
 # /diagnostics counts of the messages the node took on an input: accepted plus refused.
 MAP_COUNTS = ('feature_maps_received', 'rejected_feature_maps')
 ODOMETRY_COUNTS = ('odometry_received', 'rejected_odometry')
+RESEND_S = 5.0      # publish_taken: far beyond a taken message's report (diagnostics.period_s)
 
 
 class Probe:
@@ -177,6 +178,11 @@ class Probe:
         their number. A cloud published next then finds them buffered however busy the
         machine is, which no fixed sleep promises. Every message on these topics must go
         through here, or the count it starts from may lag.
+
+        Best-effort delivery may lose a publisher's first messages: its reader side can learn
+        of the match later than this side does (seen in CI, 2 runs in ~100, right after the
+        node was ready). While none is taken, all are sent again every ``RESEND_S``: a map
+        that arrives twice is paired as once (same stamp, same values), only counted twice.
         """
         def taken():
             if not self.diagnostics:
@@ -185,8 +191,18 @@ class Probe:
             return sum(int(values[k]) for k in keys)
         with self.lock:
             before = taken()
-        for pub, msg in sends:
-            pub.publish(msg)
+        deadline = time.monotonic() + 30.0
+        while True:
+            for pub, msg in sends:
+                pub.publish(msg)
+            try:
+                self.wait_for(lambda: taken() > before, timeout=RESEND_S)
+                break
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f'timed out waiting for the node to take {what}')
+                print(f'none of {len(sends)} {what} taken in {RESEND_S} s: sent again',
+                      file=sys.stderr)
         self.wait_for(lambda: taken() >= before + len(sends),
                       what=f'the node to take {len(sends)} {what}')
 
