@@ -66,8 +66,7 @@ def decode_boxes(outputs: dict, grid: jax.Array, *, stride: int, max_objects: in
 
     size, yaw = jnp.exp(at('size')), at('yaw')
     if centre_votes:
-        centre = _voted_centres(heat, outputs['offset'], centre_votes)
-        centre = centre.reshape(rows * cols * classes, 2)[index * classes + label]
+        centre = _voted_centres(heat, outputs['offset'], index, label, centre_votes)
     else:
         centre = jnp.stack([i, j], axis=1) + at('offset')
     cell = stride * grid[4]
@@ -87,29 +86,39 @@ def decode_boxes(outputs: dict, grid: jax.Array, *, stride: int, max_objects: in
     return boxes
 
 
-def _voted_centres(heat: jax.Array, offset: jax.Array, reach: int) -> jax.Array:
+def _voted_centres(heat: jax.Array, offset: jax.Array, index: jax.Array, label: jax.Array,
+                   reach: int) -> jax.Array:
     """
-    Each cell's and class's score-weighted mean centre vote, float32[h, w, classes, 2] (cells).
+    Each peak's score-weighted mean centre vote, float32[K, 2] (output cells).
 
-    Cell (a, b) votes for the centre (a, b) + offset[a, b]; the mean is over the cells within
-    ``reach`` of a cell (outside the grid: weight 0) whose vote lies within
-    :data:`VOTE_GATE` of the cell's own, weighted by their score of the class. The cell's own
-    vote always counts with a positive weight (a sigmoid), so the mean is defined everywhere.
+    ``index``: int32[K] the peaks' cells (row-major), ``label``: int32[K] their classes. Cell
+    (a, b) votes for the centre (a, b) + offset[a, b]; a peak's mean is over the cells within
+    ``reach`` of it (outside the grid: weight 0) whose vote lies within :data:`VOTE_GATE` of
+    the peak cell's own, weighted by their score of the peak's class. The peak's own vote
+    always counts with a positive weight (a sigmoid), so the mean is defined. Gathered at the
+    K peaks only: over the whole grid the same means cost 0.25 ms a frame on the CPU.
     """
     rows, cols, _ = heat.shape
-    own = jnp.stack([jnp.arange(rows, dtype=jnp.float32)[:, None] + offset[..., 0],
-                     jnp.arange(cols, dtype=jnp.float32)[None, :] + offset[..., 1]], axis=-1)
     pad = ((reach, reach), (reach, reach), (0, 0))
-    votes, weights = jnp.pad(own, pad), jnp.pad(heat, pad)
+    heat, offset = jnp.pad(heat, pad), jnp.pad(offset, pad)
+    i, j = index // cols, index % cols
+
+    def cell(a, b):
+        """Return the vote float32[K, 2] and the weight float32[K] of the cells a, b away."""
+        r, c = i + (reach + a), j + (reach + b)
+        at = jnp.stack([i + a, j + b], axis=1).astype(jnp.float32)
+        return at + offset[r, c], heat[r, c, label]
+
+    own, _ = cell(0, 0)
     total = weighted = 0.0
-    for a in range(2 * reach + 1):
-        for b in range(2 * reach + 1):
-            vote = votes[a:a + rows, b:b + cols]
-            near = jnp.sum((vote - own) ** 2, axis=-1, keepdims=True) <= VOTE_GATE ** 2
-            weight = jnp.where(near, weights[a:a + rows, b:b + cols], 0.0)
+    for a in range(-reach, reach + 1):
+        for b in range(-reach, reach + 1):
+            vote, weight = cell(a, b)
+            near = jnp.sum((vote - own) ** 2, axis=-1) <= VOTE_GATE ** 2
+            weight = jnp.where(near, weight, 0.0)
             total = total + weight
-            weighted = weighted + weight[..., None] * vote[:, :, None, :]
-    return weighted / total[..., None]
+            weighted = weighted + weight[:, None] * vote
+    return weighted / total[:, None]
 
 
 def _circle_nms(x: jax.Array, y: jax.Array, score: jax.Array, label: jax.Array,
