@@ -184,6 +184,9 @@ class Probe:
         node was ready). While none is taken, all are sent again every ``RESEND_S``: a map
         that arrives twice is paired as once (same stamp, same values), only counted twice.
         """
+        if not sends:
+            return
+
         def taken():
             if not self.diagnostics:
                 return 0

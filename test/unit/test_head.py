@@ -1,5 +1,6 @@
 """The head plug-in: traced into every bucket, decoded on the device, weights swapped live."""
 
+import functools
 import pathlib
 
 from configs import small_config
@@ -240,41 +241,42 @@ def test_two_classes_keep_their_own_peaks(warmed):
     assert set(out.objects[:, 8]) == {0.0, 1.0}
 
 
-def test_circle_nms_on_the_device_matches_a_greedy_reference(warmed):
-    pipe = warmed(head_config('toy_heads:nms_head', **{'head.score_threshold': 0.0}))
-    rng = np.random.default_rng(11)
+def decoded_scenes(warmed, module: str, outputs_of, seed: int):
+    """
+    Yield (boxes the pipeline decoded, their reference) for four scenes of toy head ``module``.
+
+    The reference is ``decode_reference`` of the scene's head outputs (``outputs_of(params,
+    BEV)``), K 8 and threshold 0; call it with the radii and options to compare with.
+    """
+    pipe = warmed(head_config(module, **{'head.score_threshold': 0.0}))
+    rng = np.random.default_rng(seed)
     params = {k: np.asarray(v) for k, v in pipe.head.params.items()}
-    dropped = 0
     for trial in range(4):
         centres = rng.uniform([-7, -11, -1], [7, 11, 0.5], (rng.integers(4, 14), 3))
         out = pipe.process(cluster_cloud(rng, centres))
-        outputs = toy_heads.toy_outputs(params, out.features)
-        want = decode_reference(outputs, pipe.cfg.grid, toy_heads.STRIDE, 8, 0.0,
-                                toy_heads.NMS_RADIUS_M)
-        every_peak = decode_reference(outputs, pipe.cfg.grid, toy_heads.STRIDE, 8, 0.0)
-        dropped += len(every_peak) - len(want)
-        np.testing.assert_allclose(out.objects, want, rtol=1e-5, atol=1e-5)
         assert out.compiles_after_warmup == 0
+        yield out.objects, functools.partial(decode_reference, outputs_of(params, out.features),
+                                             pipe.cfg.grid, toy_heads.STRIDE, 8, 0.0)
+
+
+def test_circle_nms_on_the_device_matches_a_greedy_reference(warmed):
+    dropped = 0
+    for got, reference in decoded_scenes(warmed, 'toy_heads:nms_head', toy_heads.toy_outputs, 11):
+        want = reference(toy_heads.NMS_RADIUS_M)
+        dropped += len(reference()) - len(want)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert dropped > 0          # the suppression had something to do
 
 
 def test_voted_centres_on_the_device_match_a_cell_by_cell_reference(warmed):
-    pipe = warmed(head_config('toy_heads:voting_head', **{'head.score_threshold': 0.0}))
-    rng = np.random.default_rng(5)
-    params = {k: np.asarray(v) for k, v in pipe.head.params.items()}
     moved = 0
-    for trial in range(4):
-        centres = rng.uniform([-7, -11, -1], [7, 11, 0.5], (rng.integers(4, 14), 3))
-        out = pipe.process(cluster_cloud(rng, centres))
-        outputs = toy_heads.voting_outputs(params, out.features)
-        want = decode_reference(outputs, pipe.cfg.grid, toy_heads.STRIDE, 8, 0.0,
-                                toy_heads.NMS_RADIUS_M, centre_votes=1)
-        peak_cell = decode_reference(outputs, pipe.cfg.grid, toy_heads.STRIDE, 8, 0.0,
-                                     toy_heads.NMS_RADIUS_M)
+    for got, reference in decoded_scenes(warmed, 'toy_heads:voting_head',
+                                         toy_heads.voting_outputs, 5):
+        want = reference(toy_heads.NMS_RADIUS_M, centre_votes=1)
+        peak_cell = reference(toy_heads.NMS_RADIUS_M)
         moved += (want.shape != peak_cell.shape
                   or not np.allclose(want[:, :2], peak_cell[:, :2], atol=1e-3))
-        np.testing.assert_allclose(out.objects, want, rtol=1e-5, atol=1e-5)
-        assert out.compiles_after_warmup == 0
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert moved > 0            # the neighbours' votes changed centres
 
 
