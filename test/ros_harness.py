@@ -180,7 +180,7 @@ class Probe:
         through here, or the count it starts from may lag.
 
         Best-effort delivery may lose a publisher's first messages: its reader side can learn
-        of the match later than this side does (seen in CI, 2 runs in ~100, right after the
+        of the match later than this side does (in two of four CI runs, once each, right after the
         node was ready). While none is taken, all are sent again every ``RESEND_S``: a map
         that arrives twice is paired as once (same stamp, same values), only counted twice.
         """
