@@ -292,7 +292,8 @@ class FramePath(TfCalibration):
                     TransformPoses(self.transforms, cfg.accumulation.fixed_frame,
                                    cfg.grid.frame_id)
                 pose = poses.pose_at(stamp) if self.accumulating else None
-                twist = twist_at(poses, stamp) if deskew else None
+                # The newest pose may trail the stamp (accumulation.max_odometry_gap_s at most).
+                twist = twist_at(poses, stamp, self.odometry.max_gap_ns) if deskew else None
             maps, without_tf, over_slots = pairing.maps, (), ((), '')
             if taken.tf_poses is not None:
                 maps, without_tf, over_slots = self._apply_tf_poses(taken.tf_poses, maps,

@@ -65,15 +65,24 @@ def deskew_motion(twist: np.ndarray, lidar_rotation: np.ndarray,
                            rt @ w]).astype(np.float32)
 
 
-def twist_at(poses, stamp_ns: int) -> np.ndarray | None:
+def twist_at(poses, stamp_ns: int, lead_ns: int = 0) -> np.ndarray | None:
     """
     Return the body twist over the ``BASELINE_S`` before ``stamp_ns``, or None.
 
-    ``poses``: anything with ``pose_at(stamp_ns) -> 4 x 4 | None`` (``OdometryBuffer``,
-    ``TransformPoses``). None when either end has no pose.
+    ``poses``: anything with ``pose_at(stamp_ns) -> 4 x 4 | None`` and ``newest_ns() -> int |
+    None`` (``OdometryBuffer``, ``TransformPoses``). When there is no pose at the stamp yet
+    but the newest pose is at most ``lead_ns`` older, the twist over the ``BASELINE_S`` before
+    that newest pose, taken as constant up to the stamp: a driver that stamps a cloud at the
+    end of its sweep publishes it before the odometry of that moment arrives, and the twist
+    changes little over a sweep (Autoware's distortion corrector also takes the latest twist).
+    None when either end has no pose.
     """
     baseline_ns = int(BASELINE_S * NS_PER_S)
     after = poses.pose_at(stamp_ns)
+    if after is None and lead_ns > 0:
+        newest = poses.newest_ns()
+        if newest is not None and 0 < stamp_ns - newest <= lead_ns:
+            stamp_ns, after = newest, poses.pose_at(newest)
     before = None if after is None else poses.pose_at(stamp_ns - baseline_ns)
     if before is None:
         return None

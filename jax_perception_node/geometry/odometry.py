@@ -112,6 +112,10 @@ class OdometryBuffer:
         """Change the largest gap between bracketing samples (a live parameter)."""
         self.max_gap_ns = int(round(max_gap_s * 1e9))
 
+    def newest_ns(self) -> int | None:
+        """Return the stamp (ns) of the newest sample, None when there is none."""
+        return self._samples[-1].stamp_ns if self._samples else None
+
     def add(self, msg) -> None:
         """Check and buffer a nav_msgs/Odometry message; raises OdometryError."""
         sample = read_odometry(msg, self.child_frame_id)
@@ -170,3 +174,7 @@ class TransformPoses:
             return self.transforms.lookup(self.fixed_frame, self.child_frame_id, stamp)
         except TransformError:
             return None
+
+    def newest_ns(self) -> int | None:
+        """Return the newest stamp (ns) with a pose (tf2's latest common time), or None."""
+        return self.transforms.latest_ns(self.fixed_frame, self.child_frame_id)

@@ -281,6 +281,30 @@ class TransformBuffer:
             from_target = self._compose(up_target, common, stamp_ns, source, target)
         return invert(from_target) @ from_source
 
+    def latest_ns(self, target: str, source: str) -> int | None:
+        """
+        Return the newest stamp at which ``lookup(target, source, stamp)`` needs no hold.
+
+        tf2's latest common time: the oldest of the newest samples of the dynamic edges
+        between the two frames. None when a frame is unknown, there is no path, or no edge
+        between them is dynamic (a static chain has no time) or one has no sample since a reset.
+        """
+        target, source = target.lstrip('/'), source.lstrip('/')
+        with self._lock:
+            if any(f not in self._edges and f not in self._parents for f in (source, target)):
+                return None
+            up_source, up_target = self._chain(source), self._chain(target)
+            in_target = set(up_target)
+            common = next((f for f in up_source if f in in_target), None)
+            if common is None:
+                return None
+            dynamic = [self._edges[child] for chain in (up_source, up_target)
+                       for child in chain[:chain.index(common)]
+                       if not self._edges[child].static]
+            if not dynamic or not all(edge.stamps for edge in dynamic):
+                return None
+            return min(edge.stamps[-1] for edge in dynamic)
+
     def _chain(self, frame: str) -> list[str]:
         """Return ``frame`` and its ancestors up to the root (the tree has no loops)."""
         chain = [frame]

@@ -77,6 +77,28 @@ def test_twist_at_takes_the_baseline_before_the_stamp_and_needs_both_poses():
     assert twist_at(Poses({before}), stamp) is None
 
 
+def test_twist_at_holds_the_newest_twist_for_a_stamp_at_most_the_lead_after_it():
+    class Poses:            # poses up to ``newest``, none after
+        def __init__(self, newest):
+            self.newest = newest
+
+        def pose_at(self, stamp):
+            known = self.newest is not None and stamp <= self.newest
+            return planar_pose(stamp / 1e9, 10.0, 0.2) if known else None
+
+        def newest_ns(self):
+            return self.newest
+
+    newest, lead = 2_000_000_000, 200_000_000
+    poses = Poses(newest)
+    for ahead in (1, 50_000_000, lead):
+        np.testing.assert_allclose(twist_at(poses, newest + ahead, lead),
+                                   [10, 0, 0, 0, 0, 0.2], atol=1e-9)
+    assert twist_at(poses, newest + lead + 1, lead) is None
+    assert twist_at(poses, newest + 1) is None          # no lead: no pose at the stamp, none
+    assert twist_at(Poses(None), newest, lead) is None  # no pose at all
+
+
 def test_lidar_frame_motion_moves_a_world_point_back_to_where_it_was_at_the_stamp():
     """A fixed world point seen t s later from a mounted LiDAR, moved by the L-frame twist."""
     rng = np.random.default_rng(3)
@@ -176,36 +198,73 @@ def timed_cloud(points, times, stamp_ns, field='time'):
     return point_cloud(TYPES, data, fields, len(points), 20, stamp_ns, 'lidar')
 
 
-def test_frame_path_deskews_with_odometry_and_says_when_it_cannot(lidar_pipe):
+STAMP = T0 + 500_000_000      # of the clouds below
+
+
+def timed_scene(lidar_pipe):
+    """
+    Return a frame path that deskews (lidar.time_field 'time'), a cloud, its times and its BEV.
+
+    The BEV is the NumPy reference of the cloud deskewed at 20 m/s straight ahead (``drive``).
+    """
     cfg = replace(lidar_pipe.cfg, lidar_timing=replace(lidar_pipe.cfg.lidar_timing,
                                                        field='time'))
-    path = FramePath(cfg, lidar_pipe)
     rng = np.random.default_rng(8)
     cloud = np.c_[rng.uniform(-9, 9, (500, 3)), rng.uniform(0, 9, 500)].astype(np.float32)
     times = rng.uniform(0, 0.1, 500).astype(np.float32)
-    stamp = T0 + 500_000_000
-    # No odometry yet: processed as measured, and said so.
-    frame = path.process(timed_cloud(cloud, times, stamp))
-    assert frame.without_motion and not frame.deskewed
-    # Odometry at 20 m/s straight ahead, yawed by 30 degrees in map: the body twist is (20, 0).
-    heading = math.radians(30)
-    for k in range(0, 13):
-        t = k * 0.05
-        position = (20 * t * math.cos(heading), 20 * t * math.sin(heading), 0.0)
-        path.add_odometry(odometry(T0 + int(t * 1e9), position, yaw_quaternion(30.0)))
-    frame = path.process(timed_cloud(cloud, times, stamp))
-    assert frame.deskewed and not frame.without_motion
     rotation, translation = quat_matrix(cfg.lidar.rotation_xyzw), np.asarray(
         cfg.lidar.translation)
     grid = cloud[:, :3].astype(np.float64) @ rotation.T + translation
     grid[:, 0] += times * 20.0
     want = voxelize_ref(np.c_[(grid - translation) @ rotation, cloud[:, 3]], cfg)
+    return FramePath(cfg, lidar_pipe), cloud, times, want
+
+
+def drive(path, first: int, last: int) -> None:
+    """
+    Give ``path`` odometry every 50 ms from T0 + first * 50 ms to T0 + last * 50 ms.
+
+    20 m/s straight ahead, yawed by 30 degrees in map: the body twist is (20, 0).
+    """
+    heading = math.radians(30)
+    for k in range(first, last + 1):
+        t = k * 0.05
+        position = (20 * t * math.cos(heading), 20 * t * math.sin(heading), 0.0)
+        path.add_odometry(odometry(T0 + int(t * 1e9), position, yaw_quaternion(30.0)))
+
+
+def test_frame_path_deskews_with_odometry_and_says_when_it_cannot(lidar_pipe):
+    path, cloud, times, want = timed_scene(lidar_pipe)
+    # No odometry yet: processed as measured, and said so.
+    frame = path.process(timed_cloud(cloud, times, STAMP))
+    assert frame.without_motion and not frame.deskewed
+    drive(path, 0, 12)
+    frame = path.process(timed_cloud(cloud, times, STAMP))
+    assert frame.deskewed and not frame.without_motion
     np.testing.assert_allclose(frame.result.features[..., :6], want, rtol=1e-4, atol=1e-4)
     # A cloud without the time field: processed as measured, its fields named.
-    plain = path.process(timed_cloud(cloud, times, stamp, field='offset'))
+    plain = path.process(timed_cloud(cloud, times, STAMP, field='offset'))
     assert not plain.deskewed and plain.fields_without_time == ('x', 'y', 'z', 'intensity',
                                                                 'offset')
     # Deskew off (live): nothing read, nothing moved, nothing to say.
-    path.update(replace(cfg, lidar_timing=replace(cfg.lidar_timing, deskew=False)))
-    off = path.process(timed_cloud(cloud, times, stamp))
+    path.update(replace(path.cfg, lidar_timing=replace(path.cfg.lidar_timing, deskew=False)))
+    off = path.process(timed_cloud(cloud, times, STAMP))
     assert not off.deskewed and not off.without_motion and not off.fields_without_time
+
+
+def test_a_cloud_stamped_after_the_newest_odometry_is_deskewed_with_its_twist(lidar_pipe):
+    """
+    A driver stamping at the sweep's end publishes before the odometry of that moment arrives.
+
+    Up to accumulation.max_odometry_gap_s (0.2 s) after the newest odometry, the cloud is
+    deskewed with the twist of the last 0.1 s of odometry; further, it is not, and said so.
+    """
+    path, cloud, times, want = timed_scene(lidar_pipe)
+    assert path.cfg.accumulation.max_odometry_gap_s == 0.2
+    drive(path, 0, 5)               # the newest 0.25 s before the stamp
+    frame = path.process(timed_cloud(cloud, times, STAMP))
+    assert frame.without_motion and not frame.deskewed
+    drive(path, 6, 9)               # the newest 0.05 s before the stamp
+    frame = path.process(timed_cloud(cloud, times, STAMP))
+    assert frame.deskewed and not frame.without_motion
+    np.testing.assert_allclose(frame.result.features[..., :6], want, rtol=1e-4, atol=1e-4)

@@ -90,6 +90,21 @@ def test_extrapolation_beyond_the_tolerance_is_refused_naming_the_edge(tree):
                                [1.0, 0.0, 0.0])
 
 
+def test_the_latest_common_time_is_the_oldest_newest_sample_of_the_dynamic_edges_between(tree):
+    assert tree.latest_ns('map', 'lidar') is None       # static only: no time
+    tree.add(transform('odom', 'base_link', 10 * S), static=False)
+    tree.add(transform('odom', 'base_link', 11 * S, (1.0, 0.0, 0.0)), static=False)
+    assert tree.latest_ns('map', 'lidar') == tree.latest_ns('/lidar', 'map') == 11 * S
+    # A dynamic edge behind the other on the path bounds it; one off the path does not.
+    tree.add(transform('base_link', 'arm', 10 * S + 500 * MS), static=False)
+    assert tree.latest_ns('map', 'arm') == 10 * S + 500 * MS
+    assert tree.latest_ns('map', 'lidar') == 11 * S
+    tree.lookup('map', 'arm', tree.latest_ns('map', 'arm'))     # no extrapolation there
+    assert tree.latest_ns('map', 'velodyne') is None
+    tree.add(transform('world', 'gps', 0), static=True)
+    assert tree.latest_ns('lidar', 'gps') is None      # two trees
+
+
 def test_unknown_frames_and_separate_trees_are_named(tree):
     with pytest.raises(TransformError, match='frame "velodyne" is unknown'):
         tree.lookup('base_link', 'velodyne', 0)
