@@ -95,7 +95,9 @@ def grid_of(cfg):
 def voxelize_ref(points, cfg) -> np.ndarray:
     """Compute the six LiDAR channels by the contract: transform, floor, filter, statistics."""
     x_min, y_min, z_min, z_max, res, h, w = grid_of(cfg)
-    pts = np.asarray(points, np.float64).reshape(-1, 4)
+    pts = np.asarray(points, np.float64).reshape(-1, 4).copy()
+    # lidar.intensity_scale multiplies the intensity as it is read, before any check.
+    pts[:, 3] *= np.float32(cfg.lidar_filter.intensity_scale)
     rot = quat_matrix(cfg.lidar.rotation_xyzw)
     with np.errstate(invalid='ignore', over='ignore'):
         xyz = pts[:, :3] @ rot.T + np.asarray(cfg.lidar.translation)

@@ -28,6 +28,12 @@ class PaddedCloud:
     lidars: tuple[tuple[int, int, bool, bool], ...] = ()
 
 
+def _scale_intensity(points: np.ndarray, scale: float) -> None:
+    """Multiply the intensity column of decoded rows float32[n, 4] by ``scale``, in place."""
+    if scale != 1.0:
+        points[:, 3] *= np.float32(scale)
+
+
 class SetCloud(NamedTuple):
     """One LiDAR's cloud of a set, for ``BucketPadder.decode_set``."""
 
@@ -35,6 +41,7 @@ class SetCloud(NamedTuple):
     intensity_field: str
     time: tuple[str, str, str] | None   # (field, unit, reference) or None: no field
     offset_s: float              # its stamp after the set's stamp (s), added to its times
+    intensity_scale: float = 1.0   # its intensity is multiplied by this
 
 
 class BucketPadder:
@@ -73,11 +80,13 @@ class BucketPadder:
         return self.capacity
 
     def decode(self, msg, intensity_field: str = 'intensity',
-               time: tuple[str, str, str] | None = None) -> PaddedCloud:
+               time: tuple[str, str, str] | None = None,
+               intensity_scale: float = 1.0) -> PaddedCloud:
         """
         Decode a PointCloud2 straight into its bucket's next buffer (no array of its own).
 
-        The intensity is the field named ``intensity_field``; ``time``: (field, unit,
+        The intensity is the field named ``intensity_field`` times ``intensity_scale`` (a pass
+        over the rows only where it is not 1); ``time``: (field, unit,
         reference) of the per-point times to read (``cloud.read_times``), None for none.
         Raises CloudFormatError (``cloud.read_points``) before any buffer is touched.
         """
@@ -91,6 +100,7 @@ class BucketPadder:
         timed = time is not None and read_times(
             msg, *time, max_points=bucket, policy=self.overflow_policy, out=times, rows=rows)
         kept = min(n, bucket)
+        _scale_intensity(buffer[:kept], intensity_scale)
         return PaddedCloud(buffer, kept, bucket, n - kept, n,
                            any(f.name == intensity_field for f in msg.fields), times, timed)
 
@@ -132,6 +142,7 @@ class BucketPadder:
             msg, end = cloud.msg, start + share
             read_points(msg, share, self.overflow_policy, out=buffer[start:],
                         intensity_field=cloud.intensity_field, rows=selected)
+            _scale_intensity(buffer[start:end], cloud.intensity_scale)
             timed = cloud.time is not None and read_times(
                 msg, *cloud.time, max_points=share, policy=self.overflow_policy,
                 out=times[start:], rows=selected)

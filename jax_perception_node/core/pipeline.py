@@ -308,16 +308,18 @@ class BevPipeline(HeadWeights, EncoderWeights):
         return 0 if self._baseline is None else compile_count() - self._baseline
 
     def decode(self, msg, intensity_field: str = 'intensity',
-               time: tuple[str, str, str] | None = None) -> PaddedCloud:
+               time: tuple[str, str, str] | None = None,
+               intensity_scale: float = 1.0) -> PaddedCloud:
         """
         Decode a PointCloud2 straight into its bucket's next host buffers, for ``process``.
 
-        ``time``: (field, unit, reference) of the per-point times, None for none. Pass the
+        ``time``: (field, unit, reference) of the per-point times, None for none;
+        ``intensity_scale`` multiplies the intensity (``lidar.intensity_scale``). Pass the
         result to ``process`` or ``dispatch`` before the next decode: a bucket has two buffers,
         and the one after next is this one again. Raises CloudFormatError
         (``cloud.read_points``) before any buffer is touched.
         """
-        return self.padder.decode(msg, intensity_field, time)
+        return self.padder.decode(msg, intensity_field, time, intensity_scale)
 
     def decode_set(self, clouds: tuple[SetCloud | None, ...]):
         """Decode several LiDARs' clouds into one bucket (``BucketPadder.decode_set``)."""

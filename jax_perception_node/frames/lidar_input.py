@@ -94,11 +94,12 @@ def decode_clouds(pipe: BevPipeline, cfg: PipelineConfig,
     if not cfg.lidars:
         timing = lidars[0].timing
         return pipe.decode(frame.clouds[0], lidars[0].intensity_field, (
-            timing.field, timing.unit, timing.reference) if timing.active else None), frame
+            timing.field, timing.unit, timing.reference) if timing.active else None,
+            lidars[0].intensity_scale), frame
     reads = tuple(None if msg is None else SetCloud(
         msg, lidar.intensity_field, (lidar.timing.field, lidar.timing.unit,
                                      lidar.timing.reference) if lidar.timing.active else None,
-        (stamp_ns(msg.header.stamp) - frame.stamp_ns) / NS_PER_S)
+        (stamp_ns(msg.header.stamp) - frame.stamp_ns) / NS_PER_S, lidar.intensity_scale)
         for lidar, msg in zip(lidars, frame.clouds))
     padded, refused = pipe.decode_set(reads)
     if not refused:

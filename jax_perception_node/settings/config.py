@@ -182,7 +182,8 @@ class PipelineConfig:
     def lidar_sensors(self) -> tuple[LidarConfig, ...]:
         """Return the LiDARs processed together: ``lidars``, or the one of ``lidar.*``."""
         return self.lidars or (LidarConfig('', self.lidar_frame_id, self.lidar,
-                                           self.lidar_filter.intensity_field, self.lidar_timing),)
+                                           self.lidar_filter.intensity_field, self.lidar_timing,
+                                           self.lidar_filter.intensity_scale),)
 
     @property
     def camera_channels(self) -> int:

@@ -1,8 +1,9 @@
 """
-What the node keeps of a LiDAR's cloud: its intensity field, a range band and the ego body.
+What the node keeps of a LiDAR's cloud: its intensity and its scale, a range band, the ego body.
 
 All live: the crop is part of the frame's calibration vector (traced), and the intensity
-field is a name the decoder reads, so changing any of them compiles nothing.
+field and scale are what the decoder reads and multiplies, so changing any of them compiles
+nothing.
 """
 
 from dataclasses import dataclass
@@ -29,10 +30,11 @@ class LidarFilter:
     ``min_range_m`` <= |p| <= ``max_range_m`` (m, in the LiDAR frame: its origin to the point),
     and outside ``ego_box`` (x_min, x_max, y_min, y_max, z_min, z_max, m, in the grid frame:
     the vehicle's own body; all zero for none). ``intensity_field``: the PointCloud2 field read
-    as the intensity.
+    as the intensity, multiplied by ``intensity_scale``.
     """
 
     intensity_field: str = 'intensity'
+    intensity_scale: float = 1.0
     min_range_m: float = 0.0
     max_range_m: float = 1e4
     ego_box: tuple[float, ...] = (0.0,) * 6
@@ -56,4 +58,4 @@ def lidar_filter(v: Mapping[str, Any]) -> LidarFilter:
         if lo > hi:
             raise ConfigError(f'lidar.ego_box: {axis}_min {lo:g} is above {axis}_max {hi:g} '
                               '(the box is x_min, x_max, y_min, y_max, z_min, z_max)')
-    return LidarFilter(field, float(near), float(far), box)
+    return LidarFilter(field, float(v['lidar.intensity_scale']), float(near), float(far), box)

@@ -17,7 +17,7 @@ from ..geometry.rotations import Pose
 @dataclass(frozen=True)
 class LidarConfig:
     """
-    One LiDAR: its name, frame, pose in the grid frame, intensity field and point times.
+    One LiDAR: its name, frame, pose in the grid frame, intensity field and scale, point times.
 
     ``name`` is '' for the single LiDAR of ``lidar.*``; ``key`` is the parameter prefix that
     messages name (``lidar`` or ``lidars.<name>``).
@@ -28,6 +28,7 @@ class LidarConfig:
     pose: Pose
     intensity_field: str = 'intensity'
     timing: LidarTiming = LidarTiming()
+    intensity_scale: float = 1.0
 
     @property
     def key(self) -> str:
@@ -69,7 +70,7 @@ def lidar_blocks(v: Mapping[str, Any], names: tuple[str, ...],
         lidars.append(LidarConfig(
             name, v[k + 'frame_id'] or f'lidar_{name}', pose(v, k[:-1]), field,
             LidarTiming(v[k + 'time_field'], v[k + 'time_unit'], v[k + 'time_reference'],
-                        v['lidar.deskew'])))
+                        v['lidar.deskew']), float(v[k + 'intensity_scale'])))
     frames = [lidar.frame_id for lidar in lidars]
     for index, lidar in enumerate(lidars):
         if lidar.frame_id in frames[:index]:

@@ -165,6 +165,9 @@ SCHEMA: tuple[ParamSpec, ...] = (
     _p('lidar.intensity_field', 'string', 'intensity', 'the PointCloud2 field read as the '
        'intensity (intensity, signal, reflectivity, i); a cloud without it reads 0, warned',
        nonempty=True),
+    _p('lidar.intensity_scale', 'double', 1.0, 'the intensity is multiplied by this: 0.125 for '
+       "an Ouster's signal, 255 for a 0-1 simulator (the head was trained on 0-255)",
+       minimum=1e-6, maximum=1e6),
     _p('lidar.min_range_m', 'double', 0.0, 'points nearer the LiDAR origin are dropped',
        unit='m', minimum=0.0, maximum=SPAN_M),
     _p('lidar.max_range_m', 'double', SPAN_M, 'points further from the LiDAR origin are dropped',
@@ -195,6 +198,9 @@ SCHEMA: tuple[ParamSpec, ...] = (
        'LiDAR orientation in the grid frame, a unit quaternion (x, y, z, w)', **_ROTATION),
     _p(_L + 'intensity_field', 'string', 'intensity',
        'the PointCloud2 field read as its intensity (as lidar.intensity_field)', nonempty=True),
+    _p(_L + 'intensity_scale', 'double', 1.0,
+       'its intensity is multiplied by this (as lidar.intensity_scale), to bring every '
+       "LiDAR's to one scale in the BEV", minimum=1e-6, maximum=1e6),
     _p(_L + 'time_field', 'string', '',
        "the field of each point's time (as lidar.time_field); '' for none: its cloud is "
        'moved to the set stamp as a whole'),

@@ -130,6 +130,14 @@ def test_live_calibration_applies_without_a_compile(running):
     expected = reference(**{**camera_params('front', fx=6.0, translation=(1.5, 0.25, 1.25)),
                             'lidar.translation': [0.5, 0.25, 1.0]})
     np.testing.assert_array_equal(moved, expected.process(points, {'front': fmap}).features)
+
+    # The intensity scale, applied as the cloud is read: the same cloud, its intensity halved.
+    results = set_parameters(probe, setter, lidar__intensity_scale=0.5)
+    assert results[0].successful, results[0].reason
+    halved, _ = send_frame(probe, 3, points, fmap)
+    scaled = points * np.float32([1.0, 1.0, 1.0, 0.5])
+    assert not np.array_equal(halved, moved)
+    np.testing.assert_array_equal(halved, expected.process(scaled, {'front': fmap}).features)
     assert node.alive()
 
 

@@ -123,6 +123,26 @@ def test_a_cloud_without_the_intensity_field_is_served_with_zeros_and_named(path
     assert frame.result.features[..., 0].any() and not frame.result.features[..., 5].any()
 
 
+def test_the_intensity_scale_is_live_and_scales_the_intensity_alone(path):
+    from dataclasses import replace
+    cfg = path.cfg
+    before = run_frame(path)
+    compiles = compile_count()
+    for k, scale in enumerate((0.125, 255.0)):
+        scaled = replace(cfg, lidar_filter=replace(cfg.lidar_filter, intensity_scale=scale))
+        path.update(scaled)
+        try:
+            bev = run_frame(path, T0 + (k + 1) * 10**8)
+        finally:
+            path.update(cfg)
+        np.testing.assert_allclose(bev[..., :6], voxelize_ref(POINTS, scaled), rtol=1e-5,
+                                   atol=1e-4)
+        np.testing.assert_array_equal(bev[..., :5], before[..., :5])
+        np.testing.assert_allclose(bev[..., 5], before[..., 5] * scale, rtol=1e-6)
+        assert bev[..., 5].any()
+    assert compile_count() == compiles
+
+
 def test_the_lidar_frame_is_the_parameter(pipe):
     cfg = small_config(**{'lidar.frame_id': 'velodyne'})
     path = FramePath(cfg, pipe)

@@ -75,6 +75,24 @@ def test_three_lidars_give_the_bev_of_their_union_in_base_link(three):
     assert compile_count() == before
 
 
+def test_each_lidar_scales_its_own_intensity(three):
+    cfg, pipe, union_cfg, union = three
+    scales = dict(zip(NAMES, (1.0, 0.125, 4.0)))
+    scaled_cfg = config_from_parameters(lidar_params(**{
+        f'lidars.{name}.intensity_scale': scale for name, scale in scales.items()}))
+    assert [lidar.intensity_scale for lidar in scaled_cfg.lidars] == list(scales.values())
+    path = FramePath(cfg, pipe)
+    path.update(scaled_cfg)                          # live: no compile
+    before = compile_count()
+    rng = np.random.default_rng(5)
+    world = {name: base_link_points(rng, 150, cfg) for name in NAMES}
+    frame = path.process(lidar_set({name: into_sensor(p, name) for name, p in world.items()}))
+    everything = np.concatenate([p * np.float32([1, 1, 1, scales[name]])
+                                 for name, p in world.items()]).astype(np.float32)
+    assert_same_bev(frame.result.features[..., :6], voxelize_ref(everything, union_cfg))
+    assert compile_count() == before
+
+
 def test_a_wrong_pose_would_show(three):
     """Positive control: the same clouds under one pose for all are another BEV."""
     cfg, pipe, _, union = three
