@@ -81,9 +81,9 @@ def test_each_lidar_scales_its_own_intensity(three):
     scaled_cfg = config_from_parameters(lidar_params(**{
         f'lidars.{name}.intensity_scale': scale for name, scale in scales.items()}))
     assert [lidar.intensity_scale for lidar in scaled_cfg.lidars] == list(scales.values())
+    before = compile_count()
     path = FramePath(cfg, pipe)
     path.update(scaled_cfg)                          # live: no compile
-    before = compile_count()
     rng = np.random.default_rng(5)
     world = {name: base_link_points(rng, 150, cfg) for name in NAMES}
     frame = path.process(lidar_set({name: into_sensor(p, name) for name, p in world.items()}))
