@@ -213,6 +213,7 @@ def test_tf_poses_per_lidar_equal_the_parameters(three):
     ({'lidars.names': ['names']}, 'taken by the key lidars.names'),
     ({'lidars.left.frame_id': 'lidar_top'}, 'lidars.left.frame_id: "lidar_top" is the frame of'),
     ({'lidars.left.intensity_field': 'x'}, 'lidars.left.intensity_field'),
+    ({'lidars.left.intensity_scale': -1.0}, 'lidars.left.intensity_scale: must be >= 1e-06'),
     ({'lidars.left.time_unit': 'h'}, 'lidars.left.time_unit'),
     ({'lidars.rear.frame_id': 'x'}, 'lidars.rear.frame_id: unknown parameter'),
     ({'sync.max_lidar_delay_s': -1.0}, 'sync.max_lidar_delay_s'),
