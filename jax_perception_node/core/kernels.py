@@ -409,8 +409,9 @@ def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, wi
             # Materialized once: fused into the lift's gathers, every tap would encode again.
             maps = jax.lax.optimization_barrier(jax.vmap(encode, in_axes=(None, 0))(
                 args.encoder, maps))
-        # Materialized before the stack: fused into it, the slot loop ran once per output
-        # channel instead of once per cell.
+        # Meant to materialize the lift before the stack. XLA's CPU backend (jax 0.10.2) drops
+        # the barrier and fuses the slot loop into the stack; the lift materialized first (in
+        # a lax.cond) measured slower (docs/performance.md, "The camera lift in the frame").
         camera, coverage = jax.lax.optimization_barrier(lift_cameras(
             maps, args.scalars[1:1 + cameras] > 0, args.lift))
     features = fuse(lidar, camera, coverage, args.projection, height=height, width=width,
