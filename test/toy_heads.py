@@ -44,6 +44,11 @@ def occupancy_head(head_input):
     return HeadSpec(toy_outputs, jax_params(params), STRIDE, ('car',))
 
 
+def intensity_scale_head(head_input):
+    """Build the occupancy head declaring the 0-255 intensity scale (HeadSpec.intensity_top)."""
+    return replace(occupancy_head(head_input), intensity_top=255.0)
+
+
 def camera_channel_head(head_input):
     """Build the occupancy head on the last camera channel (the one before the coverage)."""
     params = {'scale': np.float32(2.0), 'bias': np.float32(-3.0), 'z': np.float32(0.75)}

@@ -25,7 +25,6 @@ the replay completes (``bagio.writing_bag``), so it is whole or absent.
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-import sys
 import time
 from typing import Callable
 
@@ -34,6 +33,7 @@ from .detection_summary import detection_summary
 from .ground_truth import read_ground_truth
 from ..core.pipeline import BevPipeline
 from ..frames.frame_path import Frame, FramePath, needs_ego_poses, rgb_image_fields, uses_tf
+from ..frames.intensity_scale import OffScale
 from ..frames.latency import format_value, FRAME_KEYS, percentiles, STAGES
 from ..frames.lidar_sets import LidarSet, LidarSets
 from ..geometry.odometry import OdometryError
@@ -57,6 +57,15 @@ HEAD_OUTPUTS = ((bagio.OBJECTS_TOPIC, None, 5),
                 (bagio.OBJECTS_MARKERS_TOPIC, bagio.MARKER_ARRAY_TYPE, 5))
 
 
+# The counts of the summary after latency_ms, in its order (ReplayResult's fields of these names).
+SUMMARY_COUNTS = (
+    'rejected_feature_maps', 'rejected_camera_info', 'camera_info_applied', 'rejected_odometry',
+    'frames_without_odometry', 'transforms_received', 'rejected_transforms', 'frames_without_tf',
+    'cameras_without_tf', 'cameras_over_slots', 'nonfinite_objects', 'empty_clouds',
+    'clouds_without_intensity', 'clouds_off_intensity_scale', 'deskewed', 'clouds_without_time',
+    'frames_without_motion', 'lidar_sets_incomplete')
+
+
 @dataclass
 class ReplayResult:
     """What a replay did: counts, per-frame records, and a few frames kept for pictures."""
@@ -76,6 +85,8 @@ class ReplayResult:
     nonfinite_objects: int = 0        # decoded boxes with a non-finite value, not written
     empty_clouds: int = 0             # frames whose cloud held no valid point (all NaN, empty)
     clouds_without_intensity: int = 0  # frames whose cloud lacked lidar.intensity_field
+    clouds_off_intensity_scale: int = 0  # frames whose cloud read off the head's intensity scale
+    off_scale: OffScale | None = None    # the last of them: which LiDAR, what to set
     deskewed: int = 0                 # frames whose points were moved to their stamp
     clouds_without_time: int = 0      # deskew on, but the cloud lacked lidar.time_field
     frames_without_motion: int = 0    # deskew on, but no ego motion at the cloud stamp
@@ -102,28 +113,22 @@ class ReplayResult:
             'compiles_after_warmup': self.compiles_after_warmup,
             'buckets': {str(k): v for k, v in sorted(self.buckets.items())},
             'latency_ms': {s: percentiles(r[s] for r in self.records) for s in STAGES},
-            'rejected_feature_maps': self.rejected_feature_maps,
-            'rejected_camera_info': self.rejected_camera_info,
-            'camera_info_applied': self.camera_info_applied,
-            'rejected_odometry': self.rejected_odometry,
-            'frames_without_odometry': self.frames_without_odometry,
-            'transforms_received': self.transforms_received,
-            'rejected_transforms': self.rejected_transforms,
-            'frames_without_tf': self.frames_without_tf,
-            'cameras_without_tf': self.cameras_without_tf,
-            'cameras_over_slots': self.cameras_over_slots,
-            'nonfinite_objects': self.nonfinite_objects,
-            'empty_clouds': self.empty_clouds,
-            'clouds_without_intensity': self.clouds_without_intensity,
-            'deskewed': self.deskewed, 'clouds_without_time': self.clouds_without_time,
-            'frames_without_motion': self.frames_without_motion,
-            'lidar_sets_incomplete': self.lidar_sets_incomplete,
+            **{key: getattr(self, key) for key in SUMMARY_COUNTS},
             'lidars_missing': dict(self.lidars_missing),
             'late_lidar_clouds': self.late_lidar_clouds,
             'overflowed_frames': self.overflowed, 'warmup_s': round(self.warmup_s, 3),
             'cameras_used': percentiles(r['cameras_used'] for r in self.records),
             **detection,
         }
+
+    def warnings(self) -> list[str]:
+        """Return the lines to warn about at the end: store entries refused, off-scale clouds."""
+        lines = [f'warning: executable store: {refusal}' for refusal in self.store_refused]
+        if self.off_scale is not None:
+            lines.append(f'warning: {self.clouds_off_intensity_scale} of {self.frames} clouds '
+                         'read off the intensity scale the head was trained on; the last one: '
+                         f'{self.off_scale.advice()} (docs/users.md, "Real drivers\' clouds")')
+        return lines
 
 
 def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
@@ -406,6 +411,8 @@ class _Replay(BagFrames):
         result.frames_without_odometry += frame.without_odometry
         result.empty_clouds += frame.empty
         result.clouds_without_intensity += bool(frame.fields_without_intensity)
+        result.clouds_off_intensity_scale += frame.off_scale is not None
+        result.off_scale = frame.off_scale or result.off_scale
         result.deskewed += frame.deskewed
         result.clouds_without_time += bool(frame.fields_without_time)
         result.frames_without_motion += frame.without_motion
@@ -431,17 +438,3 @@ class _Replay(BagFrames):
         truth = None if self.truth is None else self.truth.get(stamp)
         if truth is not None:
             self.paired.append((objects, truth))
-
-
-def progress_bar(stream=sys.stderr) -> Callable[[int, int], None]:
-    """Return a one-line progress bar on ``stream`` (redrawn only on a terminal)."""
-    def draw(done: int, total: int) -> None:
-        if not stream.isatty() and done != total:
-            return
-        width = 30
-        filled = int(width * done / max(total, 1))
-        stream.write(f'\r[{"#" * filled}{"." * (width - filled)}] {done}/{total} clouds')
-        if done >= total:
-            stream.write('\n')
-        stream.flush()
-    return draw

@@ -71,6 +71,9 @@ class HeadSpec:
     cell regress ``offset`` to that centre (relative to themselves): the decoded centre is then
     the score-weighted mean of those cells' votes; 0 takes the peak cell's offset alone
     (CenterPoint's decoding, for a head taught offsets at the centre cell only).
+    ``intensity_top``, optional, the top of the LiDAR intensity scale the head was trained on
+    (255 for 0-255): clouds read far off it are counted and warned, with the
+    ``lidar.intensity_scale`` to set (``frames.intensity_scale``); 0 checks nothing.
     """
 
     apply: Callable[[Any, jax.Array], dict]
@@ -82,6 +85,7 @@ class HeadSpec:
     checkpoint_channels: Callable[[Any], int] | None = None
     nms_radius_m: tuple[float, ...] = ()
     centre_votes: int = 0
+    intensity_top: float = 0.0
 
 
 @dataclass(frozen=True)

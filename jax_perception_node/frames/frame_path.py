@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from .intensity_scale import cloud_off_scale, OffScale
 from .lidar_input import check_clouds, decode_clouds, lacking_fields
 from .sync import CameraSync
 from .tf_calibration import TfCalibration
@@ -61,6 +62,8 @@ class Frame:
     lidar_key: str = ''     # whose fields those are: lidar, or lidars.<name> (several LiDARs)
     lidars_missing: tuple[str, ...] = ()   # LiDARs of lidars.names not in the set
     lidars_refused: tuple[str, ...] = ()   # 'name: reason' of each cloud of the set left out
+    # the first LiDAR whose intensities read off the head's scale (HeadSpec.intensity_top)
+    off_scale: OffScale | None = None
 
 
 class FramePath(TfCalibration):
@@ -106,6 +109,7 @@ class FramePath(TfCalibration):
         self._tf_applied: dict[str, np.ndarray] = {}  # sensor -> the TF pose in force
         self._tf_refused: dict[str, np.ndarray] = {}  # the camera poses the slots last refused
         self.tf_calibrations = 0                     # TF poses applied (each without a compile)
+        self._intensity_top = 0.0 if pipe.head is None else pipe.head.spec.intensity_top
 
     # -- configuration and calibration ---------------------------------------------------------
 
@@ -302,6 +306,8 @@ class FramePath(TfCalibration):
             motion = None if twist is None else deskew_motion(
                 twist, lidar_pose.rotation_matrix(), np.asarray(lidar_pose.translation))
             pending = self.pipe.dispatch(padded, maps, stamp_ns=stamp, pose=pose, motion=motion)
+            # While the frame runs: the rows are only read, by both.
+            off = cloud_off_scale(cfg.lidar_sensors, padded, self._intensity_top)
             result = pending.result(features=features or picture)
         rgb = None
         if picture and not self.pipe.projected:
@@ -311,7 +317,7 @@ class FramePath(TfCalibration):
                      pairing.stale, jumped, started,
                      self.accumulating and pose is None, without_tf, *over_slots, empty,
                      no_intensity, result.deskewed, no_time, deskew and twist is None, key,
-                     taken.missing, taken.refused)
+                     taken.missing, taken.refused, off)
 
     def _camera_frame(self, name: str) -> str:
         return next(c.frame_id for c in self.cfg.cameras if c.name == name)

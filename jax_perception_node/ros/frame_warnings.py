@@ -24,6 +24,9 @@ def warn_frame(log, cfg: PipelineConfig, frame: Frame) -> None:
         log.warning(f'point cloud has no field "{lidar.intensity_field}" '
                     f'({lidar.key}.intensity_field): intensity read as 0; its fields are '
                     f'{list(frame.fields_without_intensity)}', throttle_duration_sec=10.0)
+    if frame.off_scale is not None:
+        log.warning('point cloud intensities read off the scale the head was trained on: '
+                    + frame.off_scale.advice(), throttle_duration_sec=10.0)
     if frame.fields_without_time:
         log.warning(f'point cloud has no field "{lidar.timing.field}" ({lidar.key}.time_field): '
                     f'not deskewed; its fields are {list(frame.fields_without_time)}',

@@ -22,7 +22,9 @@ and ERROR, and the node turns a :class:`Health` into a DiagnosticStatus. Rules, 
   ``latency_window_s`` only (a warm-up or calibration outlier clears that long after its
   frame; the published statistics cover the last ``diagnostics.window`` frames), a stale
   (masked) camera, and since the last report any cloud without a valid point or without its
-  intensity field, overflowed cloud, LiDAR cloud too late for its set (dropped), non-finite
+  intensity field or whose intensities read off the scale the head was trained on
+  (``frames.intensity_scale``), overflowed cloud, LiDAR cloud too late for its set (dropped),
+  non-finite
   or out-of-range feature values, rejected feature map, CameraInfo, odometry or TF message,
   frame without odometry, cloud skipped for want of its TF pose (``extrinsics.source: tf``) or
   camera masked for want of its TF pose.
@@ -48,21 +50,24 @@ COUNTS = ('received', 'processed', 'dropped', 'rejected', 'feature_maps_received
           'nonfinite_features', 'nonfinite_objects', 'odometry_received', 'rejected_odometry',
           'frames_without_odometry', 'transforms_received', 'rejected_transforms',
           'frames_without_tf', 'cameras_without_tf', 'cameras_over_slots', 'empty_clouds',
-          'clouds_without_intensity', 'deskewed', 'clouds_without_time', 'frames_without_motion',
-          'lidar_sets_incomplete', 'late_lidar_clouds')
+          'clouds_without_intensity', 'clouds_off_intensity_scale', 'deskewed',
+          'clouds_without_time', 'frames_without_motion', 'lidar_sets_incomplete',
+          'late_lidar_clouds')
 # Counts also kept since the last report (the same names), for the per-report rules.
 PERIOD_COUNTS = ('processed', 'rejected', 'rejected_feature_maps', 'rejected_camera_info',
                  'overflowed', 'nonfinite_features', 'nonfinite_objects', 'rejected_odometry',
                  'frames_without_odometry', 'rejected_transforms', 'frames_without_tf',
                  'cameras_without_tf', 'cameras_over_slots', 'empty_clouds',
-                 'clouds_without_intensity', 'clouds_without_time', 'frames_without_motion',
-                 'late_lidar_clouds')
+                 'clouds_without_intensity', 'clouds_off_intensity_scale', 'clouds_without_time',
+                 'frames_without_motion', 'late_lidar_clouds')
 
 # Per-report WARNs: count name -> message after the number.
 _PERIOD_WARNINGS = (
     ('empty_clouds', 'clouds without a single valid point (all NaN, out of range or empty)'),
     ('clouds_without_intensity', 'clouds without the lidar.intensity_field field (intensity '
                                  'read as 0)'),
+    ('clouds_off_intensity_scale', 'clouds whose intensities read off the scale the head was '
+                                   'trained on (the lidar.intensity_scale)'),
     ('clouds_without_time', 'clouds without the lidar.time_field field (not deskewed)'),
     ('frames_without_motion', 'clouds not deskewed: no ego motion at their stamp '
                               '(accumulation.pose_source)'),
@@ -135,6 +140,7 @@ def frame_counts(frame) -> dict[str, int]:
         'cameras_without_tf': len(frame.cameras_without_tf),
         'cameras_over_slots': len(frame.cameras_over_slots), 'empty_clouds': int(frame.empty),
         'clouds_without_intensity': int(bool(frame.fields_without_intensity)),
+        'clouds_off_intensity_scale': int(frame.off_scale is not None),
         'deskewed': int(frame.deskewed),
         'clouds_without_time': int(bool(frame.fields_without_time)),
         'frames_without_motion': int(frame.without_motion),

@@ -198,14 +198,14 @@ def _replay_fleet(args, cfg, topics: BagTopics) -> int:
 
 
 def _replay_one(args, cfg, topics: BagTopics) -> int:
-    from jax_perception_node.bags.replay import progress_bar, replay_bag
+    from jax_perception_node.bags.replay import replay_bag
     from ..bags.detection_summary import class_lines, mean_ap_line
-    from .report import detection_line, latency_table
+    from .report import detection_line, latency_table, progress_bar
     result = replay_bag(args.input[0], args.out, cfg, topics, snapshot_frames=(0, -1),
                         progress=progress_bar())
     summary = result.summary()
-    for refusal in result.store_refused:
-        print(f'warning: executable store: {refusal}', file=sys.stderr)
+    for line in result.warnings():
+        print(line, file=sys.stderr)
     print(f'\n{result.frames} frames, {result.rejected} rejected clouds, '
           f'{result.rejected_feature_maps} rejected feature maps, '
           f'{result.overflowed} overflowed, compiles after warm-up: '

@@ -1,5 +1,5 @@
 """
-Human-facing output: the summary table, the BEV picture (with boxes) and the latency plot.
+Human-facing output: summary table, BEV picture (with boxes), latency plot, progress bar.
 
 matplotlib runs headless (Agg) and is imported only when a picture is drawn. Boxes are drawn
 on the ``render.forward_up`` picture (+x up, +y left): a point (x, y) of the grid frame is at
@@ -9,7 +9,8 @@ coordinates, pixel (r, c) spanning [r, r + 1) x [c, c + 1)).
 
 import math
 from pathlib import Path
-from typing import Mapping, Sequence
+import sys
+from typing import Callable, Mapping, Sequence
 
 from jax_perception_node.frames.latency import percentiles, STAGES
 from jax_perception_node.outputs.object_markers import class_colour
@@ -182,3 +183,17 @@ def save_latency_png(records: Sequence[Mapping[str, float]], path: Path,
     fig.savefig(path)
     plt.close(fig)
     return Path(path)
+
+
+def progress_bar(stream=sys.stderr) -> Callable[[int, int], None]:
+    """Return a one-line progress bar on ``stream`` (redrawn only on a terminal)."""
+    def draw(done: int, total: int) -> None:
+        if not stream.isatty() and done != total:
+            return
+        width = 30
+        filled = int(width * done / max(total, 1))
+        stream.write(f'\r[{"#" * filled}{"." * (width - filled)}] {done}/{total} clouds')
+        if done >= total:
+            stream.write('\n')
+        stream.flush()
+    return draw

@@ -22,6 +22,7 @@ from jax_perception_node.bags import bagio, replay
 from jax_perception_node.core.pipeline import BevPipeline, compile_count
 from jax_perception_node.settings.config import config_from_parameters, load_config
 from jax_perception_node.settings.param_file import write_param_file
+from jax_perception_node.tools import report
 from jax_perception_node.tools.cli import main
 import pytest
 
@@ -58,7 +59,7 @@ def leftovers(folder: Path) -> list[str]:
 
 def hooked_progress(monkeypatch, action):
     """Make the CLI's progress bar call ``action(done)`` at each frame."""
-    monkeypatch.setattr(replay, 'progress_bar', lambda stream=None: lambda done, total: action(
+    monkeypatch.setattr(report, 'progress_bar', lambda stream=None: lambda done, total: action(
         done))
 
 
@@ -197,7 +198,7 @@ def test_a_json_that_became_unwritable_during_the_replay_is_one_line(
 
 HOOKED_CLI = """
 import pathlib, sys, time
-from jax_perception_node.bags import replay
+from jax_perception_node.tools import report
 from jax_perception_node.tools.cli import main
 
 def progress_bar(stream=None):
@@ -208,7 +209,7 @@ def progress_bar(stream=None):
                 time.sleep(1)
     return draw
 
-replay.progress_bar = progress_bar
+report.progress_bar = progress_bar
 sys.exit(main(sys.argv[2:]))
 """
 

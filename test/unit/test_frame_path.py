@@ -1,12 +1,14 @@
 """FramePath: frame checks, CameraInfo, live updates (newest word wins), locking, TF poses."""
 
 import threading
+from types import SimpleNamespace
 
 import bag_messages
 from configs import camera_params, FRONT, REAR, small_config
 from jax_perception_node.core.pipeline import compile_count
 from jax_perception_node.frames.frame_path import FramePath
 from jax_perception_node.geometry.transforms import TransformError
+from jax_perception_node.ros.frame_warnings import warn_frame
 from jax_perception_node.ros.health import assess, CloudTimes, COUNTS, PERIOD_COUNTS, WARN
 from jax_perception_node.sensors.camera import CameraInfoError, FeatureMapError
 from jax_perception_node.sensors.cloud import CloudFormatError
@@ -141,6 +143,33 @@ def test_the_intensity_scale_is_live_and_scales_the_intensity_alone(path):
         np.testing.assert_allclose(bev[..., 5], before[..., 5] * scale, rtol=1e-6)
         assert bev[..., 5].any()
     assert compile_count() == compiles
+
+
+def test_a_cloud_off_the_heads_intensity_scale_is_named_with_the_scale_to_set(warmed, path):
+    from dataclasses import replace
+    cfg = small_config(cameras=0, **{'head.module': 'toy_heads:intensity_scale_head'})
+    head_path = FramePath(cfg, warmed(cfg))
+    rng = np.random.default_rng(8)
+    points = np.hstack([rng.uniform(-6.0, 6.0, (600, 3)), rng.uniform(0.0, 255.0, (600, 1))])
+    assert head_path.process(cloud_of(points, T0)).off_scale is None
+    signal = points * [1, 1, 1, 8]              # an Ouster's signal: 8x
+    frame = head_path.process(cloud_of(signal, T0 + 10**8))
+    off = frame.off_scale
+    sample = signal[:, 3]                       # 600 rows: every one is in the sample
+    assert (off.key, off.p99) == ('lidar', pytest.approx(np.percentile(sample, 99.0)))
+    assert off.suggested == float(f'{0.5 * 255.0 / off.p99:.2g}')
+    lines = []
+    warn_frame(SimpleNamespace(info=lines.append, warning=lambda text, **_: lines.append(text)),
+               cfg, frame)
+    assert lines == ['point cloud intensities read off the scale the head was trained on: 99 % '
+                     f'of them under {off.p99:.4g}: set lidar.intensity_scale to about '
+                     f"{off.suggested:g} (0.125 for an Ouster's signal, 255 for a 0-1 "
+                     'simulator)']
+    head_path.update(replace(cfg, lidar_filter=replace(cfg.lidar_filter,
+                                                       intensity_scale=off.suggested)))
+    assert head_path.process(cloud_of(signal, T0 + 2 * 10**8)).off_scale is None
+    # Without a head that declares its scale nothing is judged.
+    assert path.process(cloud_of(signal, T0 + 3 * 10**8)).off_scale is None
 
 
 def test_the_lidar_frame_is_the_parameter(pipe):

@@ -124,6 +124,16 @@ def test_clouds_without_their_intensity_field_warn():
         WARN, '5 clouds without the lidar.intensity_field field (intensity read as 0)')
 
 
+def test_clouds_off_the_heads_intensity_scale_warn_naming_the_parameter():
+    result = run(period={'processed': 5, 'clouds_off_intensity_scale': 3})
+    assert (result.level, result.message) == (
+        WARN, '3 clouds whose intensities read off the scale the head was trained on (the '
+              'lidar.intensity_scale)')
+    assert run_lidars(period={'processed': 5, 'clouds_off_intensity_scale': 1}).message == (
+        '1 clouds whose intensities read off the scale the head was trained on (their '
+        'lidars.<name>.intensity_scale)')
+
+
 def test_compiles_budget_and_stale_cameras():
     result = run(period={'processed': 1}, compiles=2, p99=60.0, recent=RecentLatency(60.0, 5.0),
                  stale=('front', 'rear'))
@@ -272,7 +282,8 @@ def test_frame_counts_of_a_set():
     result = SimpleNamespace(overflow_points=0, nonfinite_features=0, nonfinite_objects=0)
     frame = SimpleNamespace(
         result=result, without_odometry=False, cameras_without_tf=(), cameras_over_slots=(),
-        empty=False, fields_without_intensity=(), deskewed=False, fields_without_time=(),
+        empty=False, fields_without_intensity=(), off_scale=None, deskewed=False,
+        fields_without_time=(),
         without_motion=False, lidars_missing=('left',), lidars_refused=('right: bad frame',))
     counts = health.frame_counts(frame)
     assert {k: v for k, v in counts.items() if v} == {

@@ -70,6 +70,9 @@ RAISED_M = 0.3
 # The BEV channels the raised cells are found from (the LiDAR block leads every layout).
 Z_MAX, Z_MIN = LIDAR_CHANNELS.index('z_max'), LIDAR_CHANNELS.index('z_min')
 DILATIONS = (1, 2)         # of the separable blocks' 3 x 3 kernels: 7 x 7 cells seen (11.2 m)
+# The training drives' LiDARs report 0-255 (the OS1-128's signal is brought to it by
+# lidar.intensity_scale): the top of the scale the head reads (HeadSpec.intensity_top).
+INTENSITY_TOP = 255.0
 # The head's outputs (the head contract's keys) and their channels, in the last conv's order.
 OUTPUTS = (('heatmap', len(CLASSES)), ('offset', 2), ('z', 1), ('size', 3), ('yaw', 2))
 HEATMAP_PRIOR = 0.1        # initial score everywhere: bias log(p / (1 - p)) = -2.19
@@ -398,8 +401,9 @@ def object_head(head_input: HeadInput) -> HeadSpec:
     (:data:`NMS_RADIUS_M`), the shipped weights that fit the BEV
     (:func:`shipped_weights`: the 15 channels of the shipped configuration, or its 7 with
     ``cameras.names: []``), :func:`validate`, which refuses a checkpoint's non-positive
-    ``std``, and :func:`checkpoint_channels`. The shipped weights record the BEV channels they
-    were trained for, so another layout is refused by its channels.
+    ``std``, and :func:`checkpoint_channels`, and the 0-255 intensity scale it was trained on
+    (:data:`INTENSITY_TOP`). The shipped weights record the BEV channels they were trained
+    for, so another layout is refused by its channels.
 
     Raises
     ------
@@ -413,4 +417,4 @@ def object_head(head_input: HeadInput) -> HeadSpec:
         return eqx.combine(params, static)(bev)
 
     return HeadSpec(apply, params, STRIDE, CLASSES, shipped_weights(head_input), validate,
-                    checkpoint_channels, NMS_RADIUS_M, CENTRE_VOTES)
+                    checkpoint_channels, NMS_RADIUS_M, CENTRE_VOTES, INTENSITY_TOP)
