@@ -126,6 +126,16 @@ def jax_params(params: dict) -> dict:
     return {k: np.asarray(v, np.float32) for k, v in params.items()}
 
 
+def string_top_head(head_input):
+    """Build the occupancy head with an intensity_top that is no number."""
+    return replace(occupancy_head(head_input), intensity_top='255')
+
+
+def infinite_top_head(head_input):
+    """Build the occupancy head with an infinite intensity_top."""
+    return replace(occupancy_head(head_input), intensity_top=float('inf'))
+
+
 def not_a_spec_head(head_input):
     """Return something else than a HeadSpec."""
     return {'apply': None}

@@ -263,6 +263,10 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
                   or not all(math.isfinite(r) and r > 0 for r in radii)):
         raise ConfigError(f'head.module: {name} gives nms_radius_m {list(radii)}: one positive '
                           f'radius per class of {list(spec.classes)} is needed')
+    top = spec.intensity_top
+    if isinstance(top, bool) or not isinstance(top, (int, float)) or not 0 <= top < math.inf:
+        raise ConfigError(f'head.module: {name} gives intensity_top {top!r}: a finite number '
+                          '>= 0 (0: no intensity-scale check) is needed')
     check_outputs(spec, bev, name)
     path = Path(os.path.expanduser(weights)) if weights else spec.weights
     params = jax.tree.map(np.asarray, spec.params)

@@ -353,6 +353,8 @@ def test_per_class_thresholds_apply_live_and_a_wrong_count_is_refused(warmed):
     ('toy_heads:missing', 'has no callable missing'),
     ('toy_heads:wrong_keys_head', 'must return'),
     ('toy_heads:not_a_spec_head', 'returned dict, not a HeadSpec'),
+    ('toy_heads:string_top_head', "gives intensity_top '255': a finite number >= 0"),
+    ('toy_heads:infinite_top_head', 'gives intensity_top inf: a finite number >= 0'),
 ])
 def test_a_bad_head_module_is_refused_by_name(module, match):
     with pytest.raises(ConfigError, match=f'^head.module: .*{match}'):

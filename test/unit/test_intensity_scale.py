@@ -26,9 +26,10 @@ def sweeps() -> dict[str, list[np.ndarray]]:
 
 
 def sample_p99(intensity: np.ndarray) -> float:
-    """NumPy: the 99th percentile of the finite values among 2048 evenly strided rows."""
-    sample = intensity[::max(1, len(intensity) // 2048)]
-    return float(np.percentile(sample[np.isfinite(sample)], 99.0))
+    """NumPy: the 99th percentile of the valid values among at most 2048 evenly strided rows."""
+    sample = intensity[::int(np.ceil(len(intensity) / 2048))]
+    assert len(sample) <= 2048
+    return float(np.percentile(sample[np.abs(sample) <= 1e12], 99.0))
 
 
 def test_0_255_lidars_read_on_the_scale(sweeps):
@@ -64,6 +65,9 @@ def test_nan_and_small_clouds():
     half[::3] = np.nan                         # judged on its finite values
     assert off_scale(half, TOP) == pytest.approx(sample_p99(half))
     assert off_scale(signal[:63], TOP) is None             # too few to judge
+    garbage = signal / np.float32(8.0)           # on the scale, but 5 % of the points beyond
+    garbage[::20] = 3e38                         # the validity limit: dropped, not judged
+    assert off_scale(garbage, TOP) is None
     assert off_scale(np.full(10_000, np.nan, np.float32), TOP) is None
     assert off_scale(np.zeros(10_000, np.float32), TOP) == 0.0     # all dark: off (low)
 
