@@ -64,7 +64,8 @@ def size_gain_head(head_input):
     Build the occupancy head with its log sizes shifted by a parameter, 0 by default.
 
     A checkpoint with ``log_size_gain`` 100 is finite, but its boxes decode to exp(100) m:
-    inf in float32, which the pipeline must drop and count (``nonfinite_objects``).
+    inf in float32, which the pipeline must drop and count (``nonfinite_objects``). It declares
+    the 0-255 intensity scale (``HeadSpec.intensity_top``), as the reference head does.
     """
     def apply(params, bev):
         out = toy_outputs(params, bev)
@@ -72,7 +73,7 @@ def size_gain_head(head_input):
         return out
     params = {'scale': np.float32(2.0), 'bias': np.float32(-3.0), 'z': np.float32(0.75),
               'log_size_gain': np.float32(0.0)}
-    return HeadSpec(apply, jax_params(params), STRIDE, ('car',))
+    return HeadSpec(apply, jax_params(params), STRIDE, ('car',), intensity_top=255.0)
 
 
 def two_class_head(head_input):

@@ -231,6 +231,27 @@ def test_boxes_a_live_checkpoint_decodes_to_inf_are_dropped_counted_and_warned(
         assert result.successful, result.reason
 
 
+def test_a_cloud_off_the_heads_intensity_scale_is_warned_with_the_scale_to_set(running):
+    node, probe, _ = running
+    points = clusters(12, 6)          # intensities 0-50: on the head's 0-255 scale
+    send(probe, T0 + 400 * 10**9, points)
+    signal = points * np.float32([1, 1, 1, 100])     # 0-5000, as an Ouster's signal might
+    send(probe, T0 + 401 * 10**9, signal)
+    warned = ('1 clouds whose intensities read off the scale the head was trained on (the '
+              'lidar.intensity_scale)')
+
+    def counted():      # called holding probe.lock
+        return any(warned in m.status[0].message and m.status[0].level == m.status[0].WARN
+                   and int(status_values(m.status[0])['clouds_off_intensity_scale']) == 1
+                   for m in probe.diagnostics)
+    probe.wait_for(counted, what='the clouds_off_intensity_scale WARN')
+    p99 = np.percentile(signal[:, 3], 99.0)          # 180 points: every one in the sample
+    probe.wait_for(lambda: 'point cloud intensities read off the scale the head was trained '
+                           f'on: 99 % of them under {p99:.4g}: set lidar.intensity_scale to '
+                           f'about {float(f"{127.5 / p99:.2g}"):g}' in node.log(),
+                   what='the log line with the scale to set')
+
+
 def test_published_time_comes_when_subscribed(running):
     """Autoware's PublishedTime: the objects' header, the wall clock when they went out."""
     import time
