@@ -182,10 +182,7 @@ def _replay_fleet(args, cfg, topics: BagTopics) -> int:
     summary = result.summary()
     totals = summary['totals']
     for bag in summary['bags']:
-        state = f'error: {bag["error"]}' if bag['error'] else (
-            f'{bag["frames"]} frames, {bag["rejected"]} rejected, compiles after warm-up '
-            f'{bag["compiles_after_warmup"]}')
-        print(f'{bag["input"]}: {state} (worker {bag["worker"]}, attempts {bag["attempts"]})')
+        print(fleet.bag_line(bag))
     spawned = len(summary['workers'])
     idle = spawned - sum(w['ready'] for w in summary['workers'])
     print(f'{totals["bags"] - totals["failed"]}/{totals["bags"]} bags, {totals["frames"]} '

@@ -247,6 +247,25 @@ def replay_fleet(bags: list[Path], out_dir: str | Path, cfg: PipelineConfig, wor
                        done - (scheduler.first_ready or done))
 
 
+def bag_line(bag: dict) -> str:
+    """
+    Return a bag's line of the fleet's report, from its entry of the summary's ``bags``.
+
+    Clouds off the head's intensity scale are counted there; the scale to set is in the log
+    of a replay of that bag alone (``replay BAG``), which the line says.
+    """
+    if bag['error']:
+        state = f'error: {bag["error"]}'
+    else:
+        state = (f'{bag["frames"]} frames, {bag["rejected"]} rejected, compiles after warm-up '
+                 f'{bag["compiles_after_warmup"]}')
+        if bag.get('clouds_off_intensity_scale'):
+            state += (f', {bag["clouds_off_intensity_scale"]} clouds off the intensity scale '
+                      'the head was trained on (replay the bag alone for the '
+                      'lidar.intensity_scale to set)')
+    return f'{bag["input"]}: {state} (worker {bag["worker"]}, attempts {bag["attempts"]})'
+
+
 def fleet_progress_bar(stream=sys.stderr) -> Callable[[FleetProgress], None]:
     """Return a one-line bar over bags and frames (redrawn only on a terminal)."""
     def draw(state: FleetProgress) -> None:

@@ -301,3 +301,18 @@ def test_the_fleet_modules_import_one_way():
     assert imports == {'fleet': {'fleet_driver', 'fleet_worker', 'fleet_types'},
                        'fleet_driver': {'fleet_types'}, 'fleet_worker': set(),
                        'fleet_types': set()}
+
+
+def test_a_bags_line_counts_its_clouds_off_the_intensity_scale():
+    bag = {'input': '/bags/ouster', 'error': None, 'frames': 30, 'rejected': 0,
+           'compiles_after_warmup': 0, 'worker': 1, 'attempts': 1,
+           'clouds_off_intensity_scale': 0}
+    assert fleet.bag_line(bag) == ('/bags/ouster: 30 frames, 0 rejected, compiles after '
+                                   'warm-up 0 (worker 1, attempts 1)')
+    assert fleet.bag_line(dict(bag, clouds_off_intensity_scale=30)) == (
+        '/bags/ouster: 30 frames, 0 rejected, compiles after warm-up 0, 30 clouds off the '
+        'intensity scale the head was trained on (replay the bag alone for the '
+        'lidar.intensity_scale to set) (worker 1, attempts 1)')
+    # A failed bag has no summary of its own (fleet_types.BagOutcome.report).
+    assert fleet.bag_line(dict(bag, error='boom', frames=0)) == (
+        '/bags/ouster: error: boom (worker 1, attempts 1)')
