@@ -185,8 +185,11 @@ def save_latency_png(records: Sequence[Mapping[str, float]], path: Path,
     return Path(path)
 
 
-def progress_bar(stream=sys.stderr) -> Callable[[int, int], None]:
+def progress_bar(stream=None) -> Callable[[int, int], None]:
     """Return a one-line progress bar on ``stream`` (redrawn only on a terminal)."""
+    # sys.stderr as it is now, not as it was when this module was first imported.
+    stream = stream or sys.stderr
+
     def draw(done: int, total: int) -> None:
         if not stream.isatty() and done != total:
             return
