@@ -27,6 +27,11 @@ class PaddedCloud:
     starts: tuple[int, ...] = ()
     lidars: tuple[tuple[int, int, bool, bool], ...] = ()
 
+    @property
+    def per_lidar(self) -> tuple[tuple[int, int, bool, bool], ...]:
+        """Return ``lidars``, or for one LiDAR its one (rows, points, intensity, timed)."""
+        return self.lidars or ((self.count, self.num_points, self.intensity, self.timed),)
+
 
 def _scale_intensity(points: np.ndarray, scale: float) -> None:
     """Multiply the intensity column of decoded rows float32[n, 4] by ``scale``, in place."""

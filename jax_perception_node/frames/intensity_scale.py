@@ -92,9 +92,8 @@ def cloud_off_scale(lidars: tuple[LidarConfig, ...], padded: PaddedCloud,
     """
     if top <= 0.0:
         return None
-    rows = padded.lidars or ((padded.count, padded.num_points, padded.intensity,
-                              padded.timed),)
-    for lidar, start, (count, _, intensity, _) in zip(lidars, (0,) + padded.starts, rows):
+    starts = (0,) + padded.starts
+    for lidar, start, (count, _, intensity, _) in zip(lidars, starts, padded.per_lidar):
         if intensity and count:
             p99 = off_scale(padded.buffer[start:start + count, 3], top)
             if p99 is not None:

@@ -123,9 +123,7 @@ def lacking_fields(cfg: PipelineConfig, frame: FrameClouds,
     frame).
     """
     lidars = cfg.lidar_sensors
-    rows = padded.lidars or ((padded.count, padded.num_points, padded.intensity,
-                              padded.timed),)
-    for lidar, msg, (_, _, intensity, timed) in zip(lidars, frame.clouds, rows):
+    for lidar, msg, (_, _, intensity, timed) in zip(lidars, frame.clouds, padded.per_lidar):
         no_time = lidar.timing.active and not timed
         if msg is not None and (not intensity or no_time):
             names = tuple(f.name for f in msg.fields)

@@ -24,10 +24,9 @@ and ERROR, and the node turns a :class:`Health` into a DiagnosticStatus. Rules, 
   (masked) camera, and since the last report any cloud without a valid point or without its
   intensity field or whose intensities read off the scale the head was trained on
   (``frames.intensity_scale``), overflowed cloud, LiDAR cloud too late for its set (dropped),
-  non-finite
-  or out-of-range feature values, rejected feature map, CameraInfo, odometry or TF message,
-  frame without odometry, cloud skipped for want of its TF pose (``extrinsics.source: tf``) or
-  camera masked for want of its TF pose.
+  non-finite or out-of-range feature values, rejected feature map, CameraInfo, odometry or TF
+  message, frame without odometry, cloud skipped for want of its TF pose
+  (``extrinsics.source: tf``) or camera masked for want of its TF pose.
 
 The TF counts are of tf2_msgs/TFMessage messages, as the messages say: ``transforms_received``
 counts messages taken whole, ``rejected_transforms`` messages with at least one transform
