@@ -7,10 +7,16 @@ from ci_skips import pytest_runtest_makereport  # noqa: F401
 from configs import REPO, small_config
 from jax_perception_node.settings.config import PipelineConfig
 import pytest
+from ros_harness import DOMAIN_BLOCK
 
-# DDS never leaves loopback; the domain is per run so parallel runs do not cross-talk.
+# DDS never leaves loopback; the domain is per run so parallel runs do not cross-talk. Under
+# pytest-xdist (make test runs two workers, which inherit the run's domain) each worker moves
+# it into a block of 100 domains of its own (ros_harness.DOMAIN_BLOCK), so the two workers'
+# nodes never share a domain either.
 os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
 os.environ.setdefault('ROS_DOMAIN_ID', str(10 + os.getpid() % 80))
+if 'PYTEST_XDIST_WORKER' in os.environ:
+    os.environ['ROS_DOMAIN_ID'] = str(DOMAIN_BLOCK + int(os.environ['ROS_DOMAIN_ID']) % 100)
 # Big messages over shared memory, UDP on loopback only: see config/fastdds_local.xml.
 os.environ.setdefault('FASTRTPS_DEFAULT_PROFILES_FILE', str(REPO / 'config' / 'fastdds_local.xml'))
 

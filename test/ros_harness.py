@@ -14,6 +14,10 @@ from jax_perception_node.tools.cloud_messages import rclpy_types
 from jax_perception_node.tools.processes import console_script, stop_process
 import numpy as np
 
+# pytest-xdist names its workers gw0, gw1: each takes a block of 100 ROS domains of its own
+# (two blocks fit under Fast DDS's highest domain, 232; make test runs two workers).
+DOMAIN_BLOCK = 100 * (int(os.environ.get('PYTEST_XDIST_WORKER', 'gw0')[2:]) % 2)
+
 
 class NodeProcess:
     """jax_perception_node started through its console script, output captured to a file."""
@@ -66,7 +70,7 @@ def make_features(fmap: np.ndarray, stamp_ns: int, name: str, frame_id: str | No
 
 def other_domain(offset: int) -> int:
     """Return a ROS domain next to this run's own, so two test nodes never share topics."""
-    return (int(os.environ['ROS_DOMAIN_ID']) + offset) % 100 + 1
+    return DOMAIN_BLOCK + (int(os.environ['ROS_DOMAIN_ID']) - DOMAIN_BLOCK + offset) % 100 + 1
 
 
 def stamp_of(msg) -> int:
