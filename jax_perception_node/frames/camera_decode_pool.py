@@ -30,7 +30,10 @@ class CameraDecodePool:
     ``threads``: the pool's size (``cpu_threads()`` by default); more cameras than threads
     queue for a thread. A ``take`` handles its own errors (counting, logging); anything it
     still raises comes out of the next ``submit`` for that camera, as a callback's exception
-    would from a spinning executor (``wait`` only waits).
+    would from a spinning executor (``wait`` only waits), once that next call is on its way:
+    one failed call never stops a camera's later ones. One camera's ``submit`` calls come from
+    one thread at a time (a ROS executor's mutually exclusive callbacks): two at once could
+    both pass the wait and overlap.
     """
 
     def __init__(self, threads: int | None = None):
@@ -43,11 +46,13 @@ class CameraDecodePool:
         """Run ``take()`` on the pool once camera ``name``'s previous call is done (waits)."""
         with self._lock:
             previous = self._running.get(name)
-        if previous is not None:
-            previous.result()
-        future = self._pool.submit(take)
-        with self._lock:
-            self._running[name] = future
+        try:
+            if previous is not None:
+                previous.result()
+        finally:
+            future = self._pool.submit(take)
+            with self._lock:
+                self._running[name] = future
 
     def wait(self) -> None:
         """Return once every call submitted so far is done (a frame pairs what arrived)."""

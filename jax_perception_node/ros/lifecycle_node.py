@@ -150,9 +150,10 @@ class JaxPerceptionLifecycleNode(LifecycleNode):
             self.core.cleanup()
 
     def destroy_node(self) -> None:
-        """Break the bond and stop the worker before the publishers go away."""
+        """Break the bond, stop the worker and the image decodes before the publishers go."""
         self._end_bond()
         self._stop_serving()
+        self.core.close_decoders()
         super().destroy_node()
 
 

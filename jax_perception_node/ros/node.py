@@ -48,8 +48,9 @@ class JaxPerceptionNode(Node):
         return self.core.diagnostic_status()
 
     def destroy_node(self) -> None:
-        """Stop the worker before the publishers go away."""
+        """Stop the worker and the image decodes before the publishers go away."""
         self.core.deactivate()
+        self.core.close_decoders()
         super().destroy_node()
 
 

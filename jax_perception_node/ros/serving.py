@@ -6,13 +6,13 @@ that map onto the ROS 2 lifecycle: ``declare`` (parameters and the parameter cal
 ``configure`` (validate, build and warm the pipeline, create publishers), ``activate``
 (subscriptions, diagnostics timer, worker), ``deactivate`` (stop serving, counters kept) and
 ``cleanup`` (release publishers and pipeline). The plain node runs the first three at start-up.
-Latest wins, the worker thread, live parameters and the health rules: docs/design.md ("One
-frame, end to end") and docs/users.md.
-
-Several LiDARs (``lidars.names``, sets closed by the worker) and images decoded on a pool
-(``frames/camera_decode_pool.py``): docs/design.md ("Several LiDARs", "One frame, end to end").
+Latest wins, the worker thread (``frame_worker.py``), several LiDARs (``lidars.names``, sets
+closed by the worker), images decoded on a pool (``frames/camera_decode_pool.py``), live
+parameters and the health rules: docs/design.md ("One frame, end to end", "Several LiDARs")
+and docs/users.md.
 """
 
+from dataclasses import replace
 import functools
 import threading
 import time
@@ -28,6 +28,7 @@ from tf2_msgs.msg import TFMessage
 
 from .camera_inputs import subscribe_cameras
 from .frame_warnings import warn_frame
+from .frame_worker import FrameWorker
 from .health import assess, CloudTimes, count_names, frame_counts, RecentLatency
 from .node_outputs import FrameOutputs
 from .node_params import declare_parameters, read_parameters
@@ -72,10 +73,9 @@ class PerceptionCore:
         self._pending = None
         self._sets: LidarSets | None = None  # with lidars.names: the sets being collected
         self._late = 0                       # ``self._sets.late`` already counted
-        self._wake, self._stop = threading.Event(), threading.Event()
+        self._wake = threading.Event()
         self._worker = self._timer = self._decoders = None
-        self._subscriptions, self._diagnostics_pub = [], None
-        self._tf_subscriptions = []
+        self._subscriptions, self._tf_subscriptions, self._diagnostics_pub = [], [], None
 
     @property
     def log(self):
@@ -146,10 +146,8 @@ class PerceptionCore:
             self._times = CloudTimes()    # the LiDAR timeout counts from this activation's clouds
             if self._sets is not None:
                 self._sets.reset()        # no set of an earlier activation is completed
-        self._stop.clear()
         self.outputs.start()
-        self._worker = threading.Thread(target=self._serve, name='bev_worker', daemon=True)
-        self._worker.start()
+        self._worker = FrameWorker(self._serve)
         pipe = self.pipe
         self.log.info(f'ready: {pipe.height} x {pipe.width} grid, {pipe.output_channels} '
                       f'channels, cameras {list(pipe.camera_names)}'
@@ -166,9 +164,10 @@ class PerceptionCore:
         if self._timer is not None:
             self.node.destroy_timer(self._timer)
             self._timer = None
+        if self._decoders is not None:
+            self._decoders.wait()       # no image taken in after this, into any buffer
         if self._worker is not None:
-            self._stop.set()
-            self._worker.join(timeout=10.0)
+            self._worker.stop(self.log)
             self._worker = None
         with self._lock:
             self._pending = None
@@ -181,11 +180,15 @@ class PerceptionCore:
         self._destroy_publisher(self._diagnostics_pub)
         self.outputs = self._diagnostics_pub = None
         self.pipe = self.path = self.window = None
-        if self._decoders is not None:
-            self._decoders.close()
-            self._decoders = None
+        self.close_decoders()
         with self._lock:
             self._sets = None
+
+    def close_decoders(self) -> None:
+        """Finish the image decodes submitted and stop their threads (cleanup, node's end)."""
+        decoders, self._decoders = self._decoders, None
+        if decoders is not None:
+            decoders.close()
 
     def _subscribe_tf(self) -> None:
         """Subscribe to /tf_static and /tf once the configuration needs them (kept after)."""
@@ -279,8 +282,7 @@ class PerceptionCore:
     # -- inputs (executor thread): cheap, never block on a frame -------------------------------
 
     def _on_cloud(self, msg: PointCloud2) -> None:
-        arrived = time.perf_counter()
-        now = time.monotonic()
+        arrived, now = time.perf_counter(), time.monotonic()
         with self._lock:
             self._received(now)
             self._put(msg, arrived)
@@ -302,9 +304,8 @@ class PerceptionCore:
     def _received(self, now: float) -> None:
         """Count a cloud and its time (under the lock)."""
         self._bump('received')
-        times = self._times
-        self._times = CloudTimes(times.first if times.first is not None else now, now,
-                                 times.valid)
+        first = self._times.first
+        self._times = replace(self._times, first=now if first is None else first, last=now)
 
     def _put(self, item, arrived: float) -> None:
         """Make a cloud or a closed set the pending item, latest wins (under the lock)."""
@@ -360,8 +361,8 @@ class PerceptionCore:
 
     # -- worker thread -------------------------------------------------------------------------
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
+    def _serve(self, stop: threading.Event) -> None:
+        while not stop.is_set():
             self._wake.wait(timeout=self._wait_s())
             with self._lock:
                 if self._sets is not None:
@@ -385,8 +386,9 @@ class PerceptionCore:
         return min(IDLE_WAIT_S, max(0.0, end - time.monotonic()))
 
     def _process(self, clouds: PointCloud2 | LidarSet, arrived: float) -> None:
-        if self._decoders is not None:
-            self._decoders.wait()       # the images that arrived before are in the buffers
+        decoders = self._decoders       # read once: cleanup may clear it meanwhile
+        if decoders is not None:
+            decoders.wait()             # the images that arrived before are in the buffers
         now_ns = self.node.get_clock().now().nanoseconds
         several = isinstance(clouds, LidarSet)
         try:
@@ -404,9 +406,8 @@ class PerceptionCore:
             self.log.warning(f'point cloud skipped: {exc}', throttle_duration_sec=2.0)
             return
         warn_frame(self.log, self.cfg, frame)
-        sec, nanosec = split_ns(frame.stamp_ns)
         header = Header(frame_id=self.cfg.grid.frame_id)
-        header.stamp.sec, header.stamp.nanosec = sec, nanosec
+        header.stamp.sec, header.stamp.nanosec = split_ns(frame.stamp_ns)
         record = self.outputs.publish(frame, header, arrived, self.cfg.grid,
                                       self.node.get_clock())
         now = time.monotonic()
@@ -414,8 +415,7 @@ class PerceptionCore:
             for key, n in frame_counts(frame).items():
                 self._bump(key, n)
             if not frame.empty:     # published, but no sign of a working LiDAR
-                times = self._times
-                self._times = CloudTimes(times.first, times.last, now)
+                self._times = replace(self._times, valid=now)
             self._stale = frame.stale
             self.window.add(record, now)
 

@@ -88,3 +88,50 @@ def test_two_cameras_images_are_taken_at_once_each_camera_in_order():
     assert dict(taken) == {'front': [first, first + 1, first + 2],
                            'rear': [first, first + 1, first + 2]}
     assert received == 6
+
+
+def test_deactivate_waits_for_the_images_in_decode_and_the_nodes_end_stops_the_pool():
+    """
+    No image is taken in after deactivate returns; destroying the node ends the pool's threads.
+
+    An image whose decode is held in ``add_features`` keeps ``deactivate`` waiting until it is
+    in; after ``destroy_node`` no ``camera_decode`` thread is left in the process.
+    """
+    import rclpy
+    from rclpy.parameter import Parameter
+    from jax_perception_node.ros.node import JaxPerceptionNode
+    params = small_params(2, **{'cameras.front.input': 'image', 'cameras.rear.input': 'image',
+                                'encoder.module': RGB, 'encoder.stride': 4,
+                                'diagnostics.lidar_timeout_s': 60.0})
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=other_domain(42))
+    node = JaxPerceptionNode(context=context, parameter_overrides=[
+        Parameter(key, value=value) for key, value in params.items()])
+    release, events = threading.Event(), []
+    add_features = node.core.path.add_features
+
+    def held(name, msg):
+        release.wait(MEET_TIMEOUT_S)
+        events.append('image taken')
+        return add_features(name, msg)
+
+    node.core.path.add_features = held
+    try:
+        msg = compressed_image(jpeg_of(np.full((48, 80, 3), 128, np.uint8)), T0)
+        msg.header.frame_id = 'front_optical'
+        node.core._on_features('front', msg)     # as the executor would: on the pool
+        stopping = threading.Thread(target=lambda: (node.core.deactivate(),
+                                                    events.append('deactivated')))
+        stopping.start()
+        stopping.join(0.3)
+        assert stopping.is_alive(), 'deactivate returned with an image still in decode'
+        release.set()
+        stopping.join(MEET_TIMEOUT_S)
+        assert events == ['image taken', 'deactivated']
+        assert int(node.core.counts['feature_maps_received']) == 1
+    finally:
+        release.set()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+    alive = [t.name for t in threading.enumerate() if t.name.startswith('camera_decode')]
+    assert alive == []

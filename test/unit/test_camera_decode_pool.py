@@ -33,8 +33,13 @@ def test_a_calls_error_comes_out_of_the_cameras_next_submit_not_out_of_wait():
         pool.submit('front', lambda: 1 / 0)
         pool.wait()                         # only waits
         pool.submit('rear', lambda: None)   # another camera's call is not its business
+        taken = []
         with pytest.raises(ZeroDivisionError):
-            pool.submit('front', lambda: None)
+            pool.submit('front', lambda: taken.append(2))
+        # The call after the failed one still ran, and the camera goes on: nothing re-raised.
+        pool.submit('front', lambda: taken.append(3))
+        pool.wait()
+        assert taken == [2, 3]
     finally:
         pool.close()
 
