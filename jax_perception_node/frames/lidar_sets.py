@@ -9,7 +9,7 @@ decision depends only on the arguments. Stamps are integer nanoseconds (the mess
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-# A stamp more than this before the newest set's reference starts a new timeline.
+# A stamp more than this before its own LiDAR's newest one taken starts a new timeline.
 JUMP_BACK_NS = 1_000_000_000
 
 
@@ -33,14 +33,20 @@ class LidarSets:
 
     1. The pending set is closed first if its wait has ended (exactly as ``due(now)`` would), so
        the outcome does not depend on how often the caller polls ``due``.
-    2. Jump back: a stamp more than ``JUMP_BACK_NS`` before the pending set's reference (or, with
-       none pending, the last closed set's) starts a new timeline. The pending set is closed and
-       returned, so nothing is lost, the old timeline is forgotten (no cloud of the new one counts
-       as late against it), and the cloud starts a new set.
-    3. Late: the cloud is dropped and counted in ``late`` when its stamp is ``<=`` the last closed
-       set's reference + tolerance, or before the pending set's reference - tolerance (between the
-       closed set and the pending one), or not newer than its own sensor's cloud already in the
-       pending set (a stale repeat). Hence set stamps strictly increase within a timeline.
+    2. Jump back: a stamp more than ``JUMP_BACK_NS`` before the newest stamp taken from the same
+       LiDAR starts a new timeline (a bag loop, a simulation restart). The pending set is closed
+       and returned, so nothing is lost, the old timeline is forgotten (no cloud of the new one
+       counts as late against it), and the cloud starts a new set. One LiDAR whose clock runs
+       behind the others' is no jump: its clouds are late (3), and every set names it missing.
+    3. Late: the cloud is dropped and counted in ``late`` when it is not newer than its own
+       LiDAR's cloud in the last closed set, or, its LiDAR missing from that set, when its stamp
+       is ``<=`` that set's reference + tolerance (it belonged there and came after it closed);
+       or before the pending set's reference - tolerance (between the closed set and the pending
+       one); or not newer than its own LiDAR's cloud already in the pending set (a stale
+       repeat). A LiDAR's next cloud is never late against the set its previous one closed,
+       whatever the tolerance (20 Hz LiDARs at a 50 ms tolerance, or LiDARs stamped apart by
+       more than half the period). Set stamps strictly increase within a timeline: every member
+       is newer than its own LiDAR's previous one.
     4. The cloud joins the pending set when within the tolerance of its reference and its sensor
        is not in it yet; a set holding every configured sensor is closed and returned at once.
     5. Otherwise (a newer stamp past the tolerance, or a newer cloud of a sensor already in the
@@ -67,12 +73,18 @@ class LidarSets:
         self._ref_ns: int | None = None                 # the pending set's reference stamp
         self._opened = 0.0                              # ``now`` of the pending set's first cloud
         self._last_ref_ns: int | None = None            # the last closed set's reference stamp
+        self._last_stamps: dict[str, int] = {}          # the last closed set: name -> stamp
+        self._newest: dict[str, int] = {}               # name -> newest stamp taken, this timeline
 
     def reset(self) -> None:
         """Forget the pending set and the last closed set; the ``late`` count keeps running."""
         self._clouds = {}
         self._ref_ns = None
+        self._forget_timeline()
+
+    def _forget_timeline(self) -> None:
         self._last_ref_ns = None
+        self._last_stamps, self._newest = {}, {}
 
     def deadline(self) -> float | None:
         """Return when the pending set's wait ends (first arrival + max_delay_s), None if none."""
@@ -92,10 +104,10 @@ class LidarSets:
         if name not in self.names:
             raise ValueError(f'unknown LiDAR {name!r}; configured: {", ".join(self.names)}')
         closed = [s for s in (self.due(now),) if s is not None]
-        anchor = self._ref_ns if self._ref_ns is not None else self._last_ref_ns
-        if anchor is not None and stamp_ns < anchor - JUMP_BACK_NS:
+        newest = self._newest.get(name)
+        if newest is not None and stamp_ns < newest - JUMP_BACK_NS:
             closed.extend(s for s in (self.flush(now),) if s is not None)
-            self._last_ref_ns = None
+            self._forget_timeline()
         elif self._is_late(name, stamp_ns):
             self.late += 1
             return closed
@@ -103,11 +115,13 @@ class LidarSets:
             # Not late, so not below the window: it fits unless past the window's top.
             if stamp_ns <= self._ref_ns + self.tolerance_ns:
                 self._clouds[name] = (stamp_ns, msg)
+                self._newest[name] = stamp_ns
                 if len(self._clouds) == len(self.names):
                     closed.append(self._close(now))
                 return closed
         closed.extend(s for s in (self.flush(now),) if s is not None)
         self._clouds = {name: (stamp_ns, msg)}
+        self._newest[name] = stamp_ns
         self._ref_ns = stamp_ns
         self._opened = now
         if len(self.names) == 1:
@@ -116,7 +130,11 @@ class LidarSets:
 
     def _is_late(self, name: str, stamp_ns: int) -> bool:
         """Return True for a cloud that belongs with, or before, a set already closed or open."""
-        if self._last_ref_ns is not None and stamp_ns <= self._last_ref_ns + self.tolerance_ns:
+        last = self._last_stamps.get(name)
+        if last is not None:
+            if stamp_ns <= last:
+                return True
+        elif self._last_ref_ns is not None and stamp_ns <= self._last_ref_ns + self.tolerance_ns:
             return True
         if self._ref_ns is None:
             return False
@@ -133,7 +151,7 @@ class LidarSets:
                         stamp_ns=min(stamps.values()),
                         missing=tuple(n for n in self.names if n not in self._clouds),
                         closed=now)
-        self._last_ref_ns = self._ref_ns
+        self._last_ref_ns, self._last_stamps = self._ref_ns, stamps
         self._clouds = {}
         self._ref_ns = None
         return done

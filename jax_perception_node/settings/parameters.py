@@ -289,9 +289,12 @@ SCHEMA: tuple[ParamSpec, ...] = (
     _s('sync.max_lidar_delay_s', 0.05,
        'with lidars.names: how long the first cloud of a set waits for the other LiDARs; '
        'then the set is processed with what arrived', 0.0, 60.0),
+    # Under half a second: a set's stamps span twice this, and a cloud's time from the set's
+    # stamp (deskew) or a step back (a new timeline) counts from 1 s (MAX_POINT_TIME_S,
+    # lidar_sets.JUMP_BACK_NS).
     _s('sync.lidar_stamp_tolerance_s', 0.05,
        'with lidars.names: clouds stamped within this of the first cloud of a set join it',
-       0.0, 60.0),
+       0.0, 0.5),
     _p('compilation_cache_dir', 'string', '~/.cache/jax_perception_node/xla',
        "persistent XLA cache, created 0700; '' disables it", static=BUILT),
     _p('head.module', 'string', '',

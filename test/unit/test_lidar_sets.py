@@ -135,6 +135,53 @@ def test_jump_back_with_nothing_pending_forgets_the_old_timeline():
     assert sets.late == 0
 
 
+def test_a_lidars_next_cloud_is_not_late_against_the_set_its_previous_one_closed():
+    # 20 Hz LiDARs in phase at a 50 ms tolerance: the next cycle's clouds are a tolerance
+    # after the last set, yet each is its LiDAR's next cloud, not a late one of that set.
+    sets = LidarSets(('top', 'left'), 0.05, 0.03)
+    stamps = []
+    for k in range(8):
+        now = 1.0 + k * 0.05
+        assert sets.add('top', T + k * 50 * MS, k, now) == []
+        done, = sets.add('left', T + k * 50 * MS, k, now + 0.001)
+        assert done.missing == ()
+        stamps.append(done.stamp_ns)
+    assert sets.late == 0 and stamps == [T + k * 50 * MS for k in range(8)]
+
+
+def test_lidars_stamped_apart_by_over_half_a_period_stay_paired_whichever_arrives_first():
+    # 10 Hz, left stamped 50 ms after top, 60 ms tolerance; left's cloud arrives first in the
+    # second cycle (its reference is then the later stamp), and no later top cloud is late.
+    sets = LidarSets(('top', 'left'), 0.06, 0.03)
+    order = [('top', 'left'), ('left', 'top'), ('top', 'left'), ('top', 'left')]
+    for k, first_second in enumerate(order):
+        now = 1.0 + k * 0.1
+        first, second = first_second
+        offset = {'top': 0, 'left': 50 * MS}
+        assert sets.add(first, T + k * 100 * MS + offset[first], k, now) == []
+        done, = sets.add(second, T + k * 100 * MS + offset[second], k, now + 0.001)
+        assert view(done) == (T + k * 100 * MS, {'top': k, 'left': k}, (), now + 0.001)
+    assert sets.late == 0
+
+
+def test_a_lidar_whose_clock_runs_behind_is_late_and_missing_not_a_new_timeline():
+    # right's clock is 2 s behind top's and left's (no PTP): its clouds are late, every set
+    # names it missing and set stamps keep increasing (no jump back to its time and forth).
+    sets = three(max_delay_s=0.03)
+    out = []
+    for k in range(5):
+        now = 1.0 + k * 0.1
+        out += sets.add('right', T + k * 100 * MS - 2 * 10**9, k, now)
+        out += sets.add('top', T + k * 100 * MS, k, now + 0.001)
+        out += sets.add('left', T + k * 100 * MS, k, now + 0.002)
+        out += [s for s in (sets.due(now + 0.05),) if s is not None]
+    right_first = out[0]      # the first set, right's own (nothing to be behind yet)
+    assert right_first.clouds == {'right': 0}
+    assert [s.stamp_ns for s in out[1:]] == [T + k * 100 * MS for k in range(5)]
+    assert all(s.missing == ('right',) for s in out[1:])
+    assert sets.late == 4
+
+
 def test_flush_closes_whatever_is_pending():
     sets = three()
     assert sets.flush(1.0) is None
