@@ -19,6 +19,7 @@ kernels, so large map coordinates (UTM, ECEF) are fine; a coordinate beyond
 nanoseconds are not in [0, 1e9) or whose seconds are negative.
 """
 
+from bisect import bisect_left
 from collections import deque
 import math
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from .rotations import interpolate_pose, transform_matrix
 from .stamps import NS_PER_S
-from .transforms import TransformError
+from .transforms import CLOCK_JUMP_S, TransformError
 
 HISTORY = 200               # samples kept (4 s at 50 Hz)
 MIN_QUATERNION_NORM = 1e-6  # below this an orientation carries no direction at all
@@ -97,9 +98,12 @@ class OdometryBuffer:
     """
     The last ``history`` odometry samples, in stamp order, and interpolation between them.
 
-    ``add`` refuses bad messages with OdometryError (nothing is stored); a stamp going
-    backwards (a bag loop, a restarted simulator) clears the buffer first, so poses of the old
-    timeline never mix with the new one, and is refused too; a repeated stamp is refused.
+    ``add`` refuses bad messages with OdometryError (nothing is stored). A sample up to
+    ``CLOCK_JUMP_S`` (1 s) older than the newest is a late one (two publishers, a reordering
+    relay): it goes in at its place by stamp, as tf2 stores a late transform. Further back the
+    clock jumped (a bag loop, a restarted simulator): the buffer is cleared first, so poses of
+    the old timeline never mix with the new one, and the sample is refused. A stamp already
+    buffered is refused, as is a late sample older than a full buffer's oldest.
     """
 
     def __init__(self, max_gap_s: float, child_frame_id: str | None = None,
@@ -119,16 +123,26 @@ class OdometryBuffer:
     def add(self, msg) -> None:
         """Check and buffer a nav_msgs/Odometry message; raises OdometryError."""
         sample = read_odometry(msg, self.child_frame_id)
-        if self._samples:
-            last = self._samples[-1].stamp_ns
-            if sample.stamp_ns < last:
-                self._samples.clear()
-                raise OdometryError(f'header.stamp went backwards ({sample.stamp_ns} after '
-                                    f'{last} ns): odometry buffer reset')
-            if sample.stamp_ns == last:
-                raise OdometryError(f'header.stamp {sample.stamp_ns} ns repeats the previous '
-                                    'sample')
-        self._samples.append(sample)
+        samples, stamp = self._samples, sample.stamp_ns
+        if not samples or stamp > samples[-1].stamp_ns:
+            samples.append(sample)
+            return
+        last = samples[-1].stamp_ns
+        if last - stamp > CLOCK_JUMP_S * NS_PER_S:
+            samples.clear()
+            raise OdometryError(f'header.stamp went backwards by more than {CLOCK_JUMP_S:g} s '
+                                f'({stamp} after {last} ns): odometry buffer reset')
+        stamps = [s.stamp_ns for s in samples]
+        index = bisect_left(stamps, stamp)
+        if stamps[index] == stamp:
+            raise OdometryError(f'header.stamp {stamp} ns repeats a buffered sample')
+        if len(samples) == samples.maxlen:
+            if index == 0:
+                raise OdometryError(f'header.stamp {stamp} ns is older than every sample of '
+                                    f'the full buffer')
+            samples.popleft()
+            index -= 1
+        samples.insert(index, sample)
 
     def pose_at(self, stamp: int) -> np.ndarray | None:
         """

@@ -109,21 +109,39 @@ def test_quaternion_matrix_is_the_textbook_rotation():
                                [0.0, 1.0, 0.0], atol=1e-12)
 
 
-def test_stamps_going_backwards_reset_the_buffer():
+def test_a_late_sample_goes_in_at_its_place_and_a_jump_back_resets_the_buffer():
     buf = OdometryBuffer(max_gap_s=0.2)
-    for k in range(3):
+    for k in (0, 2, 3):
         buf.add(odometry(T0 + k * 20_000_000, (k * 0.2, 0.0, 0.0)))
-    with pytest.raises(OdometryError, match='repeats'):
-        buf.add(odometry(T0 + 40_000_000, (9.0, 0.0, 0.0)))
-    np.testing.assert_allclose(buf.pose_at(T0 + 40_000_000)[:3, 3], [0.4, 0.0, 0.0])
+    np.testing.assert_allclose(buf.pose_at(T0 + 10_000_000)[:3, 3], [0.1, 0.0, 0.0])
+    # Sample 1 arrives after 3 (two publishers, a relay): stored at its place, not a reset.
+    buf.add(odometry(T0 + 20_000_000, (0.2 + 1.0, 0.0, 0.0)))
+    np.testing.assert_allclose(buf.pose_at(T0 + 10_000_000)[:3, 3], [0.6, 0.0, 0.0])
+    np.testing.assert_allclose(buf.pose_at(T0 + 50_000_000)[:3, 3], [0.5, 0.0, 0.0])
+    for repeat in (T0 + 60_000_000, T0 + 20_000_000):
+        with pytest.raises(OdometryError, match='repeats'):
+            buf.add(odometry(repeat, (9.0, 0.0, 0.0)))
+    np.testing.assert_allclose(buf.pose_at(T0 + 60_000_000)[:3, 3], [0.6, 0.0, 0.0])
+    # More than a second back: the clock jumped (a bag loop); nothing of the old timeline stays.
     with pytest.raises(OdometryError, match='backwards.*reset'):
-        buf.add(odometry(T0 + 10_000_000, (5.0, 0.0, 0.0)))
-    for stamp in (T0, T0 + 10_000_000, T0 + 40_000_000):
+        buf.add(odometry(T0 + 60_000_000 - 1_000_000_001, (5.0, 0.0, 0.0)))
+    for stamp in (T0, T0 + 10_000_000, T0 + 60_000_000):
         assert buf.pose_at(stamp) is None
     # The new timeline starts with the next sample: old poses never mix with it.
     buf.add(odometry(T0 + 20_000_000, (5.0, 0.0, 0.0)))
     buf.add(odometry(T0 + 40_000_000, (6.0, 0.0, 0.0)))
     np.testing.assert_allclose(buf.pose_at(T0 + 30_000_000)[:3, 3], [5.5, 0.0, 0.0])
+
+
+def test_a_late_sample_into_a_full_buffer_drops_the_oldest_or_is_refused_if_older():
+    buf = OdometryBuffer(max_gap_s=0.2, history=3)
+    for k in (0, 2, 3):
+        buf.add(odometry(T0 + k * 20_000_000, (k * 0.2, 0.0, 0.0)))
+    with pytest.raises(OdometryError, match='older than every sample'):
+        buf.add(odometry(T0 - 20_000_000, (0.0, 0.0, 0.0)))
+    buf.add(odometry(T0 + 20_000_000, (0.2, 0.0, 0.0)))      # the oldest (0) makes room
+    assert buf.pose_at(T0) is None
+    np.testing.assert_allclose(buf.pose_at(T0 + 30_000_000)[:3, 3], [0.3, 0.0, 0.0])
 
 
 def test_history_is_bounded():
