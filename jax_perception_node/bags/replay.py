@@ -88,7 +88,7 @@ class ReplayResult:
     clouds_off_intensity_scale: int = 0  # frames whose cloud read off the head's intensity scale
     off_scale: OffScale | None = None    # the last of them: which LiDAR, what to set
     deskewed: int = 0                 # frames whose points were moved to their stamp
-    clouds_without_time: int = 0      # deskew on, but the cloud lacked lidar.time_field
+    clouds_without_time: int = 0      # deskew on, no lidar.time_field or no sweep's times
     frames_without_motion: int = 0    # deskew on, but no ego motion at the cloud stamp
     lidar_sets_incomplete: int = 0    # lidars.names: frames whose set lacked some LiDAR
     lidars_missing: dict[str, int] = field(default_factory=dict)   # name -> frames without it

@@ -6,7 +6,8 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from .staging import DoubleBuffer
-from ..sensors.cloud import CloudFormatError, keep_rows, read_points, read_times, returns
+from ..sensors.cloud import (CloudFormatError, keep_rows, read_points, read_times, returns,
+                             times_near_stamp)
 
 
 @dataclass(frozen=True)
@@ -92,19 +93,23 @@ class BucketPadder:
 
         The intensity is the field named ``intensity_field`` times ``intensity_scale`` (a pass
         over the rows only where it is not 1); ``time``: (field, unit,
-        reference) of the per-point times to read (``cloud.read_times``), None for none.
+        reference) of the per-point times to read (``cloud.read_times``), None for none; a
+        cloud whose times are not a sweep's (``cloud.times_near_stamp``) is not timed.
         Raises CloudFormatError (``cloud.read_points``) before any buffer is touched.
         """
         rows = returns(msg, intensity_field)
+        if time is not None:
+            read_times(msg, *time)          # checks the time field's layout, writes nothing
         n = int(msg.height) * int(msg.width) if rows is None else len(rows)
         bucket = self.bucket_for(n)
         buffer = self._buffers[bucket].swap()
         times = self._times[bucket].swap()
         read_points(msg, bucket, self.overflow_policy, out=buffer,
                     intensity_field=intensity_field, rows=rows)
-        timed = time is not None and read_times(
-            msg, *time, max_points=bucket, policy=self.overflow_policy, out=times, rows=rows)
         kept = min(n, bucket)
+        timed = time is not None and read_times(
+            msg, *time, max_points=bucket, policy=self.overflow_policy, out=times,
+            rows=rows) and times_near_stamp(times[:kept])
         _scale_intensity(buffer[:kept], intensity_scale)
         return PaddedCloud(buffer, kept, bucket, n - kept, n,
                            any(f.name == intensity_field for f in msg.fields), times, timed)
@@ -150,7 +155,7 @@ class BucketPadder:
             _scale_intensity(buffer[start:end], cloud.intensity_scale)
             timed = cloud.time is not None and read_times(
                 msg, *cloud.time, max_points=share, policy=self.overflow_policy,
-                out=times[start:], rows=selected)
+                out=times[start:], rows=selected) and times_near_stamp(times[start:end])
             if not timed:
                 times[start:end] = cloud.offset_s
             elif cloud.offset_s:

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from .lift import lift_cameras, LiftTables
+from ..sensors.cloud import MAX_POINT_TIME_S
 from ..settings.channels import DENSITY_SATURATES, density_table, MAX_ABS_INPUT
 
 # Read by the integer count: on the CPU cheaper than a log1p per cell (0.195 -> 0.171 ms for a
@@ -91,10 +92,6 @@ def _rasterize(x, y, z, intensity, real, grid, lag=None, *, height: int,
         sums[2] * inv,
     ] + ([] if lag is None else [sums[3] * inv])
     return channels
-
-
-# A per-point time this far from the stamp or further (or NaN) is no time within a sweep: 0.
-MAX_POINT_TIME_S = 1.0
 
 
 def deskew(x: jax.Array, y: jax.Array, z: jax.Array, times: jax.Array,

@@ -8,6 +8,7 @@ the one LiDAR, ``lidars.<name>.intensity_field`` for one of several (``Frame.lid
 """
 
 from ..frames.frame_path import Frame
+from ..sensors.cloud import MAX_POINT_TIME_S
 from ..settings.config import PipelineConfig
 
 
@@ -27,8 +28,14 @@ def warn_frame(log, cfg: PipelineConfig, frame: Frame) -> None:
     if frame.off_scale is not None:
         log.warning('point cloud intensities read off the scale the head was trained on: '
                     + frame.off_scale.advice(), throttle_duration_sec=10.0)
-    if frame.fields_without_time:
-        log.warning(f'point cloud has no field "{lidar.timing.field}" ({lidar.key}.time_field): '
+    timing = lidar.timing if frame.fields_without_time else None
+    if timing is not None and timing.field in frame.fields_without_time:
+        read = 'offsets from the stamp' if timing.reference == 'stamp' else 'absolute'
+        log.warning(f'point cloud "{timing.field}" times ({timing.unit}, {read}) are none within '
+                    f'{MAX_POINT_TIME_S:g} s of the stamp: check {lidar.key}.time_reference and '
+                    f'{lidar.key}.time_unit; not deskewed', throttle_duration_sec=10.0)
+    elif timing is not None:
+        log.warning(f'point cloud has no field "{timing.field}" ({lidar.key}.time_field): '
                     f'not deskewed; its fields are {list(frame.fields_without_time)}',
                     throttle_duration_sec=10.0)
     elif frame.without_motion:

@@ -22,14 +22,19 @@ from .cloud_layout import (byte_view, check_layout, CloudFormatError, copy_point
                            is_flat, POINTFIELD_DTYPES, records, row_index)
 from ..settings.channels import MAX_ABS_INPUT
 
-__all__ = ['byte_view', 'CloudFormatError', 'has_valid_point', 'keep_rows', 'OVERFLOW_POLICIES',
-           'point_count', 'POINTFIELD_DTYPES', 'read_points', 'read_times', 'returns',
-           'TIME_FIELDS', 'TIME_REFERENCES', 'UNITS_PER_SECOND']
+__all__ = ['byte_view', 'CloudFormatError', 'has_valid_point', 'keep_rows', 'MAX_POINT_TIME_S',
+           'OVERFLOW_POLICIES', 'point_count', 'POINTFIELD_DTYPES', 'read_points', 'read_times',
+           'returns', 'times_near_stamp', 'TIME_FIELDS', 'TIME_REFERENCES', 'UNITS_PER_SECOND']
 
 OVERFLOW_POLICIES = ('subsample', 'truncate')
 # Time units -> units per second (exact integers: the stamp in units is then exact).
 UNITS_PER_SECOND = {'s': 1, 'ms': 10 ** 3, 'us': 10 ** 6, 'ns': 10 ** 9}
 TIME_REFERENCES = ('stamp', 'absolute')
+# A per-point time this far from the stamp or further (or NaN) is no time within a sweep: the
+# deskew kernel moves such a point as if its time were 0.
+MAX_POINT_TIME_S = 1.0
+# Times :func:`times_near_stamp` looks at, evenly strided over a cloud's points.
+TIME_SAMPLES = 64
 # The per-point time of the common drivers: driver -> (field, unit, reference). 'stamp': the
 # values are offsets from header.stamp; 'absolute': times since the epoch.
 TIME_FIELDS: dict[str, tuple[str, str, str]] = {
@@ -276,3 +281,19 @@ def keep_rows(num_points: int, capacity: int, policy: str) -> slice | np.ndarray
     quotient, remainder = divmod(num_points, capacity)
     i = np.arange(capacity, dtype=np.int64)
     return i * quotient + (i * remainder) // capacity
+
+
+def times_near_stamp(times: np.ndarray) -> bool:
+    """
+    Return whether a cloud's decoded times float32[M] (s after the stamp) are a sweep's.
+
+    True when any of :data:`TIME_SAMPLES` evenly strided times lies within
+    :data:`MAX_POINT_TIME_S` of the stamp (an empty cloud has nothing to move: True). All of
+    them further, or NaN, is a time field read with the wrong ``reference`` or ``unit`` (a
+    driver's absolute timestamps read as offsets, offsets read as absolute, nanoseconds read as
+    seconds) or a sensor clock apart from the header's: the kernel would move no point.
+    """
+    if not times.size:
+        return True
+    sample = times[::-(-times.size // TIME_SAMPLES)]
+    return bool(np.any(np.abs(sample) < MAX_POINT_TIME_S))

@@ -8,6 +8,8 @@ as a traced value, so changing any of them compiles nothing.
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from .parameters import ConfigError
+
 
 @dataclass(frozen=True)
 class LidarTiming:
@@ -30,7 +32,19 @@ class LidarTiming:
         return self.deskew and bool(self.field)
 
 
+def timing_at(v: Mapping[str, Any], prefix: str, deskew: bool) -> LidarTiming:
+    """
+    Return the ``<prefix>time_*`` settings ('lidar.' or 'lidars.<name>.') and ``deskew``.
+
+    ConfigError for a coordinate named as the time field (every cloud would then be refused
+    for a missing coordinate, naming the wrong cause).
+    """
+    field = v[prefix + 'time_field']
+    if field in ('x', 'y', 'z'):
+        raise ConfigError(f'{prefix}time_field: {field!r} is a coordinate, not a time')
+    return LidarTiming(field, v[prefix + 'time_unit'], v[prefix + 'time_reference'], deskew)
+
+
 def lidar_timing(v: Mapping[str, Any]) -> LidarTiming:
     """Return the ``lidar.time_*`` and ``lidar.deskew`` settings of checked parameter values."""
-    return LidarTiming(v['lidar.time_field'], v['lidar.time_unit'], v['lidar.time_reference'],
-                       v['lidar.deskew'])
+    return timing_at(v, 'lidar.', v['lidar.deskew'])

@@ -9,7 +9,7 @@ are is static (it fixes the calibration vector's length); poses, fields and time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from .lidar_timing import LidarTiming
+from .lidar_timing import LidarTiming, timing_at
 from .parameters import ConfigError, is_camera_name
 from ..geometry.rotations import Pose
 
@@ -69,8 +69,7 @@ def lidar_blocks(v: Mapping[str, Any], names: tuple[str, ...],
             raise ConfigError(f'{k}intensity_field: {field!r} is a coordinate, not an intensity')
         lidars.append(LidarConfig(
             name, v[k + 'frame_id'] or f'lidar_{name}', pose(v, k[:-1]), field,
-            LidarTiming(v[k + 'time_field'], v[k + 'time_unit'], v[k + 'time_reference'],
-                        v['lidar.deskew']), float(v[k + 'intensity_scale'])))
+            timing_at(v, k, v['lidar.deskew']), float(v[k + 'intensity_scale'])))
     frames = [lidar.frame_id for lidar in lidars]
     for index, lidar in enumerate(lidars):
         if lidar.frame_id in frames[:index]:

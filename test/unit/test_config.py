@@ -43,6 +43,7 @@ def test_accumulation_defaults_off_and_overrides():
     ('lidar.rotation_xyzw', [0, 0, 0.5, 0.5], 'lidar.rotation_xyzw: not a unit quaternion'),
     ('lidar.translation', [0, 0], 'lidar.translation: expected 3 finite numbers'),
     ('lidar.intensity_field', 'z', "lidar.intensity_field: 'z' is a coordinate"),
+    ('lidar.time_field', 'x', "lidar.time_field: 'x' is a coordinate, not a time"),
     ('lidar.intensity_field', '', 'lidar.intensity_field: must not be empty'),
     ('lidar.intensity_scale', 0.0, 'lidar.intensity_scale: must be >= 1e-06, got 0'),
     ('lidar.intensity_scale', float('nan'), 'lidar.intensity_scale: must be finite'),

@@ -252,6 +252,36 @@ def test_frame_path_deskews_with_odometry_and_says_when_it_cannot(lidar_pipe):
     assert not off.deskewed and not off.without_motion and not off.fields_without_time
 
 
+def test_times_read_with_the_wrong_reference_are_not_a_sweep_and_said_so(lidar_pipe):
+    """
+    A driver's absolute times read as offsets (``time_reference: stamp``) lie ~1.7e9 s away.
+
+    No point can be moved by them (the kernel takes |t| >= 1 s as 0): the cloud is processed
+    as measured, not counted as deskewed, and the warning names the two parameters to check.
+    """
+    from types import SimpleNamespace
+    from jax_perception_node.ros.frame_warnings import warn_frame
+    path, cloud, times, want = timed_scene(lidar_pipe)
+    drive(path, 0, 12)
+    measured = voxelize_ref(cloud, path.cfg)
+    for misread in (times + np.float32(STAMP / 1e9), times - np.float32(STAMP / 1e9),
+                    times * np.float32(1e9), np.full_like(times, np.nan)):
+        frame = path.process(timed_cloud(cloud, misread, STAMP))
+        assert not frame.deskewed and not frame.without_motion
+        assert frame.fields_without_time == ('x', 'y', 'z', 'intensity', 'time')
+        np.testing.assert_allclose(frame.result.features[..., :6], measured, rtol=1e-4,
+                                   atol=1e-4)
+    lines = []
+    warn_frame(SimpleNamespace(info=lines.append, warning=lambda text, **_: lines.append(text)),
+               path.cfg, frame)
+    assert lines == ['point cloud "time" times (s, offsets from the stamp) are none within 1 s '
+                     'of the stamp: check lidar.time_reference and lidar.time_unit; not '
+                     'deskewed']
+    # Some sampled times within the sweep are enough (half of the 64 strided ones here).
+    some = np.where(np.arange(len(times)) % 16 == 0, times, np.float32(5.0))
+    assert path.process(timed_cloud(cloud, some, STAMP)).deskewed
+
+
 def test_a_cloud_stamped_after_the_newest_odometry_is_deskewed_with_its_twist(lidar_pipe):
     """
     A driver stamping at the sweep's end publishes before the odometry of that moment arrives.
