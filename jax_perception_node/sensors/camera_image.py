@@ -63,6 +63,11 @@ COMPRESSED_FORMATS = ('jpeg', 'png')
 # Pixels a compressed header may claim (8192 x 8192, 192 MiB as RGB): the header is all a bomb
 # needs, and Pillow's own limit (MAX_IMAGE_PIXELS, 89 Mpx) only warns below twice its value.
 MAX_PIXELS = 1 << 26
+# Scans a JPEG may have (SOS markers, FF DA: entropy-coded data stuffs every FF, so the pair
+# only starts a scan; an EXIF thumbnail adds its own). A progressive JPEG has about 10; libjpeg
+# decodes any number, repeats only warned about, each a pass over the whole claimed image: a
+# 98 KB file of empty scans took 6.6 s of CPU.
+MAX_JPEG_SCANS = 64
 
 # Whole words: 'jpeg' / 'jpg' / 'png', not inside another word ('pngx'); 'compressedDepth'
 # (depth images: a 12-byte header precedes the PNG) is refused by name.
@@ -205,6 +210,9 @@ def _open_compressed(data: np.ndarray, kind: str, target: tuple[int, int]) -> Im
     except _PIL_ERRORS as error:
         raise CameraImageError(f'corrupt {kind}: {_reason(error)}') from None
     width, height = image.size
+    scans = data.tobytes().count(b'\xff\xda') if kind == 'jpeg' else 0
+    if scans > MAX_JPEG_SCANS:
+        raise CameraImageError(f'jpeg: {scans} scans, over the {MAX_JPEG_SCANS} a JPEG may have')
     if width * height > MAX_PIXELS:
         raise CameraImageError(f'{kind} header: {width} x {height} = {width * height} pixels, '
                                f'over the {MAX_PIXELS} a compressed image may have')
@@ -232,8 +240,9 @@ def _decoded_pixels(image: Image.Image, kind: str, target: tuple[int, int],
                                f'{kind} images could not be detected; leave it False')
     try:
         image.load()
-        if image.mode == 'I;16':
-            # 16-bit gray: high byte, as Pillow reads 16-bit RGB (convert() would clip at 255).
+        if image.mode in ('I;16', 'I'):
+            # 16-bit gray (mode I before Pillow 10.3, as ROS Jazzy's apt python3-pil 10.2):
+            # high byte, as Pillow reads 16-bit RGB (convert() would clip at 255).
             return Image.fromarray((np.asarray(image) >> 8).astype(np.uint8))
         if image.mode not in ('L', 'RGB'):
             # P (palette), 1, LA, RGBA, CMYK: transparency is dropped, not composited.

@@ -7,7 +7,8 @@ import zlib
 
 from jax_perception_node.sensors.camera import FeatureMapError
 from jax_perception_node.sensors.camera_image import (CameraImageError, COMPRESSED_FORMATS,
-                                                      IMAGE_ENCODINGS, ImageDecoder, MAX_PIXELS)
+                                                      IMAGE_ENCODINGS, ImageDecoder,
+                                                      MAX_JPEG_SCANS, MAX_PIXELS)
 import numpy as np
 from PIL import Image as PilImage
 from PIL import ImageFile, JpegImagePlugin
@@ -347,6 +348,37 @@ def test_a_small_file_claiming_a_huge_image_is_refused_before_decoding(monkeypat
         with pytest.raises(CameraImageError, match='96000000 pixels, over the'):
             ImageDecoder(32, 48).decode(compressed(bomb, 'jpeg'))
     assert sizes == []
+
+
+def test_a_jpeg_of_endless_scans_is_refused_before_decoding(monkeypatch):
+    progressive = encoded(photo(32, 48, seed=9), 'JPEG', quality=90, progressive=True)
+    decoder = ImageDecoder(32, 48)
+    assert progressive.count(b'\xff\xda') > 1                    # a few scans: decoded
+    assert decoder.decode(compressed(progressive, 'jpeg')).shape == (32, 48, 3)
+    last = progressive.rindex(b'\xff\xda')                     # the last scan, repeated
+    scan = progressive[last:-2]
+    bomb = progressive[:-2] + scan * (MAX_JPEG_SCANS + 1 - progressive.count(b'\xff\xda')) \
+        + b'\xff\xd9'
+    sizes = jpeg_loads(monkeypatch)
+    with pytest.raises(CameraImageError, match=f'{MAX_JPEG_SCANS + 1} scans, over the'):
+        decoder.decode(compressed(bomb, 'jpeg'))
+    assert sizes == []
+
+
+def test_16_bit_gray_read_as_mode_i_is_the_high_byte(monkeypatch):
+    # Pillow before 10.3 opens a 16-bit gray PNG in mode I (int32): the same high byte.
+    wide = np.random.default_rng(10).integers(0, 1 << 16, (20, 30), dtype=np.uint16)
+    load = ImageFile.ImageFile.load
+
+    def as_mode_i(image):
+        done = load(image)
+        if image.mode == 'I;16':
+            image.im = image.im.convert('I')
+            image._mode = 'I'
+        return done
+    monkeypatch.setattr(ImageFile.ImageFile, 'load', as_mode_i)
+    out = ImageDecoder(20, 30).decode(compressed(png_file(wide, 0, 16), 'png'))
+    np.testing.assert_array_equal(out, np.repeat((wide[..., None] >> 8).astype(np.uint8), 3, -1))
 
 
 def test_truncated_images_are_not_loaded_silently(monkeypatch):
