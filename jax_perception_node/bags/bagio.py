@@ -120,10 +120,20 @@ class BagTopics:
 
 
 def open_reader(path: str | Path) -> Reader:
-    """Open a rosbag2 directory or a bare .mcap / .db3 file for reading."""
+    """
+    Open a rosbag2 directory or a bare .mcap / .db3 file for reading.
+
+    BagError for a file whose folder's metadata.yaml compresses its messages: read on its own
+    every message would be a zstd frame (each refused as a corrupt message); the folder reads.
+    """
     path = Path(path)
     if not path.exists():
         raise BagError(f'{path}: no such bag')
+    info = _sibling_info(path.resolve()) if path.is_file() else None
+    mode = str((info or {}).get('compression_mode') or 'none').lower()
+    if mode not in ('none', ''):
+        raise BagError(f'{path}: the metadata.yaml of its folder compresses it '
+                       f'(compression_mode {mode}): name the folder {path.resolve().parent}')
     try:
         reader = Reader(path)
         reader.open()
@@ -151,11 +161,16 @@ def custom_data(reader: Reader) -> dict[str, str]:
 
 def _sibling_custom_data(path: Path):
     """``custom_data`` of the metadata.yaml beside bag file ``path``, if it lists that file."""
+    return (_sibling_info(path) or {}).get('custom_data')
+
+
+def _sibling_info(path: Path) -> dict | None:
+    """Return the bag information of the metadata.yaml beside bag file ``path`` if it lists it."""
     try:
         info = yaml.safe_load((path.parent / 'metadata.yaml').read_text())
         info = info['rosbag2_bagfile_information']
         if path.name in info.get('relative_file_paths', ()):
-            return info.get('custom_data')
+            return info
     except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError):
         pass    # no readable metadata.yaml beside it: a bare file
     return None
@@ -407,7 +422,9 @@ def check_topics(types: dict[str, str], topics: BagTopics, lidars: tuple[str, ..
     be there; () for the one LiDAR of ``topics.pointcloud``. A camera without an entry in
     ``topics`` may be missing (its maps are masked, as for a LiDAR-only drive); one named
     explicitly (``--camera-topic``) must be there, with its type: Image, or with ``images``
-    (``cameras.<name>.input: image``) also CompressedImage.
+    (``cameras.<name>.input: image``) also CompressedImage. An odometry topic other than the
+    node's (``--odometry-topic``) must be there as nav_msgs/Odometry: read silently as none,
+    deskew and accumulation would go without motion.
     """
     for topic, name in topics.clouds(lidars).items():
         found = types.get(topic)
@@ -426,3 +443,6 @@ def check_topics(types: dict[str, str], topics: BagTopics, lidars: tuple[str, ..
                 state = f'is {types[topic]}' if topic in types else 'is not in the bag'
                 raise BagError(f'--{kind}-topic {name}={topic}: {state}, want '
                                f'{" or ".join(wanted)}')
+    if topics.odometry != ODOMETRY_TOPIC and types.get(topics.odometry) != ODOMETRY_TYPE:
+        state = f'is {types[topics.odometry]}' if topics.odometry in types else 'is not in the bag'
+        raise BagError(f'--odometry-topic {topics.odometry}: {state}, want {ODOMETRY_TYPE}')

@@ -1,0 +1,61 @@
+"""bagio.open_reader: a bag file named on its own, where its folder compresses every message."""
+
+from jax_perception_node.bags import bagio
+import pytest
+from rosbags.rosbag2 import Writer
+from rosbags.rosbag2.writer import CompressionFormat, CompressionMode
+from rosbags.typesys import get_typestore, Stores
+
+TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
+
+
+def write_bag(path, compress: bool) -> None:
+    """Write three std_msgs/String messages, each zstd-compressed when ``compress``."""
+    string = TYPESTORE.types['std_msgs/msg/String']
+    writer = Writer(path, version=8)
+    if compress:
+        writer.set_compression(CompressionMode.MESSAGE, CompressionFormat.ZSTD)
+    writer.open()
+    try:
+        connection = writer.add_connection('/chatter', string.__msgtype__, typestore=TYPESTORE)
+        for k in range(3):
+            writer.write(connection, k, TYPESTORE.serialize_cdr(string(data=f'hi {k}'),
+                                                                string.__msgtype__))
+    finally:
+        writer.close()
+
+
+def messages(reader) -> list[str]:
+    try:
+        return [TYPESTORE.deserialize_cdr(raw, c.msgtype).data
+                for c, _, raw in reader.messages()]
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize('compress', [False, True])
+def test_a_folders_file_is_read_alone_only_when_its_messages_are_not_compressed(tmp_path,
+                                                                                compress):
+    write_bag(tmp_path / 'bag', compress)
+    assert messages(bagio.open_reader(tmp_path / 'bag')) == ['hi 0', 'hi 1', 'hi 2']
+    file, = [f for f in (tmp_path / 'bag').iterdir() if f.name != 'metadata.yaml']
+    if not compress:
+        assert messages(bagio.open_reader(file)) == ['hi 0', 'hi 1', 'hi 2']
+        return
+    # Alone, each message would be a zstd frame (rejected one by one, the replay empty).
+    with pytest.raises(bagio.BagError, match=f'compression_mode message\\): name the folder '
+                                             f'{tmp_path / "bag"}'):
+        bagio.open_reader(file)
+
+
+def test_an_odometry_topic_named_must_be_there_as_odometry():
+    cloud = (bagio.POINTCLOUD_TOPIC, bagio.POINTCLOUD_TYPE)
+    types = dict([cloud, ('/localization/pose', 'geometry_msgs/msg/PoseWithCovarianceStamped'),
+                  ('/odom', bagio.ODOMETRY_TYPE)])
+    bagio.check_topics(types, bagio.BagTopics())            # the node's own name: may be absent
+    bagio.check_topics(types, bagio.BagTopics(odometry='/odom'))
+    for topic, state in (('/localization/pose', 'is geometry_msgs/msg/PoseWithCovarianceStamped'),
+                         ('/odometry', 'is not in the bag')):
+        with pytest.raises(bagio.BagError, match=f'--odometry-topic {topic}: {state}, want '
+                                                 'nav_msgs/msg/Odometry'):
+            bagio.check_topics(types, bagio.BagTopics(odometry=topic))
