@@ -11,7 +11,6 @@ bag that cannot be written. ``writing_bag`` makes a new bag appear whole or not 
 """
 
 import contextlib
-from dataclasses import dataclass
 import os
 from pathlib import Path
 import shutil
@@ -29,10 +28,10 @@ from rosbags.typesys import get_typestore, Stores
 import yaml
 
 from .message_types import register_interface_types, share_folders
-from .topics import (camera_compressed_topic, camera_image_topic, camera_info_topic,  # noqa: F401
-                     camera_topic, DIAGNOSTICS_TOPIC, FEATURES_TOPIC, GRID_MAP_TOPIC,
-                     IMAGE_TOPIC, LATENCY_TOPIC, lidar_topic, NAMESPACE, OBJECTS_MARKERS_TOPIC,
-                     OBJECTS_TOPIC, ODOMETRY_TOPIC, POINTCLOUD_TOPIC)
+from .topics import (BagTopics, camera_compressed_topic, camera_image_topic,  # noqa: F401
+                     camera_info_topic, camera_topic, DIAGNOSTICS_TOPIC, FEATURES_TOPIC,
+                     GRID_MAP_TOPIC, IMAGE_TOPIC, LATENCY_TOPIC, lidar_topic, NAMESPACE,
+                     OBJECTS_MARKERS_TOPIC, OBJECTS_TOPIC, ODOMETRY_TOPIC, POINTCLOUD_TOPIC)
 from ..geometry.stamps import NS_PER_S, split_ns
 from ..outputs.detected_objects import DETECTED_OBJECTS_TYPE
 from ..outputs.object_markers import MARKER_ARRAY_TYPE  # noqa: F401
@@ -56,6 +55,10 @@ FLOAT64_STAMPED_TYPE = 'autoware_internal_debug_msgs/msg/Float64Stamped'
 PUBLISHED_TIME_TYPE = 'autoware_internal_msgs/msg/PublishedTime'
 # output.objects_type -> the msgtype of ~/output/objects
 OBJECTS_TYPES = {'vision_msgs': DETECTIONS_TYPE, 'autoware': DETECTED_OBJECTS_TYPE}
+# A topic recorded under several types (a merged MCAP; ros2 bag record skips such topics) is
+# read as the first of these it has, else as its last connection's type: one type per topic.
+READ_TYPES = (POINTCLOUD_TYPE, IMAGE_TYPE, COMPRESSED_IMAGE_TYPE, CAMERA_INFO_TYPE,
+              ODOMETRY_TYPE, TF_TYPE, *OBJECTS_TYPES.values())
 
 
 # Where a sample drive's metadata.yaml (rosbag2's custom_data) keeps its seed.
@@ -64,59 +67,6 @@ SAMPLE_SEED_KEY = 'jax_perception.sample_seed'
 
 class BagError(Exception):
     """A bag cannot be read or written as asked; the message names the bag and the problem."""
-
-
-@dataclass(frozen=True)
-class BagTopics:
-    """
-    Where a bag keeps the node's inputs; a sensor without an entry uses the node's input name.
-
-    ``cameras`` / ``camera_infos``: camera name -> topic of its feature maps / CameraInfo,
-    given as a mapping or as (name, topic) pairs and kept as sorted pairs, so a value is
-    immutable and picklable (it travels to fleet workers). ``odometry`` (nav_msgs/Odometry) is
-    read only with accumulation or deskew. ``pointcloud`` is the LiDAR of one-LiDAR parameters;
-    with ``lidars.names`` each LiDAR's clouds are on ``lidars`` (name -> topic, as ``cameras``)
-    or on the node's ``lidar_topic(name)``.
-    """
-
-    pointcloud: str = POINTCLOUD_TOPIC
-    cameras: tuple[tuple[str, str], ...] = ()
-    camera_infos: tuple[tuple[str, str], ...] = ()
-    odometry: str = ODOMETRY_TOPIC
-    lidars: tuple[tuple[str, str], ...] = ()
-
-    def __post_init__(self):
-        for name in ('cameras', 'camera_infos', 'lidars'):
-            object.__setattr__(self, name, tuple(sorted(dict(getattr(self, name)).items())))
-
-    def lidar(self, name: str) -> str:
-        """Topic of LiDAR ``name``'s clouds in the bag (``lidars.names``)."""
-        return dict(self.lidars).get(name, lidar_topic(name))
-
-    def clouds(self, names: tuple[str, ...] = ()) -> dict[str, str]:
-        """Return bag topic -> LiDAR name: ``pointcloud`` -> '' without ``names``."""
-        return {self.lidar(n): n for n in names} if names else {self.pointcloud: ''}
-
-    def camera(self, name: str) -> str:
-        """Topic of camera ``name``'s feature maps in the bag."""
-        return dict(self.cameras).get(name, camera_topic(name))
-
-    def camera_inputs(self, names: Sequence[str], images: bool) -> dict[str, str]:
-        """
-        Return bag topic -> camera name of each camera's maps, or with ``images`` its images.
-
-        A camera given a topic reads that one; otherwise, with images, both of image_transport's
-        (raw and compressed: a bag normally holds one), else its feature-map topic.
-        """
-        named = dict(self.cameras)
-        return {topic: name for name in names for topic in (
-            [named[name]] if name in named else
-            [camera_image_topic(name), camera_compressed_topic(name)] if images else
-            [camera_topic(name)])}
-
-    def camera_info(self, name: str) -> str:
-        """Topic of camera ``name``'s CameraInfo in the bag."""
-        return dict(self.camera_infos).get(name, camera_info_topic(name))
 
 
 def open_reader(path: str | Path) -> Reader:
@@ -190,7 +140,7 @@ def deserialize(raw: bytes, msgtype: str):
     """Return the rosbags message of CDR bytes; BagError when they are no ``msgtype``."""
     try:
         return TYPESTORE.deserialize_cdr(raw, msgtype)
-    except (SerdeError, ValueError, IndexError, struct.error) as exc:
+    except (SerdeError, ValueError, IndexError, KeyError, struct.error) as exc:
         raise BagError(f'bytes that are no {msgtype}: {exc}') from None
 
 
@@ -395,7 +345,8 @@ def iter_messages(reader: Reader, topics: list[str]) -> Iterator[tuple[str, int,
 
     Raises BagError when the bag cannot be read on (a corrupt chunk, a file cut short).
     """
-    conns = [c for c in reader.connections if c.topic in topics]
+    types = topic_types(reader)
+    conns = [c for c in reader.connections if c.topic in topics and c.msgtype == types[c.topic]]
     messages = reader.messages(connections=conns)
     while True:
         try:
@@ -409,8 +360,14 @@ def iter_messages(reader: Reader, topics: list[str]) -> Iterator[tuple[str, int,
 
 
 def topic_types(reader: Reader) -> dict[str, str]:
-    """Topic -> msgtype of every connection in the bag."""
-    return {c.topic: c.msgtype for c in reader.connections}
+    """Topic -> the msgtype it is read as (:data:`READ_TYPES`), of every topic in the bag."""
+    rank = {t: k for k, t in enumerate(READ_TYPES)}
+    types: dict[str, str] = {}
+    for c in reader.connections:
+        held = types.get(c.topic)
+        if held is None or rank.get(c.msgtype, len(rank)) <= rank.get(held, len(rank)):
+            types[c.topic] = c.msgtype
+    return types
 
 
 def check_topics(types: dict[str, str], topics: BagTopics, lidars: tuple[str, ...] = (),

@@ -59,3 +59,30 @@ def test_an_odometry_topic_named_must_be_there_as_odometry():
         with pytest.raises(bagio.BagError, match=f'--odometry-topic {topic}: {state}, want '
                                                  'nav_msgs/msg/Odometry'):
             bagio.check_topics(types, bagio.BagTopics(odometry=topic))
+
+
+@pytest.mark.parametrize('order', [('string', 'tf'), ('tf', 'string')])
+def test_a_topic_of_several_types_is_read_as_the_nodes_input_type_alone(tmp_path, order):
+    # A merged MCAP may hold one topic under two types (ros2 bag record skips such a topic):
+    # whatever the connections' order, it reads as the type the node takes, and only that.
+    t = TYPESTORE.types
+    made = {'string': t['std_msgs/msg/String'](data='not a transform'),
+            'tf': t['tf2_msgs/msg/TFMessage'](transforms=[])}
+    writer = Writer(tmp_path / 'bag', version=8)
+    writer.open()
+    try:
+        for k, kind in enumerate(order):
+            msg = made[kind]
+            connection = writer.add_connection('/x', msg.__msgtype__, typestore=TYPESTORE)
+            writer.write(connection, k, TYPESTORE.serialize_cdr(msg, msg.__msgtype__))
+        other = writer.add_connection('/y', 'std_msgs/msg/String', typestore=TYPESTORE)
+        writer.write(other, 5, TYPESTORE.serialize_cdr(made['string'], 'std_msgs/msg/String'))
+    finally:
+        writer.close()
+    reader = bagio.open_reader(tmp_path / 'bag')
+    try:
+        assert bagio.topic_types(reader) == {'/x': bagio.TF_TYPE, '/y': 'std_msgs/msg/String'}
+        read = [(topic, msgtype) for topic, _, _, msgtype in bagio.iter_messages(reader, ['/x'])]
+    finally:
+        reader.close()
+    assert read == [('/x', bagio.TF_TYPE)]
