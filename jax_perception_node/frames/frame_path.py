@@ -212,7 +212,9 @@ class FramePath(TfCalibration):
         Decode a camera's message into the buffer; True when its stamps jumped back.
 
         A feature Image, or with ``cameras.<name>.input: image`` an Image or CompressedImage,
-        decoded and scaled to the encoder's input on arrival (``camera_image.ImageDecoder``).
+        decoded and scaled to the encoder's input on arrival (``camera_image.ImageDecoder``);
+        an image of a stamp the camera's buffer holds already (its other transport's copy) is
+        skipped undecoded.
         Raises FeatureMapError for a map or image in another frame than
         ``cameras.<name>.frame_id`` (only with ``extrinsics.source: parameters``), or of the
         wrong shape or encoding (CameraImageError, a FeatureMapError, for images).
@@ -224,9 +226,16 @@ class FramePath(TfCalibration):
                 f'header.frame_id "{msg.header.frame_id}" is not camera {name}\'s frame '
                 f'"{expected}" (parameter cameras.{name}.frame_id): camera messages must be in '
                 'the configured frame')
+        stamp = stamp_ns(msg.header.stamp)
+        if self._images is not None:
+            with self._buffer_lock:
+                # A camera with image_transport publishes each image raw and compressed, and
+                # the node takes both: the second copy is neither decoded again nor, arriving
+                # after the next image, a stamp going back that would clear the buffer.
+                if self.sync.holds(name, stamp):
+                    return False
         fmap = read_features(msg, *self._shapes[name]) if self._images is None else (
             self._images.decode(msg))
-        stamp = stamp_ns(msg.header.stamp)
         with self._buffer_lock:
             # A map naming no frame is in its CameraInfo's (the pose TF gives that frame).
             frame = msg.header.frame_id or self._info_frames.get(name, '')

@@ -44,6 +44,10 @@ class CameraSync:
             maps.clear()
         self._last_lidar_ns = None
 
+    def holds(self, name: str, stamp_ns: int) -> bool:
+        """Return True when camera ``name`` has a map of exactly this stamp buffered."""
+        return any(stamp == stamp_ns for stamp, _ in self._maps[name])
+
     def add(self, name: str, stamp_ns: int, features: Any) -> bool:
         """Buffer a camera's map; True when its stamp went backwards and its buffer was reset."""
         maps = self._maps[name]

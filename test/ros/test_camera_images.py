@@ -141,9 +141,11 @@ def test_the_node_lifts_raw_and_jpeg_images_and_survives_a_corrupt_one(tmp_path,
         camera, _ = lift_ref(cfg, {'front': block_mean(decoded, STRIDE)})
         assert np.abs(out[..., 6:9] - camera).max() <= 1e-4
         before = int(status_values(probe.last_status())['rejected_feature_maps'])
-        probe.publish_taken([(jpeg_pub, compressed_image(jpeg[:len(jpeg) // 2], T0))],
+        # A new stamp: a copy of one the camera holds already would be skipped undecoded.
+        cut = T0 + 1_500_000_000
+        probe.publish_taken([(jpeg_pub, compressed_image(jpeg[:len(jpeg) // 2], cut))],
                             what='a truncated JPEG')
-        sent.append((bag_messages.compressed_image(jpeg[:len(jpeg) // 2], T0), T0 + 1))
+        sent.append((bag_messages.compressed_image(jpeg[:len(jpeg) // 2], cut), cut))
         assert int(status_values(probe.last_status())['rejected_feature_maps']) == before + 1
         out = frame(2, raw_pub, raw_image(pictures[2], 0))
         camera, _ = lift_ref(cfg, {'front': block_mean(pictures[2], STRIDE)})

@@ -172,3 +172,41 @@ def test_an_encoder_of_the_wrong_output_shape_is_refused():
                                           r'float32\[6, 10, 3\], the cameras need float32'
                                           r'\[12, 20, 3\]'):
         load_encoder(RGB, '', EncoderInput(24, 40, 4, 12, 20, 3))
+
+
+def test_an_images_other_transport_copy_is_skipped_undecoded(rgb_pipe):
+    """
+    image_transport publishes each image raw and compressed, and the node takes both.
+
+    The copy of a stamp already buffered is not decoded and, arriving after the next image,
+    is no stamp going back (which would clear the camera's buffer); an older stamp that is not
+    buffered still is one.
+    """
+    import io
+    from types import SimpleNamespace
+    from PIL import Image as PilImage
+    from jax_perception_node.frames.frame_path import FramePath
+    path = FramePath(rgb_pipe.cfg, rgb_pipe)
+    height, width, _ = rgb_pipe.cfg.image_shape
+    rgb = np.random.default_rng(4).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    jpeg = io.BytesIO()
+    PilImage.fromarray(rgb).save(jpeg, 'JPEG', quality=90)
+
+    def message(stamp, raw):
+        head = SimpleNamespace(stamp=SimpleNamespace(sec=stamp, nanosec=0),
+                               frame_id='front_optical')
+        if raw:
+            return SimpleNamespace(header=head, encoding='rgb8', height=height, width=width,
+                                   is_bigendian=0, step=width * 3, data=rgb.tobytes())
+        return SimpleNamespace(header=head, format='jpeg', data=jpeg.getvalue())
+    decoded = []
+    decode = path._images.decode
+    path._images.decode = lambda msg: decoded.append(msg.header.stamp.sec) or decode(msg)
+    assert path.add_features('front', message(100, raw=True)) is False
+    assert path.add_features('front', message(100, raw=False)) is False     # its copy
+    assert path.add_features('front', message(101, raw=True)) is False
+    assert path.add_features('front', message(100, raw=False)) is False     # late copy
+    assert decoded == [100, 101]
+    assert path.sync.holds('front', 100 * 10**9) and path.sync.holds('front', 101 * 10**9)
+    assert path.add_features('front', message(99, raw=False)) is True       # went back
+    assert decoded == [100, 101, 99] and not path.sync.holds('front', 100 * 10**9)
