@@ -13,6 +13,20 @@ T0 = 1_700_000_000 * 10**9
 MEET_TIMEOUT_S = 5.0
 
 
+def image_node(domain_offset: int):
+    """Return (context, node): the node in-process, two cameras sending JPEGs, not spun."""
+    import rclpy
+    from rclpy.parameter import Parameter
+    from jax_perception_node.ros.node import JaxPerceptionNode
+    params = small_params(2, **{'cameras.front.input': 'image', 'cameras.rear.input': 'image',
+                                'encoder.module': RGB, 'encoder.stride': 4,
+                                'diagnostics.lidar_timeout_s': 60.0})
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=other_domain(domain_offset))
+    return context, JaxPerceptionNode(context=context, parameter_overrides=[
+        Parameter(key, value=value) for key, value in params.items()])
+
+
 def test_two_cameras_images_are_taken_at_once_each_camera_in_order():
     """
     Two cameras' JPEGs are taken on two threads at the same moment, the executor's one thread.
@@ -24,17 +38,9 @@ def test_two_cameras_images_are_taken_at_once_each_camera_in_order():
     """
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
-    from rclpy.parameter import Parameter
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import CompressedImage
-    from jax_perception_node.ros.node import JaxPerceptionNode
-    params = small_params(2, **{'cameras.front.input': 'image', 'cameras.rear.input': 'image',
-                                'encoder.module': RGB, 'encoder.stride': 4,
-                                'diagnostics.lidar_timeout_s': 60.0})
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=other_domain(41))
-    node = JaxPerceptionNode(context=context, parameter_overrides=[
-        Parameter(key, value=value) for key, value in params.items()])
+    context, node = image_node(41)
     lock, inside, overlapped = threading.Lock(), collections.Counter(), []
     met, taken = threading.Event(), collections.defaultdict(list)
     add_features = node.core.path.add_features
@@ -98,15 +104,7 @@ def test_deactivate_waits_for_the_images_in_decode_and_the_nodes_end_stops_the_p
     in; after ``destroy_node`` no ``camera_decode`` thread is left in the process.
     """
     import rclpy
-    from rclpy.parameter import Parameter
-    from jax_perception_node.ros.node import JaxPerceptionNode
-    params = small_params(2, **{'cameras.front.input': 'image', 'cameras.rear.input': 'image',
-                                'encoder.module': RGB, 'encoder.stride': 4,
-                                'diagnostics.lidar_timeout_s': 60.0})
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=other_domain(42))
-    node = JaxPerceptionNode(context=context, parameter_overrides=[
-        Parameter(key, value=value) for key, value in params.items()])
+    context, node = image_node(42)
     release, events = threading.Event(), []
     add_features = node.core.path.add_features
 
