@@ -191,7 +191,7 @@ def _replay_fleet(args, cfg, topics: BagTopics) -> int:
           f'{f" ({idle} never ready)" if idle else ""}; outputs in {args.out}')
     if args.json:
         write_json(args.json, summary)
-    return 0 if totals['failed'] == 0 and totals['compiles_after_warmup'] == 0 else 1
+    return fleet.exit_code(summary)
 
 
 def _replay_one(args, cfg, topics: BagTopics) -> int:
@@ -232,6 +232,12 @@ def _replay_one(args, cfg, topics: BagTopics) -> int:
         write_json(args.json, summary)
     if args.png:
         write_pictures(Path(args.png), result, cfg)
+    if result.frames == 0:
+        # The bag and the summary are written (they say why), but a script that replays a bag
+        # must not read "nothing served" as success.
+        print('jax-perception: replay: no cloud of the bag became a frame (the rejected: lines '
+              'above say why)', file=sys.stderr)
+        return 1
     return 0 if result.compiles_after_warmup == 0 else 1
 
 

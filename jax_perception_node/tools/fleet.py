@@ -259,11 +259,23 @@ def bag_line(bag: dict) -> str:
     else:
         state = (f'{bag["frames"]} frames, {bag["rejected"]} rejected, compiles after warm-up '
                  f'{bag["compiles_after_warmup"]}')
+        if bag['frames'] == 0:
+            state += ', no frame served (replay the bag alone for the reasons)'
         if bag.get('clouds_off_intensity_scale'):
             state += (f', {bag["clouds_off_intensity_scale"]} clouds off the intensity scale '
                       'the head was trained on (replay the bag alone for the '
                       'lidar.intensity_scale to set)')
     return f'{bag["input"]}: {state} (worker {bag["worker"]}, attempts {bag["attempts"]})'
+
+
+def exit_code(summary: dict) -> int:
+    """
+    Return the fleet replay's exit status from its summary: 1 when a bag failed, served no
+    frame, or compiled after warm-up; else 0.
+    """
+    served_none = any(not bag['error'] and bag['frames'] == 0 for bag in summary['bags'])
+    totals = summary['totals']
+    return int(bool(totals['failed'] or totals['compiles_after_warmup'] or served_none))
 
 
 def fleet_progress_bar(stream=sys.stderr) -> Callable[[FleetProgress], None]:

@@ -154,6 +154,20 @@ def test_replay_writes_one_output_per_frame_equal_to_an_independent_expectation(
         assert int(values['overflow_points']) == max(0, n - 16384)
 
 
+def test_replay_that_serves_no_frame_writes_its_summary_and_exits_1(sample, tmp_path, capsys):
+    params = read_param_file(small_replay_params(tmp_path))
+    params['lidar.frame_id'] = 'velodyne'     # the bag's clouds say lidar: every one is refused
+    params = write_params(params, tmp_path / 'other_frame.yaml')
+    report = tmp_path / 'report.json'
+    assert main(['replay', str(sample), '--out', str(tmp_path / 'out'), '--params', str(params),
+                 '--json', str(report)]) == 1
+    summary = json.loads(report.read_text())
+    assert (summary['frames'], summary['rejected']) == (0, 15)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith('jax-perception: replay: no cloud of the bag became a frame')
+    assert (tmp_path / 'out').is_dir()
+
+
 def test_replay_reads_sqlite3_bags_with_renamed_topics(sample, tmp_path):
     sqlite = tmp_path / 'vehicle'
     renamed = {bagio.POINTCLOUD_TOPIC: '/sensing/lidar/top/pointcloud',

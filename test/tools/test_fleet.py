@@ -316,3 +316,17 @@ def test_a_bags_line_counts_its_clouds_off_the_intensity_scale():
     # A failed bag has no summary of its own (fleet_types.BagOutcome.report).
     assert fleet.bag_line(dict(bag, error='boom', frames=0)) == (
         '/bags/ouster: error: boom (worker 1, attempts 1)')
+    assert fleet.bag_line(dict(bag, frames=0, rejected=30)) == (
+        '/bags/ouster: 0 frames, 30 rejected, compiles after warm-up 0, no frame served '
+        '(replay the bag alone for the reasons) (worker 1, attempts 1)')
+
+
+def test_the_fleet_exits_1_when_a_bag_failed_served_no_frame_or_compiled():
+    def summary(*bags, compiles=0):
+        return {'bags': list(bags), 'totals': {
+            'failed': sum(bool(b['error']) for b in bags), 'compiles_after_warmup': compiles}}
+    served = {'error': None, 'frames': 30}
+    assert fleet.exit_code(summary(served, served)) == 0
+    assert fleet.exit_code(summary(served, {'error': 'boom', 'frames': 0})) == 1
+    assert fleet.exit_code(summary(served, {'error': None, 'frames': 0})) == 1
+    assert fleet.exit_code(summary(served, compiles=1)) == 1
