@@ -224,7 +224,8 @@ SCHEMA: tuple[ParamSpec, ...] = (
        nonempty=True),
     _p(_C + 'input', 'string', 'features',
        'what the camera publishes: features (32FC<C> maps on ~/input/camera/<name>/features) '
-       'or image (rgb8, bgr8, rgba8, bgra8, mono8 Image on .../image, jpeg or png '
+       'or image (rgb, bgr, rgba, bgra, mono, bayer 8 or 16 bits, yuv422 Image on '
+       '.../image, jpeg or png '
        'CompressedImage on .../image/compressed, encoded by encoder.module); the same for '
        'every camera', choices=('features', 'image'), static=SHAPES),
     _p(_C + 'height', 'integer', None, 'feature-map rows H_f', unit='px', minimum=1,

@@ -232,9 +232,7 @@ def _replay_one(args, cfg, topics: BagTopics) -> int:
         write_json(args.json, summary)
     if args.png:
         write_pictures(Path(args.png), result, cfg)
-    if result.frames == 0:
-        # The bag and the summary are written (they say why), but a script that replays a bag
-        # must not read "nothing served" as success.
+    if result.frames == 0:      # written and summarized, but "nothing served" is no success
         print('jax-perception: replay: no cloud of the bag became a frame (the rejected: lines '
               'above say why)', file=sys.stderr)
         return 1

@@ -269,10 +269,7 @@ def bag_line(bag: dict) -> str:
 
 
 def exit_code(summary: dict) -> int:
-    """
-    Return the fleet replay's exit status from its summary: 1 when a bag failed, served no
-    frame, or compiled after warm-up; else 0.
-    """
+    """Return the fleet replay's exit status: 1 if a bag failed, served none or compiled."""
     served_none = any(not bag['error'] and bag['frames'] == 0 for bag in summary['bags'])
     totals = summary['totals']
     return int(bool(totals['failed'] or totals['compiles_after_warmup'] or served_none))
