@@ -167,11 +167,13 @@ class FramePath(TfCalibration):
             self.pipe.score_threshold = thresholds
             self.cameras, self._from_info = cameras, from_info
             self._tf_refused = {}     # new intrinsics or poses: a refused TF pose may fit now
-        with self._buffer_lock:
-            self.sync.tolerance_ns = int(round(cfg.max_camera_lidar_delay_s * 1e9))
-            self.odometry.set_max_gap(cfg.accumulation.max_odometry_gap_s)
-            self.odometry.child_frame_id = cfg.grid.frame_id
-            self.cfg = cfg
+            # Under the pipe lock too: a frame in flight reads it there before it applies TF
+            # poses (one checked under the old source must not put them back after the switch).
+            with self._buffer_lock:
+                self.sync.tolerance_ns = int(round(cfg.max_camera_lidar_delay_s * 1e9))
+                self.odometry.set_max_gap(cfg.accumulation.max_odometry_gap_s)
+                self.odometry.child_frame_id = cfg.grid.frame_id
+                self.cfg = cfg
 
     def apply_camera_info(self, name: str, msg):
         """
@@ -308,7 +310,7 @@ class FramePath(TfCalibration):
                 # The newest pose may trail the stamp (accumulation.max_odometry_gap_s at most).
                 twist = twist_at(poses, stamp, self.odometry.max_gap_ns) if deskew else None
             maps, without_tf, over_slots = pairing.maps, (), ((), '')
-            if taken.tf_poses is not None:
+            if taken.tf_poses is not None and self.cfg.extrinsics_source == 'tf':
                 maps, without_tf, over_slots = self._apply_tf_poses(taken.tf_poses, maps,
                                                                     map_frames, stamp)
             lidar_pose = self.pipe.lidar_poses[0]      # after TF: the pose of this frame

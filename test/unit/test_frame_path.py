@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import bag_messages
 from configs import camera_params, FRONT, REAR, small_config
 from jax_perception_node.core.pipeline import compile_count
+from jax_perception_node.frames import frame_path
 from jax_perception_node.frames.frame_path import FramePath
 from jax_perception_node.geometry.transforms import TransformError
 from jax_perception_node.ros.frame_warnings import warn_frame
@@ -469,6 +470,29 @@ def test_back_to_parameter_poses_and_live_updates_keep_tf_poses(tf_pipe):
     out = run_frame(path, T0 + 3 * 10**8)
     np.testing.assert_allclose(out[..., :6], voxelize_ref(POINTS, tf_config()), rtol=1e-5,
                                atol=1e-5)
+
+
+def test_a_frame_checked_under_tf_that_runs_after_the_switch_to_parameters_keeps_them(
+        tf_pipe, monkeypatch):
+    path = FramePath(tf_config(), tf_pipe)
+    path.add_transforms(static_tf(), static=True)
+    tf_frame(path)
+    checked = frame_path.check_clouds
+
+    def switch_after_the_check(*args):
+        taken = checked(*args)      # placed by TF, as extrinsics.source was tf
+        monkeypatch.setattr(frame_path, 'check_clouds', checked)
+        path.update(tf_config(**{'extrinsics.source': 'parameters'}))
+        return taken
+    monkeypatch.setattr(frame_path, 'check_clouds', switch_after_the_check)
+    for name in MAPS:
+        path.add_features(name, features(name, T0 + 10**8, frame_id=f'cam_{name}'))
+    path.process(cloud(T0 + 10**8, frame_id='velodyne'))
+    # The parameters' poses are in force for good: the next frames are theirs, not TF's.
+    out = run_frame(path, T0 + 2 * 10**8)
+    np.testing.assert_allclose(out[..., :6], voxelize_ref(POINTS, tf_config()), rtol=1e-5,
+                               atol=1e-5)
+    assert path.pipe.lidar_poses[0].translation == tuple(WRONG['lidar.translation'])
 
 
 def test_pose_source_tf_gives_the_sweeps_the_odometry_would(warmed):
