@@ -31,6 +31,9 @@ ROS_TYPES = {
     'integer_array': Parameter.Type.INTEGER_ARRAY, 'double_array': Parameter.Type.DOUBLE_ARRAY,
     'string_array': Parameter.Type.STRING_ARRAY,
 }
+_ARRAY_TYPES = frozenset({Parameter.Type.BOOL_ARRAY, Parameter.Type.BYTE_ARRAY,
+                          Parameter.Type.INTEGER_ARRAY, Parameter.Type.DOUBLE_ARRAY,
+                          Parameter.Type.STRING_ARRAY})
 # rclpy's InvalidParameterTypeException says "... to '40' of type 'INTEGER', expecting ...".
 _GIVEN = re.compile(r"to '(?P<value>.*)' of type '(?P<type>\w+)'")
 # rclpy's InvalidParameterValueException says "Invalid parameter value (1e+300) ... Reason: ...".
@@ -93,11 +96,40 @@ def _declare(node, key: str) -> None:
         raise _refused(key, spec, exc) from None
 
 
+def _overrides(node) -> dict:
+    """Return the node's parameter overrides (params files and -p), by name."""
+    # rclpy keeps them in this attribute since Dashing; it has no public accessor.
+    return getattr(node, '_parameter_overrides', {})
+
+
 def _value(node, key: str):
     try:
         return plain(node.get_parameter(key).value)
     except ParameterUninitializedException:    # declared by type only, never given a value
+        override = _overrides(node).get(key)
+        if (override is not None and override.type_ == Parameter.Type.NOT_SET
+                and spec_for(key).ros_type.endswith('_array')):
+            # rcl reads `[]` (params file or `-p key:=[]`) as a value of no type, which
+            # declares as unset: it is the empty list the user wrote, not the default.
+            return []
         return None
+
+
+def _typed_empty_arrays(node):
+    """Return a pre-set callback giving an empty array the declared array type of its key."""
+    def retype(params: list) -> list:
+        # `ros2 param set ... "[]"` sends BOOL_ARRAY (every item of [] is a bool), which a
+        # statically typed STRING_ARRAY or DOUBLE_ARRAY key would refuse.
+        out = []
+        for param in params:
+            if (param.type_ in _ARRAY_TYPES and len(param.value) == 0
+                    and node.has_parameter(param.name)):
+                declared = Parameter.Type(node.describe_parameter(param.name).type)
+                if declared in _ARRAY_TYPES:
+                    param = Parameter(param.name, declared, [])
+            out.append(param)
+        return out
+    return retype
 
 
 def declare_parameters(node) -> None:
@@ -105,13 +137,21 @@ def declare_parameters(node) -> None:
     Declare every parameter with its type and description, and the camera and LiDAR blocks.
 
     The blocks of ``cameras.names`` and ``lidars.names`` (``cameras.<name>.*``,
-    ``lidars.<name>.*``) are declared for the names the overrides give.
+    ``lidars.<name>.*``) are declared for the names the overrides give. A set of an empty list
+    of any array type is given the key's array type.
 
-    Raises :class:`ConfigError` for a value of the wrong type in the parameter overrides.
+    Raises :class:`ConfigError` for a value of the wrong type in the parameter overrides, or an
+    override of a key the node does not have (a misspelt key, or a block of a camera or LiDAR
+    not named): ``grid.resoluton: unknown parameter``, as the params file reader says.
     """
     for key in NODE_KEYS:
         _declare(node, key)
     read_parameters(node)
+    unknown = sorted(name for name in _overrides(node)
+                     if not node.has_parameter(name) and not name.startswith('qos_overrides.'))
+    if unknown:
+        raise ConfigError(f'{unknown[0]}: unknown parameter')
+    node.add_pre_set_parameters_callback(_typed_empty_arrays(node))
 
 
 def read_parameters(node) -> dict:

@@ -5,7 +5,7 @@ import json
 
 from configs import PARAMS_FILE, REPO, small_params
 from jax_perception_node.settings import schema_export
-from jax_perception_node.settings.config import config_from_parameters
+from jax_perception_node.settings.config import config_from_parameters, load_config
 from jax_perception_node.settings.param_checks import check_value
 from jax_perception_node.settings.param_file import read_param_file, write_param_file
 from jax_perception_node.settings.parameters import (CAMERA_KEYS, ConfigError, NODE_KEYS,
@@ -386,3 +386,60 @@ def test_the_node_exits_with_one_line_on_a_huge_value_in_the_params_file(tmp_pat
     assert node.log().strip() == ('jax_perception_node: bad parameter '
                                   'sync.max_camera_lidar_delay_s: must be <= 86400, got 1e+300')
     node.stop()
+
+
+@pytest.mark.parametrize('overrides, message', [
+    ({'grid.resoluton': 0.2}, 'grid.resoluton: unknown parameter'),
+    ({'cameras.rear.fx': 4.0}, 'cameras.rear.fx: unknown parameter'),   # rear is not named
+])
+def test_an_override_of_a_key_the_node_lacks_is_refused_as_the_params_file_reader_does(
+        ros_node, overrides, message, tmp_path):
+    from jax_perception_node.ros.node_params import declare_parameters
+    params = {**small_params(1), **overrides}
+    node = ros_node(**{k.replace('.', '__'): v for k, v in params.items()})
+    with pytest.raises(ConfigError) as err:
+        declare_parameters(node)
+    assert str(err.value) == message
+    with pytest.raises(ConfigError) as err:
+        load_config(write_param_file(params, tmp_path / 'params.yaml'))
+    assert str(err.value) == message
+
+
+def test_an_empty_list_in_a_params_file_is_the_empty_list_not_the_default(tmp_path):
+    import rclpy
+    from rclpy.node import Node
+    from jax_perception_node.ros.node_params import declare_parameters, read_parameters
+    path = tmp_path / 'empty.yaml'
+    path.write_text('/**:\n  ros__parameters:\n    output:\n      autoware_labels: []\n'
+                    '    buckets: []\n')
+    context = rclpy.Context()
+    rclpy.init(args=['--ros-args', '--params-file', str(path)], context=context)
+    node = Node('jax_perception', context=context)
+    try:
+        declare_parameters(node)
+        values = read_parameters(node)
+        assert values['output.autoware_labels'] == [] and values['buckets'] == []
+        with pytest.raises(ConfigError, match='buckets'):    # as the params file reader
+            config_from_parameters(values)
+        with pytest.raises(ConfigError, match='buckets'):
+            load_config(path)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+
+
+def test_a_set_of_an_empty_list_takes_the_keys_array_type(ros_node):
+    from rclpy.parameter import Parameter
+    from jax_perception_node.ros.node_params import declare_parameters
+    node = ros_node(**{k.replace('.', '__'): v for k, v in small_params(1).items()})
+    declare_parameters(node)
+    assert node.set_parameters([Parameter('cameras.channel_names', value=['a', 'b', 'c'])])[
+        0].successful
+    # As `ros2 param set /node key "[]"` sends it: a BOOL_ARRAY.
+    for key in ('cameras.channel_names', 'head.score_thresholds', 'output.autoware_labels'):
+        result = node.set_parameters([Parameter(key, Parameter.Type.BOOL_ARRAY, [])])[0]
+        assert result.successful, (key, result.reason)
+        assert list(node.get_parameter(key).value) == []
+    # Other types stay refused by rclpy's type check.
+    assert not node.set_parameters([Parameter('cameras.channel_names', Parameter.Type.BOOL_ARRAY,
+                                              [True])])[0].successful
