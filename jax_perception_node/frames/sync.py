@@ -1,5 +1,5 @@
 """
-LiDAR-camera pairing: each camera contributes its newest feature map near the LiDAR stamp.
+LiDAR-camera pairing: each camera contributes its feature map nearest the LiDAR stamp.
 
 Shared by the live node and offline replay, so both pair frames identically. Stamps are
 integer nanoseconds (the message header stamp).
@@ -28,7 +28,9 @@ class CameraSync:
     Keeps the last few feature maps per camera and pairs them with LiDAR stamps.
 
     A map pairs with a LiDAR frame when ``|t_camera - t_lidar| <= tolerance``; among those the
-    newest wins. When time goes backwards (a bag loops, a simulator restarts) the buffers are
+    nearest wins (of two as near, the newer; of equal stamps, the later arrival). The lift
+    places a map with the camera's pose at the LiDAR stamp, so the nearest map is the one the
+    ego motion between the two stamps moves least. When time goes backwards (a bag loops, a simulator restarts) the buffers are
     cleared, so maps from the old timeline never pair with the new one.
     """
 
@@ -73,11 +75,12 @@ class CameraSync:
         self._last_lidar_ns = lidar_stamp_ns
         chosen, stale = {}, []
         for name, maps in self._maps.items():
-            best = None
+            best, best_key = None, None
             for stamp, features in maps:
-                if abs(stamp - lidar_stamp_ns) <= self.tolerance_ns and (
-                        best is None or stamp >= best[0]):
-                    best = (stamp, features)
+                gap = abs(stamp - lidar_stamp_ns)
+                key = (gap, -stamp)
+                if gap <= self.tolerance_ns and (best is None or key <= best_key):
+                    best, best_key = (stamp, features), key
             chosen[name] = None if best is None else best[1]
             if best is None:
                 stale.append(name)

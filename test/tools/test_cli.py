@@ -79,8 +79,9 @@ def expected_replay(bag, cfg):
     """
     Work out the output per LiDAR stamp without the pipeline or CameraSync.
 
-    Pairing by the documented rule: each camera's newest map, among those earlier in the bag,
-    whose stamp is within the tolerance of the LiDAR stamp (both sides inclusive). Above the
+    Pairing by the documented rule: each camera's map nearest the LiDAR stamp (of two as near,
+    the newer), among those earlier in the bag whose stamp is within the tolerance of the LiDAR
+    stamp (both sides inclusive). Above the
     largest bucket the cloud is subsampled with the documented even stride. Features: the
     NumPy reference of the kernel contracts, concatenated as [6 LiDAR, C camera, coverage].
     """
@@ -101,7 +102,7 @@ def expected_replay(bag, cfg):
         for name, history in seen.items():
             near = [(t, m) for t, m in history if abs(t - stamp) <= tolerance]
             if near:
-                maps[name] = max(near, key=lambda item: item[0])[1]
+                maps[name] = min(near, key=lambda item: (abs(item[0] - stamp), -item[0]))[1]
         points = decode_cloud(msg)
         n = len(points)
         if n > capacity:

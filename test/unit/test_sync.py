@@ -35,13 +35,15 @@ def test_tolerance_is_rounded_to_whole_nanoseconds():
     assert CameraSync([], 0.0333333333).tolerance_ns == 33_333_333
 
 
-def test_newest_within_tolerance_wins_even_after_the_lidar_stamp():
+def test_the_nearest_within_tolerance_wins_and_of_two_as_near_the_newer():
     sync = CameraSync(['front'], 0.05)
-    for offset_ms, label in [(-200, 'old'), (-40, 'near'), (-10, 'nearer'), (30, 'newest'),
+    for offset_ms, label in [(-200, 'old'), (-40, 'near'), (-10, 'nearest'), (30, 'newest'),
                              (80, 'too new')]:
         sync.add('front', T + offset_ms * MS, label)
-    # Within 50 ms of T: -40, -10 and +30 ms. The newest of those, not the closest (-10 ms).
-    assert pick(sync, T)[0] == {'front': 'newest'}
+    # Within 50 ms of T: -40, -10 and +30 ms. The nearest (-10 ms), not the newest (+30 ms).
+    assert pick(sync, T)[0] == {'front': 'nearest'}
+    sync.add('front', T + 10 * MS, 'as near, after')
+    assert pick(sync, T)[0] == {'front': 'as near, after'}
 
 
 def test_equal_stamps_the_later_arrival_wins():
@@ -74,8 +76,8 @@ def test_only_the_last_history_maps_are_kept():
     sync = CameraSync(['front'], 1.0, history=3)
     for k in range(5):
         sync.add('front', T + k * MS, f'map {k}')
-    # Newest wins anyway; the buffer matters once the LiDAR looks back in time.
-    assert pick(sync, T + 2 * MS)[0] == {'front': 'map 4'}
+    # Map 0, the nearest to T, is gone: the nearest kept is map 2.
+    assert pick(sync, T)[0] == {'front': 'map 2'}
     sync = CameraSync(['front'], 0.0015, history=3)
     for k in range(5):
         sync.add('front', T + k * MS, f'map {k}')
