@@ -19,7 +19,7 @@ from .sync import CameraSync
 from .tf_calibration import TfCalibration
 from ..core.frame_result import class_thresholds
 from ..core.pipeline import BevPipeline, FrameResult
-from ..geometry.ego_motion import deskew_motion, twist_at
+from ..geometry.ego_motion import deskew_motion, pose_at, twist_at
 from ..geometry.odometry import OdometryBuffer, TransformPoses
 from ..geometry.stamps import stamp_ns
 from ..geometry.transforms import TransformBuffer
@@ -306,9 +306,10 @@ class FramePath(TfCalibration):
                 poses = self.odometry if cfg.accumulation.pose_source == 'odometry' else \
                     TransformPoses(self.transforms, cfg.accumulation.fixed_frame,
                                    cfg.grid.frame_id)
-                pose = poses.pose_at(stamp) if self.accumulating else None
                 # The newest pose may trail the stamp (accumulation.max_odometry_gap_s at most).
-                twist = twist_at(poses, stamp, self.odometry.max_gap_ns) if deskew else None
+                lead = self.odometry.max_gap_ns
+                pose = pose_at(poses, stamp, lead) if self.accumulating else None
+                twist = twist_at(poses, stamp, lead) if deskew else None
             maps, without_tf, over_slots = pairing.maps, (), ((), '')
             if taken.tf_poses is not None and self.cfg.extrinsics_source == 'tf':
                 maps, without_tf, over_slots = self._apply_tf_poses(taken.tf_poses, maps,

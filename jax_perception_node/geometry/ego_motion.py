@@ -87,3 +87,45 @@ def twist_at(poses, stamp_ns: int, lead_ns: int = 0) -> np.ndarray | None:
     if before is None:
         return None
     return body_twist(before, after, baseline_ns / NS_PER_S)
+
+
+def twist_exp(twist: np.ndarray, seconds: float) -> np.ndarray:
+    """
+    Return the 4 x 4 motion of a body at constant ``twist`` (v, w, body frame) for ``seconds``.
+
+    The SE(3) exponential, the inverse of ``body_twist``: ``before @ twist_exp(body_twist(before,
+    after, s), s)`` is ``after``.
+    """
+    v, w = twist[:3] * seconds, twist[3:] * seconds
+    angle = float(np.linalg.norm(w))
+    skew = np.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]])
+    motion = np.eye(4)
+    if angle < 1e-9:
+        motion[:3, 3] = v
+        return motion
+    a, b = math.sin(angle) / angle, (1.0 - math.cos(angle)) / angle ** 2
+    c = (angle - math.sin(angle)) / angle ** 3
+    motion[:3, :3] = np.eye(3) + a * skew + b * skew @ skew
+    motion[:3, 3] = (np.eye(3) + b * skew + c * skew @ skew) @ v
+    return motion
+
+
+def pose_at(poses, stamp_ns: int, lead_ns: int = 0) -> np.ndarray | None:
+    """
+    Return the 4 x 4 pose at ``stamp_ns``, or the newest pose carried forward to it, or None.
+
+    ``poses`` as for ``twist_at``. When there is no pose at the stamp yet but the newest is at
+    most ``lead_ns`` older, that pose moved on by the twist of the ``BASELINE_S`` before it,
+    held up to the stamp (as deskew holds it): the odometry of a cloud's stamp often arrives a
+    few ms after the cloud.
+    """
+    pose = poses.pose_at(stamp_ns)
+    if pose is not None or lead_ns <= 0:
+        return pose
+    newest = poses.newest_ns()
+    if newest is None or not 0 < stamp_ns - newest <= lead_ns:
+        return None
+    twist = twist_at(poses, newest)
+    if twist is None:
+        return None
+    return poses.pose_at(newest) @ twist_exp(twist, (stamp_ns - newest) / NS_PER_S)

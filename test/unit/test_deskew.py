@@ -15,7 +15,7 @@ from configs import small_config
 from jax_perception_node.core.pipeline import compile_count
 from jax_perception_node.frames.frame_path import FramePath
 from jax_perception_node.geometry.ego_motion import (BASELINE_S, body_twist, deskew_motion,
-                                                     twist_at)
+                                                     pose_at, twist_at)
 from jax_perception_node.tools.cloud_messages import point_cloud
 import numpy as np
 import pytest
@@ -97,6 +97,15 @@ def test_twist_at_holds_the_newest_twist_for_a_stamp_at_most_the_lead_after_it()
     assert twist_at(poses, newest + lead + 1, lead) is None
     assert twist_at(poses, newest + 1) is None          # no lead: no pose at the stamp, none
     assert twist_at(Poses(None), newest, lead) is None  # no pose at all
+    # The pose itself, carried forward at that twist: exact for a constant turn.
+    for ahead in (1, 30_000_000, lead):
+        np.testing.assert_allclose(pose_at(poses, newest + ahead, lead),
+                                   planar_pose((newest + ahead) / 1e9, 10.0, 0.2), atol=1e-9)
+    np.testing.assert_allclose(pose_at(poses, newest - 5, lead),
+                               planar_pose((newest - 5) / 1e9, 10.0, 0.2), atol=1e-12)
+    assert pose_at(poses, newest + lead + 1, lead) is None
+    assert pose_at(poses, newest + 1) is None
+    assert pose_at(Poses(None), newest, lead) is None
 
 
 def test_lidar_frame_motion_moves_a_world_point_back_to_where_it_was_at_the_stamp():

@@ -495,6 +495,35 @@ def test_a_frame_checked_under_tf_that_runs_after_the_switch_to_parameters_keeps
     assert path.pipe.lidar_poses[0].translation == tuple(WRONG['lidar.translation'])
 
 
+def test_a_cloud_whose_odometry_arrives_after_it_still_accumulates(warmed):
+    # Odometry at 50 Hz, clouds at 10 Hz stamped 10 ms after the newest sample that arrived
+    # before them: the pose is the newest one carried forward at its twist.
+    cfg = small_config(cameras=0, **{'accumulation.num_sweeps': 2})
+    pipe = warmed(cfg)
+    speed = 5.0                  # m/s along x: the pose at t is x = speed t
+
+    def odometry_until(path, stamp):
+        for k in range(path.odometry_sent, stamp // (20 * 10**6) + 1):
+            t = k * 20 * 10**6
+            path.add_odometry(bag_messages.odometry(t, (speed * (t - T0) / 1e9, 0.0, 0.0)))
+        path.odometry_sent = stamp // (20 * 10**6) + 1
+
+    trailing, exact = FramePath(cfg, pipe), FramePath(cfg, pipe)
+    trailing.odometry_sent = exact.odometry_sent = (T0 - 2 * 10**8) // (20 * 10**6)
+    stamps = [T0 + 10**7 + k * 10**8 for k in range(3)]
+    frames = {}
+    for name, path, lag in (('trailing', trailing, 10**7), ('exact', exact, -10**7)):
+        pipe.reset_sweeps()
+        frames[name] = []
+        for stamp in stamps:
+            odometry_until(path, stamp - lag)
+            frames[name].append(path.process(cloud(stamp)))
+    assert [f.without_odometry for f in frames['trailing']] == [False] * 3
+    assert [f.result.sweeps_used for f in frames['trailing']] == [1, 2, 2]
+    for got, want in zip(frames['trailing'], frames['exact']):
+        np.testing.assert_allclose(got.result.features, want.result.features, atol=1e-4)
+
+
 def test_pose_source_tf_gives_the_sweeps_the_odometry_would(warmed):
     cfg = small_config(cameras=0, **{'accumulation.num_sweeps': 2})
     pipe = warmed(cfg)
