@@ -49,7 +49,9 @@ from .stamps import NS_PER_S
 TF_TOPIC, TF_STATIC_TOPIC = '/tf', '/tf_static'     # tf2_msgs/TFMessage (bagio.TF_TYPE)
 CACHE_S = 10.0                 # s of dynamic history kept per edge, as tf2's default
 TOLERANCE_S = 0.01             # s a lookup may lie beyond an edge's samples
-QUATERNION_TOLERANCE = 1e-3    # |norm - 1| accepted (and normalised), as the parameters allow
+# |q.q - 1| accepted (and normalised): tf2's own rule (buffer_core.cpp), so a hand-written
+# static transform such as (0, 0, 0.71, 0.71) that tf2 and RViz take is taken here too.
+QUATERNION_TOLERANCE = 1e-2
 MAX_TRANSLATION_M = 1e8        # |x|, |y|, |z|: no place on Earth or near it is further
 CLOCK_JUMP_S = 1.0             # s back on an edge that is a jump of the clock, not a late sample
 MAX_FRAMES = 10_000            # child frames in a buffer: far beyond any robot, bounds memory
@@ -74,7 +76,8 @@ def read_transform(msg) -> tuple[str, str, int, np.ndarray, np.ndarray]:
     Refused with TransformError naming the field: empty frame names (a leading '/' is dropped,
     as tf2 does), a frame its own parent, a stamp with negative seconds or nanoseconds outside
     [0, 1e9), a translation not finite or beyond ``MAX_TRANSLATION_M``, a rotation not finite
-    or whose norm is off 1 by more than ``QUATERNION_TOLERANCE`` (others are normalised).
+    or whose squared norm is off 1 by more than ``QUATERNION_TOLERANCE`` (others are
+    normalised).
     """
     parent = str(msg.header.frame_id).lstrip('/')
     child = str(msg.child_frame_id).lstrip('/')
@@ -96,7 +99,7 @@ def read_transform(msg) -> tuple[str, str, int, np.ndarray, np.ndarray]:
         raise TransformError(f'{where}: transform.translation {translation.tolist()} is not '
                              f'finite or beyond {MAX_TRANSLATION_M:.0e} m')
     norm = float(np.linalg.norm(quaternion)) if np.isfinite(quaternion).all() else math.nan
-    if not abs(norm - 1.0) <= QUATERNION_TOLERANCE:
+    if not abs(norm * norm - 1.0) <= QUATERNION_TOLERANCE:
         raise TransformError(f'{where}: transform.rotation {quaternion.tolist()} is not a unit '
                              f'quaternion (norm {norm:.4g})')
     return parent, child, sec * NS_PER_S + nanosec, translation, quaternion / norm

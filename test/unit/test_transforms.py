@@ -340,6 +340,12 @@ def test_a_nearly_unit_quaternion_is_normalised_and_a_loop_is_refused(tree):
     tree.add(transform('base_link', 'radar', 0, (1.0, 2.0, 3.0), q), static=True)
     np.testing.assert_allclose(tree.lookup('base_link', 'radar', 0),
                                matrix((1.0, 2.0, 3.0), yaw(30.0)), atol=1e-12)
+    # tf2's rule, |q.q - 1| <= 0.01: a hand-written 90 degree yaw is taken, normalised.
+    tree.add(transform('base_link', 'by_hand', 0, xyzw=(0.0, 0.0, 0.71, 0.71)), static=True)
+    np.testing.assert_allclose(tree.lookup('base_link', 'by_hand', 0),
+                               matrix((0.0, 0.0, 0.0), yaw(90.0)), atol=1e-12)
+    with pytest.raises(TransformError, match='not a unit quaternion'):
+        tree.add(transform('base_link', 'off', 0, xyzw=(0.0, 0.0, 0.714, 0.714)), static=True)
     with pytest.raises(TransformError, match='"base_link" is already an ancestor of "lidar"'):
         tree.add(transform('lidar', 'base_link', 0), static=True)
     # The one bad transform of a message is named; the good one is stored.
