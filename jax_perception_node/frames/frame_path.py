@@ -27,7 +27,7 @@ from ..outputs.render import bev_to_rgb
 from ..sensors.camera import FeatureMapError, read_features, scale_camera_info, with_intrinsics
 from ..sensors.camera_image import ImageDecoder
 from ..sensors.cloud import CloudFormatError, has_valid_point
-from ..settings.config import PipelineConfig
+from ..settings.config import GridConfig, PipelineConfig
 
 # A cloud stamped further than this ahead of the node's clock is refused: once taken, every
 # cloud after it would look like a jump back in time and reset the camera buffers.
@@ -64,6 +64,8 @@ class Frame:
     lidars_refused: tuple[str, ...] = ()   # 'name: reason' of each cloud of the set left out
     # the first LiDAR whose intensities read off the head's scale (HeadSpec.intensity_top)
     off_scale: OffScale | None = None
+    # the grid the frame was placed in (grid.frame_id is live: label the outputs with this one)
+    grid: GridConfig | None = None
 
 
 class FramePath(TfCalibration):
@@ -329,7 +331,7 @@ class FramePath(TfCalibration):
                      pairing.stale, jumped, started,
                      self.accumulating and pose is None, without_tf, *over_slots, empty,
                      no_intensity, result.deskewed, no_time, deskew and twist is None, key,
-                     taken.missing, taken.refused, off)
+                     taken.missing, taken.refused, off, cfg.grid)
 
     def _camera_frame(self, name: str) -> str:
         return next(c.frame_id for c in self.cfg.cameras if c.name == name)

@@ -16,10 +16,12 @@ DetectedObject:
   the existence probability, and the one class is given whole;
 - ``kinematics``: ``pose_with_covariance.pose`` = the centre with the yaw quaternion (x = y = 0,
   z = sin(yaw / 2), w = cos(yaw / 2)), zero covariance, ``has_position_covariance`` false;
-  ``orientation_availability`` SIGN_UNKNOWN: the heads regress the sine and cosine of a full
-  heading, but the shipped one, measured on held-out drives, has the box's axis within 0.02 rad
-  while about a third of its boxes face the other way (docs/users.md), so only the axis is
-  promised, as lidar_centerpoint does for its vehicles; twist zero, ``has_twist`` and
+  ``orientation_availability`` SIGN_UNKNOWN for the car-like labels (CAR, TRUCK, BUS, TRAILER):
+  the heads regress the sine and cosine of a full heading, but the shipped one, measured on
+  held-out drives, has the box's axis within 0.02 rad while about a third of its boxes face the
+  other way (docs/users.md), so only the axis is promised; UNAVAILABLE for the others (a
+  pedestrian's or cyclist's box axis says little of its heading), as lidar_centerpoint does
+  (``isCarLikeVehicle``); twist zero, ``has_twist`` and
   ``has_twist_covariance`` false (no tracking, so no velocity);
 - ``shape``: BOUNDING_BOX, ``dimensions`` = (length, width, height) in m, empty footprint.
 """
@@ -44,6 +46,8 @@ MESSAGE_TYPES = (DETECTED_OBJECTS_TYPE, _PKG + 'DetectedObject', _PKG + 'ObjectC
                  'geometry_msgs/msg/Vector3', 'geometry_msgs/msg/Polygon',
                  'std_msgs/msg/Header', 'builtin_interfaces/msg/Time')
 UNKNOWN = 'UNKNOWN'
+# Labels whose box axis is their heading's (Autoware's isCarLikeVehicle).
+CAR_LIKE = frozenset(AUTOWARE_LABELS.index(name) for name in ('CAR', 'TRUCK', 'BUS', 'TRAILER'))
 
 
 def class_labels(classes: Sequence[str], labels: Sequence[tuple[str, str]]) -> list[int]:
@@ -100,7 +104,8 @@ def detected_objects_message(types: Mapping[str, type], boxes: np.ndarray,
             pose_with_covariance=t['geometry_msgs/msg/PoseWithCovariance'](
                 pose=pose, covariance=np.zeros(36)),
             has_position_covariance=False,
-            orientation_availability=kinematics_cls.SIGN_UNKNOWN,
+            orientation_availability=kinematics_cls.SIGN_UNKNOWN if label_of[k] in CAR_LIKE
+            else kinematics_cls.UNAVAILABLE,
             twist_with_covariance=t['geometry_msgs/msg/TwistWithCovariance'](
                 twist=twist, covariance=np.zeros(36)),
             has_twist=False, has_twist_covariance=False)

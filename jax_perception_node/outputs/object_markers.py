@@ -9,8 +9,10 @@ The array: first one DELETEALL marker (ns '': the previous frame's markers all g
 box row (``boxes.BOX_COLUMNS``) a CUBE (ns ``objects``, id = the row index) at the box centre,
 turned by its yaw (quaternion x = y = 0, z = sin(yaw / 2), w = cos(yaw / 2)), scale = (length,
 width, height), the class's colour at alpha 0.5; and a TEXT_VIEW_FACING (ns ``objects_text``,
-same id) reading ``"<class> <score>"`` ``TEXT_LIFT_M`` above the box's top. Lifetime 0 (until
-the next array replaces them), not frame-locked, stamped with the LiDAR stamp.
+same id) reading ``"<class> <score>"`` ``TEXT_LIFT_M`` above the box's top. Lifetime
+``LIFETIME_S``: the next array replaces them, and when none comes (the LiDAR stopped, its clouds
+are refused, the node was deactivated or died) RViz and Foxglove drop them on their own rather
+than show the last boxes as if they were live. Not frame-locked, stamped with the LiDAR stamp.
 """
 
 from typing import Mapping, Sequence
@@ -31,6 +33,7 @@ NAMESPACE, TEXT_NAMESPACE = 'objects', 'objects_text'
 CUBE, TEXT_VIEW_FACING = 1, 9          # visualization_msgs/Marker types
 ADD, DELETEALL = 0, 3                  # and actions
 ALPHA = 0.5
+LIFETIME_S = 1.0     # ten frames of a 10 Hz LiDAR: no flicker for a dropped frame or two
 TEXT_HEIGHT_M = 0.8                    # a TEXT_VIEW_FACING's scale.z: its letters' height
 TEXT_LIFT_M = 0.5                      # the label's centre above the box's top
 # Class index -> RGB (0..1), repeating for more classes: orange, blue, green, magenta, yellow.
@@ -89,7 +92,8 @@ def _marker(types, header, ns: str, ident: int, kind: int, action: int, centre, 
             orientation=types['geometry_msgs/msg/Quaternion'](x=qx, y=qy, z=qz, w=qw)),
         scale=vector(x=float(scale[0]), y=float(scale[1]), z=float(scale[2])),
         color=types['std_msgs/msg/ColorRGBA'](r=rgba[0], g=rgba[1], b=rgba[2], a=rgba[3]),
-        lifetime=types['builtin_interfaces/msg/Duration'](sec=0, nanosec=0),
+        lifetime=types['builtin_interfaces/msg/Duration'](sec=int(LIFETIME_S), nanosec=int(
+            round(LIFETIME_S % 1 * 1e9))),
         frame_locked=False, points=[], colors=[], texture_resource='',
         texture=types['sensor_msgs/msg/CompressedImage'](header=header, format='',
                                                          data=empty),

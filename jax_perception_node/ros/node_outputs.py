@@ -145,14 +145,17 @@ class FrameOutputs:
         if features is not None and pubs['grid_map'].get_subscription_count() > 0:
             pubs['grid_map'].publish(grid_map_message(MESSAGE_TYPES, self.layers, features,
                                                       grid, frame.stamp_ns))
-        age_ms = (clock.now().nanoseconds - frame.stamp_ns) / 1e6
+        now_ns = clock.now().nanoseconds
+        # 0: a sim clock before its first /clock, no time to take an age from: the frame's own
+        # time then, as offline (not 0 minus the stamp, -1.7e12 ms).
+        age_ms = (now_ns - frame.stamp_ns) / 1e6 if now_ns else None
         record = FramePath.finish(frame, publish_start, arrived, age_ms)
         latency = DiagnosticArray(header=header)
         latency.status.append(DiagnosticStatus(
             level=DiagnosticStatus.OK, name='jax_perception: frame', hardware_id=header.frame_id,
             values=[KeyValue(key=k, value=format_value(record[k])) for k in FRAME_KEYS]))
         pubs['latency'].publish(latency)
-        now_ns = clock.now().nanoseconds
+        now_ns = clock.now().nanoseconds or frame.stamp_ns
         for key, value in self._timing.frame(record, frame.started, arrived).items():
             pubs[key].publish(float64_stamped(MESSAGE_TYPES, now_ns, value))
         return record

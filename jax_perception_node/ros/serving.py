@@ -406,10 +406,9 @@ class PerceptionCore:
             self.log.warning(f'point cloud skipped: {exc}', throttle_duration_sec=2.0)
             return
         warn_frame(self.log, self.cfg, frame)
-        header = Header(frame_id=self.cfg.grid.frame_id)
+        header = Header(frame_id=frame.grid.frame_id)
         header.stamp.sec, header.stamp.nanosec = split_ns(frame.stamp_ns)
-        record = self.outputs.publish(frame, header, arrived, self.cfg.grid,
-                                      self.node.get_clock())
+        record = self.outputs.publish(frame, header, arrived, frame.grid, self.node.get_clock())
         now = time.monotonic()
         with self._lock:
             for key, n in frame_counts(frame).items():

@@ -233,6 +233,11 @@ def test_use_sim_time_ages_follow_the_sim_clock(tmp_path):
         clock = probe.node.create_publisher(Clock, '/clock', QoSProfile(depth=10))
         probe.wait_ready(node)
         now = 50 * 10**9                                   # the simulation is at t = 50 s
+        # Before the first /clock the node's time is 0: the age is the frame's own time.
+        probe.cloud_pub.publish(make_cloud(np.ones((5, 4), np.float32), now - 10**9))
+        probe.wait_for(lambda: probe.latency, what='the frame before the clock')
+        early = status_values(probe.latency.pop(0).status[0])
+        assert 0.0 < float(early['age_ms']) == float(early['total_ms']) < 10_000, early
         msg = Clock()
         msg.clock.sec = 50
         for _ in range(10):

@@ -63,7 +63,8 @@ def check_layout(msg, boxes):
         assert q.w == pytest.approx(math.cos(row[6] / 2), abs=1e-15)
         assert not np.any(np.asarray(k.pose_with_covariance.covariance))
         assert k.has_position_covariance is False
-        assert k.orientation_availability == 1          # SIGN_UNKNOWN
+        # SIGN_UNKNOWN (1) for CAR, TRUCK, BUS and TRAILER (1 .. 4); else UNAVAILABLE (0).
+        assert k.orientation_availability == int(1 <= classification.label <= 4)
         twist = k.twist_with_covariance.twist
         assert [twist.linear.x, twist.linear.y, twist.linear.z, twist.angular.x,
                 twist.angular.y, twist.angular.z] == [0.0] * 6

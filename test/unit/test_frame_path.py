@@ -495,6 +495,20 @@ def test_a_frame_checked_under_tf_that_runs_after_the_switch_to_parameters_keeps
     assert path.pipe.lidar_poses[0].translation == tuple(WRONG['lidar.translation'])
 
 
+def test_a_frame_keeps_the_grid_it_was_placed_in_across_a_live_grid_frame_change(
+        path, monkeypatch):
+    checked = frame_path.check_clouds
+
+    def change_after_the_check(*args):
+        taken = checked(*args)
+        monkeypatch.setattr(frame_path, 'check_clouds', checked)
+        path.update(small_config(**{'grid.frame_id': 'vehicle'}))
+        return taken
+    monkeypatch.setattr(frame_path, 'check_clouds', change_after_the_check)
+    assert path.process(cloud()).grid.frame_id == 'base_link'
+    assert path.process(cloud(T0 + 10**8)).grid.frame_id == 'vehicle'
+
+
 def test_a_cloud_whose_odometry_arrives_after_it_still_accumulates(warmed):
     # Odometry at 50 Hz, clouds at 10 Hz stamped 10 ms after the newest sample that arrived
     # before them: the pose is the newest one carried forward at its twist.

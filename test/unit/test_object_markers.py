@@ -56,7 +56,8 @@ def test_markers_place_each_box_with_its_yaw_sizes_and_label(source):
         for m in (cube, text):
             assert m.header.frame_id == 'base_link' and m.action == 0
             assert (m.header.stamp.sec, m.header.stamp.nanosec) == (1_700_000_000, 123_456_789)
-            assert (m.lifetime.sec, m.lifetime.nanosec) == (0, 0)
+            # A second: boxes of a LiDAR that stopped do not stay on screen as if live.
+            assert (m.lifetime.sec, m.lifetime.nanosec) == (1, 0)
         assert cube.ns == 'objects' and text.ns == 'objects_text'
         p, q = cube.pose.position, cube.pose.orientation
         np.testing.assert_allclose([p.x, p.y, p.z], box[:3], rtol=1e-12)
