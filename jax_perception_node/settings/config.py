@@ -291,6 +291,9 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
         # Silently unused weights look like a head that runs; the live path refuses them too.
         raise ConfigError(f'head.weights: {cfg.head.weights} given, but head.module is empty '
                           f'(no head to load them into)')
+    if cfg.head.score_thresholds and not cfg.head.module:
+        raise ConfigError(f'head.score_thresholds: {list(cfg.head.score_thresholds)} given, but '
+                          'head.module is empty (no head whose classes they threshold)')
     return cfg
 
 

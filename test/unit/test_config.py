@@ -76,6 +76,9 @@ def test_accumulation_defaults_off_and_overrides():
     ('buckets', [0, 64], 'buckets: must be >= 1'),
     ('head.weights', '/some/w.npz',
      'head.weights: /some/w.npz given, but head.module is empty (no head to load them into)'),
+    ('head.score_thresholds', [0.3, 0.4],
+     'head.score_thresholds: [0.3, 0.4] given, but head.module is empty (no head whose classes '
+     'they threshold)'),
 ])
 def test_bad_values_name_the_key(key, value, message):
     params = small_params()
