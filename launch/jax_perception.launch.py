@@ -80,10 +80,11 @@ OUTPUTS = {
 PUBLISHED_TIME_SUFFIX = '/debug/published_time'
 
 
-def read_params(params_file: str) -> dict:
-    """Return the flat parameters of a params file (the node's own reader: same rules)."""
+def read_params(params_file: str, namespace: str, node_name: str) -> dict:
+    """Return the node's flat parameters of a params file (the node's own reader: same rules)."""
     from jax_perception_node.settings.param_file import read_param_file
-    return read_param_file(params_file)
+    parts = [part for part in namespace.split('/') if part]
+    return read_param_file(params_file, '/' + '/'.join([*parts, node_name]))
 
 
 def remappings(context) -> tuple[list, list]:
@@ -95,7 +96,8 @@ def remappings(context) -> tuple[list, list]:
         or given['objects_topic'] + PUBLISHED_TIME_SUFFIX))
     rules += [(own, outputs[arg]) for arg, own in OUTPUTS.items()]
     declared = set(INPUTS) | set(OUTPUTS)
-    params, warnings = read_params(given['params_file']), []
+    params = read_params(given['params_file'], given['namespace'], given['node_name'])
+    warnings = []
     lidars = list(params.get('lidars.names', []))
     if lidars and given['pointcloud_topic'] != INPUTS['pointcloud_topic']:
         warnings.append(f'pointcloud_topic:={given["pointcloud_topic"]} is not read: '

@@ -2,7 +2,9 @@
 ROS 2 parameter files: read as rcl reads them, written as the typed node needs them.
 
 The layout is ``<node or /**>: ros__parameters: <nested keys>``; ROS flattens nested keys to
-dotted names (``grid.x_min``) and so does :func:`read_param_file`.
+dotted names (``grid.x_min``) and so does :func:`read_param_file`. A file may hold several
+sections (a stack's file: other nodes', a ``/**`` one for all): as rcl, the sections whose name
+matches the node's fully qualified name are merged, later ones over earlier ones.
 """
 
 import os
@@ -44,8 +46,29 @@ _RosLoader.add_implicit_resolver(
     list('-+.0123456789'))
 
 
-def read_param_file(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a ROS 2 param YAML and return its flat ``ros__parameters`` (first node section)."""
+NODE = '/jax_perception'     # the node's fully qualified name, unless a launch renames it
+
+
+def node_matches(section: str, node: str) -> bool:
+    """
+    Return True when a params file's section name applies to fully qualified ``node``.
+
+    As rcl: a name without a leading '/' is taken from the root, ``*`` matches one token of a
+    name and ``/**`` any number of them, none included (``/**`` is every node).
+    """
+    name = section if section.startswith('/') else '/' + section
+    pattern = re.escape(name).replace(r'/\*\*', '(?:/.*)?').replace(r'\*', '[^/]*')
+    return re.fullmatch(pattern, node) is not None
+
+
+def read_param_file(path: str | os.PathLike, node: str = NODE) -> dict[str, Any]:
+    """
+    Read a ROS 2 param YAML and return ``node``'s flat ``ros__parameters``.
+
+    The sections matching ``node`` (a fully qualified name) are merged in file order, as rcl
+    does. A file of one section that names another node (written for a node a launch file
+    renamed) is read as that node's; with several sections, one must match.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding='utf-8')
@@ -60,10 +83,19 @@ def read_param_file(path: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f'params file {path}: not valid YAML ({exc})') from None
     if not isinstance(doc, Mapping):
         raise ConfigError(f'params file {path}: expected a mapping of node names')
-    for section in doc.values():
-        if isinstance(section, Mapping) and isinstance(section.get('ros__parameters'), Mapping):
-            return flatten(section['ros__parameters'])
-    raise ConfigError(f'params file {path}: no "<node>: ros__parameters:" section')
+    sections = [(str(name), section['ros__parameters']) for name, section in doc.items()
+                if isinstance(section, Mapping)
+                and isinstance(section.get('ros__parameters'), Mapping)]
+    if not sections:
+        raise ConfigError(f'params file {path}: no "<node>: ros__parameters:" section')
+    matching = [tree for name, tree in sections if node_matches(name, node)]
+    if not matching and len(sections) > 1:
+        raise ConfigError(f'params file {path}: no section for node {node} among '
+                          f'{", ".join(name for name, _ in sections)}')
+    flat: dict[str, Any] = {}
+    for tree in matching or [sections[0][1]]:
+        flat.update(flatten(tree))
+    return flat
 
 
 def write_param_file(params: Mapping[str, Any], path: str | os.PathLike) -> Path:

@@ -444,3 +444,27 @@ def test_launch_rules_per_lidar(launch_site, tmp_path):
         f'rear_pointcloud_topic:=/typo names no LiDAR of {params} (lidars.names: {lidars}); '
         'ignored']
     assert default_warnings == []
+
+
+def test_launch_reads_the_sections_of_its_node_as_rcl_merges_them(launch_site, tmp_path):
+    # A stack's file: one section for every node, one for a driver, one for this node under
+    # its launch name and namespace.
+    params = tmp_path / 'stack.yaml'
+    params.write_text('/**:\n  ros__parameters:\n    use_sim_time: true\n'
+                      'velodyne_driver_node:\n  ros__parameters:\n    cameras:\n'
+                      '      names: [wrong]\n'
+                      '/perception/bev_fusion:\n  ros__parameters:\n    cameras:\n'
+                      '      names: [front]\n')
+    prefix = install_prefix(tmp_path / 'install')
+    given = [{'params_file': str(params), 'node_name': 'bev_fusion', 'namespace': 'perception',
+              'front_features_topic': '/perception/front/features'}]
+    result = subprocess.run(
+        [sys.executable, '-c', RULES,
+         str(prefix / 'share' / PACKAGE / 'launch' / 'jax_perception.launch.py'),
+         json.dumps(given)], env=launch_env(launch_site, prefix, tmp_path),
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    [(rules, warnings)] = json.loads(result.stdout.splitlines()[-1])
+    assert dict(map(tuple, rules))['~/input/camera/front/features'] == (
+        '/perception/front/features')
+    assert warnings == []

@@ -443,3 +443,37 @@ def test_a_set_of_an_empty_list_takes_the_keys_array_type(ros_node):
     # Other types stay refused by rclpy's type check.
     assert not node.set_parameters([Parameter('cameras.channel_names', Parameter.Type.BOOL_ARRAY,
                                               [True])])[0].successful
+
+
+@pytest.mark.parametrize('node', ['/jax_perception', '/perception/bev'])
+def test_a_params_file_of_several_sections_is_read_as_rcl_merges_them(tmp_path, node):
+    import rclpy
+    from rclpy.node import Node
+    path = tmp_path / 'stack.yaml'
+    path.write_text('/**:\n  ros__parameters:\n    use_sim_time: true\n    grid:\n'
+                    '      resolution: 0.8\n      x_min: -30.0\n'
+                    'velodyne_driver_node:\n  ros__parameters:\n    grid:\n      x_max: 1.0\n'
+                    'jax_perception:\n  ros__parameters:\n    grid:\n      resolution: 0.5\n'
+                    '/**/bev:\n  ros__parameters:\n    grid:\n      resolution: 0.25\n'
+                    '/*/bev:\n  ros__parameters:\n    grid:\n      x_min: -20.0\n')
+    namespace, name = node.rsplit('/', 1)
+    context = rclpy.Context()
+    rclpy.init(args=['--ros-args', '--params-file', str(path)], context=context)
+    probe = Node(name, namespace=namespace or '/', context=context)
+    try:
+        by_rcl = {key: p.value for key, p in probe._parameter_overrides.items()}
+    finally:
+        probe.destroy_node()
+        rclpy.shutdown(context=context)
+    assert read_param_file(path, node) == by_rcl
+    assert by_rcl['grid.resolution'] == (0.5 if node == '/jax_perception' else 0.25)
+
+
+def test_a_params_file_without_a_section_for_the_node_is_refused_unless_it_has_one(tmp_path):
+    path = tmp_path / 'renamed.yaml'
+    path.write_text('bev_fusion:\n  ros__parameters:\n    grid:\n      resolution: 0.5\n')
+    assert read_param_file(path) == {'grid.resolution': 0.5}    # written for a renamed node
+    path.write_text(path.read_text() + 'velodyne:\n  ros__parameters:\n    rpm: 600\n')
+    with pytest.raises(ConfigError, match='no section for node /jax_perception among '
+                                          'bev_fusion, velodyne'):
+        read_param_file(path)
