@@ -30,8 +30,9 @@ class CameraSync:
     A map pairs with a LiDAR frame when ``|t_camera - t_lidar| <= tolerance``; among those the
     nearest wins (of two as near, the newer; of equal stamps, the later arrival). The lift
     places a map with the camera's pose at the LiDAR stamp, so the nearest map is the one the
-    ego motion between the two stamps moves least. When time goes backwards (a bag loops, a simulator restarts) the buffers are
-    cleared, so maps from the old timeline never pair with the new one.
+    ego motion between the two stamps moves least. When time goes backwards (a bag loops, a
+    simulator restarts) the buffers are cleared, so maps from the old timeline never pair with
+    the new one.
     """
 
     def __init__(self, names: Iterable[str], tolerance_s: float, history: int = 8):

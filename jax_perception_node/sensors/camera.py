@@ -154,22 +154,28 @@ class Intrinsics(NamedTuple):
 _PLUMB_BOB_COUNTS = (5, 8)   # 8: k4..k6 of rational_polynomial, usable only when all zero
 
 
-def _checked_size(msg, map_height: int, map_width: int) -> tuple[float, float]:
-    """Check image size, binning and ROI; return the scale factors (s_x, s_y) to the map."""
+def _checked_size(msg, map_height: int, map_width: int) -> tuple[float, float, int, int]:
+    """
+    Check image size and ROI; return the scales (s_x, s_y) to the map and the ROI's (x, y).
+
+    As sensor_msgs/CameraInfo defines them, width, height and K are the sensor's, at full
+    resolution, whatever the binning; the ROI is a window of it, in full-resolution pixels
+    (all zero: the whole image). The map covers the image the camera sent: the ROI, binned or
+    not (binning averages pixels within that area, so it scales like any resize).
+    """
     width, height = int(msg.width), int(msg.height)
     if width <= 0 or height <= 0 or max(width, height) > MAX_IMAGE_SIZE:
         raise CameraInfoError(f'width {width}, height {height}: the image size must be in '
                               f'1..{MAX_IMAGE_SIZE}')
-    binning = (int(msg.binning_x), int(msg.binning_y))
-    if max(binning) > 1:
-        raise CameraInfoError(f'binning_x, binning_y = {binning}: binned images are not '
-                              'supported, publish K for the image the features come from')
     roi = msg.roi
-    if int(roi.width) or int(roi.height) or int(roi.x_offset) or int(roi.y_offset):
-        if (int(roi.x_offset), int(roi.y_offset), int(roi.width), int(roi.height)) != (
-                0, 0, width, height):
-            raise CameraInfoError('roi: a region of interest is not supported, publish K for '
-                                  'the image the features come from')
+    x_offset, y_offset = int(roi.x_offset), int(roi.y_offset)
+    if int(roi.width) or int(roi.height) or x_offset or y_offset:
+        if (int(roi.width) <= 0 or int(roi.height) <= 0 or x_offset + int(roi.width) > width
+                or y_offset + int(roi.height) > height):
+            raise CameraInfoError(
+                f'roi: x_offset {x_offset}, y_offset {y_offset}, width {int(roi.width)}, '
+                f'height {int(roi.height)} is not a window of the {width} x {height} image')
+        width, height = int(roi.width), int(roi.height)
     if width < map_width or height < map_height:
         raise CameraInfoError(f'width {width}, height {height}: smaller than the '
                               f'{map_width} x {map_height} feature map')
@@ -178,7 +184,7 @@ def _checked_size(msg, map_height: int, map_width: int) -> tuple[float, float]:
         raise CameraInfoError(
             f'width {width}, height {height}: scales to the {map_width} x {map_height} '
             f'feature map by {scale_x:.4g} in x but {scale_y:.4g} in y')
-    return scale_x, scale_y
+    return scale_x, scale_y, x_offset, y_offset
 
 
 _K_ROLES = {0: 'fx', 1: 'skew', 2: 'cx', 4: 'fy', 5: 'cy'}
@@ -243,7 +249,10 @@ def scale_camera_info(msg, map_height: int, map_width: int) -> Intrinsics:
     Scale a CameraInfo (K at image resolution) to the feature map, with its distortion.
 
     With s_x = W_f / W and s_y = H_f / H: fx_f = fx s_x, cx_f = (cx + 0.5) s_x - 0.5, the same
-    for y (pixel centres stay at integer coordinates at both resolutions). The distortion
+    for y (pixel centres stay at integer coordinates at both resolutions). With a region of
+    interest, W and H are the ROI's and cx, cy are taken from its corner (cx - x_offset); the
+    binning needs nothing (K and the ROI are at full resolution, the map covers the same area
+    binned or not). The distortion
     coefficients act on normalized coordinates and are taken as they are: plumb_bob with 5
     coefficients (or 8 whose k4..k6 are 0, also under rational_polynomial), equidistant
     with 4; '' or an all-zero plumb_bob is a pinhole ('none').
@@ -264,12 +273,12 @@ def scale_camera_info(msg, map_height: int, map_width: int) -> Intrinsics:
         a distortion_model other than plumb_bob / equidistant (rational_polynomial with
         nonzero k4..k6 included) or the wrong number of coefficients, an image smaller than
         the map, scale factors that differ between x and y by more than
-        ``SCALE_TOLERANCE``, or binning / ROI (K then describes another image than the one
-        the features were computed from).
+        ``SCALE_TOLERANCE``, or an ROI that is no window of the image.
 
     """
-    scale_x, scale_y = _checked_size(msg, map_height, map_width)
+    scale_x, scale_y, x_offset, y_offset = _checked_size(msg, map_height, map_width)
     fx, fy, cx, cy = _checked_k(msg)
+    cx, cy = cx - x_offset, cy - y_offset
     model, distortion = _distortion(msg)
     for name, value in (('k[0] (fx)', fx * scale_x), ('k[4] (fy)', fy * scale_y)):
         if value < MIN_FOCAL_PX:

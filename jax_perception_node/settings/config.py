@@ -287,14 +287,18 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
     check_encoder(cameras, cfg.encoder)
     if fusion.weights_file:
         load_fusion_weights(cfg)   # validate now, not on the first frame
-    if cfg.head.weights and not cfg.head.module:
-        # Silently unused weights look like a head that runs; the live path refuses them too.
-        raise ConfigError(f'head.weights: {cfg.head.weights} given, but head.module is empty '
-                          f'(no head to load them into)')
-    if cfg.head.score_thresholds and not cfg.head.module:
-        raise ConfigError(f'head.score_thresholds: {list(cfg.head.score_thresholds)} given, but '
-                          'head.module is empty (no head whose classes they threshold)')
+    _check_head_keys(cfg.head)
     return cfg
+
+
+def _check_head_keys(head: HeadConfig) -> None:
+    """Refuse head settings without a head: unused, they would look like a head that runs."""
+    if head.weights and not head.module:
+        raise ConfigError(f'head.weights: {head.weights} given, but head.module is empty '
+                          f'(no head to load them into)')
+    if head.score_thresholds and not head.module:
+        raise ConfigError(f'head.score_thresholds: {list(head.score_thresholds)} given, but '
+                          'head.module is empty (no head whose classes they threshold)')
 
 
 def load_fusion_weights(cfg: PipelineConfig) -> tuple[np.ndarray, np.ndarray] | None:

@@ -52,7 +52,9 @@ def bad_infos():
     case('zero height', height=0)
     case('aspect differs', width=80, height=60)
     case('smaller than the map', width=10, height=6)
-    case('binning', binning_x=2, binning_y=2)
+    roi = copy.deepcopy(good.roi)
+    roi.x_offset, roi.width, roi.height = 40, 60, 36     # 40 + 60 > 80: off the image
+    case('roi off the image', roi=roi)
     return cases
 
 
@@ -71,6 +73,29 @@ def test_scaling_matches_the_hand_computed_values():
     assert abs(100 / 1600 - 56 / 900) <= SCALE_TOLERANCE * (100 / 1600)
 
 
+def test_binning_changes_nothing_and_an_roi_is_the_window_it_names():
+    # CameraInfo: width, height and K at full resolution, the ROI a window of it in those
+    # pixels; the map covers the image sent (the window, binned or not).
+    binned = bag_messages.camera_info(**IMAGE)
+    binned.binning_x = binned.binning_y = 2
+    assert scale_camera_info(binned, MAP_H, MAP_W)[:4] == pytest.approx(
+        (SCALED['fx'], SCALED['fy'], SCALED['cx'], SCALED['cy']), abs=1e-12)
+    full = bag_messages.camera_info(width=1600, height=1200, fx=900.0, fy=910.0, cx=801.5,
+                                    cy=598.0)
+    full.roi.x_offset, full.roi.y_offset, full.roi.width, full.roi.height = 200, 300, 800, 480
+    fx, fy, cx, cy = scale_camera_info(full, MAP_H, MAP_W)[:4]
+    # Points in the camera frame, projected at full resolution, moved into the window and
+    # scaled to the map by pixel centres; the intrinsics must give the same pixels.
+    rng = np.random.default_rng(3)
+    xyz = np.column_stack([rng.uniform(-1, 1, 50), rng.uniform(-1, 1, 50), rng.uniform(2, 9, 50)])
+    u = 900.0 * xyz[:, 0] / xyz[:, 2] + 801.5
+    v = 910.0 * xyz[:, 1] / xyz[:, 2] + 598.0
+    u_map = (u - 200 + 0.5) * MAP_W / 800 - 0.5
+    v_map = (v - 300 + 0.5) * MAP_H / 480 - 0.5
+    np.testing.assert_allclose(fx * xyz[:, 0] / xyz[:, 2] + cx, u_map, atol=1e-9)
+    np.testing.assert_allclose(fy * xyz[:, 1] / xyz[:, 2] + cy, v_map, atol=1e-9)
+
+
 @pytest.mark.parametrize('what,msg', bad_infos(), ids=[c[0] for c in bad_infos()])
 def test_bad_camera_info_is_rejected_naming_the_field(what, msg):
     with pytest.raises(CameraInfoError) as info:
@@ -79,7 +104,7 @@ def test_bad_camera_info_is_rejected_naming_the_field(what, msg):
     named = {'zero fx': ('k[0]', 'fx'), 'negative fy': ('k[4]', 'fy'), 'NaN fx': ('k[0]', 'fx'),
              'infinite cx': ('k[2]', 'cx'), 'zero width': ('width',), 'zero height': ('height',),
              'aspect differs': ('in y',), 'smaller than the map': ('smaller',),
-             'binning': ('binning',)}[what]
+             'roi off the image': ('roi: x_offset 40',)}[what]
     assert any(name in str(info.value) for name in named), str(info.value)
 
 
