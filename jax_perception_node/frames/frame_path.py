@@ -184,7 +184,8 @@ class FramePath(TfCalibration):
         Args
         ----
         name: the camera (one of ``cameras.names``).
-        msg: a sensor_msgs/CameraInfo (rclpy or rosbags), K at image resolution.
+        msg: a sensor_msgs/CameraInfo (rclpy or rosbags), K (or, with
+            ``cameras.<name>.rectified``, P) at image resolution.
 
         Returns
         -------
@@ -197,7 +198,8 @@ class FramePath(TfCalibration):
 
         """
         height, width, _ = self._shapes[name]
-        intrinsics = scale_camera_info(msg, height, width)
+        rectified = next(c.rectified for c in self.cfg.cameras if c.name == name)
+        intrinsics = scale_camera_info(msg, height, width, rectified)
         self._info_frames[name] = msg.header.frame_id   # with TF: for maps that name none
         with self._pipe_lock:
             updated = with_intrinsics(self.cameras, name, intrinsics)

@@ -217,6 +217,31 @@ def _checked_k(msg) -> tuple[float, float, float, float]:
     return fx, fy, cx, cy
 
 
+def _checked_p(msg) -> tuple[float, float, float, float]:
+    """Check P and R of a rectified image; return P's (fx, fy, cx, cy) at image resolution."""
+    p, r = [float(v) for v in msg.p], [float(v) for v in msg.r]
+    if len(p) != 12 or len(r) != 9:
+        raise CameraInfoError(f'p has {len(p)} values and r {len(r)}, expected 12 and 9')
+    fx, cx, fy, cy = p[0], p[2], p[5], p[6]
+    for name, value in (('p[0] (fx)', fx), ('p[5] (fy)', fy)):
+        if not MIN_FOCAL_PX <= value <= MAX_FOCAL_PX:
+            raise CameraInfoError(f'{name} = {value}: the focal length must be in '
+                                  f'[{MIN_FOCAL_PX:g}, {MAX_FOCAL_PX:g}] px')
+    for name, value in (('p[2] (cx)', cx), ('p[6] (cy)', cy)):
+        if abs(value) > MAX_PRINCIPAL_PX:
+            raise CameraInfoError(f'{name} = {value}: the principal point must be within '
+                                  f'{MAX_PRINCIPAL_PX:g} px')
+    if (p[3], p[7]) != (0.0, 0.0):
+        raise CameraInfoError(f'p[3], p[7] (Tx, Ty) = {p[3]}, {p[7]}: the second camera of a '
+                              'stereo pair is not supported')
+    if (p[1], p[4], p[8], p[9], p[10], p[11]) != (0.0, 0.0, 0.0, 0.0, 1.0, 0.0):
+        raise CameraInfoError(f'p = {p}: not a projection [fx 0 cx 0; 0 fy cy 0; 0 0 1 0]')
+    if not np.allclose(np.reshape(r, (3, 3)), np.eye(3), atol=1e-6):
+        raise CameraInfoError(f'r = {r}: a rectification rotation other than the identity '
+                              '(a stereo pair) is not supported')
+    return fx, fy, cx, cy
+
+
 def _distortion(msg) -> tuple[str, tuple[float, ...]]:
     """Read distortion_model and D as (model, coefficients) of ``Intrinsics``."""
     model = str(msg.distortion_model)
@@ -244,9 +269,16 @@ def _distortion(msg) -> tuple[str, tuple[float, ...]]:
     return 'plumb_bob', tuple(d[:5])
 
 
-def scale_camera_info(msg, map_height: int, map_width: int) -> Intrinsics:
+def scale_camera_info(msg, map_height: int, map_width: int,
+                      rectified: bool = False) -> Intrinsics:
     """
     Scale a CameraInfo (K at image resolution) to the feature map, with its distortion.
+
+    ``rectified``: the maps come from the rectified image (image_proc's image_rect), which
+    CameraInfo describes by P (fx' 0 cx' 0; 0 fy' cy' 0; 0 0 1 0) and R: P's intrinsics are
+    scaled, with no distortion. A P of a stereo pair's second camera (Tx, Ty not 0), an R that
+    is not the identity (the rectified image turned against the camera frame) or an ROI (a
+    window of the raw image) is refused.
 
     With s_x = W_f / W and s_y = H_f / H: fx_f = fx s_x, cx_f = (cx + 0.5) s_x - 0.5, the same
     for y (pixel centres stay at integer coordinates at both resolutions). With a region of
@@ -280,6 +312,11 @@ def scale_camera_info(msg, map_height: int, map_width: int) -> Intrinsics:
     fx, fy, cx, cy = _checked_k(msg)
     cx, cy = cx - x_offset, cy - y_offset
     model, distortion = _distortion(msg)
+    if rectified:
+        if x_offset or y_offset or int(msg.roi.width):
+            raise CameraInfoError('roi: a window of the raw image cannot describe the '
+                                  'rectified one (cameras.<name>.rectified)')
+        (fx, fy, cx, cy), model, distortion = _checked_p(msg), 'none', ()
     for name, value in (('k[0] (fx)', fx * scale_x), ('k[4] (fy)', fy * scale_y)):
         if value < MIN_FOCAL_PX:
             raise CameraInfoError(f'{name}: {value:.3g} px at feature-map resolution, below '

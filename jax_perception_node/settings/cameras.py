@@ -37,6 +37,7 @@ class CameraConfig:
     distortion_model: str = 'none'
     distortion: tuple[float, ...] = ()
     input_kind: str = 'features'    # cameras.<name>.input: features (32FC<C>) or image
+    rectified: bool = False         # a CameraInfo gives P (rectified image), not K and D
 
     def __post_init__(self):
         """Resolve the default frame, so every constructor gets '<name>_optical' for ''."""
@@ -109,6 +110,7 @@ def camera_block(v: Mapping[str, Any], name: str, pose_of: Callable) -> CameraCo
     model = v[k + 'distortion_model']
     return CameraConfig(name=name, pose=pose_of(v, k[:-1]), frame_id=v[k + 'frame_id'],
                         distortion_model=model, input_kind=v[k + 'input'],
+                        rectified=v[k + 'rectified'],
                         distortion=_distortion(k + 'distortion', model, v[k + 'distortion']),
                         **{f: v[k + f] for f in (
                             'height', 'width', 'channels', 'fx', 'fy', 'cx', 'cy')})

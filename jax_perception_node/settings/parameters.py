@@ -254,6 +254,9 @@ SCHEMA: tuple[ParamSpec, ...] = (
     _p(_C + 'distortion_model', 'string', 'none',
        'lens distortion of the feature map: none, plumb_bob (distortion k1 k2 p1 p2 k3) or '
        'equidistant (fisheye, k1 k2 k3 k4)', choices=('none', 'plumb_bob', 'equidistant')),
+    _p(_C + 'rectified', 'bool', False,
+       "its images or maps come from the rectified image (image_rect): a CameraInfo's P gives "
+       'the intrinsics, without distortion; false: K and D (the raw image)'),
     _p(_C + 'distortion', 'double_array', [],
        'coefficients of distortion_model, in normalized image coordinates: 5 for plumb_bob, '
        '4 for equidistant, none: [] or zeros', minimum=-DISTORTION, maximum=DISTORTION),

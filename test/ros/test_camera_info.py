@@ -96,6 +96,42 @@ def test_binning_changes_nothing_and_an_roi_is_the_window_it_names():
     np.testing.assert_allclose(fy * xyz[:, 1] / xyz[:, 2] + cy, v_map, atol=1e-9)
 
 
+def rectified_info():
+    """Return a raw camera's CameraInfo (K, plumb_bob D) with other intrinsics in P."""
+    msg = bag_messages.camera_info(**IMAGE)
+    msg.d = np.array([-0.3, 0.1, 0.001, -0.002, 0.0])
+    # P of the rectified image: by hand, at 1/4 (the map), fx 5, fy 6, cx 8, cy 4.
+    msg.p = np.array([20.0, 0, 33.5, 0, 0, 24.0, 17.5, 0, 0, 0, 1, 0])
+    return msg
+
+
+def test_a_rectified_camera_takes_p_without_distortion_and_a_raw_one_k_and_d():
+    raw = scale_camera_info(rectified_info(), MAP_H, MAP_W)
+    assert raw[:4] == pytest.approx((SCALED['fx'], SCALED['fy'], SCALED['cx'], SCALED['cy']))
+    assert raw.distortion_model == 'plumb_bob' and raw.distortion[0] == -0.3
+    rect = scale_camera_info(rectified_info(), MAP_H, MAP_W, rectified=True)
+    assert rect[:4] == pytest.approx((5.0, 6.0, 8.0, 4.0), abs=1e-12)
+    assert (rect.distortion_model, rect.distortion) == ('none', ())
+    for field, index, value, named in (('p', 3, -0.12, 'Tx, Ty'), ('p', 5, 0.0, r'p\[5\] \(fy\)'),
+                                       ('r', 1, 0.2, 'rectification rotation')):
+        msg = rectified_info()
+        getattr(msg, field)[index] = value
+        with pytest.raises(CameraInfoError, match=named):
+            scale_camera_info(msg, MAP_H, MAP_W, rectified=True)
+        scale_camera_info(msg, MAP_H, MAP_W)      # K and D: P and R are not read
+
+
+def test_the_path_reads_a_camera_info_as_its_cameras_rectified_says(warmed):
+    from jax_perception_node.frames.frame_path import FramePath
+    path = FramePath(small_config(1, **{'cameras.front.rectified': True}),
+                     warmed(small_config(1)))
+    assert path.apply_camera_info('front', rectified_info())[:4] == pytest.approx(
+        (5.0, 6.0, 8.0, 4.0))
+    path.update(small_config(1, **{'cameras.front.rectified': False}))
+    applied = path.apply_camera_info('front', rectified_info())
+    assert applied.distortion_model == 'plumb_bob'
+
+
 @pytest.mark.parametrize('what,msg', bad_infos(), ids=[c[0] for c in bad_infos()])
 def test_bad_camera_info_is_rejected_naming_the_field(what, msg):
     with pytest.raises(CameraInfoError) as info:
