@@ -61,7 +61,8 @@ def run(program: str, make_node, args=None) -> int:
     Returns 1 with one line on stderr, and no traceback, for a bad parameter (the config
     layer's checks, rclpy's type and range checks, a period no timer can wait) or a params
     file rcl cannot parse. The worker finishes its frame and stops before the context shuts
-    down, so no frame is ever published into a dead context.
+    down (waited for up to ``frame_worker.JOIN_S``; one still running then is logged, and its
+    publish fails with a logged error, never a crash).
     """
     try:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)

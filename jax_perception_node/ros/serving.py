@@ -21,17 +21,17 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
-from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, PointCloud2
 from std_msgs.msg import Header
 from tf2_msgs.msg import TFMessage
 
-from .camera_inputs import subscribe_cameras
 from .frame_warnings import warn_frame
 from .frame_worker import FrameWorker
 from .health import assess, CloudTimes, count_names, frame_counts, RecentLatency
 from .node_outputs import FrameOutputs
 from .node_params import declare_parameters, read_parameters
+from .sensor_inputs import subscribe_cameras, subscribe_lidars
 from ..core.pipeline import BevPipeline
 from ..frames.camera_decode_pool import CameraDecodePool
 from ..frames.frame_path import FramePath, uses_tf
@@ -123,27 +123,24 @@ class PerceptionCore:
         """
         Subscribe (only now: no frame can meet an unwarmed bucket) and start the worker.
 
-        Raises ConfigError, with nothing started, for a diagnostics period rclpy cannot time.
+        Raises ConfigError for a diagnostics period rclpy cannot time; anything failing here
+        is undone (``deactivate``) before it is raised: nothing is left half started.
         """
-        self._timer = self._make_timer(self.cfg.diagnostics.period_s)
-        node = self.node
-        subs = [node.create_subscription(PointCloud2, '~/input/pointcloud', self._on_cloud,
-                                         qos_profile_sensor_data)] if self._sets is None else [
-            node.create_subscription(
-                PointCloud2, f'~/input/{name}/pointcloud',
-                lambda msg, name=name: self._on_lidar_cloud(name, msg), qos_profile_sensor_data)
-            for name in self._sets.names]
-        subs += subscribe_cameras(node, self.pipe.camera_names, self.cfg.camera_images,
-                                  self._on_features, self._on_camera_info)
-        # Accumulation and deskew take the ego motion from it with pose_source odometry (live,
-        # as are lidar.time_field and lidar.deskew: so always). Sensor-data QoS matches reliable
-        # and best-effort publishers alike.
-        subs.append(node.create_subscription(Odometry, '~/input/odometry', self._on_odometry,
-                                             qos_profile_sensor_data))
-        self._subscriptions = subs
-        self._subscribe_tf()
+        try:
+            self._timer = self._make_timer(self.cfg.diagnostics.period_s)
+            self._subscriptions = subscribe_lidars(
+                self.node, () if self._sets is None else self._sets.names, self._on_cloud,
+                self._on_lidar_cloud, self._on_odometry)
+            self._subscriptions += subscribe_cameras(
+                self.node, self.pipe.camera_names, self.cfg.camera_images, self._on_features,
+                self._on_camera_info)
+            self._subscribe_tf()
+        except BaseException:
+            self.deactivate()
+            raise
         with self._lock:
             self._times = CloudTimes()    # the LiDAR timeout counts from this activation's clouds
+            self._stale, self._period = (), dict.fromkeys(self._period, 0)   # none of the last
             if self._sets is not None:
                 self._sets.reset()        # no set of an earlier activation is completed
         self.outputs.start()
@@ -170,6 +167,8 @@ class PerceptionCore:
             self._worker.stop(self.log)
             self._worker = None
         with self._lock:
+            if self._pending is not None:
+                self._bump('dropped')     # never served: a frame latest-wins gave up
             self._pending = None
             if self._sets is not None:
                 self._sets.reset()
@@ -375,7 +374,7 @@ class PerceptionCore:
                 try:
                     self._process(*item)
                 except Exception as exc:    # noqa: B902 - a bug must not kill the node silently
-                    self.log.error(f'frame failed: {exc!r}')
+                    self.log.error(f'frame failed: {exc!r}', throttle_duration_sec=2.0)
 
     def _wait_s(self) -> float:
         """Return how long the worker may wait: until the pending set's deadline at most."""

@@ -124,7 +124,8 @@ def channel_names(names: list[str], cameras: tuple[CameraConfig, ...]) -> tuple[
                           f'(cameras.<name>.channels); give one per channel or []')
     for name in names:
         if not is_camera_name(name):
-            raise ConfigError(f'{key}: "{name}" must be letters, digits and underscores')
+            raise ConfigError(f'{key}: "{name}" must be letters, digits and underscores, not a '
+                              'digit first (a topic name token)')
     if len(set(names)) != len(names):
         raise ConfigError(f'{key}: duplicate names in {names}')
     # They name GridMap layers beside the LiDAR channels and coverage.

@@ -47,7 +47,8 @@ def block_names(group: str, names: list[str], taken: tuple[str, ...]) -> tuple[s
         raise ConfigError(f'{key}: duplicate names in {names}')
     for name in names:
         if not is_camera_name(name):
-            raise ConfigError(f'{key}: "{name}" must be letters, digits and underscores')
+            raise ConfigError(f'{key}: "{name}" must be letters, digits and underscores, not a '
+                              'digit first (a topic name token)')
         if name in taken:
             raise ConfigError(f'{key}: "{name}" is taken by the key {group}.{name}')
     return tuple(names)

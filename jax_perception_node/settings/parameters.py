@@ -400,8 +400,14 @@ def lidar_keys(name: str) -> list[str]:
 
 
 def is_camera_name(name: str) -> bool:
-    """Return True for a usable camera or LiDAR name: letters, digits and underscores."""
-    return bool(name) and name.replace('_', '').isalnum() and name.isascii()
+    """
+    Return True for a usable camera or LiDAR name: letters, digits, underscores.
+
+    Not a digit first: it becomes a token of its topics (~/input/<name>/pointcloud), and ROS
+    refuses a token that starts with one.
+    """
+    return (bool(name) and name.replace('_', '').isalnum() and name.isascii()
+            and not name[0].isdigit())
 
 
 def defaults() -> dict[str, Any]:

@@ -183,3 +183,40 @@ def test_shutdown_from_unconfigured(managed):
     node, probe, client = managed
     assert client.transition(transitions().TRANSITION_UNCONFIGURED_SHUTDOWN)
     assert node.proc.wait(timeout=30) == 0
+
+
+def test_a_reactivation_starts_its_health_afresh_and_counts_the_cloud_it_gave_up():
+    """
+    In-process: what the last activation left is neither reported again nor lost.
+
+    A masked camera and the rejections of its last period are not in the next activation's
+    first report; a cloud still pending is counted dropped.
+    """
+    import rclpy
+    from rclpy.parameter import Parameter
+    from jax_perception_node.ros.lifecycle_node import JaxPerceptionLifecycleNode
+    from ros_harness import other_domain
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=other_domain(43))
+    node = JaxPerceptionLifecycleNode(context=context, parameter_overrides=[
+        Parameter(key, value=value) for key, value in small_params(1, **{
+            'diagnostics.lidar_timeout_s': 60.0}).items()])
+    try:
+        node.trigger_configure()
+        node.trigger_activate()
+        core = node.core
+        core._worker.stop(core.log)        # nothing serves: the cloud below stays pending
+        core._worker = None
+        core._on_cloud(make_cloud(np.ones((3, 4), np.float32), T0))
+        with core._lock:
+            core._bump('rejected', 3)
+        core._stale = ('front',)
+        assert 'front stale' in core.diagnostic_status().message
+        node.trigger_deactivate()
+        assert core.counts['received'] == 1 and core.counts['dropped'] == 1
+        node.trigger_activate()
+        status = core.diagnostic_status()
+        assert status.message == 'waiting for the first point cloud', status.message
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)

@@ -170,13 +170,17 @@ def unchecked_by_the_oracle(cloud: Cloud) -> bool:
     """
     Whether the cloud breaks a rule that sensor_msgs_py does not check but ours does.
 
-    Those are row_step against the data and, for a cloud without points, the field list itself
+    Those are row_step against the data; for a cloud without points, the field list itself
     (a count other than 1, a name listed twice, bytes past point_step): with nothing to read,
-    sensor_msgs_py looks at none of it (hypothesis found an empty cloud with such fields).
+    sensor_msgs_py looks at none of it (hypothesis found an empty cloud with such fields); and a
+    name listed twice where one has a count above 1, which sensor_msgs_py renames (y_0, y_1)
+    before it could clash (hypothesis found y of count 2 beside y of count 1).
     """
+    names = [field.name for field in cloud.fields]
     return (cloud.row_step < cloud.width * cloud.point_step
             or len(cloud.data) < cloud.row_step * cloud.height
-            or cloud.width * cloud.height == 0)
+            or cloud.width * cloud.height == 0
+            or any(names.count(f.name) > 1 and f.count > 1 for f in cloud.fields))
 
 
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,

@@ -62,6 +62,9 @@ def test_accumulation_defaults_off_and_overrides():
     ('grid.resolutoin', 0.5, 'grid.resolutoin: unknown parameter'),
     ('cameras.names', ['front', 'front'], 'cameras.names: duplicate'),
     ('cameras.names', ['front', 'front-left'], 'cameras.names: "front-left" must be letters'),
+    # A token of ~/input/camera/<name>/...: ROS refuses one starting with a digit.
+    ('cameras.names', ['front', '360'], 'cameras.names: "360" must be letters, digits and '
+                                        'underscores, not a digit first'),
     ('fusion.num_heights', 65, 'fusion.num_heights: must be <= 64, got 65'),
     ('accumulation.num_sweeps', 0, 'accumulation.num_sweeps: must be >= 1, got 0'),
     ('accumulation.num_sweeps', 17, 'accumulation.num_sweeps: must be <= 16, got 17'),

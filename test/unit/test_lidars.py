@@ -210,6 +210,8 @@ def test_tf_poses_per_lidar_equal_the_parameters(three):
 @pytest.mark.parametrize('params, message', [
     ({'lidars.names': ['top', 'top']}, 'lidars.names: duplicate'),
     ({'lidars.names': ['a b']}, 'lidars.names: "a b" must be letters'),
+    ({'lidars.names': ['top', '2nd']}, 'lidars.names: "2nd" must be letters, digits and '
+                                       'underscores, not a digit first'),
     ({'lidars.names': ['names']}, 'taken by the key lidars.names'),
     ({'lidars.left.frame_id': 'lidar_top'}, 'lidars.left.frame_id: "lidar_top" is the frame of'),
     ({'lidars.left.intensity_field': 'x'}, 'lidars.left.intensity_field'),
