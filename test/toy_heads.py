@@ -137,6 +137,16 @@ def infinite_top_head(head_input):
     return replace(occupancy_head(head_input), intensity_top=float('inf'))
 
 
+def negative_votes_head(head_input):
+    """Build the voting head with a negative centre_votes."""
+    return replace(voting_head(head_input), centre_votes=-1)
+
+
+def float_stride_head(head_input):
+    """Build the occupancy head with a stride that is no integer."""
+    return replace(occupancy_head(head_input), stride=2.0)
+
+
 def not_a_spec_head(head_input):
     """Return something else than a HeadSpec."""
     return {'apply': None}

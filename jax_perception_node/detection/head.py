@@ -23,8 +23,8 @@ import numpy as np
 
 from .boxes import BOX_COLUMNS  # noqa: F401 (the decoded rows' columns, here for heads)
 # The plug-in machinery, here under the names heads and tools have always imported.
-from .plugin import (CHANNELS_KEY, import_factory, leaf_names, load_weights,  # noqa: F401
-                     save_weights, source_digest)
+from .plugin import (CHANNELS_KEY, ENCODER_KEY, import_factory, leaf_names,  # noqa: F401
+                     load_weights, save_weights, source_digest)
 from ..settings.parameters import ConfigError
 
 
@@ -166,7 +166,9 @@ def fits(name: str, spec: HeadSpec, bev: HeadInput, path, shipped: bool):
     Return ``load_weights``' ``fit``: ConfigError unless a checkpoint fits ``bev``'s channels.
 
     A checkpoint fits when it was trained for as many channels (:func:`trained_channels`) and,
-    where it and ``bev`` name them, for the same names in the same order. The head's shipped
+    where it and ``bev`` name them, for the same names in the same order; and, where it records
+    the image encoder it was trained with (:data:`ENCODER_KEY`), with ``bev``'s (the camera
+    channels of another encoder carry the same names but other features). The head's shipped
     weights (``shipped``: ``head.weights`` is '') are refused naming ``head.module``, never by
     an array's shape of a file the user did not set; a file the user set is refused naming
     ``head.weights`` and the file. Both lines say what to do.
@@ -182,6 +184,11 @@ def fits(name: str, spec: HeadSpec, bev: HeadInput, path, shipped: bool):
     ours = bev.channel_names if len(bev.channel_names) == bev.channels else ()
 
     def check(arrays: Mapping[str, np.ndarray]) -> None:
+        encoder = str(arrays[ENCODER_KEY]) if ENCODER_KEY in arrays else ''
+        if encoder and encoder != bev.encoder:
+            raise ConfigError(f'{prefix} trained with the image encoder {encoder}, this '
+                              f'configuration has {bev.encoder or "none (feature maps)"}; '
+                              f'{advice}')
         count, names = trained_channels(arrays, spec, path)
         if count is None:
             if shipped:
@@ -256,8 +263,14 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
         raise ConfigError(f'head.module: {name} failed: {type(exc).__name__}: {exc}') from None
     if not isinstance(spec, HeadSpec):
         raise ConfigError(f'head.module: {name} returned {type(spec).__name__}, not a HeadSpec')
-    if not spec.classes or spec.stride < 1:
-        raise ConfigError(f'head.module: {name} needs at least one class and a stride >= 1')
+    if (not spec.classes or isinstance(spec.stride, bool) or not isinstance(spec.stride, int)
+            or spec.stride < 1):
+        raise ConfigError(f'head.module: {name} needs at least one class and an integer '
+                          f'stride >= 1, gives {len(spec.classes)} and {spec.stride!r}')
+    votes = spec.centre_votes
+    if isinstance(votes, bool) or not isinstance(votes, int) or votes < 0:
+        raise ConfigError(f'head.module: {name} gives centre_votes {votes!r}: an integer >= 0 '
+                          '(0: no votes) is needed')
     radii = spec.nms_radius_m
     if radii and (len(radii) != len(spec.classes)
                   or not all(math.isfinite(r) and r > 0 for r in radii)):

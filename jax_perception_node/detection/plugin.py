@@ -48,7 +48,11 @@ def import_factory(name: str, key: str = 'head.module'):
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError(f'{key}: {module_name} has no callable {attr}')
-    return factory, source_digest(module)
+    try:
+        return factory, source_digest(module)
+    except OSError as exc:      # an unreadable file in its package: the store key needs it
+        raise ConfigError(f'{key}: cannot read the source of its package: '
+                          f'{exc.filename}: {exc.strerror or exc}') from None
 
 
 def source_digest(module) -> str:
@@ -67,7 +71,8 @@ def source_digest(module) -> str:
     files = sorted(root.rglob('*.py')) if '.' in module.__name__ else [Path(path).resolve()]
     digest = hashlib.sha256()
     for source in files:
-        digest.update(str(source.relative_to(root)).encode() + b'\0' + source.read_bytes())
+        if source.is_file():    # a folder named x.py or a dangling link is no source
+            digest.update(str(source.relative_to(root)).encode() + b'\0' + source.read_bytes())
     return digest.hexdigest()
 
 

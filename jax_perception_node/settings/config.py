@@ -326,8 +326,9 @@ def load_fusion_weights(cfg: PipelineConfig) -> tuple[np.ndarray, np.ndarray] | 
     if bias.shape != (weights.shape[1],):
         raise ConfigError(f'{key}: b must be ({weights.shape[1]},), got {bias.shape}')
     for name, arr in (('W', weights), ('b', bias)):
-        if not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)):
-            raise ConfigError(f'{key}: {name} must be finite numbers')
+        # Real numbers only: a timedelta has no isfinite, a complex one would lose its part.
+        if arr.dtype.kind not in 'fiu' or not np.all(np.isfinite(arr)):
+            raise ConfigError(f'{key}: {name} must be finite real numbers, got {arr.dtype}')
         # With inputs bounded by MAX_ABS_INPUT, this keeps every projected value finite.
         if arr.size and np.abs(arr).max() > MAX_FUSION_WEIGHT:
             raise ConfigError(f'{key}: {name} has a value of magnitude '

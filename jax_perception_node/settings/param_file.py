@@ -80,7 +80,9 @@ def read_param_file(path: str | os.PathLike, node: str = NODE) -> dict[str, Any]
     try:
         doc = yaml.load(text, Loader=_RosLoader)   # a SafeLoader: builds plain data only
     except yaml.YAMLError as exc:
-        raise ConfigError(f'params file {path}: not valid YAML ({exc})') from None
+        # PyYAML's text spans lines (the mark, a caret under it): one line, as every error.
+        raise ConfigError(f'params file {path}: not valid YAML ({" ".join(str(exc).split())})'
+                          ) from None
     if not isinstance(doc, Mapping):
         raise ConfigError(f'params file {path}: expected a mapping of node names')
     sections = [(str(name), section['ros__parameters']) for name, section in doc.items()

@@ -8,12 +8,11 @@ end with one line too (exit 130 and 143), after the replay removed its unfinishe
 """
 
 import argparse
-import contextlib
+import os
 from pathlib import Path
 import shutil
 import signal
 import sys
-import threading
 
 from jax_perception_node.bags.bagio import BagError, BagTopics, ODOMETRY_TOPIC, POINTCLOUD_TOPIC
 from jax_perception_node.geometry.odometry import OdometryError
@@ -27,16 +26,14 @@ from .arguments import check_writable, number, outputs_apart, pairs, topic_name,
 from .bench.common import BenchError
 from .fleet import is_bag
 from .fleet_types import FleetError
+from .interrupts import exit_interrupted, sigterm_raises, Terminated
 from .replay_files import write_json, write_pictures
-
-
-class Terminated(BaseException):
-    """SIGTERM during a replay: unwinds like Ctrl-C, so the replay removes its temporary."""
 
 
 # play's bounds: slower than 1000x real time or /clock below 0.01 Hz is a typo, and would
 # overflow the player's sleeps; above 10 kHz /clock only costs CPU.
 MIN_RATE, MIN_CLOCK_HZ, MAX_CLOCK_HZ = 1e-3, 1e-2, 1e4
+MAX_DRIVE_S = 3600.0     # a sample drive or demo of an hour is already 36 000 clouds
 
 # One exception type per layer; each reaching ``main`` is one line and exit code 1. The
 # message decoders' errors are counted by replay, never raised through it: listed all the same.
@@ -71,23 +68,6 @@ def _topics(args) -> BagTopics:
                      args.odometry_topic, pairs(args.lidar_topic, '--lidar-topic'))
 
 
-@contextlib.contextmanager
-def _sigterm_raises():
-    """Within the block, SIGTERM raises ``Terminated`` in the main thread; then as before."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminate(signum, frame):
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _replaceable_bag(out: Path) -> None:
     """Refuse to delete ``out`` for --force unless it is a bag that holds no working folder."""
     here = Path.cwd().resolve()
@@ -103,7 +83,7 @@ def cmd_sample_bag(args) -> int:
     from .synthetic_drive import (EGO_SPEED, MAX_EGO_SPEED, MAX_IMAGE_SCALE, option_variation,
                                   sensor_model, write_sample_bag)
     out = Path(args.out)
-    number(args.seconds, '--seconds', 0.0, low_open=True, unit=' s')
+    number(args.seconds, '--seconds', 0.0, MAX_DRIVE_S, low_open=True, unit=' s')
     number(args.speed, '--speed', 0.0, MAX_EGO_SPEED, low_open=True, unit=' m/s')
     number(args.image_scale, '--image-scale', 1, MAX_IMAGE_SCALE)
     if args.image_scale is not None and args.camera_images is None:
@@ -129,11 +109,12 @@ def cmd_sample_bag(args) -> int:
         # A link is replaced, not what it points to.
         shutil.rmtree(out) if out.is_dir() and not out.is_symlink() else out.unlink()
     try:
-        summary = write_sample_bag(out, cfg, seconds=args.seconds, num_cameras=args.cameras,
-                                   seed=args.seed, lidar=lidar, ego_speed=args.speed or EGO_SPEED,
-                                   instant_sweep=args.instant_sweep, lidars=args.lidars,
-                                   camera_images=args.camera_images,
-                                   image_scale=args.image_scale or 4, **vary)
+        with sigterm_raises():     # a bag cut short is removed, as on Ctrl-C
+            summary = write_sample_bag(
+                out, cfg, seconds=args.seconds, num_cameras=args.cameras, seed=args.seed,
+                lidar=lidar, ego_speed=args.speed or EGO_SPEED, instant_sweep=args.instant_sweep,
+                lidars=args.lidars, camera_images=args.camera_images,
+                image_scale=args.image_scale or 4, **vary)
     except ValueError as exc:
         raise UsageError(f'sample-bag: {exc}') from None
     except OSError as exc:
@@ -156,7 +137,7 @@ def cmd_replay(args) -> int:
     topics = _topics(args)
     if not args.out:
         raise UsageError('--out: an empty path')
-    if Path(args.out).exists():
+    if os.path.lexists(args.out):      # a dangling link too: the replay could not end there
         raise UsageError(f'{args.out} exists, not overwriting')
     if args.json:
         check_writable(args.json, '--json', folder=False)
@@ -164,7 +145,7 @@ def cmd_replay(args) -> int:
         check_writable(args.png, '--png', folder=True)
     outputs_apart(args.input, {'--out': args.out, '--json': args.json, '--png': args.png},
                   bag='--out')
-    with _sigterm_raises():
+    with sigterm_raises():
         if on_ray:
             return _replay_fleet(args, cfg, topics)
         return _replay_one(args, cfg, topics)
@@ -176,7 +157,7 @@ def _replay_fleet(args, cfg, topics: BagTopics) -> int:
         raise UsageError('--png needs a single bag without --workers / --ray-address')
     bags = fleet.expand_inputs(args.input)
     with fleet.cluster(args.workers, args.ray_address) as workers:
-        with _sigterm_raises():     # ray.init put in a handler of its own (a bare exit)
+        with sigterm_raises():     # ray.init put in a handler of its own (a bare exit)
             result = fleet.replay_fleet(bags, args.out, cfg, workers, topics,
                                         progress=fleet.fleet_progress_bar())
     summary = result.summary()
@@ -288,7 +269,7 @@ def cmd_bench(args) -> int:
 def cmd_demo(args) -> int:
     """Node + player + recorder on the embedded sample drive."""
     from .demo import run_demo
-    number(args.seconds, '--seconds', 0.0, low_open=True, unit=' s')
+    number(args.seconds, '--seconds', 0.0, MAX_DRIVE_S, low_open=True, unit=' s')
     check_writable(args.out, '--out', folder=True)
     return run_demo(Path(args.out), args.params, args.seconds, images=not args.feature_maps)
 
@@ -428,10 +409,9 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``jax-perception`` console script."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(with_train=argv[:1] == ['train'])
+    script, argv = argv is None, sys.argv[1:] if argv is None else list(argv)
     try:
-        args = parser.parse_args(argv)
+        args = build_parser(with_train=argv[:1] == ['train']).parse_args(argv)
         if getattr(args, 'params', None) == '':     # not the shipped file by accident
             raise UsageError('--params: an empty path')
         return args.func(args)
@@ -439,11 +419,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f'jax-perception: {exc}', file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print('jax-perception: interrupted', file=sys.stderr)
-        return 130
+        return exit_interrupted('interrupted', 130, script)
     except Terminated:
-        print('jax-perception: terminated (SIGTERM)', file=sys.stderr)
-        return 128 + signal.SIGTERM
+        return exit_interrupted('terminated (SIGTERM)', 128 + signal.SIGTERM, script)
 
 
 if __name__ == '__main__':

@@ -289,3 +289,32 @@ def test_an_output_that_cannot_be_written_fails_before_the_warm_up(drive, tmp_pa
     with pytest.raises(bagio.BagError, match='file.txt/out: cannot write bag'):
         replay.replay_bag(bag, tmp_path / 'file.txt' / 'out', cfg)
     assert compile_count() == before
+
+
+def test_sigterm_mid_sample_bag_is_one_line_and_leaves_no_bag(tmp_path):
+    # The console script's own path (python -m ... cli, argv from the process): a bag cut
+    # short would have no metadata.yaml, and --force would then refuse to replace it.
+    out = tmp_path / 'drive'
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'jax_perception_node.tools.cli', 'sample-bag', str(out),
+         '--seconds', '60', '--cameras', '0'], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    deadline = time.monotonic() + 300
+    while not any(out.glob('*.mcap')):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, 'the bag was never started'
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert [line for line in stderr.splitlines() if line.strip()] == [
+        'jax-perception: terminated (SIGTERM)']
+    assert not out.exists()
+
+
+def test_a_replay_onto_a_dangling_link_is_refused_before_it_starts(drive, tmp_path, capsys):
+    _, bag, params = drive
+    (tmp_path / 'out').symlink_to(tmp_path / 'gone')
+    assert main(['replay', str(bag), '--out', str(tmp_path / 'out'), '--params',
+                 str(params)]) == 1
+    assert f'{tmp_path / "out"} exists, not overwriting' in capsys.readouterr().err

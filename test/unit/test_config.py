@@ -1,6 +1,7 @@
 """Config: the shipped YAML, the schema defaults, and one clear error per bad key."""
 
 import ast
+import re
 
 from configs import FRONT, PARAMS_FILE, REPO, small_config, small_params
 from jax_perception_node.settings.config import (AccumulationConfig, CameraConfig,
@@ -120,6 +121,13 @@ def test_weights_file_shape_is_checked(tmp_path):
     np.savez(pickled, W=np.array([object()], dtype=object), b=np.zeros(4))
     with pytest.raises(ConfigError, match='fusion.weights_file: cannot read'):
         config_from_parameters(small_params(**{'fusion.weights_file': str(pickled)}))
+    # Numbers that are no real numbers: a complex W would lose its imaginary part.
+    for kind, values in (('complex128', np.ones((10, 4)) * 1j),
+                         ('timedelta64[s]', np.ones((10, 4), 'timedelta64[s]'))):
+        np.savez(path, W=values, b=np.zeros(4))
+        message = re.escape(f'W must be finite real numbers, got {kind}')
+        with pytest.raises(ConfigError, match=message):
+            config_from_parameters(small_params(**{'fusion.weights_file': str(path)}))
 
 
 def test_fusion_weights_that_would_overflow_the_output_are_refused(tmp_path):
@@ -141,8 +149,9 @@ def test_param_file_errors(tmp_path):
         load_config(tmp_path / 'missing.yaml')
     bad = tmp_path / 'bad.yaml'
     bad.write_text('a: [1, 2')
-    with pytest.raises(ConfigError, match='not valid YAML'):
+    with pytest.raises(ConfigError, match='not valid YAML') as err:
         load_config(bad)
+    assert '\n' not in str(err.value)           # PyYAML's mark and caret: one line
     bad.write_text('node:\n  other: 1\n')
     with pytest.raises(ConfigError, match='ros__parameters'):
         load_config(bad)

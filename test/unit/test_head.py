@@ -355,10 +355,27 @@ def test_per_class_thresholds_apply_live_and_a_wrong_count_is_refused(warmed):
     ('toy_heads:not_a_spec_head', 'returned dict, not a HeadSpec'),
     ('toy_heads:string_top_head', "gives intensity_top '255': a finite number >= 0"),
     ('toy_heads:infinite_top_head', 'gives intensity_top inf: a finite number >= 0'),
+    ('toy_heads:negative_votes_head', r'gives centre_votes -1: an integer >= 0'),
+    ('toy_heads:float_stride_head', r'an integer stride >= 1, gives 1 and 2.0'),
 ])
 def test_a_bad_head_module_is_refused_by_name(module, match):
     with pytest.raises(ConfigError, match=f'^head.module: .*{match}'):
         load_head(module, '', HeadInput(32, 48, 8, 0.5))
+
+
+def test_a_checkpoint_of_another_image_encoder_is_refused(tmp_path):
+    bev = HeadInput(32, 48, 8, 0.5, encoder='pkg.encoders:rgb')
+    head = load_head(TOY, '', bev)
+    for trained_with, fits in (('pkg.encoders:cnn', False), ('pkg.encoders:rgb', True),
+                               ('', True)):        # none recorded: feature maps, taken as is
+        path = tmp_path / f'{trained_with or "none"}.npz'
+        save_weights(path, head.params, encoder=trained_with)
+        if fits:
+            load_head(TOY, str(path), bev)
+            continue
+        with pytest.raises(ConfigError, match='trained with the image encoder pkg.encoders:cnn, '
+                                              'this configuration has pkg.encoders:rgb'):
+            load_head(TOY, str(path), bev)
 
 
 def test_a_stride_that_does_not_divide_the_grid_is_refused():

@@ -5,6 +5,9 @@ import math
 
 import numpy as np
 
+MAX_BEAMS, MAX_AZIMUTH_STEPS = 256, 16384
+MAX_RANGE_NOISE_M = 1.0     # m: a real sensor's is a few cm
+
 
 @dataclass(frozen=True)
 class LidarModel:
@@ -52,16 +55,19 @@ class LidarModel:
 
     def __post_init__(self):
         """Reject layouts and statistics that cannot describe a sensor."""
-        if self.beams < 1 or self.azimuth_steps < 8:
-            raise ValueError(f'LidarModel: need beams >= 1 and azimuth_steps >= 8, got '
-                             f'{self.beams} and {self.azimuth_steps}')
+        # Beyond any sensor sold (128 beams, 4096 columns), and a sweep's arrays stay small.
+        if not (1 <= self.beams <= MAX_BEAMS and 8 <= self.azimuth_steps <= MAX_AZIMUTH_STEPS):
+            raise ValueError(f'LidarModel: need beams in 1..{MAX_BEAMS} and azimuth_steps in '
+                             f'8..{MAX_AZIMUTH_STEPS}, got {self.beams} and '
+                             f'{self.azimuth_steps}')
         if not -90.0 < self.min_elevation_deg <= self.max_elevation_deg < 90.0:
             raise ValueError('LidarModel: need -90 < min_elevation_deg <= max_elevation_deg < 90')
         if not 0.0 <= self.min_range_m < self.max_range_m:
             raise ValueError('LidarModel: need 0 <= min_range_m < max_range_m')
         # Written so that NaN fails: it compares False with every bound.
-        if not (0.0 <= self.range_noise_m < math.inf and 0.0 <= self.dropout < 1.0):
-            raise ValueError('LidarModel: need range_noise_m >= 0 and 0 <= dropout < 1')
+        if not (0.0 <= self.range_noise_m <= MAX_RANGE_NOISE_M and 0.0 <= self.dropout < 1.0):
+            raise ValueError(f'LidarModel: need 0 <= range_noise_m <= {MAX_RANGE_NOISE_M:g} and '
+                             '0 <= dropout < 1')
         if self.detection_range_m <= 0 or self.rotation_hz <= 0:
             raise ValueError('LidarModel: detection_range_m and rotation_hz must be > 0')
         if not 0.0 < self.intensity_scale < math.inf:

@@ -1,0 +1,50 @@
+"""
+Ctrl-C and SIGTERM in the CLI: one line, the exit status, and nothing left half written.
+
+A command removes its unfinished outputs as the interrupt unwinds it (``KeyboardInterrupt``,
+or ``Terminated`` within ``sigterm_raises``); ``exit_interrupted`` then says so and ends.
+"""
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+
+
+class Terminated(BaseException):
+    """SIGTERM during a command: unwinds like Ctrl-C, so the command removes its temporary."""
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """Within the block, SIGTERM raises ``Terminated`` in the main thread; then as before."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def exit_interrupted(what: str, code: int, script: bool) -> int:
+    """
+    Say ``what``; return ``code``, or as the console script end the process with it at once.
+
+    The outputs are cleaned up by then (the commands remove theirs on the way out).
+    """
+    print(f'jax-perception: {what}', file=sys.stderr)
+    if script:
+        # XLA's threads may still be compiling or running on buffers Python frees on the way
+        # out: interrupted at warm-up, the interpreter's shutdown crashed them now and then
+        # (SIGSEGV instead of exit 130). Nothing is left to clean up: leave without it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
