@@ -123,9 +123,16 @@ def calibration_arrays(cameras: Sequence[CameraConfig]) -> CameraCalibration:
     return arrays
 
 
+_IDENTITY = np.eye(4)
+
 class SweepHistory:
     """
     The host side of the ring of P earlier sweeps: each slot's stamp, pose and real rows.
+
+    A slot's pose is that of the frame its points are in at the sweep's stamp: the LiDAR's
+    (grid pose times the LiDAR extrinsic then), or the grid frame's for several LiDARs. The
+    extrinsic of the time is kept: a sweep taken before a calibration change (TF, a live set)
+    is placed by the pose it was measured with.
 
     ``stage`` fills ``scalars`` int32[1 + P] (the slot the current sweep goes into, then the
     rows to use of each slot) and ``motion`` float32[P, size] (each used slot's transform into
@@ -144,8 +151,7 @@ class SweepHistory:
         self._slots: list[tuple[int, np.ndarray | None, int] | None] = [None] * self.past
         self._next = 0
 
-    def stage(self, stamp: int | None, pose: np.ndarray | None, max_age_s: float,
-              lidar: np.ndarray) -> int:
+    def stage(self, stamp: int | None, pose: np.ndarray | None, max_age_s: float) -> int:
         """
         Choose the earlier sweeps for a frame at ``stamp`` with ``pose``; returns sweeps used.
 
@@ -164,7 +170,7 @@ class SweepHistory:
             age_ns = stamp - slot[0]
             if not 0 < age_ns <= max_age_s * 1e9:
                 continue
-            moved = sweep_transform(pose, slot[1], lidar)
+            moved = sweep_transform(pose, slot[1], _IDENTITY)
             self.motion[index, :9] = moved[:3, :3].reshape(-1)
             self.motion[index, 9:12] = moved[:3, 3]
             self.motion[index, 12] = age_ns * 1e-9
@@ -172,7 +178,14 @@ class SweepHistory:
             used += 1
         return used
 
-    def record(self, stamp: int | None, pose: np.ndarray | None, rows: int) -> None:
-        """Note the sweep just written into the staged slot (without a stamp: never used)."""
-        self._slots[self._next] = None if stamp is None else (stamp, pose, rows)
+    def record(self, stamp: int | None, pose: np.ndarray | None, rows: int,
+               points_frame: np.ndarray) -> None:
+        """
+        Note the sweep just written into the staged slot (without a stamp: never used).
+
+        ``points_frame``: the 4 x 4 pose in the grid frame of the frame its points are in (the
+        LiDAR extrinsic in force, or the identity for several LiDARs).
+        """
+        slot_pose = None if pose is None else pose @ points_frame
+        self._slots[self._next] = None if stamp is None else (stamp, slot_pose, rows)
         self._next = (self._next + 1) % self.past

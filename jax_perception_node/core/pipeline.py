@@ -251,11 +251,11 @@ class BevPipeline(HeadWeights, EncoderWeights):
         in force. ``tables``: ``lift_tables(cameras)`` computed beforehand (off the frame path),
         else here. Raises ConfigError as ``lift_tables``; nothing changes then.
         """
-        if cameras is not None and self.cfg.cameras:
-            self._tables = self.lift_tables(cameras) if tables is None else tables
         lidar = (lidar,) if isinstance(lidar, Pose) else (lidar or self._calibration[0])
         if len(lidar) != self.lidar_count:
             raise ValueError(f'{len(lidar)} LiDAR poses for {self.lidar_count} LiDARs')
+        if cameras is not None and self.cfg.cameras:
+            self._tables = self.lift_tables(cameras) if tables is None else tables
         self.lidar_filter = lidar_filter or self.lidar_filter
         self._calibration_device = jax.device_put(
             calibration_vector(lidar, self.lidar_filter.vector(), self._grid))
@@ -382,13 +382,14 @@ class BevPipeline(HeadWeights, EncoderWeights):
         if self.num_sweeps > 1:
             lidar = self.lidar_poses[0]
             # Several LiDARs enter the ring in the grid frame (kernels._sweep_points).
-            used = self._sweeps.stage(stamp_ns, pose, self.max_sweep_age_s, np.eye(4) if (
-                self.lidar_count > 1) else pose_matrix(lidar.rotation_matrix(), lidar.translation))
+            points_frame = np.eye(4) if self.lidar_count > 1 else pose_matrix(
+                lidar.rotation_matrix(), lidar.translation)
+            used = self._sweeps.stage(stamp_ns, pose, self.max_sweep_age_s)
         staged = time.perf_counter()
         motion = motion if padded.timed else None
         out, put = self._launch(padded, motion)
         if self.num_sweeps > 1:
-            self._sweeps.record(stamp_ns, pose, padded.count)
+            self._sweeps.record(stamp_ns, pose, padded.count, points_frame)
         return PendingFrame(out, (start, staged, put), self.score_threshold, {
             'num_points': total, 'bucket': padded.bucket,
             'overflow_points': total - padded.count,

@@ -5,6 +5,8 @@ Also the age and odometry rules, zero compiles, the donated ring and replay from
 node over loopback DDS is test_accumulation_node.py.
 """
 
+from dataclasses import replace
+
 from bag_messages import odometry, read_all, yaw_quaternion
 from configs import small_config
 from jax_perception_node.bags import bagio
@@ -53,6 +55,30 @@ def test_two_sweeps_equal_the_union_moved_into_the_current_frame(pipe, single):
     plain = single.process(current, {'front': fmap}).features
     np.testing.assert_array_equal(out.features[..., 7:], plain[..., 6:])
     assert compile_count() == compiles
+
+
+def test_a_past_sweep_keeps_the_lidar_pose_it_was_measured_with(pipe):
+    # The vehicle stands still; between the sweeps the LiDAR's calibration moves 2 m (a live
+    # set, a moving TF): the earlier sweep stays where it was measured.
+    cfg = pipe.cfg
+    pipe.reset_sweeps()
+    start = pipe.lidar_poses
+    try:
+        point = np.array([[1.0, 0.5, 0.2, 1.0]], np.float32)         # LiDAR frame
+        pipe.process(point, stamp_ns=T0, pose=np.eye(4))
+        measured = lidar_extrinsic(cfg) @ np.array([1.0, 0.5, 0.2, 1.0])
+        moved = replace(start[0], translation=(start[0].translation[0] + 2.0,
+                                               *start[0].translation[1:]))
+        pipe.set_calibration(lidar=(moved,))
+        out = pipe.process(np.zeros((0, 4), np.float32), stamp_ns=T0 + DT, pose=np.eye(4))
+        assert out.sweeps_used == 2
+        g = cfg.grid
+        cell = (int((measured[0] - g.x_min) // g.resolution),
+                int((measured[1] - g.y_min) // g.resolution))
+        assert np.argwhere(out.features[..., 0] > 0).tolist() == [list(cell)]
+    finally:
+        pipe.set_calibration(lidar=start)
+        pipe.reset_sweeps()
 
 
 def test_past_sweeps_are_cropped_in_the_frame_they_were_taken_in(pipe):

@@ -248,6 +248,10 @@ def test_set_calibration_matches_the_reference_on_features():
     # The original calibration's reference differs: the check above could not pass unchanged.
     original_camera, _ = lift_ref(pipe.cfg, maps)
     assert not np.allclose(original_camera, camera, atol=1e-3)
+    # A refused call changes nothing: not the cameras' lift either.
+    with pytest.raises(ValueError, match='2 LiDAR poses for 1 LiDARs'):
+        pipe.set_calibration((moved.lidar, moved.lidar), small_config().cameras)
+    np.testing.assert_array_equal(pipe.process(points, maps).features, out)
 
 
 @pytest.mark.parametrize('model,d', [
