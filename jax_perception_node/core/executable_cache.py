@@ -18,7 +18,6 @@ import hmac
 import json
 import os
 from pathlib import Path
-import platform
 import secrets
 import stat
 import struct
@@ -28,38 +27,8 @@ from jax.experimental.serialize_executable import deserialize_and_load, serializ
 import jaxlib
 import numpy as np
 
+from .executable_key import host_cpu, LOADED_SOURCE, lowering_config, xla_options
 from ..settings.parameters import ConfigError
-
-
-# Every module of the package, subpackages included: what the jitted functions call may move
-# between modules, and a spurious miss after an edit costs one compile while a stale hit would
-# run old code.
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-CPUINFO = Path('/proc/cpuinfo')
-
-# JAX settings that change the program JAX emits or how XLA compiles it, read when a key is
-# made (a context manager such as ``jax.default_matmul_precision`` may be active):
-LOWERING_CONFIG = (
-    'jax_enable_x64',                   # dtype of Python scalars, aranges, index arithmetic
-    'jax_numpy_dtype_promotion',        # result dtypes of mixed-type operations
-    'jax_default_matmul_precision',     # precision of every dot (TF32 or not on NVIDIA GPUs)
-    'jax_use_shardy_partitioner',       # sharding dialect of the lowered module
-    'jax_use_simplified_jaxpr_constants',   # constants embedded or passed as arguments
-    'jax_embedded_constants_max_bytes',
-    'jax_error_checking_behavior_nan',  # checks compiled into the program
-    'jax_error_checking_behavior_divide',
-    'jax_error_checking_behavior_oob',
-    'jax_optimization_level',           # compile options handed to XLA
-    'jax_memory_fitting_level',
-    'jax_exec_time_optimization_effort',
-    'jax_memory_fitting_effort',
-    'jax_compiler_enable_remat_pass',
-    'jax_enable_pgle',
-    'jax_default_device',               # the device the executable is built for
-)
-# Left out on purpose: jax_numpy_rank_promotion only decides whether tracing warns or raises,
-# the program is the same; the PRNG settings (jax_default_prng_impl, jax_threefry_*) cannot
-# matter because the kernels draw no random numbers.
 
 
 def private_cache_dir(path: str) -> Path | None:
@@ -89,46 +58,6 @@ def private_cache_dir(path: str) -> Path | None:
         raise ConfigError(f'{key}: {directory} is writable by group or others (mode '
                           f'{info.st_mode & 0o777:o}); run chmod 700 on it')
     return directory
-
-
-def code_fingerprint(package_dir: Path | None = None) -> str:
-    """Return the SHA-256 of every ``*.py`` file of the package and its subpackages, by path."""
-    root = package_dir or PACKAGE_DIR
-    digest = hashlib.sha256()
-    for source in sorted(root.rglob('*.py')):
-        name = source.relative_to(root).as_posix()
-        digest.update(name.encode() + b'\0' + source.read_bytes() + b'\0')
-    return digest.hexdigest()
-
-
-def host_cpu(cpuinfo: Path | None = None) -> str:
-    """
-    Describe the host CPU the way XLA targets it: architecture, model and feature flags.
-
-    XLA's CPU backend compiles for the host it runs on (its instruction-set extensions), so
-    the flags decide which instructions an executable may contain. Read from the first
-    processor block of ``/proc/cpuinfo`` (``flags`` on x86, ``Features`` on ARM); where that
-    file does not exist, ``platform.processor()`` is the best description there is.
-    """
-    fields = {}
-    try:
-        text = (cpuinfo or CPUINFO).read_text(errors='replace')
-    except OSError:
-        text = ''
-    for line in text.split('\n\n', 1)[0].splitlines():
-        name, sep, value = line.partition(':')
-        name = name.strip()
-        if sep and name in ('model name', 'flags', 'Features', 'CPU implementer', 'CPU part',
-                            'vendor_id', 'cpu family', 'model'):
-            fields[name] = ' '.join(sorted(value.split())) if name in (
-                'flags', 'Features') else value.strip()
-    described = ';'.join(f'{k}={v}' for k, v in sorted(fields.items()))
-    return f'{platform.machine()};{described or platform.processor()}'
-
-
-def lowering_config() -> str:
-    """Return the current values of ``LOWERING_CONFIG`` as one string."""
-    return ';'.join(f'{name}={getattr(jax.config, name, None)!s}' for name in LOWERING_CONFIG)
 
 
 # Store layout under the root: the secret, and the entries in their own folder.
@@ -211,8 +140,7 @@ class ExecutableCache:
         device = jax.devices()[0]
         self._machine = '|'.join((
             jax.__version__, jaxlib.__version__, device.platform, device.device_kind,
-            device.client.platform_version, os.environ.get('XLA_FLAGS', ''), host_cpu(),
-            code_fingerprint()))
+            device.client.platform_version, xla_options(), host_cpu(), LOADED_SOURCE))
 
     def key(self, name: str, static: str, specs) -> str:
         """Hash of everything that determines the executable."""

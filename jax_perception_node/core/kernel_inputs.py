@@ -125,6 +125,7 @@ def calibration_arrays(cameras: Sequence[CameraConfig]) -> CameraCalibration:
 
 _IDENTITY = np.eye(4)
 
+
 class SweepHistory:
     """
     The host side of the ring of P earlier sweeps: each slot's stamp, pose and real rows.

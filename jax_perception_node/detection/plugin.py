@@ -49,10 +49,17 @@ def import_factory(name: str, key: str = 'head.module'):
     if not callable(factory):
         raise ConfigError(f'{key}: {module_name} has no callable {attr}')
     try:
-        return factory, source_digest(module)
+        # Read once per module, when first imported here: this process runs that source
+        # however the files change later (an upgrade under a running node).
+        if module.__name__ not in LOADED_DIGESTS:
+            LOADED_DIGESTS[module.__name__] = source_digest(module)
     except OSError as exc:      # an unreadable file in its package: the store key needs it
         raise ConfigError(f'{key}: cannot read the source of its package: '
                           f'{exc.filename}: {exc.strerror or exc}') from None
+    return factory, LOADED_DIGESTS[module.__name__]
+
+
+LOADED_DIGESTS: dict[str, str] = {}    # plug-in module -> source_digest when imported
 
 
 def source_digest(module) -> str:

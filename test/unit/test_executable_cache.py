@@ -9,8 +9,9 @@ import sys
 import textwrap
 
 import jax
-from jax_perception_node.core import executable_cache
-from jax_perception_node.core.executable_cache import ExecutableCache, host_cpu, private_cache_dir
+from jax_perception_node.core import executable_cache, executable_key
+from jax_perception_node.core.executable_cache import ExecutableCache, private_cache_dir
+from jax_perception_node.core.executable_key import host_cpu
 import numpy as np
 import pytest
 
@@ -113,15 +114,15 @@ def test_another_host_cpu_misses(tmp_path, monkeypatch):
                     'processor\t: 1\nmodel name\t: Some CPU\nflags\t\t: fpu sse2 avx2 avx512f\n')
     there.write_text('processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse2 avx2\n')
     store_dir = private_cache_dir(str(tmp_path / 'store'))
-    monkeypatch.setattr(executable_cache, 'CPUINFO', here)
+    monkeypatch.setattr(executable_key, 'CPUINFO', here)
     fetch(ExecutableCache(store_dir))
-    monkeypatch.setattr(executable_cache, 'CPUINFO', there)
+    monkeypatch.setattr(executable_key, 'CPUINFO', there)
     store = ExecutableCache(store_dir)
     fetch(store)
     assert counts(store) == (0, 1, 0, 0)
     # Flag order is not a feature: the same set in another order is the same CPU.
     here.write_text('model name\t: Some CPU\nflags\t\t: avx512f avx2 sse2 fpu\n')
-    monkeypatch.setattr(executable_cache, 'CPUINFO', here)
+    monkeypatch.setattr(executable_key, 'CPUINFO', here)
     same = ExecutableCache(store_dir)
     fetch(same)
     assert counts(same) == (1, 0, 0, 0)
@@ -136,17 +137,52 @@ def test_this_host_cpu_is_described_by_its_feature_flags():
     assert ' sse2 ' in described.split('flags=')[1] + ' '
 
 
-def test_kernel_source_is_part_of_the_key(tmp_path, monkeypatch):
+def test_the_loaded_source_is_part_of_the_key(tmp_path, monkeypatch):
     package = tmp_path / 'package'
-    shutil.copytree(executable_cache.PACKAGE_DIR, package,
+    shutil.copytree(executable_key.PACKAGE_DIR, package,
                     ignore=shutil.ignore_patterns('__pycache__'))
-    monkeypatch.setattr(executable_cache, 'PACKAGE_DIR', package)
+    loaded = executable_key.code_fingerprint(package)
+    monkeypatch.setattr(executable_cache, 'LOADED_SOURCE', loaded)
     store_dir = private_cache_dir(str(tmp_path / 'store'))
     fetch(ExecutableCache(store_dir))
     with open(package / 'kernels.py', 'a') as f:
         f.write('\n# an edit\n')
+    # This process still runs what it imported: an upgrade on disk does not change its key
+    # (its old executables must not be stored under the new source's).
     store = ExecutableCache(store_dir)
     fetch(store)
+    assert counts(store) == (1, 0, 0, 0)
+    # A process that imports the edited source: another key.
+    assert executable_key.code_fingerprint(package) != loaded
+    monkeypatch.setattr(executable_cache, 'LOADED_SOURCE',
+                        executable_key.code_fingerprint(package))
+    store = ExecutableCache(store_dir)
+    fetch(store)
+    assert counts(store) == (0, 1, 0, 0)
+
+
+@pytest.mark.parametrize('setting', ['env', 'argv'])
+def test_xla_options_of_the_environment_and_command_line_are_part_of_the_key(
+        tmp_path, monkeypatch, setting):
+    monkeypatch.delenv('LIBTPU_INIT_ARGS', raising=False)
+    fetch(ExecutableCache(tmp_path))
+    if setting == 'env':
+        monkeypatch.setenv('LIBTPU_INIT_ARGS', '--xla_tpu_some_option=true')
+    else:
+        monkeypatch.setattr(sys, 'argv', [*sys.argv, '--xla_cpu_enable_fast_math=true'])
+    store = ExecutableCache(tmp_path)
+    fetch(store)
+    assert counts(store) == (0, 1, 0, 0)
+
+
+def test_a_debug_build_of_xla_is_keyed_apart(tmp_path):
+    fetch(ExecutableCache(tmp_path))
+    jax.config.update('jax_disable_most_optimizations', True)     # JAX_DISABLE_MOST_...=1
+    try:
+        store = ExecutableCache(tmp_path)
+        fetch(store)
+    finally:
+        jax.config.update('jax_disable_most_optimizations', False)
     assert counts(store) == (0, 1, 0, 0)
 
 

@@ -2,6 +2,7 @@
 
 import functools
 import pathlib
+import sys
 
 from configs import small_config
 from jax_perception_node.core.pipeline import BevPipeline, compile_count
@@ -423,6 +424,14 @@ def test_the_store_key_covers_the_source_of_the_heads_package(tmp_path, monkeypa
     assert warm() == (0, buckets + 1)
     assert warm() == (buckets + 1, 0)
     (package / 'net.py').write_text('SCALE = 2.0\n')      # the factory's module is unchanged
+    # This process runs the package it imported: its key stays (an upgrade on disk must not
+    # store old code under the new source's key).
+    assert warm() == (buckets + 1, 0)
+    # A process importing the changed package: its head compiles anew.
+    from jax_perception_node.detection import plugin
+    monkeypatch.setattr(plugin, 'LOADED_DIGESTS', {})
+    for name in [name for name in sys.modules if name.split('.')[0] == 'myheads']:
+        monkeypatch.delitem(sys.modules, name)
     assert warm() == (buckets, 1)
 
 
