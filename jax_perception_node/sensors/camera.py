@@ -201,19 +201,26 @@ def _checked_k(msg) -> tuple[float, float, float, float]:
             if not np.isfinite(value):
                 role = f' ({_K_ROLES[i]})' if name == 'k' and i in _K_ROLES else ''
                 raise CameraInfoError(f'{name}[{i}]{role} = {value}: must be finite')
-    fx, cx, fy, cy = k[0], k[2], k[4], k[5]
-    for name, value in (('k[0] (fx)', fx), ('k[4] (fy)', fy)):
-        if not MIN_FOCAL_PX <= value <= MAX_FOCAL_PX:
-            raise CameraInfoError(f'{name} = {value}: the focal length must be in '
-                                  f'[{MIN_FOCAL_PX:g}, {MAX_FOCAL_PX:g}] px')
-    for name, value in (('k[2] (cx)', cx), ('k[5] (cy)', cy)):
-        if abs(value) > MAX_PRINCIPAL_PX:
-            raise CameraInfoError(f'{name} = {value}: the principal point must be within '
-                                  f'{MAX_PRINCIPAL_PX:g} px')
+    fx, fy, cx, cy = _checked_pinhole('k', k, (0, 4, 2, 5))
     if k[1] != 0.0:
         raise CameraInfoError(f'k[1] (skew) = {k[1]}: a skewed K is not supported')
     if (k[3], k[6], k[7], k[8]) != (0.0, 0.0, 0.0, 1.0):
         raise CameraInfoError(f'k = {k}: not a camera matrix [fx 0 cx; 0 fy cy; 0 0 1]')
+    return fx, fy, cx, cy
+
+
+def _checked_pinhole(matrix: str, values: list[float],
+                     at: tuple[int, int, int, int]) -> tuple[float, float, float, float]:
+    """Check (fx, fy, cx, cy), ``values[at]`` of K or P; return them at image resolution."""
+    fx, fy, cx, cy = (values[i] for i in at)
+    for role, i, value in (('fx', at[0], fx), ('fy', at[1], fy)):
+        if not MIN_FOCAL_PX <= value <= MAX_FOCAL_PX:
+            raise CameraInfoError(f'{matrix}[{i}] ({role}) = {value}: the focal length must be '
+                                  f'in [{MIN_FOCAL_PX:g}, {MAX_FOCAL_PX:g}] px')
+    for role, i, value in (('cx', at[2], cx), ('cy', at[3], cy)):
+        if abs(value) > MAX_PRINCIPAL_PX:
+            raise CameraInfoError(f'{matrix}[{i}] ({role}) = {value}: the principal point must '
+                                  f'be within {MAX_PRINCIPAL_PX:g} px')
     return fx, fy, cx, cy
 
 
@@ -222,15 +229,7 @@ def _checked_p(msg) -> tuple[float, float, float, float]:
     p, r = [float(v) for v in msg.p], [float(v) for v in msg.r]
     if len(p) != 12 or len(r) != 9:
         raise CameraInfoError(f'p has {len(p)} values and r {len(r)}, expected 12 and 9')
-    fx, cx, fy, cy = p[0], p[2], p[5], p[6]
-    for name, value in (('p[0] (fx)', fx), ('p[5] (fy)', fy)):
-        if not MIN_FOCAL_PX <= value <= MAX_FOCAL_PX:
-            raise CameraInfoError(f'{name} = {value}: the focal length must be in '
-                                  f'[{MIN_FOCAL_PX:g}, {MAX_FOCAL_PX:g}] px')
-    for name, value in (('p[2] (cx)', cx), ('p[6] (cy)', cy)):
-        if abs(value) > MAX_PRINCIPAL_PX:
-            raise CameraInfoError(f'{name} = {value}: the principal point must be within '
-                                  f'{MAX_PRINCIPAL_PX:g} px')
+    fx, fy, cx, cy = _checked_pinhole('p', p, (0, 5, 2, 6))
     if (p[3], p[7]) != (0.0, 0.0):
         raise CameraInfoError(f'p[3], p[7] (Tx, Ty) = {p[3]}, {p[7]}: the second camera of a '
                               'stereo pair is not supported')

@@ -387,10 +387,21 @@ print(json.dumps(results))
 """
 
 
+def launch_rules(launch_site, tmp_path, given: list) -> list:
+    """Return ``remappings(context)`` of the installed launch file for each of ``given``."""
+    prefix = install_prefix(tmp_path / 'install')
+    result = subprocess.run(
+        [sys.executable, '-c', RULES,
+         str(prefix / 'share' / PACKAGE / 'launch' / 'jax_perception.launch.py'),
+         json.dumps(given)], env=launch_env(launch_site, prefix, tmp_path),
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
 def test_launch_rules_per_camera_and_published_time(launch_site, tmp_path):
     params = tmp_path / 'params.yaml'
     params.write_text('/**:\n  ros__parameters:\n    cameras:\n      names: [front, left]\n')
-    prefix = install_prefix(tmp_path / 'install')
     common = {'params_file': str(params)}
     given = [
         dict(common, rear_features_topic='/typo',
@@ -398,13 +409,7 @@ def test_launch_rules_per_camera_and_published_time(launch_site, tmp_path):
              objects_topic='/perception/objects'),
         dict(common, objects_published_time_topic='/perception/objects_published_time'),
     ]
-    result = subprocess.run(
-        [sys.executable, '-c', RULES,
-         str(prefix / 'share' / PACKAGE / 'launch' / 'jax_perception.launch.py'),
-         json.dumps(given)], env=launch_env(launch_site, prefix, tmp_path),
-        capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    (rules, warnings), (default_rules, _) = json.loads(result.stdout.splitlines()[-1])
+    (rules, warnings), (default_rules, _) = launch_rules(launch_site, tmp_path, given)
     rules, default_rules = dict(map(tuple, rules)), dict(map(tuple, default_rules))
     assert rules['~/input/camera/front/features'] == '/perception/front/features'
     assert '~/input/camera/left/features' not in rules     # not given: the node's own name
@@ -423,17 +428,10 @@ def test_launch_rules_per_camera_and_published_time(launch_site, tmp_path):
 def test_launch_rules_per_lidar(launch_site, tmp_path):
     params = tmp_path / 'params.yaml'
     params.write_text('/**:\n  ros__parameters:\n    lidars:\n      names: [top, left]\n')
-    prefix = install_prefix(tmp_path / 'install')
     given = [{'params_file': str(params), 'top_pointcloud_topic': '/sensing/lidar/top/points',
               'rear_pointcloud_topic': '/typo', 'pointcloud_topic': CLOUD_TOPIC},
              {'params_file': str(params)}]
-    result = subprocess.run(
-        [sys.executable, '-c', RULES,
-         str(prefix / 'share' / PACKAGE / 'launch' / 'jax_perception.launch.py'),
-         json.dumps(given)], env=launch_env(launch_site, prefix, tmp_path),
-        capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    (rules, warnings), (_, default_warnings) = json.loads(result.stdout.splitlines()[-1])
+    (rules, warnings), (_, default_warnings) = launch_rules(launch_site, tmp_path, given)
     rules = dict(map(tuple, rules))
     assert rules['~/input/top/pointcloud'] == '/sensing/lidar/top/points'
     assert '~/input/left/pointcloud' not in rules     # not given: the node's own name
@@ -455,16 +453,9 @@ def test_launch_reads_the_sections_of_its_node_as_rcl_merges_them(launch_site, t
                       '      names: [wrong]\n'
                       '/perception/bev_fusion:\n  ros__parameters:\n    cameras:\n'
                       '      names: [front]\n')
-    prefix = install_prefix(tmp_path / 'install')
     given = [{'params_file': str(params), 'node_name': 'bev_fusion', 'namespace': 'perception',
               'front_features_topic': '/perception/front/features'}]
-    result = subprocess.run(
-        [sys.executable, '-c', RULES,
-         str(prefix / 'share' / PACKAGE / 'launch' / 'jax_perception.launch.py'),
-         json.dumps(given)], env=launch_env(launch_site, prefix, tmp_path),
-        capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    [(rules, warnings)] = json.loads(result.stdout.splitlines()[-1])
+    [(rules, warnings)] = launch_rules(launch_site, tmp_path, given)
     assert dict(map(tuple, rules))['~/input/camera/front/features'] == (
         '/perception/front/features')
     assert warnings == []

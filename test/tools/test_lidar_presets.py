@@ -155,7 +155,7 @@ def test_sample_bag_lidar_preset_speed_and_instant_sweep(tmp_path, capsys):
     (['--speed', '0'], '--speed must be a number > 0 and <= 25 m/s, got 0'),
     (['--speed', 'nan'], '--speed must be a number > 0 and <= 25 m/s, got nan'),
     (['--lidars', 'two'], "argument --lidars: invalid choice: 'two'"),
-    (['--lidar', 'VLP-16', '--beams', '0'], 'need beams >= 1'),
+    (['--lidar', 'VLP-16', '--beams', '0'], 'need beams in 1..256'),
 ])
 def test_sample_bag_refuses_a_bad_preset_or_speed_in_one_line(argv, message, tmp_path, capsys):
     assert main(['sample-bag', str(tmp_path / 'bag'), *argv]) == 1
