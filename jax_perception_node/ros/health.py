@@ -4,7 +4,8 @@ The /diagnostics roll-up rules: counts, times and latency statistics -> level an
 No ROS import: the levels are plain ints equal to diagnostic_msgs/DiagnosticStatus' OK, WARN
 and ERROR, and the node turns a :class:`Health` into a DiagnosticStatus. Rules, worst first:
 
-- ERROR: any XLA compile after warm-up.
+- ERROR: any XLA compile after warm-up; any frame that failed since the last report (an
+  unexpected error processing it, logged; the node serves the next one).
 - WARN ``waiting for the first point cloud``: no cloud since the node was activated (an idle
   node is not broken; it is not OK either, as it has produced nothing).
 - LiDAR timeout, ERROR: no *valid* cloud (processed, with at least one valid point) for more
@@ -51,14 +52,14 @@ COUNTS = ('received', 'processed', 'dropped', 'rejected', 'feature_maps_received
           'frames_without_tf', 'cameras_without_tf', 'cameras_over_slots', 'empty_clouds',
           'clouds_without_intensity', 'clouds_off_intensity_scale', 'deskewed',
           'clouds_without_time', 'frames_without_motion', 'lidar_sets_incomplete',
-          'late_lidar_clouds')
+          'late_lidar_clouds', 'frames_failed')
 # Counts also kept since the last report (the same names), for the per-report rules.
 PERIOD_COUNTS = ('processed', 'rejected', 'rejected_feature_maps', 'rejected_camera_info',
                  'overflowed', 'nonfinite_features', 'nonfinite_objects', 'rejected_odometry',
                  'frames_without_odometry', 'rejected_transforms', 'frames_without_tf',
                  'cameras_without_tf', 'cameras_over_slots', 'empty_clouds',
                  'clouds_without_intensity', 'clouds_off_intensity_scale', 'clouds_without_time',
-                 'frames_without_motion', 'late_lidar_clouds')
+                 'frames_without_motion', 'late_lidar_clouds', 'frames_failed')
 
 # Per-report WARNs: count name -> message after the number.
 _PERIOD_WARNINGS = (
@@ -169,6 +170,9 @@ def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTim
     problems = []
     if compiles:
         problems.append((ERROR, f'{compiles} XLA compiles after warm-up'))
+    if period['frames_failed']:
+        problems.append((ERROR, f'{period["frames_failed"]} frames failed since the last report '
+                                '(an internal error: see the log)'))
     problems += _cloud_problems(period, times, now, lidar_timeout_s, bool(lidars))
     problems += [(WARN, f'LiDAR {name} missing from {period[missing_key(name)]} of '
                         f'{period["processed"]} frames since the last report')

@@ -374,6 +374,7 @@ class PerceptionCore:
                 try:
                     self._process(*item)
                 except Exception as exc:    # noqa: B902 - a bug must not kill the node silently
+                    self._count('frames_failed')
                     self.log.error(f'frame failed: {exc!r}', throttle_duration_sec=2.0)
 
     def _wait_s(self) -> float:

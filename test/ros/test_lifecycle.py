@@ -220,3 +220,41 @@ def test_a_reactivation_starts_its_health_afresh_and_counts_the_cloud_it_gave_up
     finally:
         node.destroy_node()
         rclpy.shutdown(context=context)
+
+
+def test_a_frame_an_unexpected_error_stops_is_counted_and_reported_and_the_next_is_served():
+    import rclpy
+    from rclpy.parameter import Parameter
+    from jax_perception_node.ros.lifecycle_node import JaxPerceptionLifecycleNode
+    from ros_harness import other_domain
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=other_domain(44))
+    node = JaxPerceptionLifecycleNode(context=context, parameter_overrides=[
+        Parameter(key, value=value) for key, value in small_params(1, **{
+            'diagnostics.lidar_timeout_s': 60.0}).items()])
+    try:
+        node.trigger_configure()
+        node.trigger_activate()
+        core = node.core
+        process = core.path.process
+
+        def broken_once(*args, **kwargs):
+            core.path.process = process
+            raise RuntimeError('a bug')
+        core.path.process = broken_once
+
+        def served(count):
+            core._on_cloud(make_cloud(np.ones((3, 4), np.float32), T0 + count * 10**8))
+            deadline = time.monotonic() + 30
+            while core.counts['frames_failed'] + core.counts['processed'] < count:
+                assert time.monotonic() < deadline, core.counts
+                time.sleep(0.01)
+        served(1)
+        assert (core.counts['frames_failed'], core.counts['processed']) == (1, 0)
+        assert core.diagnostic_status().message.startswith(
+            '1 frames failed since the last report (an internal error: see the log)')
+        served(2)
+        assert (core.counts['frames_failed'], core.counts['processed']) == (1, 1)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)

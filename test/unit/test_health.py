@@ -101,6 +101,13 @@ def test_share_of_rejected_clouds_since_the_last_report(rejected, processed, lev
     assert (result.level, result.message) == (level, message)
 
 
+def test_a_frame_that_failed_since_the_last_report_is_an_error():
+    result = run(period={'processed': 9, 'frames_failed': 1})
+    assert (result.level, result.message) == (
+        ERROR, '1 frames failed since the last report (an internal error: see the log)')
+    assert run(counts={'frames_failed': 1}).level == OK      # an earlier report's: cleared
+
+
 def test_period_warnings_use_one_spelling_per_count():
     period = {'overflowed': 2, 'nonfinite_features': 8, 'rejected_feature_maps': 1,
               'rejected_camera_info': 3, 'rejected_odometry': 4, 'frames_without_odometry': 5,
