@@ -229,3 +229,30 @@ def test_an_unexpected_error_in_a_parameter_set_is_a_refusal_not_an_exception():
     logged = ('error', "parameter change ['cameras.front.fx'] failed: unexpected error: "
                        "RuntimeError('a bug')")
     assert logged in Node.logger.lines
+
+
+def test_a_lens_model_changes_with_its_coefficients_in_one_atomic_set():
+    """One key at a time each half is refused; set atomically, the pair applies, no compile."""
+    import rclpy
+    from rclpy.parameter import Parameter
+    from jax_perception_node.ros.node import JaxPerceptionNode
+    from ros_harness import other_domain
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=other_domain(45))
+    node = JaxPerceptionNode(context=context, parameter_overrides=[
+        Parameter(key, value=value) for key, value in small_params(1, **{
+            'diagnostics.lidar_timeout_s': 60.0}).items()])
+    try:
+        core = node.core
+        lens = [-0.1, 0.01, 0.0, 0.0, 0.0]
+        model = Parameter('cameras.front.distortion_model', value='plumb_bob')
+        coefficients = Parameter('cameras.front.distortion', value=lens)
+        assert not node.set_parameters([model])[0].successful
+        assert not node.set_parameters([coefficients])[0].successful
+        assert node.set_parameters_atomically([model, coefficients]).successful
+        front = core.path.cameras[0]
+        assert (front.distortion_model, list(front.distortion)) == ('plumb_bob', lens)
+        assert core.pipe.compiles_after_warmup == 0
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)
