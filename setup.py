@@ -34,7 +34,7 @@ setup(
         'console_scripts': [
             'jax_perception_node = jax_perception_node.ros.node:main',
             'jax_perception_lifecycle_node = jax_perception_node.ros.lifecycle_node:main',
-            'jax-perception = jax_perception_node.tools.cli:main',
+            'jax-perception = jax_perception_node.tools.console:main',
         ],
     },
 )

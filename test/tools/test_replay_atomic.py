@@ -318,3 +318,24 @@ def test_a_replay_onto_a_dangling_link_is_refused_before_it_starts(drive, tmp_pa
     assert main(['replay', str(bag), '--out', str(tmp_path / 'out'), '--params',
                  str(params)]) == 1
     assert f'{tmp_path / "out"} exists, not overwriting' in capsys.readouterr().err
+
+
+def test_the_console_script_says_a_ctrl_c_while_importing_the_cli_in_one_line(
+        monkeypatch, capsys, tmp_path):
+    from jax_perception_node.tools import console
+
+    class Interrupting:
+        def find_spec(self, name, path=None, target=None):
+            if name == 'jax_perception_node.tools.cli':
+                raise KeyboardInterrupt
+            return None
+    monkeypatch.delitem(sys.modules, 'jax_perception_node.tools.cli')
+    monkeypatch.setattr(sys, 'meta_path', [Interrupting(), *sys.meta_path])
+    assert console.main() == 130
+    assert capsys.readouterr().err == 'jax-perception: interrupted\n'
+    monkeypatch.setattr(sys, 'meta_path', [m for m in sys.meta_path
+                                           if not isinstance(m, Interrupting)])
+    monkeypatch.setattr(sys, 'argv', ['jax-perception', 'replay', str(tmp_path / 'none'),
+                                      '--out', str(tmp_path / 'o')])
+    assert console.main() == 1          # the CLI itself, on the process's arguments
+    assert 'no such bag' in capsys.readouterr().err
