@@ -6,8 +6,32 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from .staging import DoubleBuffer
-from ..sensors.cloud import (CloudFormatError, keep_rows, read_points, read_times, returns,
-                             times_near_stamp)
+from ..sensors.cloud import (CloudFormatError, keep_rows, MAX_POINT_TIME_S, read_points,
+                             read_times, returns, times_near_stamp)
+
+
+def _shares(sizes: list[int], bucket: int) -> list[int]:
+    """
+    Split ``bucket`` rows between clouds of ``sizes`` returns in proportion, filling it.
+
+    Largest remainders: each cloud's exact share rounded down, then the rows left one each to
+    the clouds with the largest fractions (ties in the configured order), so the bucket is
+    full and a small cloud whose fraction is large keeps its row.
+    """
+    n = sum(sizes)
+    exact = [size * bucket for size in sizes]           # each share times n, in integers
+    shares = [e // n for e in exact]
+    by_fraction = sorted(range(len(sizes)), key=lambda k: -(exact[k] % n))
+    for k in by_fraction[:bucket - sum(shares)]:
+        shares[k] += 1
+    return shares
+
+
+def _clean_times(times: np.ndarray) -> None:
+    """Set a point's time that is no number or MAX_POINT_TIME_S or more away to 0, in place."""
+    # Here, before a set adds its cloud's offset: after it, a bad time would move the point
+    # by the offset (NaN + offset is still NaN), and a good one could reach the kernel's bound.
+    times[~(np.abs(times) < MAX_POINT_TIME_S)] = 0.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +134,8 @@ class BucketPadder:
         timed = time is not None and read_times(
             msg, *time, max_points=bucket, policy=self.overflow_policy, out=times,
             rows=rows) and times_near_stamp(times[:kept])
+        if timed:
+            _clean_times(times[:kept])
         _scale_intensity(buffer[:kept], intensity_scale)
         return PaddedCloud(buffer, kept, bucket, n - kept, n,
                            any(f.name == intensity_field for f in msg.fields), times, timed)
@@ -121,9 +147,10 @@ class BucketPadder:
 
         ``clouds``: one per LiDAR in the configured order, None for a LiDAR missing from the
         set (it gets no rows). The bucket follows the total of their returns; above the
-        largest bucket each cloud keeps its share (rows in proportion to its returns) by the
-        overflow policy. Times: each cloud's per-point times (its time field, else 0) plus its
-        ``offset_s``, so every point's time counts from the set's stamp. A cloud that cannot
+        largest bucket each cloud keeps its share (rows in proportion to its returns, the
+        bucket filled: ``_shares``) by the overflow policy. Times: each cloud's per-point times
+        (its time field, NaN or a second or more away set to 0; else 0) plus its ``offset_s``,
+        so every point's time counts from the set's stamp. A cloud that cannot
         be decoded is left out like a missing one: the second value maps its index to the
         CloudFormatError, found before any buffer is touched.
         """
@@ -141,7 +168,7 @@ class BucketPadder:
                  else len(r) for c, r in zip(clouds, rows)]
         n = sum(sizes)
         bucket = self.bucket_for(n)
-        shares = sizes if n <= bucket else [size * bucket // n for size in sizes]
+        shares = sizes if n <= bucket else _shares(sizes, bucket)
         buffer, times = self._buffers[bucket].swap(), self._times[bucket].swap()
         start, starts, lidars = 0, [], []
         for cloud, selected, size, share in zip(clouds, rows, sizes, shares):
@@ -158,7 +185,8 @@ class BucketPadder:
                 out=times[start:], rows=selected) and times_near_stamp(times[start:end])
             if not timed:
                 times[start:end] = cloud.offset_s
-            elif cloud.offset_s:
+            else:
+                _clean_times(times[start:end])
                 times[start:end] += cloud.offset_s
             lidars.append((share, size, any(f.name == cloud.intensity_field
                                             for f in msg.fields), timed))
@@ -182,6 +210,8 @@ class BucketPadder:
                 target[:kept] = source[rows]
             else:
                 np.take(source, rows, axis=0, out=target)
+        if times is not None:
+            _clean_times(stamps[:kept])
         return PaddedCloud(buffer, kept, bucket, n - kept, n, True, stamps, times is not None)
 
     def read_by(self, padded: PaddedCloud, reader) -> None:

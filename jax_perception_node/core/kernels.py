@@ -100,11 +100,13 @@ def deskew(x: jax.Array, y: jax.Array, z: jax.Array, times: jax.Array,
     Move points measured ``times`` s after the stamp to where they were at the stamp.
 
     x, y, z: float32[...] in a frame rigidly attached to the vehicle; times: float32[...] (s,
-    relative to the stamp; |t| >= ``MAX_POINT_TIME_S`` or NaN counts as 0); twist:
+    relative to the stamp; the host sets a point's own time to 0 when it is NaN or
+    ``MAX_POINT_TIME_S`` or more away (``buckets``), then a set adds its cloud's offset, at most
+    twice the stamp tolerance; beyond twice ``MAX_POINT_TIME_S`` or NaN counts as 0); twist:
     float32[6] (v m/s, w rad/s) of that frame, constant over the sweep
     (``ego_motion.deskew_motion``). q + t (v + w x q), first order in t; all zero: unchanged.
     """
-    dt = jnp.where(jnp.abs(times) < MAX_POINT_TIME_S, times, 0.0)
+    dt = jnp.where(jnp.abs(times) < 2 * MAX_POINT_TIME_S, times, 0.0)
     v, w = twist[:3], twist[3:6]
     return (x + dt * (v[0] + w[1] * z - w[2] * y),
             y + dt * (v[1] + w[2] * x - w[0] * z),

@@ -59,13 +59,15 @@ class Frame:
     # without_motion, no ego pose at the stamp and BASELINE_S before it
     fields_without_time: tuple[str, ...] = ()
     without_motion: bool = False
-    lidar_key: str = ''     # whose fields those are: lidar, or lidars.<name> (several LiDARs)
+    # whose fields those are (lidar, or lidars.<name> of several): the one without intensity
+    intensity_key: str = ''
     lidars_missing: tuple[str, ...] = ()   # LiDARs of lidars.names not in the set
     lidars_refused: tuple[str, ...] = ()   # 'name: reason' of each cloud of the set left out
     # the first LiDAR whose intensities read off the head's scale (HeadSpec.intensity_top)
     off_scale: OffScale | None = None
     # the grid the frame was placed in (grid.frame_id is live: label the outputs with this one)
     grid: GridConfig | None = None
+    time_key: str = ''      # the LiDAR whose fields_without_time those are
 
 
 class FramePath(TfCalibration):
@@ -328,12 +330,12 @@ class FramePath(TfCalibration):
         rgb = None
         if picture and not self.pipe.projected:
             rgb = bev_to_rgb(result.features, cfg.grid.z_min, cfg.grid.z_max)
-        key, no_intensity, no_time = lacking_fields(cfg, taken, padded)
+        (intensity_key, no_intensity), (time_key, no_time) = lacking_fields(cfg, taken, padded)
         return Frame(stamp, result, rgb, frame_record(result, (decoded - started) * 1e3),
                      pairing.stale, jumped, started,
                      self.accumulating and pose is None, without_tf, *over_slots, empty,
-                     no_intensity, result.deskewed, no_time, deskew and twist is None, key,
-                     taken.missing, taken.refused, off, cfg.grid)
+                     no_intensity, result.deskewed, no_time, deskew and twist is None,
+                     intensity_key, taken.missing, taken.refused, off, cfg.grid, time_key)
 
     def _camera_frame(self, name: str) -> str:
         return next(c.frame_id for c in self.cfg.cameras if c.name == name)

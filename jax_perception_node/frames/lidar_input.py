@@ -112,20 +112,23 @@ def decode_clouds(pipe: BevPipeline, cfg: PipelineConfig,
                                frame.refused + names)
 
 
-def lacking_fields(cfg: PipelineConfig, frame: FrameClouds,
-                   padded: PaddedCloud) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+def lacking_fields(cfg: PipelineConfig, frame: FrameClouds, padded: PaddedCloud
+                   ) -> tuple[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...]]]:
     """
-    Return (key, fields without intensity, fields without time) for the frame's warnings.
+    Return the frame's LiDARs lacking a field: ((key, fields), (key, fields)).
 
-    ``key``: the parameter prefix of the first LiDAR whose cloud lacks its intensity field or
-    its time field (``lidar`` or ``lidars.<name>``); the tuples are that cloud's field names
-    when it lacks the one or the other, else (). Field names are built only then (not per
-    frame).
+    The first for the intensity field, the second for the time field: the parameter prefix
+    (``lidar`` or ``lidars.<name>``) of the first LiDAR whose cloud lacks that field (or whose
+    times are not a sweep's), and that cloud's field names; ('', ()) where none does. Each is
+    looked for on its own, so one LiDAR lacking its intensity does not hide another's time.
+    Field names are built only then (not per frame).
     """
+    lacking = [('', ()), ('', ())]
     lidars = cfg.lidar_sensors
     for lidar, msg, (_, _, intensity, timed) in zip(lidars, frame.clouds, padded.per_lidar):
-        no_time = lidar.timing.active and not timed
-        if msg is not None and (not intensity or no_time):
-            names = tuple(f.name for f in msg.fields)
-            return lidar.key, names if not intensity else (), names if no_time else ()
-    return '', (), ()
+        if msg is None:
+            continue
+        for k, lacks in enumerate((not intensity, lidar.timing.active and not timed)):
+            if lacks and not lacking[k][0]:
+                lacking[k] = (lidar.key, tuple(f.name for f in msg.fields))
+    return lacking[0], lacking[1]

@@ -4,7 +4,8 @@ The node's log lines about a processed frame: what it lacked, or what was left o
 No ROS import: the node passes its logger. Each warning has its own line of code, since
 rclpy throttles per call site; the same warning every frame would be noise, so each is
 throttled. A warning about a LiDAR's fields names its parameter: ``lidar.intensity_field`` for
-the one LiDAR, ``lidars.<name>.intensity_field`` for one of several (``Frame.lidar_key``).
+the one LiDAR, ``lidars.<name>.intensity_field`` for one of several (``Frame.intensity_key``,
+``Frame.time_key``).
 """
 
 from ..frames.frame_path import Frame
@@ -20,14 +21,16 @@ def warn_frame(log, cfg: PipelineConfig, frame: Frame) -> None:
         log.warning('point cloud rejected, left out of its set: '
                     + '; '.join(f'LiDAR {reason}' for reason in frame.lidars_refused),
                     throttle_duration_sec=2.0)
-    lidar = next((lidar for lidar in cfg.lidar_sensors if lidar.key == frame.lidar_key), None)
+    by_key = {lidar.key: lidar for lidar in cfg.lidar_sensors}
     if frame.fields_without_intensity:
+        lidar = by_key[frame.intensity_key]
         log.warning(f'point cloud has no field "{lidar.intensity_field}" '
                     f'({lidar.key}.intensity_field): intensity read as 0; its fields are '
                     f'{list(frame.fields_without_intensity)}', throttle_duration_sec=10.0)
     if frame.off_scale is not None:
         log.warning('point cloud intensities read off the scale the head was trained on: '
                     + frame.off_scale.advice(), throttle_duration_sec=10.0)
+    lidar = by_key.get(frame.time_key)
     timing = lidar.timing if frame.fields_without_time else None
     if timing is not None and timing.field in frame.fields_without_time:
         read = 'offsets from the stamp' if timing.reference == 'stamp' else 'absolute'

@@ -131,7 +131,8 @@ def read_times(msg, field: str, unit: str, reference: str, max_points: int | Non
     common drivers'), ``unit`` is 's', 'ms', 'us' or 'ns', ``reference`` 'stamp' (the values
     are offsets from header.stamp) or 'absolute' (times since the epoch: header.stamp is
     subtracted in int64 for integer fields, else in float64 with the stamp's whole seconds
-    first, so 1.7e9 s or 1.7e18 ns keep their sub-microsecond offsets before the float32 cast).
+    first, so 1.7e9 s or 1.7e18 ns keep their sub-microsecond offsets before the float32 cast);
+    an absolute float32 field cannot hold them, and its times are written NaN.
     NaN and Inf pass through: the deskew kernel moves a point whose time is NaN or
     ``|t| >= 1`` s as if it were 0 (not at all).
 
@@ -159,6 +160,12 @@ def read_times(msg, field: str, unit: str, reference: str, max_points: int | Non
                          f'{getattr(out, "dtype", type(out).__name__)} {np.shape(out)}')
     if out.shape[0] < kept:
         raise ValueError(f'out has {out.shape[0]} rows, the cloud needs {kept}')
+    kind = layout.dtypes['time'][1]
+    if reference == 'absolute' and kind.kind == 'f' and kind.itemsize < 8:
+        # A float32 cannot hold a time since the epoch (it steps by 128 s near 1.7e9 s): all
+        # its times would read as one, now and then near the stamp. Never moved, and said so.
+        out[:kept] = np.nan
+        return True
     if kept:
         index = row_index(layout, _rows_read(num_points, max_points, policy, rows))
         stamp = msg.header.stamp if reference == 'absolute' else None

@@ -6,7 +6,7 @@ from cloud_reference import encode, Field, FLOAT32, reference_decode, reference_
 from driver_layouts import (DRIVER_LAYOUTS, driver_message, DriverLayout, layout_named,
                             no_return_slots, PLAIN, same_points, STAMP_NS)
 from jax_perception_node.sensors.cloud import (CloudFormatError, read_points, read_times,
-                                               returns, TIME_FIELDS)
+                                               returns, TIME_FIELDS, times_near_stamp)
 from jax_perception_node.tools.bench.decode import decode_rows, main
 import numpy as np
 import pytest
@@ -290,3 +290,16 @@ def test_decode_bench_prints_its_rows(capsys):
     for row in rows:
         assert f'| {row["layout"]} | {row["point_step"]} | {row["slots"]} |' in printed
     assert 'slowest unorganized' in printed and 'slowest organized' in printed
+
+
+def test_absolute_times_in_a_float32_are_no_sweep():
+    # Near 1.7e9 s a float32 steps by 128 s: every point's time reads the same, and about one
+    # stamp in 64 lands within a second of it. Such times are never taken for a sweep's.
+    layout = DriverLayout('custom', 'test', PLAIN.fields + (('t', 16, 7),), 20,
+                          time=('t', 's', 'absolute'))
+    points, _ = same_points(4, 6)
+    stamp_ns = 1_700_000_000 * 10 ** 9
+    msg = driver_message(layout, points, np.array([0, 1, 2, 3]) * 10 ** 7, stamp_ns=stamp_ns)
+    out = np.zeros(4, np.float32)
+    assert read_times(msg, 't', 's', 'absolute', out=out)
+    assert np.isnan(out).all() and not times_near_stamp(out)

@@ -5,12 +5,14 @@ import itertools
 import bag_messages
 from configs import small_params
 from jax_perception_node.core.buckets import SetCloud
+from jax_perception_node.core.kernels import deskew
 from jax_perception_node.core.pipeline import BevPipeline, compile_count
 from jax_perception_node.frames.frame_path import FramePath
 from jax_perception_node.frames.lidar_sets import LidarSet
 from jax_perception_node.sensors.cloud import CloudFormatError
 from jax_perception_node.settings.config import config_from_parameters
 from jax_perception_node.settings.parameters import ConfigError
+from jax_perception_node.tools.cloud_messages import point_cloud
 from lidar_scenes import base_link_points, into_sensor, NAMES, POSES
 import numpy as np
 import pytest
@@ -234,3 +236,60 @@ def test_a_lidar_block_needs_its_pose():
     params = {k: v for k, v in lidar_params().items() if k != 'lidars.right.translation'}
     with pytest.raises(ConfigError, match='lidars.right.translation: required'):
         config_from_parameters(params)
+
+
+def test_above_the_largest_bucket_the_shares_fill_it_by_largest_remainders(three):
+    cfg, pipe, _, _ = three
+    rng = np.random.default_rng(6)
+    # Exact shares of 1024 rows: 1023.49 and 0.51. Rounded down the small LiDAR lost its one
+    # point and a row stayed empty; by largest remainders it keeps it and the bucket is full.
+    sizes = {'top': 2000, 'left': 1}
+    clouds = {k: into_sensor(base_link_points(rng, n, cfg), k) for k, n in sizes.items()}
+    padded, _ = pipe.decode_set(tuple(
+        None if k not in clouds else SetCloud(bag_messages.cloud(clouds[k], STAMP, f'lidar_{k}'),
+                                              'intensity', None, 0.0) for k in NAMES))
+    assert (padded.count, padded.starts) == (1024, (1023, 1024))
+    np.testing.assert_array_equal(padded.buffer[1023], clouds['left'][0])
+
+
+def test_a_lidars_bad_times_count_as_its_own_stamp_and_a_late_cloud_is_moved_whole(three):
+    cfg, pipe, _, _ = three
+    rng = np.random.default_rng(7)
+    points = {k: into_sensor(base_link_points(rng, 4, cfg), k) for k in ('top', 'left')}
+    own = {'top': np.zeros(4, np.float32),
+           'left': np.array([0.0, 0.05, np.nan, 5.0], np.float32)}    # no number, no sweep's
+    for offset, expected in ((0.05, [0.05, 0.1, 0.05, 0.05]), (0.95, [0.95, 1.0, 0.95, 0.95])):
+        padded, _ = pipe.decode_set(tuple(
+            SetCloud(timed_cloud(points[k], own[k], STAMP, f'lidar_{k}'), 'intensity',
+                     ('time', 's', 'stamp'), offset if k == 'left' else 0.0)
+            if k in points else None for k in NAMES))
+        np.testing.assert_allclose(padded.times[4:8], expected, rtol=1e-6)
+    # The kernel moves a set's points by up to twice a sweep's bound: 1.0 s here is not 0.
+    moved = deskew(*(np.float32([1.0]),) * 3, np.float32([1.0]),
+                   np.array([20.0, 0, 0, 0, 0, 0], np.float32))
+    assert float(moved[0][0]) == pytest.approx(21.0)
+
+
+def timed_cloud(points: np.ndarray, times: np.ndarray, stamp: int, frame_id: str):
+    """Build a PointCloud2 of x, y, z, intensity and a float32 ``time`` (s after the stamp)."""
+    data = np.zeros(len(points), [('xyzi', '<f4', 4), ('time', '<f4')])
+    data['xyzi'], data['time'] = points, times
+    fields = [('x', 0, 7), ('y', 4, 7), ('z', 8, 7), ('intensity', 12, 7), ('time', 16, 7)]
+    return point_cloud(bag_messages.TYPES, data, fields, len(points), 20, stamp, frame_id)
+
+
+def test_each_lacking_field_names_its_own_lidar():
+    from types import SimpleNamespace
+    from jax_perception_node.frames.lidar_input import lacking_fields
+
+    def lidar(key):
+        return SimpleNamespace(key=key, timing=SimpleNamespace(active=True))
+
+    def fields(*names):
+        return SimpleNamespace(fields=[SimpleNamespace(name=name) for name in names])
+    cfg = SimpleNamespace(lidar_sensors=(lidar('lidars.a'), lidar('lidars.b')))
+    frame = SimpleNamespace(clouds=(fields('x', 'y', 'z', 't'), fields('x', 'y', 'z', 'i')))
+    # a lacks its intensity every frame, b its time: b's must not be hidden behind a's.
+    padded = SimpleNamespace(per_lidar=((10, 10, False, True), (10, 10, True, False)))
+    assert lacking_fields(cfg, frame, padded) == (
+        ('lidars.a', ('x', 'y', 'z', 't')), ('lidars.b', ('x', 'y', 'z', 'i')))
