@@ -98,15 +98,32 @@ def custom_data(reader: Reader) -> dict[str, str]:
     Return the bag's rosbag2 ``custom_data`` (its folder's metadata.yaml), values as text.
 
     A bag file named on its own reads the metadata.yaml beside it when that lists the file,
-    so naming a folder's .mcap instead of the folder finds the same record; a bare file
-    elsewhere has none.
+    so naming a folder's .mcap instead of the folder finds the same record; a bare .mcap
+    elsewhere reads the copy rosbag2 writes into the file itself (its ``rosbag2`` metadata
+    record), so a drive copied out of its folder keeps its seed; a bare .db3 has none.
     """
     custom = getattr(getattr(reader.storage, 'metadata', None), 'custom', None)
     path = Path(reader.path).resolve()      # a link to a folder's .mcap: that folder's record
     if custom is None and path.is_file():
         custom = _sibling_custom_data(path)
+    if custom is None and path.is_file() and path.suffix == '.mcap':
+        custom = _mcap_custom_data(path)
     # YAML as written, unchecked by rosbags: keep only a mapping, its values as text.
     return {str(k): str(v) for k, v in custom.items()} if isinstance(custom, dict) else {}
+
+
+def _mcap_custom_data(path: Path):
+    """``custom_data`` of the rosbag2 metadata record inside .mcap file ``path``, if any."""
+    try:
+        from mcap.reader import make_reader     # the tools' extra: without it, no record
+        with open(path, 'rb') as stream:
+            for record in make_reader(stream).iter_metadata():
+                if record.name == 'rosbag2':
+                    info = yaml.safe_load(record.metadata['serialized_metadata'])
+                    return info.get('custom_data') if isinstance(info, dict) else None
+    except Exception:       # noqa: B902 - any failure here only means: no record to read
+        return None
+    return None
 
 
 def _sibling_custom_data(path: Path):

@@ -56,6 +56,8 @@ from ..settings.parameters import ConfigError
 
 DEFAULT_STEPS = 6000        # the shipped weights: 20 minutes on a 2-core CPU, 26 drives
 DEFAULT_BATCH = 8
+# A typo's bounds: 10 million steps is years of this CPU; the steps' draws are kept in memory.
+MAX_STEPS, MAX_BATCH = 10 ** 7, 4096
 LEARNING_RATE = 3e-3
 WEIGHT_DECAY = 1e-4
 REG_WEIGHT = 0.25          # CenterPoint's weight of the box regression against the heatmap
@@ -299,11 +301,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='the weights (.npz) to write')
     parser.add_argument('--params', metavar='FILE',
                         help='parameter file (default: the shipped one); fixes the BEV')
-    parser.add_argument('--steps', type=_number(int, 1), default=DEFAULT_STEPS,
+    parser.add_argument('--steps', type=_number(int, 1, MAX_STEPS), default=DEFAULT_STEPS,
                         help=f'optimizer steps (default {DEFAULT_STEPS})')
-    parser.add_argument('--batch', type=_number(int, 1), default=DEFAULT_BATCH,
+    parser.add_argument('--batch', type=_number(int, 1, MAX_BATCH), default=DEFAULT_BATCH,
                         help=f'frames per step (default {DEFAULT_BATCH})')
-    parser.add_argument('--seed', type=int, default=0,
+    parser.add_argument('--seed', type=_number(int, 0), default=0,
                         help='seed of the initial weights, frame order, flips and camera '
                              'dropout (default 0); not a drive seed')
     default, share = CameraDropout(), _number(float, 0, 1)

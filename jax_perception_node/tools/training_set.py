@@ -404,7 +404,7 @@ def draws(dataset: Dataset, steps: int, batch_size: int, seed: int, weights, bal
     for _ in range(steps):
         if frames is not None:
             order = list(rng.choice(len(frames), batch_size, p=frames))
-        elif len(order) < batch_size:
+        while frames is None and len(order) < batch_size:    # a batch above the set's size
             order += list(rng.permutation(len(dataset.pooled)))
         indices, order = order[:batch_size], order[batch_size:]
         flips = rng.random((batch_size, 2)) < 0.5

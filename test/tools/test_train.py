@@ -423,8 +423,8 @@ def test_a_sample_drive_of_a_held_out_seed_is_refused_before_the_warm_up(
         assert bagio.custom_data(reader) == {bagio.SAMPLE_SEED_KEY: '3'}
     finally:
         reader.close()
-    # A bare .mcap out of its folder (or beside a metadata.yaml that does not list it):
-    # nothing to check.
+    # A bare .mcap out of its folder (or beside a metadata.yaml that does not list it): the
+    # record rosbag2 writes into the file keeps the seed, and the drive is still held out.
     bare = tmp_path / 'bare'
     bare.mkdir()
     shutil.copy(mcap, bare / 'drive.mcap')
@@ -432,9 +432,13 @@ def test_a_sample_drive_of_a_held_out_seed_is_refused_before_the_warm_up(
     for path in (bare / 'drive.mcap', held_out / 'other.mcap'):
         reader = bagio.open_reader(path)
         try:
-            assert bagio.custom_data(reader) == {}
+            assert bagio.custom_data(reader) == {bagio.SAMPLE_SEED_KEY: '3'}
         finally:
             reader.close()
+    assert main(['train', str(bare / 'drive.mcap'), '--out', str(tmp_path / 'w.npz'),
+                 '--params', str(params_file)]) == 1
+    assert_one_line_error(capsys, f"{bagio.SAMPLE_SEED_KEY} '3': sample drives of seeds below "
+                                  '100 are held out')
 
 
 def read_truth_of(path):
@@ -744,3 +748,22 @@ def test_a_failed_weights_write_leaves_no_partial_file(drive, tmp_path, capsys, 
     params = jax.tree.map(np.asarray, CenterPointHead.create(3))
     train.write_weights(out, eqx.filter(params, eqx.is_array))
     assert [p.name for p in tmp_path.iterdir()] == ['head.npz']
+
+
+def test_a_batch_larger_than_the_training_set_draws_every_frame_as_often_as_needed():
+    # 3 frames, batches of 8, no class balance: each step's frames, flips, scales agree.
+    from types import SimpleNamespace
+    dataset = SimpleNamespace(pooled=[None] * 3, boxes=[np.zeros((0, 9))] * 3)
+    for indices, flips, variants, scales, keep in training_set.draws(
+            dataset, 4, 8, 0, (1.0, 0.0, 0.0), balance=False, cameras=2):
+        assert len(indices) == len(flips) == len(scales) == len(keep) == 8
+        assert set(indices) == {0, 1, 2} and variants is None
+
+
+def test_train_options_out_of_bounds_are_one_line(capsys, tmp_path):
+    for option, value, refused in (('--seed', '-1', 'must be at least 0, got -1'),
+                                   ('--steps', '100000000000', 'must be within [1, 10000000]'),
+                                   ('--batch', '100000', 'must be within [1, 4096]')):
+        assert main(['train', str(tmp_path / 'bag'), '--out', str(tmp_path / 'w.npz'),
+                     option, value]) != 0
+        assert_one_line_error(capsys, f'argument {option}: {refused}')

@@ -1,8 +1,10 @@
 """bagio.open_reader: a bag file named on its own, where its folder compresses every message."""
 
+import shutil
+
 from jax_perception_node.bags import bagio
 import pytest
-from rosbags.rosbag2 import Writer
+from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.rosbag2.writer import CompressionFormat, CompressionMode
 from rosbags.typesys import get_typestore, Stores
 
@@ -86,3 +88,27 @@ def test_a_topic_of_several_types_is_read_as_the_nodes_input_type_alone(tmp_path
     finally:
         reader.close()
     assert read == [('/x', bagio.TF_TYPE)]
+
+
+def test_a_bare_mcap_keeps_the_custom_data_rosbag2_writes_into_it(tmp_path):
+    # A held-out drive copied out of its folder: its seed is still read (the training refuses
+    # held-out seeds by it), from the rosbag2 record inside the file.
+    writer = Writer(tmp_path / 'bag', version=9, storage_plugin=StoragePlugin.MCAP)
+    writer.set_custom_data(bagio.SAMPLE_SEED_KEY, '5')
+    writer.open()
+    try:
+        string = TYPESTORE.types['std_msgs/msg/String']
+        connection = writer.add_connection('/chatter', string.__msgtype__, typestore=TYPESTORE)
+        writer.write(connection, 1, TYPESTORE.serialize_cdr(string(data='hi'),
+                                                            string.__msgtype__))
+    finally:
+        writer.close()
+    (tmp_path / 'elsewhere').mkdir()
+    bare = tmp_path / 'elsewhere' / 'drive.mcap'
+    shutil.copy(next((tmp_path / 'bag').glob('*.mcap')), bare)
+    for path in (tmp_path / 'bag', bare):
+        reader = bagio.open_reader(path)
+        try:
+            assert bagio.custom_data(reader) == {bagio.SAMPLE_SEED_KEY: '5'}, path
+        finally:
+            reader.close()
