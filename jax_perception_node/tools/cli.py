@@ -251,7 +251,8 @@ def cmd_record(args) -> int:
     number(args.wait, '--wait', 0.0, unit=' s')
     number(args.seconds, '--seconds', 0.0, low_open=True, unit=' s')
     topics = [topic_name(topic, '--topic', RECORDER) for topic in args.topic or []]
-    return record_topics(args.out, topics, args.seconds, wait_s=args.wait)
+    with sigterm_raises():      # a stop like Ctrl-C: the bag is closed whole
+        return record_topics(args.out, topics, args.seconds, wait_s=args.wait)
 
 
 def cmd_bench(args) -> int:
@@ -271,7 +272,8 @@ def cmd_demo(args) -> int:
     from .demo import run_demo
     number(args.seconds, '--seconds', 0.0, MAX_DRIVE_S, low_open=True, unit=' s')
     check_writable(args.out, '--out', folder=True)
-    return run_demo(Path(args.out), args.params, args.seconds, images=not args.feature_maps)
+    with sigterm_raises():      # the node, player and recorder are stopped on the way out
+        return run_demo(Path(args.out), args.params, args.seconds, images=not args.feature_maps)
 
 
 def _with_topics(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

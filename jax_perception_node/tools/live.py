@@ -21,6 +21,8 @@ from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile, Rel
 from rosbags.interfaces import (Qos, QosDurability, QosHistory, QosLiveliness, QosReliability,
                                 QosTime)
 
+from .interrupts import Terminated
+
 _ROS_TYPES = {}
 CLOCK_TOPIC = '/clock'
 PLAYER, RECORDER = 'jax_perception_player', 'jax_perception_recorder'   # node names, root ns
@@ -164,7 +166,8 @@ def play_bag(src, cfg: PipelineConfig, topics: bagio.BagTopics = bagio.BagTopics
                     for src_topic, dst_topic in routes.items()}
             clock = PlaybackClock(node, clock_hz, rate) if clock_hz > 0 else None
             deadline = time.monotonic() + wait_s
-            awaited = [pubs[t] for t in {topics.pointcloud, *(remap or {})} if t in pubs]
+            lidars = topics.clouds(tuple(lidar.name for lidar in cfg.lidars))   # each LiDAR's
+            awaited = [pubs[t] for t in {*lidars, *(remap or {})} if t in pubs]
             while time.monotonic() < deadline and any(
                     pub.get_subscription_count() == 0 for pub in awaited):
                 time.sleep(0.02)
@@ -355,7 +358,7 @@ def record_topics(dst, topics, seconds: float | None = None, wait_s: float | Non
             end = None if seconds is None else time.monotonic() + seconds
             while context.ok() and (end is None or time.monotonic() < end):
                 time.sleep(0.1)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Terminated):     # a stop, as rosbag2 takes SIGTERM too
             pass
         finally:
             recorder.close()

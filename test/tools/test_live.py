@@ -237,8 +237,15 @@ def test_bag_qos_is_the_profile_as_rosbag2_writes_it():
     assert latched.avoid_ros_namespace_conventions is False
 
 
-def test_record_waits_for_its_topics_and_keeps_their_offered_qos(tmp_path):
-    """No --wait: record waits until the topics appear (started after it), then records."""
+@pytest.mark.parametrize('stop', ['seconds', 'sigterm'])
+def test_record_waits_for_its_topics_and_keeps_their_offered_qos(tmp_path, stop):
+    """
+    No --wait: record waits until the topics appear (started after it), then records.
+
+    Stopped by --seconds or by SIGTERM (as a launch or a service manager stops it): either
+    way the bag is closed whole, as rosbag2 does.
+    """
+    import signal
     from diagnostic_msgs.msg import DiagnosticArray
     import rclpy
     from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
@@ -246,8 +253,9 @@ def test_record_waits_for_its_topics_and_keeps_their_offered_qos(tmp_path):
     latched_topic, sensor_topic = '/live_test/latched', '/live_test/sensor'
     exe = str(Path(sys.executable).with_name('jax-perception'))
     recorder = subprocess.Popen(
-        [exe, 'record', str(out), '--seconds', '2', '--topic', latched_topic, '--topic',
-         sensor_topic], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [exe, 'record', str(out), *(['--seconds', '2'] if stop == 'seconds' else []),
+         '--topic', latched_topic, '--topic', sensor_topic], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node('live_test_publisher', context=context)
@@ -263,9 +271,13 @@ def test_record_waits_for_its_topics_and_keeps_their_offered_qos(tmp_path):
         sensor = node.create_publisher(DiagnosticArray, sensor_topic, qos_profile_sensor_data)
         latched.publish(DiagnosticArray())     # kept for the recorder (transient local)
         deadline = time.monotonic() + 120.0
+        started = time.monotonic()
         while recorder.poll() is None and time.monotonic() < deadline:
             sensor.publish(DiagnosticArray())
             time.sleep(0.05)
+            if stop == 'sigterm' and time.monotonic() - started > 2.0:
+                recorder.send_signal(signal.SIGTERM)
+                break
         output = first + recorder.communicate(timeout=30)[0]
     finally:
         if recorder.poll() is None:
@@ -302,5 +314,36 @@ def test_looping_a_bag_without_messages_ends_instead_of_spinning(tmp_path):
         threading.Thread(target=run, daemon=True).start()
         # Before, each pass published nothing and the loop went round for ever at 100 % CPU.
         assert done.wait(60), 'play --loop of an empty bag never ended'
+    finally:
+        rclpy.try_shutdown(context=context)
+
+
+def test_play_with_several_lidars_waits_for_their_subscriber(tmp_path):
+    # With lidars.names the clouds are on ~/input/<name>/pointcloud: play waits for those, as
+    # it waits for ~/input/pointcloud with one LiDAR (it waited for nothing, and the first
+    # frames were lost to discovery).
+    import rclpy
+    from configs import small_params
+    from jax_perception_node.bags.topics import lidar_topic
+    from jax_perception_node.settings.config import config_from_parameters
+    names = ('top', 'left')
+    params = small_params(0, **{'lidars.names': list(names)})
+    for name in names:
+        params.update({f'lidars.{name}.translation': [0.0, 0.0, 1.8],
+                       f'lidars.{name}.rotation_xyzw': [0.0, 0.0, 0.0, 1.0]})
+    types = bagio.TYPESTORE.types
+    with bagio.BagWriter(tmp_path / 'bag') as writer:
+        for name in names:
+            writer.write(lidar_topic(name), types[bagio.POINTCLOUD_TYPE](
+                header=bagio.header(START_NS, 'lidar'), height=1, width=0, fields=[],
+                is_bigendian=False, point_step=16, row_step=0, data=np.zeros(0, np.uint8),
+                is_dense=True), START_NS)
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    try:
+        started = time.monotonic()
+        assert live.play_bag(tmp_path / 'bag', config_from_parameters(params), wait_s=1.5,
+                             context=context) == 0
+        assert time.monotonic() - started >= 1.5     # nobody subscribed: it waited it out
     finally:
         rclpy.try_shutdown(context=context)
