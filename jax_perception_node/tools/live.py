@@ -118,9 +118,11 @@ def restamped(raw: bytes, msgtype: str, offset_ns: int) -> bytes:
     Return a message with its stamps shifted by ``offset_ns``: the Header, or each transform's.
 
     A TFMessage starts with its transforms, not a Header: it is decoded, shifted and encoded.
+    A type that starts with no Header (std_msgs/String, an array) has no stamp to shift: it
+    is returned as it is.
     """
     if msgtype != bagio.TF_TYPE:
-        return bagio.shift_stamp(raw, offset_ns)
+        return bagio.shift_stamp(raw, offset_ns) if _starts_with_header(msgtype) else raw
     msg = bagio.deserialize(raw, msgtype)
     for transform in msg.transforms:
         stamp = transform.header.stamp
@@ -136,11 +138,13 @@ def play_bag(src, cfg: PipelineConfig, topics: bagio.BagTopics = bagio.BagTopics
 
     ``topics`` name the node's inputs in the bag; they are published on the node's own input
     names (odometry whenever the bag has it: the node subscribes to it only with accumulation),
-    or where ``remap`` sends them (see ``play_routes``). ``restamp`` shifts every header stamp by
-    (wall clock at start minus the first bag time), keeping the stamps' spacing, so the node's
-    age measures real latency; each loop restamps afresh. ``clock_hz`` > 0 publishes /clock
-    (rosgraph_msgs/Clock, the bag's time, shifted too with ``restamp``) that many times a
-    second, like ``ros2 bag play --clock``. Playing starts once the LiDAR topic and every
+    or where ``remap`` sends them (see ``play_routes``). ``restamp`` stamps every message with
+    the wall clock of its slot in the playback (its bag time since the first over the rate,
+    from the wall clock at the start of the loop), so the node's age measures real latency at
+    any rate and a new loop never steps back; messages without a Header pass unchanged.
+    ``clock_hz`` > 0 publishes /clock (rosgraph_msgs/Clock, the bag's time, the stamps' with
+    ``restamp``) that many times a second, like ``ros2 bag play --clock``. Playing starts once
+    the LiDAR topics and every
     topic named in ``remap`` have a subscriber, or after ``wait_s``, so the first messages are
     not lost to discovery (the demo records the ground truth this way: on a loaded machine its
     recorder was once matched only after a 1.5 s bag had played).
@@ -184,6 +188,18 @@ def play_bag(src, cfg: PipelineConfig, topics: bagio.BagTopics = bagio.BagTopics
         reader.close()
 
 
+def _starts_with_header(msgtype: str) -> bool:
+    """Return True when ``msgtype``'s first field is a std_msgs/Header (the type store's)."""
+    if msgtype not in _HEADED:
+        fields = bagio.TYPESTORE.fielddefs.get(msgtype, ((), ()))[1]
+        first = fields[0][1] if fields else None
+        _HEADED[msgtype] = bool(first) and first[1] == 'std_msgs/msg/Header'
+    return _HEADED[msgtype]
+
+
+_HEADED: dict[str, bool] = {}
+
+
 def _play(reader, pubs, rate: float, restamp: bool, loop: bool, context, clock, node) -> None:
     sent = 0
     try:
@@ -201,21 +217,27 @@ def _play(reader, pubs, rate: float, restamp: bool, loop: bool, context, clock, 
 
 
 def _play_once(reader, pubs, rate: float, restamp: bool, clock=None) -> int:
-    first = offset = start_wall = None
+    first = start_ns = start_wall = None
     sent = 0
     for topic, timestamp, raw, msgtype in bagio.iter_messages(reader, list(pubs)):
         if first is None:
             # Both clocks start at the first message: opening the bag takes time too.
             first, start_wall = timestamp, time.monotonic()
-            offset = time.time_ns() - first if restamp else 0
+            start_ns = time.time_ns() if restamp else None
             if clock is not None:
-                clock.start(first, start_wall, offset)
+                clock.start(first, start_wall, start_ns)
         if clock is not None:
             clock.hold_at(timestamp)
         delay = start_wall + (timestamp - first) / 1e9 / rate - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        pubs[topic].publish(restamped(raw, msgtype, offset) if restamp else bytes(raw))
+        if restamp:
+            # The wall clock of the message's own slot in the schedule: at any rate the stamps
+            # follow the wall clock (age is latency), and a new loop never steps back.
+            slot = start_ns + int((timestamp - first) / rate)
+            pubs[topic].publish(restamped(raw, msgtype, slot - timestamp))
+        else:
+            pubs[topic].publish(bytes(raw))
         sent += 1
     return sent
 
@@ -240,10 +262,16 @@ class PlaybackClock:
         self._thread = threading.Thread(target=self._run, name='clock', daemon=True)
         self._thread.start()
 
-    def start(self, first_ns: int, start_wall: float, offset_ns: int) -> None:
-        """(Re)start at bag time ``first_ns``, reached at monotonic ``start_wall``."""
+    def start(self, first_ns: int, start_wall: float, start_ns: int | None = None) -> None:
+        """
+        (Re)start at bag time ``first_ns``, reached at monotonic ``start_wall``.
+
+        ``start_ns``: with restamping, the wall clock (ns) the first message is stamped with;
+        the clock then reads the stamps' time (bag time since the first, over the rate, from
+        it), else the bag's own time.
+        """
         with self._lock:
-            self._origin = (first_ns, start_wall, offset_ns)
+            self._origin = (first_ns, start_wall, start_ns)
             self._limit = first_ns
 
     def hold_at(self, bag_ns: int) -> None:
@@ -256,9 +284,10 @@ class PlaybackClock:
         with self._lock:
             if self._origin is None:
                 return None
-            first, start_wall, offset = self._origin
+            first, start_wall, start_ns = self._origin
             running = first + int((time.monotonic() - start_wall) * self._rate * 1e9)
-            return min(running, self._limit) + offset
+            bag = min(running, self._limit)
+            return bag if start_ns is None else start_ns + int((bag - first) / self._rate)
 
     def _run(self) -> None:
         msg = ros_type(CLOCK_TYPE)()

@@ -208,13 +208,17 @@ def test_playback_clock_holds_at_the_next_message():
         clock = live.PlaybackClock(node, hz=1.0, rate=1.0)
         assert clock.now_ns() is None
         # Started 10 s ago at bag time 5 s: running, it would read 15 s; held at 7 s.
-        clock.start(5 * 10**9, time.monotonic() - 10.0, offset_ns=0)
+        clock.start(5 * 10**9, time.monotonic() - 10.0)
         clock.hold_at(7 * 10**9)
         assert clock.now_ns() == 7 * 10**9
         clock.hold_at(100 * 10**9)
         assert 15 * 10**9 <= clock.now_ns() < 100 * 10**9
-        clock.start(5 * 10**9, time.monotonic() + 1000.0, offset_ns=3)   # restamped
-        assert clock.now_ns() < 5 * 10**9 + 3
+        # Restamped at rate 2, started 10 s ago: the stamps' time, 10 s of wall clock on.
+        fast = live.PlaybackClock(node, hz=1.0, rate=2.0)
+        fast.start(5 * 10**9, time.monotonic() - 10.0, start_ns=1000 * 10**9)
+        fast.hold_at(100 * 10**9)
+        assert 1010 * 10**9 <= fast.now_ns() < 1011 * 10**9
+        fast.stop()
         clock.stop()
     finally:
         node.destroy_node()
@@ -347,3 +351,29 @@ def test_play_with_several_lidars_waits_for_their_subscriber(tmp_path):
         assert time.monotonic() - started >= 1.5     # nobody subscribed: it waited it out
     finally:
         rclpy.try_shutdown(context=context)
+
+
+def test_restamped_loops_at_any_rate_follow_the_wall_clock_and_never_step_back(tmp_path):
+    class Kept:
+        def __init__(self):
+            self.raw = []
+
+        def publish(self, raw):
+            self.raw.append(raw)
+    bag = write_bag(tmp_path / 'bag')
+    pubs = {bagio.POINTCLOUD_TOPIC: Kept(), EXTRA_TOPIC: Kept()}
+    reader = bagio.open_reader(bag)
+    try:
+        for _ in range(2):                               # two loops at 4x
+            live._play_once(reader, pubs, 4.0, True)
+    finally:
+        reader.close()
+    stamps = [stamp(bagio.deserialize(raw, bagio.POINTCLOUD_TYPE))
+              for raw in pubs[bagio.POINTCLOUD_TOPIC].raw]
+    assert len(stamps) == 2 * CLOUDS and all(b > a for a, b in zip(stamps, stamps[1:]))
+    # Each stamp is its publication's wall clock (the last at most a few ms before now).
+    assert 0 <= time.time_ns() - stamps[-1] < 0.5e9
+    # A message without a Header is played as recorded, never "restamped" into garbage.
+    string = bagio.TYPESTORE.types['std_msgs/msg/String']
+    raw = bytes(bagio.TYPESTORE.serialize_cdr(string(data='hello'), 'std_msgs/msg/String'))
+    assert live.restamped(raw, 'std_msgs/msg/String', 10**9) == raw
