@@ -73,6 +73,22 @@ def other_domain(offset: int) -> int:
     return DOMAIN_BLOCK + (int(os.environ['ROS_DOMAIN_ID']) - DOMAIN_BLOCK + offset) % 100 + 1
 
 
+@contextmanager
+def in_process(node_class, params: dict, domain_offset: int):
+    """Yield a ``node_class`` node made in this process on ``params``, in a domain of its own."""
+    import rclpy
+    from rclpy.parameter import Parameter
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=other_domain(domain_offset))
+    node = node_class(context=context, parameter_overrides=[
+        Parameter(key, value=value) for key, value in params.items()])
+    try:
+        yield node
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+
+
 def stamp_of(msg) -> int:
     return msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
 

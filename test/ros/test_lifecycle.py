@@ -192,16 +192,10 @@ def test_a_reactivation_starts_its_health_afresh_and_counts_the_cloud_it_gave_up
     A masked camera and the rejections of its last period are not in the next activation's
     first report; a cloud still pending is counted dropped.
     """
-    import rclpy
-    from rclpy.parameter import Parameter
     from jax_perception_node.ros.lifecycle_node import JaxPerceptionLifecycleNode
-    from ros_harness import other_domain
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=other_domain(43))
-    node = JaxPerceptionLifecycleNode(context=context, parameter_overrides=[
-        Parameter(key, value=value) for key, value in small_params(1, **{
-            'diagnostics.lidar_timeout_s': 60.0}).items()])
-    try:
+    from ros_harness import in_process
+    params = small_params(1, **{'diagnostics.lidar_timeout_s': 60.0})
+    with in_process(JaxPerceptionLifecycleNode, params, 43) as node:
         node.trigger_configure()
         node.trigger_activate()
         core = node.core
@@ -217,22 +211,13 @@ def test_a_reactivation_starts_its_health_afresh_and_counts_the_cloud_it_gave_up
         node.trigger_activate()
         status = core.diagnostic_status()
         assert status.message == 'waiting for the first point cloud', status.message
-    finally:
-        node.destroy_node()
-        rclpy.shutdown(context=context)
 
 
 def test_a_frame_an_unexpected_error_stops_is_counted_and_reported_and_the_next_is_served():
-    import rclpy
-    from rclpy.parameter import Parameter
     from jax_perception_node.ros.lifecycle_node import JaxPerceptionLifecycleNode
-    from ros_harness import other_domain
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=other_domain(44))
-    node = JaxPerceptionLifecycleNode(context=context, parameter_overrides=[
-        Parameter(key, value=value) for key, value in small_params(1, **{
-            'diagnostics.lidar_timeout_s': 60.0}).items()])
-    try:
+    from ros_harness import in_process
+    params = small_params(1, **{'diagnostics.lidar_timeout_s': 60.0})
+    with in_process(JaxPerceptionLifecycleNode, params, 44) as node:
         node.trigger_configure()
         node.trigger_activate()
         core = node.core
@@ -255,6 +240,3 @@ def test_a_frame_an_unexpected_error_stops_is_counted_and_reported_and_the_next_
             '1 frames failed since the last report (an internal error: see the log)')
         served(2)
         assert (core.counts['frames_failed'], core.counts['processed']) == (1, 1)
-    finally:
-        node.destroy_node()
-        rclpy.shutdown(context=context)

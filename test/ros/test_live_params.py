@@ -233,16 +233,11 @@ def test_an_unexpected_error_in_a_parameter_set_is_a_refusal_not_an_exception():
 
 def test_a_lens_model_changes_with_its_coefficients_in_one_atomic_set():
     """One key at a time each half is refused; set atomically, the pair applies, no compile."""
-    import rclpy
     from rclpy.parameter import Parameter
     from jax_perception_node.ros.node import JaxPerceptionNode
-    from ros_harness import other_domain
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=other_domain(45))
-    node = JaxPerceptionNode(context=context, parameter_overrides=[
-        Parameter(key, value=value) for key, value in small_params(1, **{
-            'diagnostics.lidar_timeout_s': 60.0}).items()])
-    try:
+    from ros_harness import in_process
+    params = small_params(1, **{'diagnostics.lidar_timeout_s': 60.0})
+    with in_process(JaxPerceptionNode, params, 45) as node:
         core = node.core
         lens = [-0.1, 0.01, 0.0, 0.0, 0.0]
         model = Parameter('cameras.front.distortion_model', value='plumb_bob')
@@ -253,6 +248,3 @@ def test_a_lens_model_changes_with_its_coefficients_in_one_atomic_set():
         front = core.path.cameras[0]
         assert (front.distortion_model, list(front.distortion)) == ('plumb_bob', lens)
         assert core.pipe.compiles_after_warmup == 0
-    finally:
-        node.destroy_node()
-        rclpy.shutdown(context=context)

@@ -274,12 +274,16 @@ def test_record_waits_for_its_topics_and_keeps_their_offered_qos(tmp_path, stop)
             durability=DurabilityPolicy.TRANSIENT_LOCAL))
         sensor = node.create_publisher(DiagnosticArray, sensor_topic, qos_profile_sensor_data)
         latched.publish(DiagnosticArray())     # kept for the recorder (transient local)
+        while stop == 'sigterm' and 'recording ' not in first:    # it found the publishers
+            line = recorder.stdout.readline()
+            assert line, f'record ended before it recorded: {first}'
+            first += line
         deadline = time.monotonic() + 120.0
         started = time.monotonic()
         while recorder.poll() is None and time.monotonic() < deadline:
             sensor.publish(DiagnosticArray())
             time.sleep(0.05)
-            if stop == 'sigterm' and time.monotonic() - started > 2.0:
+            if stop == 'sigterm' and time.monotonic() - started > 1.5:
                 recorder.send_signal(signal.SIGTERM)
                 break
         output = first + recorder.communicate(timeout=30)[0]
