@@ -5,8 +5,9 @@ Importing the CLI (bags, settings, the argument checks) takes a few tenths of a 
 Ctrl-C then would be a traceback. This module imports nothing but the standard library first.
 """
 
-import signal
 import sys
+
+from .interrupts import exit_interrupted     # the standard library's only
 
 
 def main() -> int:
@@ -14,8 +15,7 @@ def main() -> int:
     try:
         from .cli import main as cli_main
     except KeyboardInterrupt:
-        print('jax-perception: interrupted', file=sys.stderr)
-        return 128 + signal.SIGINT
+        return exit_interrupted('interrupted', 130, script=False)
     return cli_main()
 
 

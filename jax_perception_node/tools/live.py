@@ -8,6 +8,7 @@ publishes with it (where a bag has none: tf2_ros' QoS for /tf and /tf_static, se
 for the rest).
 """
 
+import functools
 import threading
 import time
 
@@ -188,16 +189,11 @@ def play_bag(src, cfg: PipelineConfig, topics: bagio.BagTopics = bagio.BagTopics
         reader.close()
 
 
+@functools.cache
 def _starts_with_header(msgtype: str) -> bool:
     """Return True when ``msgtype``'s first field is a std_msgs/Header (the type store's)."""
-    if msgtype not in _HEADED:
-        fields = bagio.TYPESTORE.fielddefs.get(msgtype, ((), ()))[1]
-        first = fields[0][1] if fields else None
-        _HEADED[msgtype] = bool(first) and first[1] == 'std_msgs/msg/Header'
-    return _HEADED[msgtype]
-
-
-_HEADED: dict[str, bool] = {}
+    fields = bagio.TYPESTORE.fielddefs.get(msgtype, ((), ()))[1]
+    return bool(fields) and fields[0][1][1] == 'std_msgs/msg/Header'
 
 
 def _play(reader, pubs, rate: float, restamp: bool, loop: bool, context, clock, node) -> None:
