@@ -16,8 +16,11 @@ one as plain ROS remapping does) and ``<name>_camera_info_topic``, and for each 
 ``<name>`` in its ``lidars.names`` ``<name>_pointcloud_topic`` (the node then reads those, not
 ``pointcloud_topic``, and a ``pointcloud_topic`` given is logged as ignored). The sensor names
 are only known once the params file is read, so the node is made in an OpaqueFunction; a sensor
-argument that names no configured sensor is logged as a warning (a typo would otherwise remap
-nothing). Outputs: one
+argument that names no configured sensor, or a topic its camera's ``input`` does not read
+(``front_features_topic`` for an image camera), is logged as a warning (a typo would otherwise
+remap nothing). The params file is read as rcl reads it for the node's name and namespace: a
+file with no section for them (``/jax_perception:`` with ``node_name:=bev_fusion``) stops the
+launch, as the node would otherwise run on its defaults. Outputs: one
 argument each (``OUTPUTS``), defaulting to the node's own name;
 ``objects_published_time_topic`` left empty follows ``objects_topic`` with
 ``/debug/published_time`` appended, the name Autoware's PublishedTimePublisher gives it.
@@ -37,15 +40,16 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import (DeclareLaunchArgument, EmitEvent, LogInfo, OpaqueFunction,
-                            RegisterEventHandler)
+from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
 from launch.event_handlers import OnProcessStart
 from launch.events import matches_action
+import launch.logging
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
 from launch_ros.events.lifecycle import ChangeState
 from launch_ros.parameter_descriptions import ParameterValue
+from launch_ros.utilities import make_namespace_absolute, prefix_namespace
 from lifecycle_msgs.msg import Transition
 
 PACKAGE = 'jax_perception_node'
@@ -64,6 +68,11 @@ SENSOR_INPUTS = {
                                  '_camera_info_topic': '~/input/camera/{}/camera_info'}),
     'lidars.names': ('LiDAR', {'_pointcloud_topic': '~/input/{}/pointcloud'}),
 }
+# A camera's cameras.<name>.input -> the suffixes of the topics the node reads for it.
+CAMERA_INPUT_SUFFIXES = {
+    'features': ('_features_topic', '_camera_info_topic'),
+    'image': ('_image_topic', '_compressed_topic', '_camera_info_topic'),
+}
 # Launch argument -> the node's own output it remaps (node_outputs.py, timing.py).
 OUTPUTS = {
     'bev_features_topic': '~/output/bev_features',
@@ -80,11 +89,19 @@ OUTPUTS = {
 PUBLISHED_TIME_SUFFIX = '/debug/published_time'
 
 
-def read_params(params_file: str, namespace: str, node_name: str) -> dict:
-    """Return the node's flat parameters of a params file (the node's own reader: same rules)."""
+def read_params(context) -> dict:
+    """
+    Return the node's flat parameters of its params file, as rcl will give them to it.
+
+    The node's fully qualified name is launch_ros's: the ``namespace`` argument, when relative,
+    under a namespace pushed by an including launch file (``PushRosNamespace``).
+    """
     from jax_perception_node.settings.param_file import read_param_file
-    parts = [part for part in namespace.split('/') if part]
-    return read_param_file(params_file, '/' + '/'.join([*parts, node_name]))
+    given = context.launch_configurations
+    namespace = make_namespace_absolute(
+        prefix_namespace(given.get('ros_namespace'), given['namespace'])) or '/'
+    node = namespace.rstrip('/') + '/' + given['node_name']
+    return read_param_file(given['params_file'], node, strict=True)
 
 
 def remappings(context) -> tuple[list, list]:
@@ -96,7 +113,7 @@ def remappings(context) -> tuple[list, list]:
         or given['objects_topic'] + PUBLISHED_TIME_SUFFIX))
     rules += [(own, outputs[arg]) for arg, own in OUTPUTS.items()]
     declared = set(INPUTS) | set(OUTPUTS)
-    params = read_params(given['params_file'], given['namespace'], given['node_name'])
+    params = read_params(context)
     warnings = []
     lidars = list(params.get('lidars.names', []))
     if lidars and given['pointcloud_topic'] != INPUTS['pointcloud_topic']:
@@ -106,11 +123,19 @@ def remappings(context) -> tuple[list, list]:
     for key, (kind, suffixes) in SENSOR_INPUTS.items():
         names = list(params.get(key, []))
         for name in names:
+            read = suffixes
+            if kind == 'camera':
+                source = params.get(f'cameras.{name}.input', 'features')
+                read = CAMERA_INPUT_SUFFIXES.get(source, suffixes)
             for suffix, own in suffixes.items():
                 arg = name + suffix
                 if arg in declared:     # a camera named 'bev': bev_features_topic is an output's
                     warnings.append(f'{kind} {name}: its argument {arg} is taken by another '
                                     f'topic; remap {own.format(name)} otherwise')
+                elif given.get(arg) and suffix not in read:
+                    warnings.append(f'{arg}:={given[arg]} is not read: camera {name} has input: '
+                                    f'{source} (its topics: '
+                                    f'{", ".join(name + other for other in read)}); ignored')
                 elif given.get(arg):
                     rules.append((own.format(name), given[arg]))
         warnings += [f'{arg}:={value} names no {kind} of {given["params_file"]} ({key}: '
@@ -136,7 +161,10 @@ def make_node(context):
         'remappings': rules,
         'arguments': ['--ros-args', '--log-level', given['log_level']],
     }
-    actions = [LogInfo(msg=f'jax_perception.launch.py: {line}') for line in warnings]
+    logger = launch.logging.get_logger('launch.user')
+    for line in warnings:
+        logger.warning(f'jax_perception.launch.py: {line}')
+    actions = []
     if not is_true(given['managed']):
         return actions + [Node(executable=EXECUTABLE, **common)]
     node = LifecycleNode(executable=MANAGED_EXECUTABLE, **common)
@@ -183,7 +211,8 @@ def generate_launch_description():
                               description='LiDAR PointCloud2 topic to subscribe to (one LiDAR; '
                                           'with lidars.names: <name>_pointcloud_topic)'),
         DeclareLaunchArgument('odometry_topic', default_value=INPUTS['odometry_topic'],
-                              description='nav_msgs/Odometry topic (accumulation.num_sweeps > 1)'),
+                              description='nav_msgs/Odometry topic: ego motion for deskew '
+                                          '(lidar.time_field) and accumulation'),
         *[DeclareLaunchArgument(arg, default_value=own, description=f'topic of {own}')
           for arg, own in OUTPUTS.items() if arg != 'objects_published_time_topic'],
         DeclareLaunchArgument('objects_published_time_topic', default_value='',

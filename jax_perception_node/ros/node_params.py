@@ -22,8 +22,8 @@ from rclpy.parameter import Parameter
 
 from ..settings.live_params import plain
 from ..settings.param_checks import check_value, ros_type_error
-from ..settings.parameters import (camera_keys, ConfigError, is_camera_name, lidar_keys,
-                                   NODE_KEYS, ParamSpec, spec_for)
+from ..settings.parameters import (camera_keys, ConfigError, is_camera_name, is_foreign,
+                                   lidar_keys, NODE_KEYS, ParamSpec, spec_for)
 
 ROS_TYPES = {
     'bool': Parameter.Type.BOOL, 'integer': Parameter.Type.INTEGER,
@@ -147,10 +147,16 @@ def declare_parameters(node) -> None:
     for key in NODE_KEYS:
         _declare(node, key)
     read_parameters(node)
-    unknown = sorted(name for name in _overrides(node)
-                     if not node.has_parameter(name) and not name.startswith('qos_overrides.'))
+    undeclared = sorted(name for name in _overrides(node) if not node.has_parameter(name))
+    unknown = [name for name in undeclared if not is_foreign(name)]
     if unknown:
         raise ConfigError(f'{unknown[0]}: unknown parameter')
+    # rclpy itself reads qos_overrides.* when the node makes its publishers and subscriptions.
+    foreign = [name for name in undeclared if not name.startswith('qos_overrides.')]
+    if foreign:
+        node.get_logger().warning(
+            "parameters of no group of this node, ignored (another node's, from a /** "
+            f'section?): {", ".join(foreign)}')
     node.add_pre_set_parameters_callback(_typed_empty_arrays(node))
 
 

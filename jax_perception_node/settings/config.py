@@ -25,8 +25,8 @@ from .lidars import block_names, lidar_blocks, LidarConfig
 from .npz_file import read_npz
 from .param_checks import check_ros_type, check_value
 from .param_file import read_param_file
-from .parameters import (camera_defaults, camera_keys, ConfigError, defaults, lidar_defaults,
-                         lidar_keys, NODE_KEYS)
+from .parameters import (camera_defaults, camera_keys, ConfigError, defaults, is_foreign,
+                         lidar_defaults, lidar_keys, NODE_KEYS)
 from ..geometry.rotations import Pose
 
 __all__ = ['AccumulationConfig', 'autoware_labels', 'BondConfig', 'CameraConfig',
@@ -222,7 +222,8 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
     names = block_names('lidars', check_value('lidars.names', p['lidars.names']), ('names',))
     known = set(NODE_KEYS).union(*(camera_keys(name) for name in camera_names),
                                  *(lidar_keys(name) for name in names))
-    unknown = sorted(k for k in params if k not in known and k != 'use_sim_time')
+    # Keys of no group of this node (another node's, from a /** section) are not this node's.
+    unknown = sorted(k for k in params if k not in known and not is_foreign(k))
     if unknown:
         raise ConfigError(f'{unknown[0]}: unknown parameter')
     for name in camera_names:

@@ -61,13 +61,19 @@ def node_matches(section: str, node: str) -> bool:
     return re.fullmatch(pattern, node) is not None
 
 
-def read_param_file(path: str | os.PathLike, node: str = NODE) -> dict[str, Any]:
+def read_param_file(path: str | os.PathLike, node: str = NODE,
+                    strict: bool = False) -> dict[str, Any]:
     """
     Read a ROS 2 param YAML and return ``node``'s flat ``ros__parameters``.
 
     The sections matching ``node`` (a fully qualified name) are merged in file order, as rcl
-    does. A file of one section that names another node (written for a node a launch file
-    renamed) is read as that node's; with several sections, one must match.
+    does. With ``strict`` (a launch file, for the node it starts) a file with sections other
+    than ``/**`` must have one that applies to ``node``: rcl would give the node the ``/**``
+    values alone, and it would run on its defaults.
+    Otherwise (the CLI, which runs no node), when no section names ``node`` itself, the file is
+    read for the node it names: the one section of ``node``'s own name in another namespace
+    (``/perception/jax_perception``, with the ``/**`` sections), or a file's only section (for
+    a node a launch file renamed); a file of several sections none of which applies is refused.
     """
     path = Path(path)
     try:
@@ -90,14 +96,36 @@ def read_param_file(path: str | os.PathLike, node: str = NODE) -> dict[str, Any]
                 and isinstance(section.get('ros__parameters'), Mapping)]
     if not sections:
         raise ConfigError(f'params file {path}: no "<node>: ros__parameters:" section')
+    specific = [name for name, _ in sections if name.strip('/') != '**']
+    if not strict:
+        node = _node_of_file(path, specific, node, len(sections))
+    elif specific and not any(node_matches(name, node) for name in specific):
+        raise ConfigError(f'params file {path}: no section for node {node} among '
+                          f'{", ".join(name for name, _ in sections)} (rcl would give it the '
+                          f'/** values alone; name one {node})')
     matching = [tree for name, tree in sections if node_matches(name, node)]
     if not matching and len(sections) > 1:
         raise ConfigError(f'params file {path}: no section for node {node} among '
-                          f'{", ".join(name for name, _ in sections)}')
+                          f'{", ".join(name for name, _ in sections)} (name one {node} or /**)')
     flat: dict[str, Any] = {}
     for tree in matching or [sections[0][1]]:
         flat.update(flatten(tree))
     return flat
+
+
+def _node_of_file(path: Path, specific: list[str], node: str, sections: int) -> str:
+    """Return the node a file configures: ``node``, or the one its sections name."""
+    if any(node_matches(name, node) for name in specific):
+        return node
+    named = ['/' + name.lstrip('/') for name in specific if '*' not in name]
+    base = node.rsplit('/', 1)[1]
+    same = [name for name in named if name.rsplit('/', 1)[1] == base]
+    if len(same) > 1:
+        raise ConfigError(f'params file {path}: sections {", ".join(same)} each name a node '
+                          f'{base}; give a file with one of them')
+    if same:
+        return same[0]
+    return named[0] if sections == 1 and named else node
 
 
 def write_param_file(params: Mapping[str, Any], path: str | os.PathLike) -> Path:

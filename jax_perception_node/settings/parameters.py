@@ -377,6 +377,15 @@ NODE_KEYS = tuple(s.key for s in SCHEMA if not s.key.startswith(TEMPLATES))
 CAMERA_KEYS = tuple(s.key[len(CAMERA_PREFIX):] for s in SCHEMA
                     if s.key.startswith(CAMERA_PREFIX))
 LIDAR_KEYS = tuple(s.key[len(LIDAR_PREFIX):] for s in SCHEMA if s.key.startswith(LIDAR_PREFIX))
+# The first name tokens of this node's keys (grid, lidar, cameras, ..., buckets). An unknown key
+# under one of them is a misspelling and refused; any other key is another node's (a stack's
+# params file gives every node its /** section: vehicle_frame, qos_overrides, use_sim_time).
+GROUPS = frozenset(key.split('.')[0] for key in NODE_KEYS)
+
+
+def is_foreign(key: str) -> bool:
+    """Return True for a key outside every group of this node's parameters (another node's)."""
+    return key.split('.')[0] not in GROUPS
 
 
 def spec_for(key: str) -> ParamSpec | None:

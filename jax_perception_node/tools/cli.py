@@ -288,8 +288,8 @@ def _with_topics(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument('--camera-info-topic', action='append', metavar='NAME=TOPIC',
                    help='CameraInfo topic of camera NAME in the bag (repeatable)')
     p.add_argument('--odometry-topic', default=ODOMETRY_TOPIC,
-                   help='nav_msgs/Odometry topic in the bag, used with '
-                        'accumulation.num_sweeps > 1 (default: %(default)s)')
+                   help='nav_msgs/Odometry topic in the bag: ego motion for deskew '
+                        '(lidar.time_field) and accumulation (default: %(default)s)')
     return p
 
 
@@ -328,7 +328,8 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     p.add_argument('--rate', type=float, default=1.0)
     p.add_argument('--loop', action='store_true')
     p.add_argument('--restamp', action='store_true',
-                   help='shift header stamps to the wall clock (age measured from publish)')
+                   help='shift header stamps to the wall clock (age measured from publish; '
+                        '--rate 1 only)')
     p.add_argument('--remap', action='append', metavar='FROM:=TO',
                    help='publish the bag topic FROM on TO (repeatable; any topic of the bag)')
     p.add_argument('--topic', action='append', metavar='TOPIC',
@@ -342,8 +343,8 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser('record', help='record live topics into an MCAP bag')
     p.add_argument('out')
     p.add_argument('--topic', action='append', metavar='TOPIC',
-                   help='topic to record (repeatable; default: the node outputs and '
-                        '/diagnostics)')
+                   help='topic to record (repeatable; default: the BEV features, the latency '
+                        'record and /diagnostics)')
     p.add_argument('--seconds', type=float, default=None, help='stop after this long')
     p.add_argument('--wait', type=float, default=None, metavar='SECONDS',
                    help='give up when a topic has no publisher after this long (default: '

@@ -387,14 +387,21 @@ print(json.dumps(results))
 """
 
 
-def launch_rules(launch_site, tmp_path, given: list) -> list:
-    """Return ``remappings(context)`` of the installed launch file for each of ``given``."""
+def launch_rules(launch_site, tmp_path, given: list, refused: bool = False):
+    """
+    Return ``remappings(context)`` of the installed launch file for each of ``given``.
+
+    ``refused``: return the last line of the error that stops it instead.
+    """
     prefix = install_prefix(tmp_path / 'install')
     result = subprocess.run(
         [sys.executable, '-c', RULES,
          str(prefix / 'share' / PACKAGE / 'launch' / 'jax_perception.launch.py'),
          json.dumps(given)], env=launch_env(launch_site, prefix, tmp_path),
         capture_output=True, text=True, timeout=120)
+    if refused:
+        assert result.returncode != 0, result.stdout
+        return result.stderr.strip().splitlines()[-1]
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.splitlines()[-1])
 
@@ -459,3 +466,50 @@ def test_launch_reads_the_sections_of_its_node_as_rcl_merges_them(launch_site, t
     assert dict(map(tuple, rules))['~/input/camera/front/features'] == (
         '/perception/front/features')
     assert warnings == []
+
+
+def test_launch_reads_the_file_for_the_name_launch_ros_gives_and_stops_without_a_section(
+        launch_site, tmp_path):
+    params = tmp_path / 'stack.yaml'
+    params.write_text('/**:\n  ros__parameters:\n    use_sim_time: true\n'
+                      'velodyne_driver_node:\n  ros__parameters:\n    rpm: 600\n'
+                      '/perception/jax_perception:\n  ros__parameters:\n    cameras:\n'
+                      '      names: [front]\n')
+    front = {'front_features_topic': '/perception/front/features'}
+    # Included under PushRosNamespace('perception'): launch_ros runs the node as
+    # /perception/jax_perception, and rcl gives it that section.
+    [(rules, warnings)] = launch_rules(launch_site, tmp_path, [
+        {'params_file': str(params), 'ros_namespace': '/perception', **front}])
+    assert dict(map(tuple, rules))['~/input/camera/front/features'] == (
+        '/perception/front/features')
+    assert warnings == []
+    # Renamed, the node would get none of its section from rcl: the launch stops, naming them.
+    keyed = tmp_path / 'keyed.yaml'
+    keyed.write_text('/jax_perception:\n  ros__parameters:\n    cameras:\n'
+                     '      names: [front]\n')
+    (tmp_path / 'renamed').mkdir()
+    error = launch_rules(launch_site, tmp_path / 'renamed', [
+        {'params_file': str(keyed), 'node_name': 'bev_fusion', **front}], refused=True)
+    assert error.endswith(f'params file {keyed}: no section for node /bev_fusion among '
+                          '/jax_perception (rcl would give it the /** values alone; name one '
+                          '/bev_fusion)'), error
+
+
+def test_launch_warns_of_a_camera_topic_its_input_does_not_read(launch_site, tmp_path):
+    params = tmp_path / 'params.yaml'
+    params.write_text('/**:\n  ros__parameters:\n    cameras:\n      names: [front, left]\n'
+                      '      front:\n        input: image\n')
+    [(rules, warnings)] = launch_rules(launch_site, tmp_path, [{
+        'params_file': str(params), 'front_features_topic': '/f/features',
+        'front_compressed_topic': '/f/image/compressed', 'left_image_topic': '/l/image',
+        'left_features_topic': '/l/features'}])
+    rules = dict(map(tuple, rules))
+    assert rules['~/input/camera/front/image/compressed'] == '/f/image/compressed'
+    assert rules['~/input/camera/left/features'] == '/l/features'
+    assert '~/input/camera/front/features' not in rules
+    assert '~/input/camera/left/image' not in rules
+    assert warnings == [
+        'front_features_topic:=/f/features is not read: camera front has input: image (its '
+        'topics: front_image_topic, front_compressed_topic, front_camera_info_topic); ignored',
+        'left_image_topic:=/l/image is not read: camera left has input: features (its topics: '
+        'left_features_topic, left_camera_info_topic); ignored']

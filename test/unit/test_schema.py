@@ -477,3 +477,75 @@ def test_a_params_file_without_a_section_for_the_node_is_refused_unless_it_has_o
     with pytest.raises(ConfigError, match='no section for node /jax_perception among '
                                           'bev_fusion, velodyne'):
         read_param_file(path)
+
+
+def test_a_stack_files_keys_of_other_nodes_are_theirs_a_misspelt_key_of_ours_is_refused(
+        tmp_path, capfd):
+    import rclpy
+    from rclpy.node import Node
+    from jax_perception_node.ros.node_params import declare_parameters, read_parameters
+    # A /** section gives every node of a stack its keys: rclpy hands them to ours too.
+    path = tmp_path / 'stack.yaml'
+    path.write_text('/**:\n  ros__parameters:\n    use_sim_time: false\n'
+                    '    vehicle_frame: base_link\n    qos_overrides:\n      /tf:\n'
+                    '        subscription:\n          depth: 200\n'
+                    '/jax_perception:\n  ros__parameters:\n    grid:\n      resolution: 0.8\n')
+    context = rclpy.Context()
+    rclpy.init(args=['--ros-args', '--params-file', str(path)], context=context)
+    node = Node('jax_perception', context=context)
+    try:
+        declare_parameters(node)
+        assert read_parameters(node)['grid.resolution'] == 0.8
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+    assert ("parameters of no group of this node, ignored (another node's, from a /** "
+            'section?): vehicle_frame') in capfd.readouterr().err
+    assert load_config(path).grid.resolution == 0.8      # the CLI reads the file alike
+    path.write_text(path.read_text().replace('resolution: 0.8', 'resolutoin: 0.8'))
+    with pytest.raises(ConfigError, match='^grid.resolutoin: unknown parameter$'):
+        load_config(path)
+
+
+def test_the_cli_reads_a_stack_file_for_the_node_it_names_wherever_its_namespace(tmp_path):
+    path = tmp_path / 'stack.yaml'
+    path.write_text('/**:\n  ros__parameters:\n    use_sim_time: true\n'
+                    'velodyne_driver_node:\n  ros__parameters:\n    rpm: 600\n'
+                    '/perception/jax_perception:\n  ros__parameters:\n    grid:\n'
+                    '      resolution: 0.5\n')
+    # As rcl gives them to /perception/jax_perception (the /** section read only before).
+    assert read_param_file(path) == {'use_sim_time': True, 'grid.resolution': 0.5}
+    path.write_text(path.read_text() + '/other/jax_perception:\n  ros__parameters:\n'
+                    '    grid:\n      resolution: 0.25\n')
+    with pytest.raises(ConfigError, match='sections /perception/jax_perception, '
+                                          '/other/jax_perception each name a node '
+                                          'jax_perception'):
+        read_param_file(path)
+    # A driver's section beside /** is the driver's, not this node's.
+    path.write_text('/**:\n  ros__parameters:\n    grid:\n      resolution: 0.5\n'
+                    'velodyne_driver_node:\n  ros__parameters:\n    rpm: 600\n')
+    assert read_param_file(path) == {'grid.resolution': 0.5}
+
+
+@pytest.mark.parametrize('text', [
+    '/jax_perception:\n  ros__parameters:\n    grid:\n      resolution: 0.5\n',
+    '/**:\n  ros__parameters:\n    use_sim_time: true\n'
+    '/jax_perception:\n  ros__parameters:\n    grid:\n      resolution: 0.5\n',
+])
+def test_a_launch_refuses_a_file_whose_sections_name_another_node(tmp_path, text):
+    import rclpy
+    from rclpy.node import Node
+    path = tmp_path / 'keyed.yaml'
+    path.write_text(text)
+    with pytest.raises(ConfigError, match='no section for node /bev_fusion among '):
+        read_param_file(path, '/bev_fusion', strict=True)
+    # What it guards against: rcl gives the renamed node none of that section.
+    context = rclpy.Context()
+    rclpy.init(args=['--ros-args', '--params-file', str(path)], context=context)
+    probe = Node('bev_fusion', context=context)
+    try:
+        assert 'grid.resolution' not in probe._parameter_overrides
+    finally:
+        probe.destroy_node()
+        rclpy.shutdown(context=context)
+    assert read_param_file(path, '/jax_perception', strict=True)['grid.resolution'] == 0.5
