@@ -333,6 +333,7 @@ class BagFrames:
 
     def lidar_sets(self, sets: list[LidarSet | None], timestamp: int) -> None:
         """Process the closed sets (None: none) as frames at bag time ``timestamp``."""
+        self.result.errors.extend(self.sets.take_news())
         for closed in sets:
             if closed is not None:
                 self.frame(closed, timestamp)

@@ -107,6 +107,7 @@ class FramePath(TfCalibration):
         self._shapes = {c.name: (c.height, c.width, c.channels) for c in cfg.cameras}
         self.accumulating = pipe.num_sweeps > 1
         self.odometry = OdometryBuffer(cfg.accumulation.max_odometry_gap_s, cfg.grid.frame_id)
+        self._new_timeline = False          # the odometry started anew: forget the sweeps
         self.transforms = TransformBuffer()
         self._map_frames: dict[str, str] = {}        # camera -> frame of its newest map
         self._info_frames: dict[str, str] = {}       # camera -> frame of its newest CameraInfo
@@ -254,10 +255,17 @@ class FramePath(TfCalibration):
             self.prepare_tf_cameras(stamp)
         return jumped
 
-    def add_odometry(self, msg) -> None:
-        """Check and buffer a nav_msgs/Odometry message (pose of the grid frame)."""
+    def add_odometry(self, msg) -> bool:
+        """
+        Check and buffer a nav_msgs/Odometry message (pose of the grid frame).
+
+        Returns True when its stamp went back (a bag loop) or the pose jumped, and the buffer
+        started anew; the earlier sweeps are then forgotten before the next frame.
+        """
         with self._buffer_lock:
-            self.odometry.add(msg)
+            reset = self.odometry.add(msg)
+            self._new_timeline |= reset
+            return reset
 
     def process(self, clouds, picture: bool = True, features: bool = True,
                 now_ns: int | None = None) -> Frame:
@@ -307,6 +315,7 @@ class FramePath(TfCalibration):
             decoded = time.perf_counter()
             deskew = padded.timed and cfg.lidar_timing.deskew
             with self._buffer_lock:
+                self._forget_old_timeline()
                 pairing, jumped = self.sync.pair(stamp)
                 map_frames = dict(self._map_frames)
                 poses = self.odometry if cfg.accumulation.pose_source == 'odometry' else \
@@ -336,6 +345,12 @@ class FramePath(TfCalibration):
                      self.accumulating and pose is None, without_tf, *over_slots, empty,
                      no_intensity, result.deskewed, no_time, deskew and twist is None,
                      intensity_key, taken.missing, taken.refused, off, cfg.grid, time_key)
+
+    def _forget_old_timeline(self) -> None:
+        """Once the odometry started anew, forget the sweeps: their poses are of the old one."""
+        if self._new_timeline:
+            self.pipe.reset_sweeps()
+            self._new_timeline = False
 
     def _camera_frame(self, name: str) -> str:
         return next(c.frame_id for c in self.cfg.cameras if c.name == name)

@@ -11,6 +11,9 @@ from typing import Any, Iterable
 
 # A stamp more than this before its own LiDAR's newest one taken starts a new timeline.
 JUMP_BACK_NS = 1_000_000_000
+# Sets in a row a LiDAR opens alone, every other LiDAR's fresh cloud late against it, before
+# its clock is taken to run ahead of theirs (with three LiDARs or more: a majority).
+AHEAD_SETS = 3
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,12 @@ class LidarSets:
        whatever the tolerance (20 Hz LiDARs at a 50 ms tolerance, or LiDARs stamped apart by
        more than half the period). Set stamps strictly increase within a timeline: every member
        is newer than its own LiDAR's previous one.
+       A LiDAR whose clock runs ahead of the others' would open every set and make theirs late:
+       with three LiDARs or more, one that opens ``AHEAD_SETS`` sets in a row alone, each with
+       a fresh cloud of every other LiDAR late against it, is taken to run ahead (``ahead``:
+       name -> by how much, ns). Its clouds are then dropped as late, so the others form the
+       sets and it is named missing, as a LiDAR running behind is, until one of its clouds is
+       stamped within the tolerance of the others' newest. ``take_news`` says so once.
     4. The cloud joins the pending set when within the tolerance of its reference and its sensor
        is not in it yet; a set holding every configured sensor is closed and returned at once.
     5. Otherwise (a newer stamp past the tolerance, or a newer cloud of a sensor already in the
@@ -69,12 +78,17 @@ class LidarSets:
         self.tolerance_ns = int(round(tolerance_s * 1e9))
         self.max_delay_s = float(max_delay_s)
         self.late = 0
+        self._late_taken = 0                            # of ``late``, by ``take_late``
         self._clouds: dict[str, tuple[int, Any]] = {}   # the pending set: name -> (stamp, msg)
         self._ref_ns: int | None = None                 # the pending set's reference stamp
         self._opened = 0.0                              # ``now`` of the pending set's first cloud
         self._last_ref_ns: int | None = None            # the last closed set's reference stamp
         self._last_stamps: dict[str, int] = {}          # the last closed set: name -> stamp
         self._newest: dict[str, int] = {}               # name -> newest stamp taken, this timeline
+        self.ahead: dict[str, int] = {}                 # name -> how far its clock runs ahead (ns)
+        self._outvoted: dict[str, int] = {}   # fresh clouds late against a set opened alone
+        self._alone: dict[str, int] = {}      # name -> sets it opened alone, outvoted, in a row
+        self._news: list[str] = []
 
     def reset(self) -> None:
         """Forget the pending set and the last closed set; the ``late`` count keeps running."""
@@ -85,6 +99,7 @@ class LidarSets:
     def _forget_timeline(self) -> None:
         self._last_ref_ns = None
         self._last_stamps, self._newest = {}, {}
+        self.ahead, self._outvoted, self._alone = {}, {}, {}
 
     def deadline(self) -> float | None:
         """Return when the pending set's wait ends (first arrival + max_delay_s), None if none."""
@@ -108,7 +123,14 @@ class LidarSets:
         if newest is not None and stamp_ns < newest - JUMP_BACK_NS:
             closed.extend(s for s in (self.flush(now),) if s is not None)
             self._forget_timeline()
+        elif name in self.ahead and not self._caught_up(name, stamp_ns):
+            self.late += 1
+            return closed
         elif self._is_late(name, stamp_ns):
+            if (len(self._clouds) == 1 and name not in self._clouds
+                    and stamp_ns > self._last_stamps.get(name, -1)
+                    and stamp_ns < self._ref_ns - self.tolerance_ns):
+                self._outvoted[name] = stamp_ns     # fresh, and late only against the opener
             self.late += 1
             return closed
         elif self._ref_ns is not None and name not in self._clouds:
@@ -143,8 +165,45 @@ class LidarSets:
         held = self._clouds.get(name)
         return held is not None and stamp_ns <= held[0]
 
+    def _caught_up(self, name: str, stamp_ns: int) -> bool:
+        """Return True (and take it back) when a LiDAR ahead is stamped with the others again."""
+        others = [s for n, s in self._newest.items() if n != name]
+        if not others or stamp_ns > max(others) + self.tolerance_ns:
+            return False
+        del self.ahead[name]
+        self._news.append(f'LiDAR {name}: stamped with the other LiDARs again, back in the '
+                          f'frames')
+        return True
+
+    def _judge_alone(self) -> None:
+        """Count a set its opener fills alone while every other LiDAR's fresh cloud is late."""
+        outvoted, self._outvoted = self._outvoted, {}
+        if len(self.names) < 3 or len(self._clouds) != 1 or len(outvoted) < len(self.names) - 1:
+            self._alone = {}            # in a row: any other set starts the count again
+            return
+        [(opener, (stamp, _))] = self._clouds.items()
+        self._alone = {opener: self._alone.get(opener, 0) + 1}
+        if self._alone[opener] >= AHEAD_SETS:
+            self.ahead[opener] = stamp - max(outvoted.values())
+            self._news.append(
+                f'LiDAR {opener}: its stamps run {self.ahead[opener] / 1e9:.3f} s ahead of the '
+                f"other LiDARs' (a clock not synchronised?): its clouds are left out, the "
+                f'others make the frames, until it is stamped within '
+                f'{self.tolerance_ns / 1e9:g} s of them')
+
+    def take_late(self) -> int:
+        """Return how many clouds were dropped as late since the last call."""
+        new, self._late_taken = self.late - self._late_taken, self.late
+        return new
+
+    def take_news(self) -> list[str]:
+        """Return what changed about a LiDAR's clock since the last call (a line each)."""
+        news, self._news = self._news, []
+        return news
+
     def _close(self, now: float) -> LidarSet:
         """Close the pending set and return it; its reference becomes the last closed one."""
+        self._judge_alone()
         order = [n for n in self.names if n in self._clouds]
         stamps = {n: self._clouds[n][0] for n in order}
         done = LidarSet(clouds={n: self._clouds[n][1] for n in order}, stamps=stamps,

@@ -32,6 +32,11 @@ from .transforms import CLOCK_JUMP_S, TransformError
 HISTORY = 200               # samples kept (4 s at 50 Hz)
 MIN_QUATERNION_NORM = 1e-6  # below this an orientation carries no direction at all
 MAX_POSITION_M = 1e8        # |x|, |y|, |z| in the fixed frame: 2.5 times round the Earth
+# A newer sample further from the newest than a vehicle gets at this speed, plus the slack, is
+# a new timeline: the ego teleported (a bag looped with its stamps moved on, a localization
+# re-initialised), and no motion can be measured across it.
+MAX_SPEED_MPS = 100.0
+JUMP_SLACK_M = 0.5
 
 
 class OdometryError(ValueError):
@@ -101,9 +106,13 @@ class OdometryBuffer:
     ``add`` refuses bad messages with OdometryError (nothing is stored). A sample up to
     ``CLOCK_JUMP_S`` (1 s) older than the newest is a late one (two publishers, a reordering
     relay): it goes in at its place by stamp, as tf2 stores a late transform. Further back the
-    clock jumped (a bag loop, a restarted simulator): the buffer is cleared first, so poses of
-    the old timeline never mix with the new one, and the sample is refused. A stamp already
-    buffered is refused, as is a late sample older than a full buffer's oldest.
+    clock jumped (a bag loop, a restarted simulator): the buffer is cleared, so poses of the
+    old timeline never mix with the new one, and the sample starts the new one (``add``
+    returns True), as tf2 clears its buffer on a jump back. So does a newer sample the ego
+    cannot have reached (further from the newest than ``MAX_SPEED_MPS`` allows, plus
+    ``JUMP_SLACK_M``): a bag looped by a player that moves its stamps on, or a localization
+    re-initialised. A stamp already buffered is refused, as is a late sample older than a full
+    buffer's oldest.
     """
 
     def __init__(self, max_gap_s: float, child_frame_id: str | None = None,
@@ -120,18 +129,28 @@ class OdometryBuffer:
         """Return the stamp (ns) of the newest sample, None when there is none."""
         return self._samples[-1].stamp_ns if self._samples else None
 
-    def add(self, msg) -> None:
-        """Check and buffer a nav_msgs/Odometry message; raises OdometryError."""
+    def add(self, msg) -> bool:
+        """
+        Check and buffer a nav_msgs/Odometry message; raises OdometryError.
+
+        Returns True when its stamp went back by more than ``CLOCK_JUMP_S``, or its position
+        jumped, and the buffer was reset (the sample is the first of the new timeline).
+        """
         sample = read_odometry(msg, self.child_frame_id)
         samples, stamp = self._samples, sample.stamp_ns
         if not samples or stamp > samples[-1].stamp_ns:
+            newest = samples[-1] if samples else None
+            jumped = newest is not None and float(np.linalg.norm(
+                sample.position - newest.position)) > (
+                MAX_SPEED_MPS * (stamp - newest.stamp_ns) / NS_PER_S + JUMP_SLACK_M)
+            if jumped:
+                samples.clear()
             samples.append(sample)
-            return
-        last = samples[-1].stamp_ns
-        if last - stamp > CLOCK_JUMP_S * NS_PER_S:
+            return jumped
+        if samples[-1].stamp_ns - stamp > CLOCK_JUMP_S * NS_PER_S:
             samples.clear()
-            raise OdometryError(f'header.stamp went backwards by more than {CLOCK_JUMP_S:g} s '
-                                f'({stamp} after {last} ns): odometry buffer reset')
+            samples.append(sample)
+            return True
         stamps = [s.stamp_ns for s in samples]
         index = bisect_left(stamps, stamp)
         if stamps[index] == stamp:
@@ -143,6 +162,7 @@ class OdometryBuffer:
             samples.popleft()
             index -= 1
         samples.insert(index, sample)
+        return False
 
     def pose_at(self, stamp: int) -> np.ndarray | None:
         """

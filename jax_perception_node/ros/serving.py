@@ -72,7 +72,6 @@ class PerceptionCore:
         self._lock = threading.Lock()        # counts, times, pending cloud, LiDAR sets, window
         self._pending = None
         self._sets: LidarSets | None = None  # with lidars.names: the sets being collected
-        self._late = 0                       # ``self._sets.late`` already counted
         self._wake = threading.Event()
         self._worker = self._timer = self._decoders = None
         self._subscriptions, self._tf_subscriptions, self._diagnostics_pub = [], [], None
@@ -109,7 +108,6 @@ class PerceptionCore:
         with self._lock:
             self._sets = LidarSets(names, cfg.lidar_stamp_tolerance_s,
                                    cfg.max_lidar_delay_s) if names else None
-            self._late = 0
             totals, per_report = count_names(names)     # counts kept across re-configures
             self.counts = {**dict.fromkeys(totals, 0), **self.counts}
             self._period = {**dict.fromkeys(per_report, 0), **self._period}
@@ -296,8 +294,9 @@ class PerceptionCore:
                 return
             for done in self._sets.add(name, stamp_ns(msg.header.stamp), msg, now):
                 self._put(done, time.perf_counter())
-            self._bump('late_lidar_clouds', self._sets.late - self._late)
-            self._late = self._sets.late
+            self._bump('late_lidar_clouds', self._sets.take_late())
+            for news in self._sets.take_news():
+                self.log.warning(news)
         self._wake.set()     # a new pending set moves the deadline the worker waits for
 
     def _received(self, now: float) -> None:
@@ -313,8 +312,9 @@ class PerceptionCore:
         self._pending = (item, arrived)
 
     def _on_odometry(self, msg: Odometry) -> None:
-        self._take(lambda: self.path.add_odometry(msg), 'odometry_received',
-                   'rejected_odometry', 'odometry rejected', OdometryError)
+        if self._take(lambda: self.path.add_odometry(msg), 'odometry_received',
+                      'rejected_odometry', 'odometry rejected', OdometryError):
+            self.log.info('odometry: stamp went backwards or the pose jumped: buffer reset')
 
     def _on_transforms(self, msg: TFMessage, static: bool) -> None:
         self._take(lambda: self.path.add_transforms(msg, static), 'transforms_received',

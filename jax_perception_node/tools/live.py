@@ -139,17 +139,23 @@ def play_bag(src, cfg: PipelineConfig, topics: bagio.BagTopics = bagio.BagTopics
 
     ``topics`` name the node's inputs in the bag; they are published on the node's own input
     names (odometry whenever the bag has it: the node subscribes to it only with accumulation),
-    or where ``remap`` sends them (see ``play_routes``). ``restamp`` stamps every message with
-    the wall clock of its slot in the playback (its bag time since the first over the rate,
-    from the wall clock at the start of the loop), so the node's age measures real latency at
-    any rate and a new loop never steps back; messages without a Header pass unchanged.
-    ``clock_hz`` > 0 publishes /clock (rosgraph_msgs/Clock, the bag's time, the stamps' with
-    ``restamp``) that many times a second, like ``ros2 bag play --clock``. Playing starts once
+    or where ``remap`` sends them (see ``play_routes``). ``restamp`` (at rate 1 only: the
+    bag's spacing is its physics, deskew's and the camera pairing's) shifts every stamp of a
+    loop by one offset, the wall clock at the loop's start less its first bag time, so the
+    node's age measures real latency and a new loop never steps back; messages without a
+    Header pass unchanged. ``clock_hz`` > 0 publishes /clock (rosgraph_msgs/Clock, the bag's
+    time, shifted with ``restamp``) that many times a second, like ``ros2 bag play --clock``,
+    once at each loop's start before its first message. Playing starts once
     the LiDAR topics and every
     topic named in ``remap`` have a subscriber, or after ``wait_s``, so the first messages are
     not lost to discovery (the demo records the ground truth this way: on a loaded machine its
     recorder was once matched only after a 1.5 s bag had played).
     """
+    if restamp and rate != 1.0:
+        raise bagio.BagError(f'--restamp plays at --rate 1 only (got {rate:g}): restamped at '
+                             'another rate, the stamps would stretch the motion deskew and '
+                             'accumulation measure; play with --clock and the node on '
+                             'use_sim_time instead')
     reader = bagio.open_reader(src)
     try:
         types = bagio.topic_types(reader)
@@ -213,25 +219,24 @@ def _play(reader, pubs, rate: float, restamp: bool, loop: bool, context, clock, 
 
 
 def _play_once(reader, pubs, rate: float, restamp: bool, clock=None) -> int:
-    first = start_ns = start_wall = None
+    first = offset = start_wall = None
     sent = 0
     for topic, timestamp, raw, msgtype in bagio.iter_messages(reader, list(pubs)):
         if first is None:
             # Both clocks start at the first message: opening the bag takes time too.
             first, start_wall = timestamp, time.monotonic()
-            start_ns = time.time_ns() if restamp else None
+            offset = time.time_ns() - first if restamp else 0
             if clock is not None:
-                clock.start(first, start_wall, start_ns)
+                clock.start(first, start_wall, offset)
         if clock is not None:
             clock.hold_at(timestamp)
         delay = start_wall + (timestamp - first) / 1e9 / rate - time.monotonic()
         if delay > 0:
             time.sleep(delay)
         if restamp:
-            # The wall clock of the message's own slot in the schedule: at any rate the stamps
-            # follow the wall clock (age is latency), and a new loop never steps back.
-            slot = start_ns + int((timestamp - first) / rate)
-            pubs[topic].publish(restamped(raw, msgtype, slot - timestamp))
+            # One offset a loop keeps the bag's spacing; at rate 1 each stamp is then the wall
+            # clock of the message's slot (age is latency), and a new loop never steps back.
+            pubs[topic].publish(restamped(raw, msgtype, offset))
         else:
             pubs[topic].publish(bytes(raw))
         sent += 1
@@ -258,17 +263,18 @@ class PlaybackClock:
         self._thread = threading.Thread(target=self._run, name='clock', daemon=True)
         self._thread.start()
 
-    def start(self, first_ns: int, start_wall: float, start_ns: int | None = None) -> None:
+    def start(self, first_ns: int, start_wall: float, offset_ns: int = 0) -> None:
         """
-        (Re)start at bag time ``first_ns``, reached at monotonic ``start_wall``.
+        (Re)start at bag time ``first_ns``, reached at monotonic ``start_wall``, and publish it.
 
-        ``start_ns``: with restamping, the wall clock (ns) the first message is stamped with;
-        the clock then reads the stamps' time (bag time since the first, over the rate, from
-        it), else the bag's own time.
+        ``offset_ns``: with restamping, the shift of the loop's stamps; the clock reads the
+        stamps' time. Published at once: a new loop's first message never goes out with the
+        last loop's end still on the clock (a node on sim time measured its age from there).
         """
         with self._lock:
-            self._origin = (first_ns, start_wall, start_ns)
+            self._origin = (first_ns, start_wall, offset_ns)
             self._limit = first_ns
+        self._publish(first_ns + offset_ns)
 
     def hold_at(self, bag_ns: int) -> None:
         """Let the clock run up to ``bag_ns``, the next message's bag time."""
@@ -280,18 +286,20 @@ class PlaybackClock:
         with self._lock:
             if self._origin is None:
                 return None
-            first, start_wall, start_ns = self._origin
+            first, start_wall, offset = self._origin
             running = first + int((time.monotonic() - start_wall) * self._rate * 1e9)
-            bag = min(running, self._limit)
-            return bag if start_ns is None else start_ns + int((bag - first) / self._rate)
+            return min(running, self._limit) + offset
+
+    def _publish(self, now_ns: int) -> None:
+        msg = ros_type(CLOCK_TYPE)()
+        msg.clock.sec, msg.clock.nanosec = divmod(now_ns, 1_000_000_000)
+        self._pub.publish(msg)
 
     def _run(self) -> None:
-        msg = ros_type(CLOCK_TYPE)()
         while not self._stop.wait(self._period):
             now = self.now_ns()
             if now is not None:
-                msg.clock.sec, msg.clock.nanosec = divmod(now, 1_000_000_000)
-                self._pub.publish(msg)
+                self._publish(now)
 
     def stop(self) -> None:
         """Stop publishing (the last time published stays the clock's)."""

@@ -251,6 +251,35 @@ def test_replay_with_odometry_writes_the_time_lag_channel(tmp_path, pipe):
     np.testing.assert_allclose(got[..., 6][got[..., 0] > 0], 0.1, atol=1e-6)
 
 
+def test_a_pose_jump_starts_the_sweeps_anew(tmp_path, pipe):
+    # A bag looped by a player that moves its stamps on (play --loop --restamp), or a
+    # localization re-initialised: the odometry jumps 11 m between two samples 0.1 s apart
+    # (110 m/s). The sweeps before it are of another timeline: composed with the new poses
+    # they would land 11 m off, in the grid; the frame after the jump has its own sweep only.
+    import bag_messages
+    clouds, poses = drive(pipe.cfg, frames=5)
+    jumped = [pose.copy() for pose in poses]
+    for pose in jumped[3:]:
+        pose[1, 3] += 11.0
+    with bagio.BagWriter(tmp_path / 'in') as writer:
+        for k, (points, pose) in enumerate(zip(clouds, jumped)):
+            stamp = T0 + k * DT
+            writer.write(bagio.ODOMETRY_TOPIC, pose_odometry(stamp, pose), stamp)
+            writer.write(bagio.POINTCLOUD_TOPIC, bag_messages.cloud(points, stamp), stamp + 2)
+    compiles = compile_count()
+    result = replay_bag(tmp_path / 'in', tmp_path / 'out', pipe.cfg, pipeline=pipe)
+    assert result.frames == 5 and result.rejected_odometry == 0
+    assert compile_count() == compiles
+    outputs = [m for _, _, m in read_all(tmp_path / 'out', [bagio.FEATURES_TOPIC])]
+    bevs = [np.frombuffer(bytes(m.data), np.float32).reshape(m.height, m.width, -1)
+            for m in outputs]
+    assert (bevs[2][..., 6] > 0).any()                  # before: earlier sweeps counted
+    check_lidar_block(bevs[3], expected_channels(pipe.cfg, clouds[3], None, None, None, 0))
+    assert (bevs[3][..., 6] == 0).all()                 # the jump: its own sweep only
+    # Then the one earlier sweep of the new timeline (a cell's mean lag, at most 0.1 s).
+    assert 0 < bevs[4][..., 6].max() <= DT / 1e9 + 1e-6
+
+
 def test_replay_without_odometry_counts_every_frame(tmp_path, pipe):
     import bag_messages
     clouds, _ = drive(pipe.cfg, frames=2)

@@ -213,12 +213,16 @@ def test_playback_clock_holds_at_the_next_message():
         assert clock.now_ns() == 7 * 10**9
         clock.hold_at(100 * 10**9)
         assert 15 * 10**9 <= clock.now_ns() < 100 * 10**9
-        # Restamped at rate 2, started 10 s ago: the stamps' time, 10 s of wall clock on.
-        fast = live.PlaybackClock(node, hz=1.0, rate=2.0)
-        fast.start(5 * 10**9, time.monotonic() - 10.0, start_ns=1000 * 10**9)
-        fast.hold_at(100 * 10**9)
-        assert 1010 * 10**9 <= fast.now_ns() < 1011 * 10**9
-        fast.stop()
+        # Restamped (stamps shifted by 995 s), started 10 s ago: the stamps' time.
+        shifted = live.PlaybackClock(node, hz=1e-3, rate=1.0)     # its thread never publishes
+        shifted._pub = Kept()
+        shifted.start(5 * 10**9, time.monotonic() - 10.0, offset_ns=995 * 10**9)
+        # The loop's start is on /clock before its first message (the thread would be late).
+        [msg] = shifted._pub.raw
+        assert msg.clock.sec * 10**9 + msg.clock.nanosec == 1000 * 10**9
+        shifted.hold_at(100 * 10**9)
+        assert 1010 * 10**9 <= shifted.now_ns() < 1011 * 10**9
+        shifted.stop()
         clock.stop()
     finally:
         node.destroy_node()
@@ -357,26 +361,40 @@ def test_play_with_several_lidars_waits_for_their_subscriber(tmp_path):
         rclpy.try_shutdown(context=context)
 
 
-def test_restamped_loops_at_any_rate_follow_the_wall_clock_and_never_step_back(tmp_path):
-    class Kept:
-        def __init__(self):
-            self.raw = []
+class Kept:
+    """A publisher that keeps what it is given."""
 
-        def publish(self, raw):
-            self.raw.append(raw)
+    def __init__(self):
+        self.raw = []
+
+    def publish(self, raw):
+        self.raw.append(raw)
+
+
+def test_restamped_loops_keep_the_bags_spacing_follow_the_wall_clock_never_step_back(
+        tmp_path):
     bag = write_bag(tmp_path / 'bag')
     pubs = {bagio.POINTCLOUD_TOPIC: Kept(), EXTRA_TOPIC: Kept()}
     reader = bagio.open_reader(bag)
     try:
-        for _ in range(2):                               # two loops at 4x
-            live._play_once(reader, pubs, 4.0, True)
+        for _ in range(2):                               # two loops
+            live._play_once(reader, pubs, 1.0, True)
     finally:
         reader.close()
     stamps = [stamp(bagio.deserialize(raw, bagio.POINTCLOUD_TYPE))
               for raw in pubs[bagio.POINTCLOUD_TOPIC].raw]
     assert len(stamps) == 2 * CLOUDS and all(b > a for a, b in zip(stamps, stamps[1:]))
+    # Within a loop the bag's spacing, exactly: deskew and accumulation measure motion by it.
+    for loop in (stamps[:CLOUDS], stamps[CLOUDS:]):
+        assert {b - a for a, b in zip(loop, loop[1:])} == {PERIOD_NS}
     # Each stamp is its publication's wall clock (the last at most a few ms before now).
     assert 0 <= time.time_ns() - stamps[-1] < 0.5e9
+
+
+def test_restamp_at_another_rate_is_refused(tmp_path):
+    bag = write_bag(tmp_path / 'bag')
+    with pytest.raises(bagio.BagError, match=r'--restamp plays at --rate 1 only \(got 4\)'):
+        live.play_bag(bag, small_config(), rate=4.0, restamp=True)
     # A message without a Header is played as recorded, never "restamped" into garbage.
     string = bagio.TYPESTORE.types['std_msgs/msg/String']
     raw = bytes(bagio.TYPESTORE.serialize_cdr(string(data='hello'), 'std_msgs/msg/String'))

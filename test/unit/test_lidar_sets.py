@@ -1,7 +1,7 @@
 """LidarSets' grouping rules, each checked against stamps and times worked out by hand."""
 
 from configs import absolute_imports
-from jax_perception_node.frames.lidar_sets import JUMP_BACK_NS, LidarSets
+from jax_perception_node.frames.lidar_sets import AHEAD_SETS, JUMP_BACK_NS, LidarSets
 import numpy as np
 import pytest
 
@@ -180,6 +180,56 @@ def test_a_lidar_whose_clock_runs_behind_is_late_and_missing_not_a_new_timeline(
     assert [s.stamp_ns for s in out[1:]] == [T + k * 100 * MS for k in range(5)]
     assert all(s.missing == ('right',) for s in out[1:])
     assert sets.late == 4
+
+
+def clock_drift(sets, offsets_ms, ticks, first=None, start=0):
+    """Feed ticks of 10 Hz clouds from ``start``, stamps off by offsets_ms, ``first`` first."""
+    out = []
+    order = sorted(NAMES, key=lambda n: n != first)
+    for k in range(start, start + ticks):
+        now = 1.0 + k * 0.1
+        for i, name in enumerate(order):
+            out += sets.add(name, T + (k * 100 + offsets_ms.get(name, 0)) * MS, (k, name),
+                            now + 0.001 * i)
+        out += [s for s in (sets.due(now + 0.05),) if s is not None]
+    return out
+
+
+def test_a_lidar_whose_clock_runs_ahead_is_left_out_and_the_others_make_the_frames():
+    # left's clock runs 500 ms ahead and its clouds arrive first: it opens each set, and the
+    # others' clouds, fresh but 500 ms older than its, are late against it. After AHEAD_SETS
+    # such sets it is taken to run ahead: left out, named missing, as a LiDAR behind is.
+    sets = three(max_delay_s=0.03)
+    out = clock_drift(sets, {'left': 500}, 12, first='left')
+    assert [list(s.clouds) for s in out[:AHEAD_SETS]] == [['left']] * AHEAD_SETS
+    assert sets.ahead == {'left': 500 * MS}
+    [news] = sets.take_news()
+    assert news.startswith("LiDAR left: its stamps run 0.500 s ahead of the other LiDARs'")
+    # Set stamps never step back: the others are late until they pass left's last set.
+    later = out[AHEAD_SETS:]
+    assert later and all(list(s.clouds) == ['top', 'right'] and s.missing == ('left',)
+                         for s in later)
+    assert all(a.stamp_ns < b.stamp_ns for a, b in zip(out, out[1:]))
+    assert later[0].stamp_ns == T + 800 * MS        # the first tick past left's 700 ms set
+    # Its clock set right again: stamped with the others, it is back in the frames.
+    out = clock_drift(sets, {}, 4, first='top', start=12)[-3:]
+    assert all(len(s.clouds) == 3 for s in out) and sets.ahead == {}
+    assert sets.take_news() == ['LiDAR left: stamped with the other LiDARs again, back in the '
+                                'frames']
+
+
+def test_no_lidar_is_judged_ahead_by_two_lidars_or_by_a_set_it_shares():
+    # Two LiDARs: no majority says which clock is wrong; sets stay as they were (the first
+    # arrival opens them).
+    two = LidarSets(('top', 'left'), 0.01, 0.03)
+    for k in range(10):
+        two.add('left', T + (k * 100 + 500) * MS, k, 1.0 + k * 0.1)
+        two.add('top', T + k * 100 * MS, k, 1.0 + k * 0.1 + 0.001)
+    assert two.ahead == {} and two.take_news() == []
+    # Two LiDARs of three ahead together share their sets: no single clock is off.
+    sets = three(max_delay_s=0.03)
+    clock_drift(sets, {'left': 500, 'right': 500}, 10, first='left')
+    assert sets.ahead == {}
 
 
 def test_flush_closes_whatever_is_pending():

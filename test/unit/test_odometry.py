@@ -122,15 +122,16 @@ def test_a_late_sample_goes_in_at_its_place_and_a_jump_back_resets_the_buffer():
         with pytest.raises(OdometryError, match='repeats'):
             buf.add(odometry(repeat, (9.0, 0.0, 0.0)))
     np.testing.assert_allclose(buf.pose_at(T0 + 60_000_000)[:3, 3], [0.6, 0.0, 0.0])
-    # More than a second back: the clock jumped (a bag loop); nothing of the old timeline stays.
-    with pytest.raises(OdometryError, match='backwards.*reset'):
-        buf.add(odometry(T0 + 60_000_000 - 1_000_000_001, (5.0, 0.0, 0.0)))
+    # More than a second back: the clock jumped (a bag loop); nothing of the old timeline stays,
+    # and the sample starts the new one (as tf2 stores the transform after clearing).
+    assert buf.add(odometry(T0 + 60_000_000 - 1_000_000_001, (4.0, 0.0, 0.0))) is True
     for stamp in (T0, T0 + 10_000_000, T0 + 60_000_000):
         assert buf.pose_at(stamp) is None
-    # The new timeline starts with the next sample: old poses never mix with it.
     buf.add(odometry(T0 + 20_000_000, (5.0, 0.0, 0.0)))
     buf.add(odometry(T0 + 40_000_000, (6.0, 0.0, 0.0)))
     np.testing.assert_allclose(buf.pose_at(T0 + 30_000_000)[:3, 3], [5.5, 0.0, 0.0])
+    np.testing.assert_allclose(buf.pose_at(T0 + 60_000_000 - 1_000_000_001)[:3, 3],
+                               [4.0, 0.0, 0.0])
 
 
 def test_a_late_sample_into_a_full_buffer_drops_the_oldest_or_is_refused_if_older():
@@ -152,3 +153,19 @@ def test_history_is_bounded():
     assert buf.pose_at(T0 + 39 * 20_000_000) is None
     np.testing.assert_allclose(buf.pose_at(T0 + 40 * 20_000_000)[:3, 3], [8.0, 0.0, 0.0])
     np.testing.assert_allclose(buf.pose_at(T0 + 970_000_000)[:3, 3], [9.7, 0.0, 0.0])
+
+
+def test_a_pose_the_ego_cannot_have_reached_starts_a_new_timeline():
+    from jax_perception_node.geometry.odometry import JUMP_SLACK_M, MAX_SPEED_MPS
+    buf = OdometryBuffer(max_gap_s=0.2)
+    assert buf.add(odometry(T0, (0.0, 0.0, 0.0))) is False
+    # 70 m/s for 20 ms (1.4 m), and 0.4 m of jitter 1 us on: a vehicle, not a jump.
+    assert buf.add(odometry(T0 + 20_000_000, (1.4, 0.0, 0.0))) is False
+    assert buf.add(odometry(T0 + 20_001_000, (1.4, JUMP_SLACK_M * 0.8, 0.0))) is False
+    # 29 m in 9 ms (a bag looped with its stamps moved on): the ego teleported.
+    step = MAX_SPEED_MPS * 0.009 + JUMP_SLACK_M
+    assert step < 29.0
+    assert buf.add(odometry(T0 + 29_001_000, (-27.6, 0.4, 0.0))) is True
+    assert buf.pose_at(T0 + 20_000_000) is None and buf.pose_at(T0 + 25_000_000) is None
+    assert buf.add(odometry(T0 + 49_001_000, (-27.4, 0.4, 0.0))) is False
+    np.testing.assert_allclose(buf.pose_at(T0 + 39_001_000)[:3, 3], [-27.5, 0.4, 0.0])
