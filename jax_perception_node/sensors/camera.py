@@ -275,9 +275,9 @@ def scale_camera_info(msg, map_height: int, map_width: int,
 
     ``rectified``: the maps come from the rectified image (image_proc's image_rect), which
     CameraInfo describes by P (fx' 0 cx' 0; 0 fy' cy' 0; 0 0 1 0) and R: P's intrinsics are
-    scaled, with no distortion. A P of a stereo pair's second camera (Tx, Ty not 0), an R that
-    is not the identity (the rectified image turned against the camera frame) or an ROI (a
-    window of the raw image) is refused.
+    scaled, with no distortion (K and D are not read). A P of a stereo pair's second camera
+    (Tx, Ty not 0), an R that is not the identity (the rectified image turned against the
+    camera frame) or an ROI (a window of the raw image) is refused.
 
     With s_x = W_f / W and s_y = H_f / H: fx_f = fx s_x, cx_f = (cx + 0.5) s_x - 0.5, the same
     for y (pixel centres stay at integer coordinates at both resolutions). With a region of
@@ -308,14 +308,17 @@ def scale_camera_info(msg, map_height: int, map_width: int,
 
     """
     scale_x, scale_y, x_offset, y_offset = _checked_size(msg, map_height, map_width)
-    fx, fy, cx, cy = _checked_k(msg)
-    cx, cy = cx - x_offset, cy - y_offset
-    model, distortion = _distortion(msg)
     if rectified:
+        # K and D describe the raw image, which the maps do not come from: neither is read (a
+        # lens model the node lacks, rational_polynomial's 14 coefficients, is no obstacle).
         if x_offset or y_offset or int(msg.roi.width):
             raise CameraInfoError('roi: a window of the raw image cannot describe the '
                                   'rectified one (cameras.<name>.rectified)')
         (fx, fy, cx, cy), model, distortion = _checked_p(msg), 'none', ()
+    else:
+        fx, fy, cx, cy = _checked_k(msg)
+        cx, cy = cx - x_offset, cy - y_offset
+        model, distortion = _distortion(msg)
     for name, value in (('k[0] (fx)', fx * scale_x), ('k[4] (fy)', fy * scale_y)):
         if value < MIN_FOCAL_PX:
             raise CameraInfoError(f'{name}: {value:.3g} px at feature-map resolution, below '
