@@ -43,7 +43,8 @@ from ..outputs.detected_objects import detected_objects_message
 from ..outputs.grid_map import grid_map_message, GridMapLayers
 from ..outputs.object_markers import markers_message
 from ..outputs.objects import detections_message
-from ..sensors.camera import CameraInfoError, FeatureMapError, features_image_fields
+from ..sensors.camera import (CameraInfoError, FeatureMapError, features_image_fields,
+                              UncalibratedCameraInfo)
 from ..sensors.cloud import CloudFormatError
 from ..settings.config import PipelineConfig
 from ..settings.parameters import ConfigError
@@ -292,6 +293,8 @@ class BagFrames:
         """Apply a CameraInfo's intrinsics (never a compile), or count it rejected."""
         try:
             applied = self.path.apply_camera_info(name, bagio.deserialize(raw, msgtype))
+        except UncalibratedCameraInfo:      # no calibration to apply: the parameters stay
+            return
         except (bagio.BagError, CameraInfoError, ConfigError) as exc:
             self.result.rejected_camera_info += 1
             self.result.errors.append(f'camera {name}: CameraInfo rejected: {exc}')

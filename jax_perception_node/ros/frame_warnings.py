@@ -1,16 +1,56 @@
 """
-The node's log lines about a processed frame: what it lacked, or what was left out of it.
+The node's log lines: about a processed frame, a refused input, and that the node is ready.
 
-No ROS import: the node passes its logger. Each warning has its own line of code, since
-rclpy throttles per call site; the same warning every frame would be noise, so each is
-throttled. A warning about a LiDAR's fields names its parameter: ``lidar.intensity_field`` for
-the one LiDAR, ``lidars.<name>.intensity_field`` for one of several (``Frame.intensity_key``,
-``Frame.time_key``).
+A frame's lines say what it lacked, or what was left out of it. No ROS import: the node passes
+its logger. Each frame warning has its own line of code, since rclpy throttles per call site;
+the same warning every frame would be noise, so each is throttled. Refused inputs share one
+call site, so :class:`InputWarnings` throttles them per input instead (one camera's refusals
+would hide another's). A warning about a LiDAR's fields names its parameter:
+``lidar.intensity_field`` for the one LiDAR, ``lidars.<name>.intensity_field`` for one of
+several (``Frame.intensity_key``, ``Frame.time_key``).
 """
+
+import math
+import time
 
 from ..frames.frame_path import Frame
 from ..sensors.cloud import MAX_POINT_TIME_S
 from ..settings.config import PipelineConfig
+
+THROTTLE_S = 2.0        # a refused input's reason is logged at most this often, per input
+
+
+class InputWarnings:
+    """
+    The WARN lines of refused inputs: at most one each ``THROTTLE_S`` per input (``what``).
+
+    Called from the executor and the image-decode threads: a race at worst logs a line twice.
+    """
+
+    def __init__(self):
+        self._last: dict[str, float] = {}
+
+    def refused(self, log, what: str, reason) -> None:
+        """Log ``what: reason`` unless ``what`` was logged in the last ``THROTTLE_S``."""
+        now = time.monotonic()
+        if now - self._last.get(what, -math.inf) >= THROTTLE_S:
+            self._last[what] = now
+            log.warning(f'{what}: {reason}')
+
+    def once(self, log, what: str, reason) -> None:
+        """Log ``what: reason`` at INFO the first time only (a state, not a fault)."""
+        if what not in self._last:
+            self._last[what] = math.inf
+            log.info(f'{what}: {reason}')
+
+
+def ready_line(pipe, lidar_names: tuple[str, ...]) -> str:
+    """Return the line that says the node serves: its grid, channels, cameras and inputs."""
+    return (f'ready: {pipe.height} x {pipe.width} grid, {pipe.output_channels} channels, '
+            f'cameras {list(pipe.camera_names)}'
+            + (f', LiDARs {list(lidar_names)} on ~/input/<name>/pointcloud'
+               if lidar_names else '')
+            + (f', {pipe.num_sweeps} sweeps on ~/input/odometry' if pipe.num_sweeps > 1 else ''))
 
 
 def warn_frame(log, cfg: PipelineConfig, frame: Frame) -> None:

@@ -26,7 +26,7 @@ from sensor_msgs.msg import CameraInfo, PointCloud2
 from std_msgs.msg import Header
 from tf2_msgs.msg import TFMessage
 
-from .frame_warnings import warn_frame
+from .frame_warnings import InputWarnings, ready_line, warn_frame
 from .frame_worker import FrameWorker
 from .health import assess, CloudTimes, count_names, frame_counts, RecentLatency
 from .node_outputs import FrameOutputs
@@ -41,7 +41,7 @@ from ..geometry.odometry import OdometryError
 from ..geometry.stamps import split_ns, stamp_ns
 from ..geometry.transforms import TransformError
 from ..outputs.grid_map import GridMapLayers
-from ..sensors.camera import CameraInfoError, FeatureMapError
+from ..sensors.camera import CameraInfoError, FeatureMapError, UncalibratedCameraInfo
 from ..sensors.cloud import CloudFormatError
 from ..settings.config import config_from_parameters
 from ..settings.live_params import changed_intrinsics, check_update
@@ -75,6 +75,7 @@ class PerceptionCore:
         self._wake = threading.Event()
         self._worker = self._timer = self._decoders = None
         self._subscriptions, self._tf_subscriptions, self._diagnostics_pub = [], [], None
+        self._warnings = InputWarnings()
 
     @property
     def log(self):
@@ -143,13 +144,7 @@ class PerceptionCore:
                 self._sets.reset()        # no set of an earlier activation is completed
         self.outputs.start()
         self._worker = FrameWorker(self._serve)
-        pipe = self.pipe
-        self.log.info(f'ready: {pipe.height} x {pipe.width} grid, {pipe.output_channels} '
-                      f'channels, cameras {list(pipe.camera_names)}'
-                      + (f', LiDARs {list(self._sets.names)} on ~/input/<name>/pointcloud'
-                         if self._sets is not None else '')
-                      + (f', {pipe.num_sweeps} sweeps on ~/input/odometry'
-                         if pipe.num_sweeps > 1 else ''))
+        self.log.info(ready_line(self.pipe, () if self._sets is None else self._sets.names))
 
     def deactivate(self) -> None:
         """Stop serving: no subscriptions, no timer; the frame in progress finishes first."""
@@ -264,10 +259,12 @@ class PerceptionCore:
     def _on_camera_info(self, name: str, msg: CameraInfo) -> None:
         try:
             intrinsics = self.path.apply_camera_info(name, msg)
+        except UncalibratedCameraInfo as exc:    # camera_info_manager without a file: no fault
+            self._warnings.once(self.log, f'camera {name}: CameraInfo', exc)
+            return
         except (CameraInfoError, ConfigError) as exc:
             self._count('rejected_camera_info')
-            self.log.warning(f'camera {name}: CameraInfo rejected: {exc}',
-                             throttle_duration_sec=2.0)
+            self._warnings.refused(self.log, f'camera {name}: CameraInfo rejected', exc)
             return
         if intrinsics is None:
             return
@@ -340,7 +337,7 @@ class PerceptionCore:
             result = accept()
         except error as exc:
             self._count(refused)
-            self.log.warning(f'{what}: {exc}', throttle_duration_sec=2.0)
+            self._warnings.refused(self.log, what, exc)
             return None
         except Exception as exc:    # noqa: B902 - a bug taking one message: said, serve on
             self.log.error(f'{what}: unexpected error {exc!r}')

@@ -36,6 +36,15 @@ class CameraInfoError(ValueError):
     """A CameraInfo cannot give intrinsics for the feature map; the message names the field."""
 
 
+class UncalibratedCameraInfo(CameraInfoError):
+    """
+    A CameraInfo of a camera without a calibration: K (or, rectified, P) all zero.
+
+    camera_info_manager publishes it beside every image when it has no calibration file
+    (image_geometry reads K[0] == 0 as uncalibrated): no fault of the message, nothing to apply.
+    """
+
+
 # Image size over feature-map size may differ this much (relative) between x and y: backbones
 # round odd sizes (900 / 16 = 56.25 rows -> 56), a different aspect ratio is a wrong pairing.
 SCALE_TOLERANCE = 0.02
@@ -299,6 +308,7 @@ def scale_camera_info(msg, map_height: int, map_width: int,
 
     Raises
     ------
+    UncalibratedCameraInfo: K (rectified: P) all zero, a camera without a calibration.
     CameraInfoError: naming the field, for values outside the module's bounds (not finite,
         tiny or huge focal lengths, a huge image), a K that is not [fx 0 cx; 0 fy cy; 0 0 1],
         a distortion_model other than plumb_bob / equidistant (rational_polynomial with
@@ -308,6 +318,10 @@ def scale_camera_info(msg, map_height: int, map_width: int,
 
     """
     scale_x, scale_y, x_offset, y_offset = _checked_size(msg, map_height, map_width)
+    matrix = 'p' if rectified else 'k'
+    if not any(float(v) for v in getattr(msg, matrix)):
+        raise UncalibratedCameraInfo(f'{matrix} is all zero: an uncalibrated camera (no '
+                                     "calibration file); the parameters' intrinsics stay")
     if rectified:
         # K and D describe the raw image, which the maps do not come from: neither is read (a
         # lens model the node lacks, rational_polynomial's 14 coefficients, is no obstacle).

@@ -14,25 +14,26 @@ them to 8 bits). Bayer mosaics (bayer_rggb, bggr, gbrg, grbg) are demosaicked at
 pixel a 2 x 2 tile (so they must be at least twice the target); 4:2:2 YUV (yuv422 = UYVY,
 yuv422_yuy2 = YUYV) is converted as OpenCV's BT.601 video range. CompressedImage formats: JPEG or
 PNG, named anywhere in ``format`` as image_transport writes it ('jpeg', 'bgr8; jpeg compressed
-bgr8', 'rgb8; png compressed bgr8'; case-insensitive, 'jpg' too). The file itself holds true
-colours whatever the encodings in ``format`` say (the publisher's OpenCV wrote them so); its first
-bytes must be the named format's signature. The size is read from the file's header and checked
-before anything is decoded (at most ``camera.MAX_IMAGE_SIZE`` a side and ``MAX_PIXELS`` in all: a
-small file can claim a huge image). JPEG is decoded by libjpeg(-turbo), with ``scaled`` at 1/2, 1/4
-or 1/8 of its size in the DCT (the largest reduction that keeps it at least the target size); PNG
-of any colour type, 16-bit samples reduced to their high byte (as Pillow does for 16-bit colour).
-EXIF orientation is not applied.
+bgr8', 'rgb8; png compressed bgr8'; case-insensitive, 'jpg' too). compressed_image_transport
+converts colour images (rgb, bgr, rgba, bgra) to true colours and compresses mono as it is, so
+the file holds the picture whatever encodings ``format`` names; but it compresses any other
+image as it is too: a Bayer mosaic (``format`` 'bayer_rggb8; jpeg compressed ') is demosaicked
+after decoding as a raw one is (at half size, never DCT-scaled: that would blend the tiles), and
+anything else named before the ';' (a depth 16UC1, 8UC3, yuv422) is refused by name. The file's
+first bytes must be the named format's signature. The size is read from the file's header and
+checked before anything is decoded (at most ``camera.MAX_IMAGE_SIZE`` a side and ``MAX_PIXELS``
+in all: a small file can claim a huge image). JPEG is decoded by libjpeg(-turbo), with ``scaled``
+at 1/2, 1/4 or 1/8 of its size in the DCT: the largest reduction that divides both sides and
+keeps the image at least the target size (a reduction that does not divide a side gives a last
+row or column of a part of a block, which the area mean would stretch: 1600 x 900 at 1/8 is
+200 x 113, a bar 0.5 output pixels off at the bottom). PNG of any colour type, 16-bit samples
+reduced to their high byte (as Pillow does for 16-bit colour). EXIF orientation is not applied.
 
-Scaling is downward only and area averaging (each output pixel the mean of the input area it
-covers, fractions of pixels weighted by their share): an exact integer factor in both axes
-averages the blocks exactly in integers, rounding half up (``(sum + n // 2) // n`` over a
-block's n pixels, as Pillow's ``reduce`` does for powers of two); any other factor weighs the
-pixels in float32, rows first, and rounds half up (within half a level of the exact mean, plus
-float32 rounding). Pillow's BOX resize is not used: it takes whole pixels by their centres,
-tens of levels off at sharp edges for a factor like 2.5. The factors in x and y must agree within
-``camera.SCALE_TOLERANCE`` (relative, as for ``scale_camera_info``): anything else is another
-camera's image or a wrong pairing. Every unusable message raises :class:`CameraImageError`,
-naming the field and the problem, and leaves the caller's buffer as it was.
+Scaling to the target is area averaging (``image_scaling.fit_array``). The factors in x and y
+must agree within ``camera.SCALE_TOLERANCE`` (relative, as for ``scale_camera_info``): anything
+else is another camera's image or a wrong pairing. Every unusable message raises
+:class:`CameraImageError`, naming the field and the problem, and leaves the caller's buffer as
+it was.
 """
 
 import io
@@ -44,6 +45,7 @@ from PIL import Image, ImageFile
 
 from .camera import FeatureMapError, MAX_IMAGE_SIZE, SCALE_TOLERANCE
 from .cloud import byte_view
+from .image_scaling import area_float, fit_array
 
 __all__ = ['CameraImageError', 'COMPRESSED_FORMATS', 'IMAGE_ENCODINGS', 'ImageDecoder',
            'MAX_PIXELS']
@@ -69,6 +71,9 @@ _ENCODINGS = {
     'yuv422_yuy2': (2, 1, 'yuyv'), 'yuyv': (2, 1, 'yuyv'),
 }
 IMAGE_ENCODINGS = tuple(_ENCODINGS)
+# Encodings compressed_image_transport compresses as a picture (colour converted, mono as is).
+_PICTURES = frozenset(name for name, (_, _, layout) in _ENCODINGS.items()
+                      if isinstance(layout, tuple))
 # YUV -> RGB as OpenCV's COLOR_YUV2RGB_UYVY (what cv_bridge converts with): ITU-R BT.601,
 # video range (Y from 16, 1.164 a level), in 20-bit fixed point, rounded.
 _BT601_SHIFT = 20
@@ -113,90 +118,8 @@ def _check_size(width: int, height: int, target: tuple[int, int], what: str = ''
             f'{target_height} encoder input by {scale_x:.3g} in x but {scale_y:.3g} in y')
 
 
-def _block_mean(src: np.ndarray, factor_y: int, factor_x: int) -> np.ndarray:
-    """uint8[H, W, C] (any strides) -> uint8[H / fy, W / fx, C] block means, half rounded up."""
-    count = factor_y * factor_x
-    # uint16 holds a block's sum up to 257 pixels; larger blocks (rare) sum in uint32.
-    wide = np.uint16 if count * 255 < 1 << 16 else np.uint32
-    # Rows first (whole contiguous rows added), then columns: a few passes over the data,
-    # where one sum over a 5-D strided view is ten times slower.
-    rows = src[0::factor_y].astype(wide)
-    for i in range(1, factor_y):
-        rows += src[i::factor_y]
-    sums = rows[:, 0::factor_x].copy()
-    for i in range(1, factor_x):
-        sums += rows[:, i::factor_x]
-    sums += count // 2
-    sums //= count
-    return sums.astype(np.uint8)
-
-
-def _area_taps(size: int, target: int) -> tuple[np.ndarray, np.ndarray]:
-    """(index intp[target, K], weight float32[target, K]): the input pixels each output covers."""
-    scale = size / target
-    lo = np.arange(target) * scale                      # output i covers [lo_i, lo_i + scale)
-    first = np.floor(lo).astype(np.intp)
-    taps = int((np.ceil(lo + scale) - first).max())
-    index = first[:, None] + np.arange(taps)
-    # The overlap of [lo_i, lo_i + scale) with pixel [j, j + 1), over the span: the weights.
-    overlap = np.minimum(lo[:, None] + scale, index + 1) - np.maximum(lo[:, None], index)
-    weight = np.clip(overlap, 0.0, None) / scale
-    return np.minimum(index, size - 1), weight.astype(np.float32)
-
-
-def _area_axis(pixels: np.ndarray, target: int, axis: int) -> np.ndarray:
-    """Area-average [H, W, C] ``pixels`` along ``axis`` down to ``target`` samples, as float32."""
-    size = pixels.shape[axis]
-    # Indexing along ``axis`` in place (no moveaxis), so rows stay rows in memory.
-    along = (slice(None),) * axis
-    if size % target == 0:
-        # Whole blocks: strided adds, no gathers.
-        factor = size // target
-        total = pixels[along + (slice(0, None, factor),)].astype(np.float32)
-        for i in range(1, factor):
-            total += pixels[along + (slice(i, None, factor),)]
-        total *= np.float32(1 / factor)
-        return total
-    index, weight = _area_taps(size, target)
-    weight = weight.reshape((target, 1, 1, -1) if axis == 0 else (target, 1, -1))
-    # scale + 1 taps at most per output pixel, each one gather and one multiply-add.
-    total = weight[..., 0] * pixels[along + (index[:, 0],)]
-    for tap in range(1, index.shape[1]):
-        total += weight[..., tap] * pixels[along + (index[:, tap],)]
-    return total
-
-
-def _area_float(src: np.ndarray, target: tuple[int, int]) -> np.ndarray:
-    """Area-average uint8[H, W, C] (any strides) to float32[H_i, W_i, C] (a new array)."""
-    pixels = src
-    # Rows first: whole rows are added and gathered (long inner loops); the columns' strided
-    # three-byte pixels are then fewer.
-    for axis in (0, 1):
-        if pixels.shape[axis] != target[axis]:
-            pixels = _area_axis(pixels, target[axis], axis)
-    return pixels if pixels is not src else src.astype(np.float32)
-
-
-def _area_mean(src: np.ndarray, out: np.ndarray) -> None:
-    """Area-average uint8[H, W, C] (any strides) into ``out``, half rounded up."""
-    np.copyto(out, np.floor(_area_float(src, out.shape[:2]) + np.float32(0.5)),
-              casting='unsafe')
-
-
-def _fit_array(src: np.ndarray, out: np.ndarray) -> None:
-    """Area-scale uint8[H, W, 1 or 3] (any strides) into ``out``, uint8[H_i, W_i, 3]."""
-    height, width = src.shape[:2]
-    target_height, target_width = out.shape[:2]
-    if (height, width) == (target_height, target_width):
-        np.copyto(out, src)          # broadcasts one channel (mono) to three
-    elif height % target_height == 0 and width % target_width == 0:
-        np.copyto(out, _block_mean(src, height // target_height, width // target_width))
-    else:
-        _area_mean(src, out)
-
-
-def _format_kind(format_) -> str:
-    """CompressedImage.format -> 'jpeg' or 'png'."""
+def _format_kind(format_) -> tuple[str, str | None]:
+    """CompressedImage.format -> ('jpeg' or 'png', the Bayer tile of a mosaic, else None)."""
     if not isinstance(format_, str):
         raise CameraImageError(f'format {format_!r} is not a string')
     lowered = format_.lower()
@@ -208,11 +131,18 @@ def _format_kind(format_) -> str:
     if len(kinds) != 1:
         problem = 'names both jpeg and png' if kinds else 'names neither jpeg (jpg) nor png'
         raise CameraImageError(f'format {format_!r}: {problem}')
-    return kinds.pop()
+    source = lowered.split(';', 1)[0].strip() if ';' in lowered else ''
+    if not source or source in _PICTURES:
+        return kinds.pop(), None
+    if source.startswith('bayer_') and source in _ENCODINGS:
+        return kinds.pop(), _ENCODINGS[source][2]
+    raise CameraImageError(f'format {format_!r}: the compressed image is {source}, not a camera '
+                           'picture (rgb, bgr, rgba, bgra, mono or bayer)')
 
 
-def _open_compressed(data: np.ndarray, kind: str, target: tuple[int, int]) -> Image.Image:
-    """Open JPEG or PNG bytes (header only) and check the size they claim."""
+def _open_compressed(data: np.ndarray, kind: str, target: tuple[int, int],
+                     mosaic: bool = False) -> Image.Image:
+    """Open JPEG or PNG bytes (header only) and check the size they claim (a mosaic's halved)."""
     signature = _SIGNATURES[kind]
     if data.size == 0:
         raise CameraImageError(f'data is empty, expected a {kind} file')
@@ -236,7 +166,12 @@ def _open_compressed(data: np.ndarray, kind: str, target: tuple[int, int]) -> Im
     if width * height > MAX_PIXELS:
         raise CameraImageError(f'{kind} header: {width} x {height} = {width * height} pixels, '
                                f'over the {MAX_PIXELS} a compressed image may have')
-    _check_size(width, height, target, f'{kind} header: ')
+    if mosaic and (width % 2 or height % 2):
+        raise CameraImageError(f'{kind} header: width {width}, height {height}: a Bayer mosaic '
+                               'has an even width and height')
+    _check_size(width // 2 if mosaic else width, height // 2 if mosaic else height, target,
+                f'{kind} header: ' + ('Bayer mosaic demosaicked at half size from '
+                                      if mosaic else ''))
     return image
 
 
@@ -250,10 +185,13 @@ def _reason(error: BaseException) -> str:
 def _decoded_pixels(image: Image.Image, kind: str, target: tuple[int, int],
                     scaled: bool) -> Image.Image:
     """Decode an opened JPEG or PNG; return it as a Pillow image of mode L or RGB."""
-    if kind == 'jpeg' and scaled:
-        # libjpeg scales in the DCT by 1/2, 1/4 or 1/8, the largest that stays >= the target
-        # in both axes (Pillow's rule): most of the decode work is never done.
-        image.draft('RGB', (target[1], target[0]))
+    width, height = image.size
+    scale = next((s for s in (8, 4, 2) if width % s == 0 and height % s == 0
+                  and width // s >= target[1] and height // s >= target[0]), 1)
+    if kind == 'jpeg' and scaled and scale > 1:
+        # libjpeg scales in the DCT (most of the decode work is never done); asked for exactly
+        # 1/scale of each side, Pillow's draft takes that scale.
+        image.draft('RGB', (width // scale, height // scale))
     if ImageFile.LOAD_TRUNCATED_IMAGES:
         # Someone set it process-wide: a truncated file would load as gray, silently.
         raise CameraImageError('PIL.ImageFile.LOAD_TRUNCATED_IMAGES is set: truncated '
@@ -316,16 +254,21 @@ class ImageDecoder:
             raise ValueError(f'out is {out.dtype}{list(out.shape)}, expected uint8'
                              f'[{self.height}, {self.width}, 3]')
         if hasattr(msg, 'encoding'):
-            _fit_array(_raw_pixels(msg, target), out)
+            fit_array(_raw_pixels(msg, target), out)
             return out
         if not hasattr(msg, 'format'):
             raise CameraImageError(f'{type(msg).__name__} has neither encoding (an Image) nor '
                                    'format (a CompressedImage)')
-        kind = _format_kind(msg.format)
+        kind, tile = _format_kind(msg.format)
         data = byte_view(getattr(msg, 'data', None), CameraImageError)
-        image = _open_compressed(data, kind, target)
-        pixels = np.asarray(_decoded_pixels(image, kind, target, self.scaled))
-        _fit_array(pixels[:, :, None] if pixels.ndim == 2 else pixels, out)
+        image = _open_compressed(data, kind, target, mosaic=tile is not None)
+        pixels = np.asarray(_decoded_pixels(image, kind, target, self.scaled and tile is None))
+        if tile is not None:
+            if pixels.ndim != 2:
+                raise CameraImageError(f'format {msg.format!r}: a Bayer mosaic is one channel, '
+                                       f'the {kind} holds {pixels.shape[2]}')
+            pixels = _bayer_rgb(pixels, tile)
+        fit_array(pixels[:, :, None] if pixels.ndim == 2 else pixels, out)
         return out
 
 
@@ -420,7 +363,7 @@ def _yuv422_rgb(pixels: np.ndarray, order: str, target: tuple[int, int]) -> np.n
     row, column = chroma.strides
     uv = np.lib.stride_tricks.as_strided(chroma, (height, width // 2, 2),
                                          (row, 2 * column, column), writeable=False)
-    y, uv = _area_float(luma, target), _area_float(uv, target) - np.float32(128)
+    y, uv = area_float(luma, target), area_float(uv, target) - np.float32(128)
     y -= np.float32(16)
     np.maximum(y, 0, out=y)
     y *= np.float32(_BT601['y'] / (1 << _BT601_SHIFT))

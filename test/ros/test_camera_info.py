@@ -206,6 +206,10 @@ def test_replay_reads_camera_info_from_the_bag(tmp_path, scaled_reference):
     frames = [frame_inputs(k) for k in range(4)]
     infos = [(1, bag_messages.camera_info(**IMAGE)), (2, bag_messages.camera_info(**IMAGE))]
     infos += [(3, msg) for _, msg in bad_infos()]
+    # A camera without a calibration file (camera_info_manager: K, D, P all zero): no fault.
+    uncalibrated = bag_messages.camera_info(**IMAGE)
+    uncalibrated.k[:] = 0.0
+    infos += [(3, uncalibrated)]
     write_bag(tmp_path / 'in', frames, infos)
     cfg = small_config(1)
     params_pipe = BevPipeline(cfg)
@@ -292,7 +296,19 @@ def test_node_applies_camera_info_without_a_compile(running, scaled_reference):
     values = wait_status(probe, lambda v: v['rejected_camera_info'] == str(len(bad)),
                          'CameraInfo rejections counted')
     assert values['camera_info_applied'] == '1'
+    # A camera without a calibration file publishes K all zero beside every image: said once
+    # at INFO, never counted as rejected (its WARN would never clear), the calibration kept.
+    uncalibrated = ros_camera_info(**IMAGE)
+    uncalibrated.k = [0.0] * 9
+    for _ in range(3):
+        info_pub.publish(uncalibrated)
+        time.sleep(0.05)
+    probe.wait_for(lambda: 'CameraInfo: k is all zero: an uncalibrated camera' in node.log(),
+                   what='the uncalibrated camera said')
     still = send_frame(probe, 2, points, fmap)
     np.testing.assert_array_equal(still, after)
+    values = wait_status(probe, lambda v: True, 'a report')
+    assert values['rejected_camera_info'] == str(len(bad))
+    assert node.log().count('k is all zero') == 1
     assert node.alive()
     assert 'CameraInfo rejected' in node.log()

@@ -187,6 +187,26 @@ def test_scaled_jpeg_decodes_smaller_and_matches_the_full_decode(monkeypatch, so
     assert np.abs(scaled.astype(int) - full).mean() < 3
 
 
+def test_scaled_jpeg_takes_only_a_reduction_that_divides_both_sides(monkeypatch):
+    # 320 x 178 to 40 x 22: libjpeg's 1/8 would give 40 x 23 (178 / 8 = 22.25, the last row a
+    # part of a block), which the area mean stretches: a bar near the bottom moved up by half
+    # an output pixel. 1/2 divides both sides: 160 x 89.
+    rgb = np.full((178, 320, 3), 20, np.uint8)
+    rgb[158:166] = 230
+    msg = compressed(encoded(rgb, 'JPEG', quality=95), 'rgb8; jpeg compressed bgr8')
+    sizes = jpeg_loads(monkeypatch)
+    scaled = ImageDecoder(22, 40).decode(msg).astype(float)[..., 1]
+    full = ImageDecoder(22, 40, scaled=False).decode(msg).astype(float)[..., 1]
+    assert sizes == [(160, 89), (320, 178)]
+
+    def bar_row(out):
+        weight = out.mean(axis=1) - 20
+        return (weight * np.arange(len(weight))).sum() / weight.sum()
+    reference = area_average(rgb, 22, 40).astype(float)[..., 1]
+    assert abs(bar_row(full) - bar_row(reference)) < 0.05
+    assert abs(bar_row(scaled) - bar_row(reference)) < 0.05
+
+
 def test_jpeg_at_target_size_and_grayscale():
     rgb = photo(32, 48, seed=5)
     data = encoded(rgb, 'JPEG', quality=100, subsampling=0)          # 4:4:4

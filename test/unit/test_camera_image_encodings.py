@@ -1,5 +1,6 @@
 """16-bit, Bayer and 4:2:2 YUV Images -> encoder-size RGB, against references written here."""
 
+import re
 from types import SimpleNamespace
 
 from jax_perception_node.sensors.camera_image import CameraImageError, ImageDecoder
@@ -80,6 +81,36 @@ def test_bayer_is_demosaicked_at_half_size_then_scaled(tile):
         msg = image(wide[:, :, None], f'bayer_{tile}16', '>u2' if bigendian else '<u2',
                     bigendian=bigendian)
         np.testing.assert_array_equal(ImageDecoder(8, 12).decode(msg), reference)
+
+
+def test_a_compressed_bayer_mosaic_is_demosaicked_and_other_raw_images_refused():
+    # compressed_image_transport compresses a mosaic as it is, one channel, and names it
+    # before the ';' of its format: decoded as gray it lost every colour.
+    import io
+    from PIL import Image as PilImage
+    truth = RNG.integers(0, 256, (16, 24, 3), dtype=np.uint8)
+
+    def png(pixels):
+        buffer = io.BytesIO()
+        PilImage.fromarray(pixels).save(buffer, 'PNG')
+        return buffer.getvalue()
+    for tile in TILES:
+        samples = mosaic(truth, tile)
+        msg = SimpleNamespace(format=f'bayer_{tile}8; png compressed ', data=png(samples))
+        np.testing.assert_array_equal(ImageDecoder(8, 12).decode(msg),
+                                      demosaicked(samples, tile))
+    refused = [
+        ('16UC1; png compressed ', png(samples), 'the compressed image is 16uc1, not a camera '
+         'picture'),
+        ('8UC3; png compressed ', png(truth), 'the compressed image is 8uc3'),
+        ('bayer_rggb8; png compressed ', png(truth), 'a Bayer mosaic is one channel, the png '
+         'holds 3'),
+        ('bayer_rggb8; png compressed ', png(samples[:15]), 'a Bayer mosaic has an even width '
+         'and height'),
+    ]
+    for format_, data, message in refused:
+        with pytest.raises(CameraImageError, match=re.escape(message)):
+            ImageDecoder(4, 6).decode(SimpleNamespace(format=format_, data=data))
 
 
 def yuv422(y: np.ndarray, u: np.ndarray, v: np.ndarray, order: str) -> np.ndarray:

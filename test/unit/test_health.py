@@ -296,3 +296,33 @@ def test_frame_counts_of_a_set():
     assert {k: v for k, v in counts.items() if v} == {
         'processed': 1, 'rejected': 1, 'lidar_sets_incomplete': 1, 'lidars.left.missing': 1}
     assert set(counts) <= set(health.count_names(('left',))[0])
+
+
+def test_refused_inputs_are_logged_per_input_not_one_for_all(monkeypatch):
+    from jax_perception_node.ros import frame_warnings
+    clock = [100.0]
+    monkeypatch.setattr(frame_warnings.time, 'monotonic', lambda: clock[0])
+
+    class Log:
+        def __init__(self):
+            self.lines = []
+
+        def warning(self, text):
+            self.lines.append(('WARN', text))
+
+        def info(self, text):
+            self.lines.append(('INFO', text))
+    log, warnings = Log(), frame_warnings.InputWarnings()
+    # rclpy throttles per call site: rear's refusals every 50 ms hid front's reason.
+    for _ in range(3):
+        warnings.refused(log, 'camera rear: image rejected', 'encoding 8UC3')
+        clock[0] += 0.05
+    warnings.refused(log, 'camera front: image rejected', 'step 10 < width 80 * 3')
+    clock[0] += frame_warnings.THROTTLE_S
+    warnings.refused(log, 'camera rear: image rejected', 'encoding 8UC3')
+    for _ in range(2):
+        warnings.once(log, 'camera rear: CameraInfo', 'k is all zero')
+    assert log.lines == [('WARN', 'camera rear: image rejected: encoding 8UC3'),
+                         ('WARN', 'camera front: image rejected: step 10 < width 80 * 3'),
+                         ('WARN', 'camera rear: image rejected: encoding 8UC3'),
+                         ('INFO', 'camera rear: CameraInfo: k is all zero')]
