@@ -79,6 +79,14 @@ def open_reader(path: str | Path) -> Reader:
     path = Path(path)
     if not path.exists():
         raise BagError(f'{path}: no such bag')
+    if path.is_dir() and not (path / 'metadata.yaml').is_file():
+        files = sorted(p.name for p in path.iterdir() if p.suffix in ('.mcap', '.db3'))
+        raise BagError(f'{path}: a folder without metadata.yaml is no rosbag2 bag (a recording '
+                       'cut short leaves one)' + (
+                           f'; name its file ({", ".join(files)}), or rebuild the metadata '
+                           'with ros2 bag reindex' if files else ''))
+    if not path.is_dir() and not path.is_file():
+        raise BagError(f'{path}: not a regular file (a FIFO or a device is no bag)')
     info = _sibling_info(path.resolve()) if path.is_file() else None
     mode = str((info or {}).get('compression_mode') or 'none').lower()
     if mode not in ('none', ''):

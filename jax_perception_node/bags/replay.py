@@ -64,7 +64,7 @@ SUMMARY_COUNTS = (
     'frames_without_odometry', 'transforms_received', 'rejected_transforms', 'frames_without_tf',
     'cameras_without_tf', 'cameras_over_slots', 'nonfinite_objects', 'empty_clouds',
     'clouds_without_intensity', 'clouds_off_intensity_scale', 'deskewed', 'clouds_without_time',
-    'frames_without_motion', 'lidar_sets_incomplete')
+    'frames_without_motion', 'lidar_sets_incomplete', 'clouds_unread')
 
 
 @dataclass
@@ -94,6 +94,7 @@ class ReplayResult:
     lidar_sets_incomplete: int = 0    # lidars.names: frames whose set lacked some LiDAR
     lidars_missing: dict[str, int] = field(default_factory=dict)   # name -> frames without it
     late_lidar_clouds: int = 0        # lidars.names: clouds dropped, too late for their set
+    clouds_unread: int = 0            # clouds the bag's index lists that could not be read
     overflowed: int = 0
     compiles_after_warmup: int = 0
     warmup_s: float = 0.0
@@ -213,14 +214,17 @@ def cloud_count(reader, types: dict[str, str], topics: bagio.BagTopics, src,
     """
     Return the clouds of the LiDAR topic, or of every one of ``lidars`` (``lidar_names``).
 
-    BagError for a missing input (``check_topics``; ``images``: the cameras send images).
+    BagError for a missing input (``check_topics``; ``images``: images in), or no cloud at all.
     """
     try:
         bagio.check_topics(types, topics, lidars, images)
     except bagio.BagError as exc:
         raise bagio.BagError(f'{src}: {exc}') from None
     clouds = topics.clouds(lidars)
-    return sum(c.msgcount for c in reader.connections if c.topic in clouds)
+    count = sum(c.msgcount for c in reader.connections if c.topic in clouds)
+    if count == 0:
+        raise bagio.BagError(f'{src}: no message on the LiDAR topic {", ".join(clouds)}')
+    return count
 
 
 class BagFrames:
@@ -280,6 +284,8 @@ class BagFrames:
         if self.sets is not None:
             self.lidar_sets([self.sets.flush(timestamp / NS_PER_S)], timestamp)
             self.result.late_lidar_clouds += self.sets.late
+        # The reader skips what it cannot read (a damaged MCAP chunk): counted, never silent.
+        self.result.clouds_unread = max(0, self.total - done)
 
     def features(self, name: str, raw: bytes, msgtype: str) -> None:
         """Buffer a camera's feature map, or count it rejected."""

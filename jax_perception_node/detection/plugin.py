@@ -122,7 +122,8 @@ def load_weights(path: str | os.PathLike, template,
     ``validate`` (``HeadSpec.validate``), if any, checks the values and its ValueError becomes
     ConfigError('<key>: <file>: <its message>').
     """
-    owner = key.split('.')[0]        # head, encoder
+    # head.weights: the head; encoder.weights: the encoder; --init-head: the head too.
+    owner = 'encoder' if key.startswith('encoder') else 'head'
     names = leaf_names(template)
     leaves, treedef = jax.tree_util.tree_flatten(template)
     limits = {name: np.asarray(leaf).nbytes for name, leaf in zip(names, leaves)}

@@ -23,7 +23,7 @@ from rclpy.parameter import Parameter
 from ..settings.live_params import plain
 from ..settings.param_checks import check_value, ros_type_error
 from ..settings.parameters import (camera_keys, ConfigError, is_camera_name, is_foreign,
-                                   lidar_keys, NODE_KEYS, ParamSpec, spec_for)
+                                   lidar_keys, NODE_KEYS, ParamSpec, spec_for, unknown_key)
 
 ROS_TYPES = {
     'bool': Parameter.Type.BOOL, 'integer': Parameter.Type.INTEGER,
@@ -150,7 +150,7 @@ def declare_parameters(node) -> None:
     undeclared = sorted(name for name in _overrides(node) if not node.has_parameter(name))
     unknown = [name for name in undeclared if not is_foreign(name)]
     if unknown:
-        raise ConfigError(f'{unknown[0]}: unknown parameter')
+        raise unknown_key(unknown[0])
     # rclpy itself reads qos_overrides.* when the node makes its publishers and subscriptions.
     foreign = [name for name in undeclared if not name.startswith('qos_overrides.')]
     if foreign:

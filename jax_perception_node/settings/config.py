@@ -26,7 +26,7 @@ from .npz_file import read_npz
 from .param_checks import check_ros_type, check_value
 from .param_file import read_param_file
 from .parameters import (camera_defaults, camera_keys, ConfigError, defaults, is_foreign,
-                         lidar_defaults, lidar_keys, NODE_KEYS)
+                         lidar_defaults, lidar_keys, NODE_KEYS, unknown_key)
 from ..geometry.rotations import Pose
 
 __all__ = ['AccumulationConfig', 'autoware_labels', 'BondConfig', 'CameraConfig',
@@ -225,7 +225,7 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
     # Keys of no group of this node (another node's, from a /** section) are not this node's.
     unknown = sorted(k for k in params if k not in known and not is_foreign(k))
     if unknown:
-        raise ConfigError(f'{unknown[0]}: unknown parameter')
+        raise unknown_key(unknown[0])
     for name in camera_names:
         p = {**camera_defaults(name), **p}
     for name in names:
@@ -328,10 +328,14 @@ def load_fusion_weights(cfg: PipelineConfig) -> tuple[np.ndarray, np.ndarray] | 
         raise ConfigError(f'{key}: b must be ({weights.shape[1]},), got {bias.shape}')
     for name, arr in (('W', weights), ('b', bias)):
         # Real numbers only: a timedelta has no isfinite, a complex one would lose its part.
-        if arr.dtype.kind not in 'fiu' or not np.all(np.isfinite(arr)):
-            raise ConfigError(f'{key}: {name} must be finite real numbers, got {arr.dtype}')
-        # With inputs bounded by MAX_ABS_INPUT, this keeps every projected value finite.
-        if arr.size and np.abs(arr).max() > MAX_FUSION_WEIGHT:
+        if arr.dtype.kind not in 'fiu':
+            raise ConfigError(f'{key}: {name} must be real numbers, got {arr.dtype}')
+        if not np.all(np.isfinite(arr)):
+            raise ConfigError(f'{key}: {name} has a value that is not finite '
+                              f'({arr[~np.isfinite(arr)].flat[0]})')
+        # With inputs bounded by MAX_ABS_INPUT, this keeps every projected value finite (a
+        # Python float compared: the limit cast to float16 would overflow).
+        if arr.size and float(np.abs(arr).max()) > MAX_FUSION_WEIGHT:
             raise ConfigError(f'{key}: {name} has a value of magnitude '
                               f'{float(np.abs(arr).max()):.3g}, more than {MAX_FUSION_WEIGHT:g}')
     return weights.astype(np.float32), bias.astype(np.float32)

@@ -89,11 +89,29 @@ def _members(archive: zipfile.ZipFile, path: str, key: str,
                               f'and deflated members are read')
         bound = limits[name] + NPY_HEADER_BYTES
         if info.file_size > bound:
-            raise ConfigError(f'{key}: {path} member {member} inflates to {info.file_size} '
-                              f'bytes, more than its bound of {bound} ({limits[name]} bytes of '
-                              f'data and {NPY_HEADER_BYTES} of .npy header)')
+            # Most often an array of another dtype (float64 is NumPy's default): say which.
+            held = _held(archive, info)
+            raise ConfigError(f'{key}: {path} member {member} ' + (
+                f'holds {held}, more than the {limits[name]} bytes of data it may have'
+                if held else f'inflates to {info.file_size} bytes, more than its bound of '
+                f'{bound} ({limits[name]} bytes of data and {NPY_HEADER_BYTES} of .npy '
+                'header)'))
         members[name] = info
     return members
+
+
+def _held(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> str | None:
+    """Return what a member's .npy header declares ('float64[34, 32]: 8704 bytes'), or None."""
+    try:
+        with archive.open(info) as stream:
+            buffer = io.BytesIO(stream.read(NPY_HEADER_BYTES))     # the header, no more
+        version = np.lib.format.read_magic(buffer)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                       np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read_header(buffer, max_header_size=_HEADER_TEXT)
+    except Exception:    # noqa: B902 - no readable header: the size alone is said
+        return None
+    return f'{dtype}{list(shape)}: {math.prod(shape) * dtype.itemsize} bytes of data'
 
 
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, path: str,

@@ -89,6 +89,8 @@ def read_param_file(path: str | os.PathLike, node: str = NODE,
         # PyYAML's text spans lines (the mark, a caret under it): one line, as every error.
         raise ConfigError(f'params file {path}: not valid YAML ({" ".join(str(exc).split())})'
                           ) from None
+    except RecursionError:
+        raise ConfigError(f'params file {path}: nested too deeply to read') from None
     if not isinstance(doc, Mapping):
         raise ConfigError(f'params file {path}: expected a mapping of node names')
     sections = [(str(name), section['ros__parameters']) for name, section in doc.items()
@@ -108,8 +110,12 @@ def read_param_file(path: str | os.PathLike, node: str = NODE,
         raise ConfigError(f'params file {path}: no section for node {node} among '
                           f'{", ".join(name for name, _ in sections)} (name one {node} or /**)')
     flat: dict[str, Any] = {}
-    for tree in matching or [sections[0][1]]:
-        flat.update(flatten(tree))
+    try:
+        for tree in matching or [sections[0][1]]:
+            flat.update(flatten(tree))
+    except RecursionError:      # an alias inside itself (grid: &a {x: *a}): no end to it
+        raise ConfigError(f'params file {path}: a mapping nested in itself (a YAML alias of '
+                          'its own anchor) or nested too deeply') from None
     return flat
 
 

@@ -26,7 +26,7 @@ from .arguments import check_writable, number, outputs_apart, pairs, topic_name,
 from .bench.common import BenchError
 from .fleet import is_bag
 from .fleet_types import FleetError
-from .interrupts import exit_interrupted, sigterm_raises, Terminated
+from .interrupts import exit_interrupted, interrupted_import, sigterm_raises, Terminated
 from .replay_files import write_json, write_pictures
 
 
@@ -82,7 +82,10 @@ def cmd_sample_bag(args) -> int:
     """Write the synthetic drive as an MCAP bag."""
     from .synthetic_drive import (EGO_SPEED, MAX_EGO_SPEED, MAX_IMAGE_SCALE, option_variation,
                                   sensor_model, write_sample_bag)
+    if not args.out:
+        raise UsageError('OUT: an empty path')
     out = Path(args.out)
+    outputs_apart([], {'OUT': args.out})        # never inside another bag's folder
     number(args.seconds, '--seconds', 0.0, MAX_DRIVE_S, low_open=True, unit=' s')
     number(args.speed, '--speed', 0.0, MAX_EGO_SPEED, low_open=True, unit=' m/s')
     number(args.image_scale, '--image-scale', 1, MAX_IMAGE_SCALE)
@@ -129,7 +132,10 @@ def cmd_replay(args) -> int:
         raise UsageError(f'--workers must be at least 1, got {args.workers}')
     on_ray = len(args.input) > 1 or args.workers is not None or args.ray_address is not None
     first = Path(args.input[0])
-    if not on_ray and first.is_dir() and not is_bag(first) and any(map(is_bag, first.iterdir())):
+    # A folder of bags, not a bag folder that lost its metadata.yaml (one file: open_reader
+    # says what that is).
+    inside = [p for p in first.iterdir() if is_bag(p)] if first.is_dir() else []
+    if not on_ray and not is_bag(first) and (len(inside) > 1 or any(p.is_dir() for p in inside)):
         raise UsageError(f'{first} is a folder of bags: replay them with --workers N '
                          f'(or --ray-address ADDR)')
     cfg = _load(args)
@@ -177,37 +183,13 @@ def _replay_fleet(args, cfg, topics: BagTopics) -> int:
 
 def _replay_one(args, cfg, topics: BagTopics) -> int:
     from jax_perception_node.bags.replay import replay_bag
-    from ..bags.detection_summary import class_lines, mean_ap_line
-    from .report import detection_line, latency_table, progress_bar
+    from .report import progress_bar, replay_lines
     result = replay_bag(args.input[0], args.out, cfg, topics, snapshot_frames=(0, -1),
                         progress=progress_bar())
     summary = result.summary()
     for line in result.warnings():
         print(line, file=sys.stderr)
-    print(f'\n{result.frames} frames, {result.rejected} rejected clouds, '
-          f'{result.rejected_feature_maps} rejected feature maps, '
-          f'{result.overflowed} overflowed, compiles after warm-up: '
-          f'{result.compiles_after_warmup}, warm-up {result.warmup_s:.2f} s')
-    if cfg.accumulation.num_sweeps > 1:
-        print(f'accumulation: {cfg.accumulation.num_sweeps} sweeps, '
-              f'{result.frames_without_odometry} frames without odometry, '
-              f'{result.rejected_odometry} odometry messages rejected')
-    if cfg.lidars:
-        print(f'lidars: {result.lidar_sets_incomplete} frames lacked a LiDAR ('
-              + ', '.join(f'{k} {v}' for k, v in result.lidars_missing.items())
-              + f'), {result.late_lidar_clouds} clouds too late for their set')
-    if result.transforms_received or result.frames_without_tf or result.rejected_transforms:
-        print(f'tf: {result.transforms_received} messages, {result.rejected_transforms} '
-              f'rejected, {result.frames_without_tf} clouds without TF, '
-              f'{result.cameras_without_tf} camera maps without TF')
-    print('buckets: ' + ', '.join(f'{k}: {v}' for k, v in summary['buckets'].items()))
-    if result.detection is not None:
-        print(detection_line(result.detection))
-        for line in (mean_ap_line(result.detection), *class_lines(result.detection)):
-            print(f'  {line}')
-    print(latency_table(result.records))
-    for line in result.errors[:5]:
-        print(f'  rejected: {line}')
+    print('\n' + '\n'.join(replay_lines(result, summary, cfg)))
     print(f'wrote {args.out}')
     if args.json:
         write_json(args.json, summary)
@@ -216,6 +198,10 @@ def _replay_one(args, cfg, topics: BagTopics) -> int:
     if result.frames == 0:      # written and summarized, but "nothing served" is no success
         print('jax-perception: replay: no cloud of the bag became a frame (the rejected: lines '
               'above say why)', file=sys.stderr)
+        return 1
+    if result.clouds_unread:    # the output lacks frames the bag holds
+        print(f'jax-perception: replay: {result.clouds_unread} clouds the bag lists could not '
+              'be read (a damaged chunk?)', file=sys.stderr)
         return 1
     return 0 if result.compiles_after_warmup == 0 else 1
 
@@ -245,9 +231,12 @@ def cmd_play(args) -> int:
 def cmd_record(args) -> int:
     """Record live topics into an MCAP bag until Ctrl-C or --seconds."""
     from .live import record_topics, RECORDER
+    if not args.out:
+        raise UsageError('OUT: an empty path')
     if Path(args.out).exists():
         raise UsageError(f'{args.out} exists, not overwriting')
     check_writable(args.out, 'OUT', folder=True)
+    outputs_apart([], {'OUT': args.out})
     number(args.wait, '--wait', 0.0, unit=' s')
     number(args.seconds, '--seconds', 0.0, low_open=True, unit=' s')
     topics = [topic_name(topic, '--topic', RECORDER) for topic in args.topic or []]
@@ -260,8 +249,13 @@ def cmd_bench(args) -> int:
     from .bench import render, run_benchmarks
     if args.markdown:
         if not Path(args.markdown).is_file():
-            raise UsageError(f'--markdown {args.markdown}: no such results file')
+            problem = 'a folder, not' if Path(args.markdown).is_dir() else 'no such'
+            raise UsageError(f'--markdown {args.markdown}: {problem} results file')
         return render(args.markdown, check=args.check)
+    # Before minutes of benchmarking, not after: their results would be lost.
+    check_writable(args.out, '--out', folder=True)
+    if args.json:
+        check_writable(args.json, '--json', folder=False)
     parts = ('device',) if args.device else None
     return run_benchmarks(quick=args.quick, json_path=args.json, out_dir=args.out, parts=parts,
                           check=args.check)
@@ -425,6 +419,11 @@ def main(argv: list[str] | None = None) -> int:
         return exit_interrupted('interrupted', 130, script)
     except Terminated:
         return exit_interrupted('terminated (SIGTERM)', 128 + signal.SIGTERM, script)
+    except ImportError as exc:
+        # rclpy's native module, interrupted while it loads, says it is missing instead.
+        if not interrupted_import(exc):
+            raise
+        return exit_interrupted('interrupted', 130, script)
 
 
 if __name__ == '__main__':

@@ -261,6 +261,9 @@ def bag_line(bag: dict) -> str:
                  f'{bag["compiles_after_warmup"]}')
         if bag['frames'] == 0:
             state += ', no frame served (replay the bag alone for the reasons)'
+        if bag.get('clouds_unread'):
+            state += (f', {bag["clouds_unread"]} clouds the bag lists could not be read (a '
+                      'damaged chunk?)')
         if bag.get('clouds_off_intensity_scale'):
             state += (f', {bag["clouds_off_intensity_scale"]} clouds off the intensity scale '
                       'the head was trained on (replay the bag alone for the '
@@ -269,10 +272,11 @@ def bag_line(bag: dict) -> str:
 
 
 def exit_code(summary: dict) -> int:
-    """Return the fleet replay's exit status: 1 if a bag failed, served none or compiled."""
-    served_none = any(not bag['error'] and bag['frames'] == 0 for bag in summary['bags'])
+    """Return the fleet replay's exit status: 1 if a bag failed, was cut, served none, compiled."""
+    short = any(not bag['error'] and (bag['frames'] == 0 or bag.get('clouds_unread'))
+                for bag in summary['bags'])
     totals = summary['totals']
-    return int(bool(totals['failed'] or totals['compiles_after_warmup'] or served_none))
+    return int(bool(totals['failed'] or totals['compiles_after_warmup'] or short))
 
 
 def fleet_progress_bar(stream=sys.stderr) -> Callable[[FleetProgress], None]:

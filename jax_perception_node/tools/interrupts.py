@@ -48,3 +48,20 @@ def exit_interrupted(what: str, code: int, script: bool) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def interrupted_import(exc: ImportError) -> bool:
+    """
+    Return True when a KeyboardInterrupt is among the causes of ``exc``.
+
+    rclpy's native module, interrupted by Ctrl-C while it loads, raises ImportError ('The C
+    extension ... isn't present on the system') from the KeyboardInterrupt.
+    """
+    seen = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False

@@ -33,6 +33,34 @@ def latency_table(records: Sequence[Mapping[str, float]],
     return '\n'.join(lines)
 
 
+def replay_lines(result, summary: Mapping, cfg) -> list[str]:
+    """Return what ``replay`` says of a bag: counts, LiDARs, TF, buckets, AP, latency, errors."""
+    from jax_perception_node.bags.detection_summary import class_lines, mean_ap_line
+    lines = [f'{result.frames} frames, {result.rejected} rejected clouds, '
+             f'{result.rejected_feature_maps} rejected feature maps, '
+             f'{result.overflowed} overflowed, compiles after warm-up: '
+             f'{result.compiles_after_warmup}, warm-up {result.warmup_s:.2f} s']
+    if cfg.accumulation.num_sweeps > 1:
+        lines.append(f'accumulation: {cfg.accumulation.num_sweeps} sweeps, '
+                     f'{result.frames_without_odometry} frames without odometry, '
+                     f'{result.rejected_odometry} odometry messages rejected')
+    if cfg.lidars:
+        lines.append(f'lidars: {result.lidar_sets_incomplete} frames lacked a LiDAR ('
+                     + ', '.join(f'{k} {v}' for k, v in result.lidars_missing.items())
+                     + f'), {result.late_lidar_clouds} clouds too late for their set')
+    if result.transforms_received or result.frames_without_tf or result.rejected_transforms:
+        lines.append(f'tf: {result.transforms_received} messages, {result.rejected_transforms} '
+                     f'rejected, {result.frames_without_tf} clouds without TF, '
+                     f'{result.cameras_without_tf} camera maps without TF')
+    lines.append('buckets: ' + ', '.join(f'{k}: {v}' for k, v in summary['buckets'].items()))
+    if result.detection is not None:
+        lines.append(detection_line(result.detection))
+        lines += [f'  {line}' for line in (mean_ap_line(result.detection),
+                                           *class_lines(result.detection))]
+    lines.append(latency_table(result.records))
+    return lines + [f'  rejected: {line}' for line in result.errors[:5]]
+
+
 def detection_line(detection: Mapping) -> str:
     """One line of a ``detection_eval.evaluate`` dict: AP, recall, counts, box errors, others."""
     def number(value) -> str:

@@ -13,6 +13,7 @@ from jax_perception_node.bags import bagio
 from jax_perception_node.geometry.stamps import stamp_ns
 from jax_perception_node.settings.config import load_config
 from jax_perception_node.settings.param_file import read_param_file
+from jax_perception_node.tools import cli
 from jax_perception_node.tools.bench.checks import edge_cells
 from jax_perception_node.tools.cli import main
 import numpy as np
@@ -466,7 +467,7 @@ def test_sample_bag_force_replaces_a_bag_only_after_every_check(tmp_path, monkey
     mcap = next(bag.glob('*.mcap'))
     before = mcap.read_bytes()
     for argv, message in (
-            (['sample-bag', '', '--force'], 'is the current folder or holds it'),
+            (['sample-bag', '', '--force'], 'OUT: an empty path'),
             (['sample-bag', '.', '--force'], 'is the current folder or holds it'),
             (['sample-bag', str(tmp_path.parent), '--force'], 'is the current folder or holds'),
             (['sample-bag', str(folder), '--force'], 'exists and is not a bag'),
@@ -492,3 +493,88 @@ def test_sample_bag_force_replaces_a_bag_only_after_every_check(tmp_path, monkey
     assert main(['sample-bag', 'link', *small, '--seed', '4', '--force']) == 0
     assert not (tmp_path / 'link').is_symlink() and (tmp_path / 'link' / 'metadata.yaml').exists()
     assert (bag / 'metadata.yaml').exists()
+
+
+def test_ctrl_c_while_a_lazy_import_loads_is_an_interrupt_not_a_missing_module(
+        monkeypatch, capsys):
+    # rclpy's native module, interrupted while it loads, raises ImportError from the
+    # KeyboardInterrupt: 'The C extension ... isn't present on the system'.
+    def importing(args):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise ImportError('initialization failed') from exc
+    monkeypatch.setattr(cli, 'cmd_play', importing)
+    assert cli.main(['play', 'bag']) == 130
+    assert_one_line_error(capsys, 'interrupted')
+
+    def missing(args):
+        raise ImportError('No module named rclpy')
+    monkeypatch.setattr(cli, 'cmd_play', missing)
+    with pytest.raises(ImportError, match='rclpy'):    # a real missing module stays loud
+        cli.main(['play', 'bag'])
+
+
+def test_paths_and_bags_a_crash_or_a_cut_recording_leaves(tmp_path, capsys):
+    # A rosbag2 folder whose metadata.yaml is gone (a recording cut short): named as such,
+    # not "a folder of bags" nor rosbags' "metadata file ... does not exist".
+    cut = tmp_path / 'cut'
+    cut.mkdir()
+    (cut / 'cut_0.mcap').write_bytes(b'\x89MCAP0\r\n')
+    for argv in (['replay', str(cut), '--out', str(tmp_path / 'out')], ['play', str(cut)]):
+        assert main(argv) == 1
+        assert_one_line_error(capsys, f'{cut}: a folder without metadata.yaml is no rosbag2 bag '
+                                      '(a recording cut short leaves one); name its file '
+                                      '(cut_0.mcap), or rebuild the metadata with ros2 bag '
+                                      'reindex')
+    # An empty OUT, and an OUT inside a bag folder, are refused before anything is written.
+    assert main(['sample-bag', '', '--seconds', '0.1']) == 1
+    assert_one_line_error(capsys, 'OUT: an empty path')
+    bag = tmp_path / 'bag'
+    bag.mkdir()
+    (bag / 'metadata.yaml').write_text('rosbag2_bagfile_information: {}\n')
+    assert main(['sample-bag', str(bag / 'inner'), '--seconds', '0.1']) == 1
+    assert_one_line_error(capsys, f'would write inside the bag {bag}')
+    assert not (bag / 'inner').exists()
+    # bench: its outputs are checked before minutes of benchmarking, not after.
+    afile = tmp_path / 'afile'
+    afile.write_text('')
+    for argv, message in ((['bench', '--quick', '--out', str(afile)], 'exists and is not a '
+                                                                      'folder'),
+                          (['bench', '--quick', '--json', str(tmp_path)], 'exists and is a '
+                                                                          'folder'),
+                          (['bench', '--markdown', str(tmp_path)], 'a folder, not results '
+                                                                   'file')):
+        assert main(argv) == 1
+        assert_one_line_error(capsys, message)
+
+
+def test_a_bag_whose_clouds_cannot_all_be_read_or_has_none_is_said(sample, tmp_path, capsys):
+    import shutil
+    from mcap.reader import make_reader
+    # A damaged MCAP chunk: the reader skips it, and with it a cloud the bag's index lists.
+    # Replay wrote the rest and exited 0, the loss nowhere to be seen.
+    damaged = tmp_path / 'damaged'
+    shutil.copytree(sample, damaged)
+    [mcap] = damaged.glob('*.mcap')
+    with open(mcap, 'rb') as f:
+        chunks = sorted(c.chunk_start_offset for c in make_reader(f).get_summary().chunk_indexes)
+    assert len(chunks) > 2
+    data = bytearray(mcap.read_bytes())
+    at = chunks[1]
+    data[at + 41:at + 60] = bytes(19)        # its records' length and first bytes
+    mcap.write_bytes(bytes(data))
+    assert main(['replay', str(damaged), '--out', str(tmp_path / 'out'),
+                 '--json', str(tmp_path / 'summary.json')]) == 1
+    err = capsys.readouterr().err
+    assert 'clouds the bag lists could not be read (a damaged chunk?)' in err
+    summary = json.loads((tmp_path / 'summary.json').read_text())
+    assert summary['clouds_unread'] >= 1 and summary['frames'] >= 1
+    # A LiDAR topic without a message: refused before the warm-up, naming it.
+    empty = tmp_path / 'empty'
+    writer = bagio.BagWriter(empty)
+    writer.add_topic(bagio.POINTCLOUD_TOPIC, bagio.POINTCLOUD_TYPE)
+    writer.close()
+    assert main(['replay', str(empty), '--out', str(tmp_path / 'out2')]) == 1
+    assert_one_line_error(capsys, f'{empty}: no message on the LiDAR topic '
+                                  f'{bagio.POINTCLOUD_TOPIC}')

@@ -61,6 +61,7 @@ def test_accumulation_defaults_off_and_overrides():
     ('cameras.rear.channels', 4, 'cameras.rear.channels: every camera needs the same'),
     ('cameras.front.height', None, 'cameras.front.height: required'),
     ('grid.resolutoin', 0.5, 'grid.resolutoin: unknown parameter'),
+    ('grid', 5, 'grid: a group of parameters (grid.*), not a value'),
     ('cameras.names', ['front', 'front'], 'cameras.names: duplicate'),
     ('cameras.names', ['front', 'front-left'], 'cameras.names: "front-left" must be letters'),
     # A token of ~/input/camera/<name>/...: ROS refuses one starting with a digit.
@@ -125,9 +126,13 @@ def test_weights_file_shape_is_checked(tmp_path):
     for kind, values in (('complex128', np.ones((10, 4)) * 1j),
                          ('timedelta64[s]', np.ones((10, 4), 'timedelta64[s]'))):
         np.savez(path, W=values, b=np.zeros(4))
-        message = re.escape(f'W must be finite real numbers, got {kind}')
+        message = re.escape(f'W must be real numbers, got {kind}')
         with pytest.raises(ConfigError, match=message):
             config_from_parameters(small_params(**{'fusion.weights_file': str(path)}))
+    # A NaN is named as such (the dtype, float32, said nothing of it).
+    np.savez(path, W=np.full((10, 4), np.nan, np.float32), b=np.zeros(4))
+    with pytest.raises(ConfigError, match=re.escape('W has a value that is not finite (nan)')):
+        config_from_parameters(small_params(**{'fusion.weights_file': str(path)}))
 
 
 def test_fusion_weights_that_would_overflow_the_output_are_refused(tmp_path):

@@ -549,3 +549,15 @@ def test_a_launch_refuses_a_file_whose_sections_name_another_node(tmp_path, text
         probe.destroy_node()
         rclpy.shutdown(context=context)
     assert read_param_file(path, '/jax_perception', strict=True)['grid.resolution'] == 0.5
+
+
+@pytest.mark.parametrize('text, message', [
+    ('/**:\n  ros__parameters:\n    grid: &a {x: *a}\n', 'a mapping nested in itself'),
+    ('/**:\n  ros__parameters:\n    g: ' + '[' * 3000 + ']' * 3000 + '\n',
+     'nested too deeply to read'),
+])
+def test_a_params_file_nested_without_end_is_one_line(tmp_path, text, message):
+    path = tmp_path / 'deep.yaml'
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=f'^params file {path}: {message}'):
+        read_param_file(path)
