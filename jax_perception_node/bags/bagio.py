@@ -87,6 +87,8 @@ def open_reader(path: str | Path) -> Reader:
                            'with ros2 bag reindex' if files else ''))
     if not path.is_dir() and not path.is_file():
         raise BagError(f'{path}: not a regular file (a FIFO or a device is no bag)')
+    if path.is_dir():
+        _check_metadata(path)
     info = _sibling_info(path.resolve()) if path.is_file() else None
     mode = str((info or {}).get('compression_mode') or 'none').lower()
     if mode not in ('none', ''):
@@ -137,6 +139,20 @@ def _mcap_custom_data(path: Path):
 def _sibling_custom_data(path: Path):
     """``custom_data`` of the metadata.yaml beside bag file ``path``, if it lists that file."""
     return (_sibling_info(path) or {}).get('custom_data')
+
+
+def _check_metadata(folder: Path) -> None:
+    """Refuse a folder whose metadata.yaml holds no rosbag2 bag information."""
+    # rosbags' own error for an empty or a list metadata.yaml is a Python TypeError's text.
+    try:
+        info = yaml.safe_load((folder / 'metadata.yaml').read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise BagError(f'{folder}: cannot read its metadata.yaml: '
+                       f'{" ".join(str(exc).split())}') from None
+    if not (isinstance(info, dict) and isinstance(info.get('rosbag2_bagfile_information'),
+                                                  dict)):
+        raise BagError(f'{folder}: its metadata.yaml holds no rosbag2_bagfile_information '
+                       'mapping (empty, or not a rosbag2 bag)')
 
 
 def _sibling_info(path: Path) -> dict | None:

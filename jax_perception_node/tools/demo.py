@@ -103,8 +103,9 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0,
     """
     import rclpy
     from .live import Recorder
-    out.mkdir(parents=True, exist_ok=True)
     params_file = Path(params) if params else default_params_file()
+    load_config(params_file)     # a bad file is refused before anything is made in ``out``
+    out.mkdir(parents=True, exist_ok=True)
     if images:
         params_file = image_params(params_file, out)
     cfg = load_config(params_file)

@@ -163,3 +163,13 @@ def test_ground_truth_is_a_white_outline_where_it_belongs():
                                [(grid.x_max - x) / 0.5 * 4, (grid.y_max - y) / 0.5 * 4], atol=1)
     assert rows.max() - rows.min() == pytest.approx(4.0 / 0.5 * 4, abs=2.5)
     assert cols.max() - cols.min() == pytest.approx(2.0 / 0.5 * 4, abs=2.5)
+
+
+def test_a_bad_params_file_is_refused_before_anything_is_made(tmp_path, capsys):
+    from cli_errors import assert_one_line_error
+    bad = tmp_path / 'bad.yaml'
+    bad.write_text('/**:\n  ros__parameters:\n    grid:\n      resolution: -1.0\n')
+    out = tmp_path / 'demo'
+    assert main(['demo', '--out', str(out), '--params', str(bad)]) == 1
+    assert_one_line_error(capsys, 'grid.resolution')
+    assert not out.exists()         # it was left behind, empty

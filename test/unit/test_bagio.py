@@ -112,3 +112,29 @@ def test_a_bare_mcap_keeps_the_custom_data_rosbag2_writes_into_it(tmp_path):
             assert bagio.custom_data(reader) == {bagio.SAMPLE_SEED_KEY: '5'}, path
         finally:
             reader.close()
+
+
+@pytest.mark.parametrize('metadata, message', [
+    (None, 'a folder without metadata.yaml is no rosbag2 bag (a recording cut short leaves '
+           'one); name its file (b_0.mcap), or rebuild the metadata with ros2 bag reindex'),
+    ('', 'its metadata.yaml holds no rosbag2_bagfile_information mapping'),
+    ('- 1\n- 2\n', 'its metadata.yaml holds no rosbag2_bagfile_information mapping'),
+    ('a: [\n', 'cannot read its metadata.yaml'),
+])
+def test_a_bag_folder_without_usable_metadata_is_named_so(tmp_path, metadata, message):
+    folder = tmp_path / 'b'
+    folder.mkdir()
+    (folder / 'b_0.mcap').write_bytes(b'\x89MCAP0\r\n')
+    if metadata is not None:
+        (folder / 'metadata.yaml').write_text(metadata)
+    with pytest.raises(bagio.BagError, match=f'^{folder}: ' + message.replace('(', r'\(')
+                       .replace(')', r'\)')):
+        bagio.open_reader(folder)
+
+
+def test_a_fifo_is_no_bag(tmp_path):
+    import os
+    fifo = tmp_path / 'x.mcap'
+    os.mkfifo(fifo)
+    with pytest.raises(bagio.BagError, match='not a regular file'):    # it would block
+        bagio.open_reader(fifo)
