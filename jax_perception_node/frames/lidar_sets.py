@@ -52,7 +52,8 @@ class LidarSets:
        is newer than its own LiDAR's previous one.
        A LiDAR whose clock runs ahead of the others' would open every set and make theirs late:
        with three LiDARs or more, one that opens ``AHEAD_SETS`` sets in a row alone, each with
-       a fresh cloud of every other LiDAR late against it, is taken to run ahead (``ahead``:
+       a fresh cloud of every other LiDAR late against it (and stamped apart from the set
+       before, which would make it a slow one, not one ahead), is taken to run ahead (``ahead``:
        name -> by how much, ns). Its clouds are then dropped as late, so the others form the
        sets and it is named missing, as a LiDAR running behind is, until one of its clouds is
        stamped within the tolerance of the others' newest. ``take_news`` says so once.
@@ -129,7 +130,8 @@ class LidarSets:
         elif self._is_late(name, stamp_ns):
             if (len(self._clouds) == 1 and name not in self._clouds
                     and stamp_ns > self._last_stamps.get(name, -1)
-                    and stamp_ns < self._ref_ns - self.tolerance_ns):
+                    and stamp_ns < self._ref_ns - self.tolerance_ns
+                    and not self._belongs_to_last(stamp_ns)):
                 self._outvoted[name] = stamp_ns     # fresh, and late only against the opener
             self.late += 1
             return closed
@@ -164,6 +166,13 @@ class LidarSets:
             return True
         held = self._clouds.get(name)
         return held is not None and stamp_ns <= held[0]
+
+    def _belongs_to_last(self, stamp_ns: int) -> bool:
+        """Return True for a stamp within the tolerance of the last closed set's reference."""
+        # Such a cloud came after its set closed: its LiDAR is slower to arrive (latency,
+        # sync.max_lidar_delay_s too short), not stamped by a clock ahead.
+        last = self._last_ref_ns
+        return last is not None and abs(stamp_ns - last) <= self.tolerance_ns
 
     def _caught_up(self, name: str, stamp_ns: int) -> bool:
         """Return True (and take it back) when a LiDAR ahead is stamped with the others again."""

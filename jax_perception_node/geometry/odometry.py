@@ -37,6 +37,9 @@ MAX_POSITION_M = 1e8        # |x|, |y|, |z| in the fixed frame: 2.5 times round 
 # re-initialised), and no motion can be measured across it.
 MAX_SPEED_MPS = 100.0
 JUMP_SLACK_M = 0.5
+# Over at least this long: a driver stamping on receipt can stamp one sample up to a period
+# late, its next one on time, and at 30 m/s the two are 0.6 m apart 0.5 ms apart.
+JUMP_MIN_DT_S = 0.1
 
 
 class OdometryError(ValueError):
@@ -109,10 +112,10 @@ class OdometryBuffer:
     clock jumped (a bag loop, a restarted simulator): the buffer is cleared, so poses of the
     old timeline never mix with the new one, and the sample starts the new one (``add``
     returns True), as tf2 clears its buffer on a jump back. So does a newer sample the ego
-    cannot have reached (further from the newest than ``MAX_SPEED_MPS`` allows, plus
-    ``JUMP_SLACK_M``): a bag looped by a player that moves its stamps on, or a localization
-    re-initialised. A stamp already buffered is refused, as is a late sample older than a full
-    buffer's oldest.
+    cannot have reached (further from the newest than ``MAX_SPEED_MPS`` allows over the time
+    between them, at least ``JUMP_MIN_DT_S``, plus ``JUMP_SLACK_M``: 10.5 m at least): a bag
+    looped by a player that moves its stamps on, or a localization re-initialised. A stamp
+    already buffered is refused, as is a late sample older than a full buffer's oldest.
     """
 
     def __init__(self, max_gap_s: float, child_frame_id: str | None = None,
@@ -141,8 +144,8 @@ class OdometryBuffer:
         if not samples or stamp > samples[-1].stamp_ns:
             newest = samples[-1] if samples else None
             jumped = newest is not None and float(np.linalg.norm(
-                sample.position - newest.position)) > (
-                MAX_SPEED_MPS * (stamp - newest.stamp_ns) / NS_PER_S + JUMP_SLACK_M)
+                sample.position - newest.position)) > MAX_SPEED_MPS * max(
+                (stamp - newest.stamp_ns) / NS_PER_S, JUMP_MIN_DT_S) + JUMP_SLACK_M
             if jumped:
                 samples.clear()
             samples.append(sample)

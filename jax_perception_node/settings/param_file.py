@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import yaml
 
 from .param_checks import ros_value
-from .parameters import ConfigError
+from .parameters import ConfigError, is_foreign
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
@@ -67,13 +67,16 @@ def read_param_file(path: str | os.PathLike, node: str = NODE,
     Read a ROS 2 param YAML and return ``node``'s flat ``ros__parameters``.
 
     The sections matching ``node`` (a fully qualified name) are merged in file order, as rcl
-    does. With ``strict`` (a launch file, for the node it starts) a file with sections other
-    than ``/**`` must have one that applies to ``node``: rcl would give the node the ``/**``
-    values alone, and it would run on its defaults.
-    Otherwise (the CLI, which runs no node), when no section names ``node`` itself, the file is
-    read for the node it names: the one section of ``node``'s own name in another namespace
-    (``/perception/jax_perception``, with the ``/**`` sections), or a file's only section (for
-    a node a launch file renamed); a file of several sections none of which applies is refused.
+    does. A section "holds this node's parameters" when it has a key of one of the node's
+    groups (``grid``, ``lidar``, ...; other nodes' keys are foreign: ``parameters.is_foreign``).
+    With ``strict`` (a launch file, for the node it starts) a file whose sections other than
+    ``/**`` hold this node's parameters but none applies to ``node`` is refused: rcl would
+    give the node the ``/**`` values alone, and the file's configuration of it would be lost.
+    Otherwise (the CLI, which runs no node), when no section applies to ``node`` itself, the
+    file is read for the node it configures: the one section of ``node``'s own name in
+    another namespace (``/perception/jax_perception``), or else the one section that holds
+    this node's parameters (a node a launch file renamed), with the ``/**`` sections; two such
+    sections are refused, and so is a file of several sections none of which applies.
     """
     path = Path(path)
     try:
@@ -98,40 +101,56 @@ def read_param_file(path: str | os.PathLike, node: str = NODE,
                 and isinstance(section.get('ros__parameters'), Mapping)]
     if not sections:
         raise ConfigError(f'params file {path}: no "<node>: ros__parameters:" section')
-    specific = [name for name, _ in sections if name.strip('/') != '**']
+    try:
+        return _read_sections(path, sections, node, strict)
+    except RecursionError:      # an alias inside itself (grid: &a {x: *a}): no end to it
+        raise ConfigError(f'params file {path}: a mapping nested in itself (a YAML alias of '
+                          'its own anchor) or nested too deeply') from None
+
+
+def _read_sections(path: Path, sections: list[tuple[str, Mapping]], node: str,
+                   strict: bool) -> dict[str, Any]:
+    """Merge the sections that apply to ``node`` (see ``read_param_file``)."""
+    specific = [(name, tree) for name, tree in sections if name.strip('/') != '**']
     if not strict:
-        node = _node_of_file(path, specific, node, len(sections))
-    elif specific and not any(node_matches(name, node) for name in specific):
-        raise ConfigError(f'params file {path}: no section for node {node} among '
-                          f'{", ".join(name for name, _ in sections)} (rcl would give it the '
-                          f'/** values alone; name one {node})')
+        node = _node_of_file(path, specific, node)
+    elif not any(node_matches(name, node) for name, _ in specific):
+        ours = [name for name, tree in specific if _holds_ours(tree)]
+        if ours:
+            raise ConfigError(f'params file {path}: {", ".join(ours)} configure this node, '
+                              f'but no section applies to node {node} (rcl would give it the '
+                              f'/** values alone); name one {node}')
     matching = [tree for name, tree in sections if node_matches(name, node)]
     if not matching and len(sections) > 1:
         raise ConfigError(f'params file {path}: no section for node {node} among '
                           f'{", ".join(name for name, _ in sections)} (name one {node} or /**)')
     flat: dict[str, Any] = {}
-    try:
-        for tree in matching or [sections[0][1]]:
-            flat.update(flatten(tree))
-    except RecursionError:      # an alias inside itself (grid: &a {x: *a}): no end to it
-        raise ConfigError(f'params file {path}: a mapping nested in itself (a YAML alias of '
-                          'its own anchor) or nested too deeply') from None
+    for tree in matching or [sections[0][1]]:
+        flat.update(flatten(tree))
     return flat
 
 
-def _node_of_file(path: Path, specific: list[str], node: str, sections: int) -> str:
+def _holds_ours(tree: Mapping) -> bool:
+    """Return True when a section has a key of one of this node's groups."""
+    return any(not is_foreign(key) for key in flatten(tree))
+
+
+def _node_of_file(path: Path, specific: list[tuple[str, Mapping]], node: str) -> str:
     """Return the node a file configures: ``node``, or the one its sections name."""
-    if any(node_matches(name, node) for name in specific):
+    if any(node_matches(name, node) for name, _ in specific):
         return node
-    named = ['/' + name.lstrip('/') for name in specific if '*' not in name]
+    named = [('/' + name.lstrip('/'), tree) for name, tree in specific if '*' not in name]
     base = node.rsplit('/', 1)[1]
-    same = [name for name in named if name.rsplit('/', 1)[1] == base]
-    if len(same) > 1:
-        raise ConfigError(f'params file {path}: sections {", ".join(same)} each name a node '
-                          f'{base}; give a file with one of them')
-    if same:
-        return same[0]
-    return named[0] if sections == 1 and named else node
+    for candidates, what in (([name for name, _ in named if name.rsplit('/', 1)[1] == base],
+                              f'name a node {base}'),
+                             ([name for name, tree in named if _holds_ours(tree)],
+                              "hold this node's parameters")):
+        if len(candidates) > 1:
+            raise ConfigError(f'params file {path}: sections {", ".join(candidates)} each '
+                              f'{what}; give a file with one of them')
+        if candidates:
+            return candidates[0]
+    return node
 
 
 def write_param_file(params: Mapping[str, Any], path: str | os.PathLike) -> Path:

@@ -72,22 +72,24 @@ def sample_bag(out: Path, params: Path, seconds: float) -> Path:
     return bag
 
 
-def image_params(params_file: Path, out: Path) -> Path:
+def demo_params(params_file: Path, out: Path, images: bool) -> Path:
     """
-    Return ``params_file``, or a copy in ``out`` whose feature-map cameras send images.
+    Return the parameters the demo runs on: what the CLI reads of ``params_file``, in ``out``.
 
-    The copy sets every camera's ``input: image`` and, when the file names no encoder, the
-    learned one (``encoders.learned``), whose weights were trained end to end with the head
-    checkpoint ``head.weights: ''`` then takes. Its modification time stays the original's
-    (the sample drive's cache key).
+    One ``/**`` section, so the node started with it reads what the CLI read (of a stack's
+    file, the section of this node wherever its namespace: rcl would give the node named
+    jax_perception none of it). With ``images`` (``params_images.yaml``) every camera's
+    ``input: image`` and, when the file names no encoder, the learned one
+    (``encoders.learned``), whose weights were trained end to end with the head checkpoint
+    ``head.weights: ''`` then takes. Its modification time stays the original's (the sample
+    drive's cache key).
     """
     params = read_param_file(params_file)
     names = params.get('cameras.names') or []
-    if not names or all(params.get(f'cameras.{n}.input') == 'image' for n in names):
-        return params_file
-    params.update({f'cameras.{n}.input': 'image' for n in names})
-    params['encoder.module'] = params.get('encoder.module') or IMAGE_ENCODER
-    path = write_param_file(params, out / 'params_images.yaml')
+    if images and names and not all(params.get(f'cameras.{n}.input') == 'image' for n in names):
+        params.update({f'cameras.{n}.input': 'image' for n in names})
+        params['encoder.module'] = params.get('encoder.module') or IMAGE_ENCODER
+    path = write_param_file(params, out / ('params_images.yaml' if images else 'params.yaml'))
     stat = params_file.stat()
     os.utime(path, (stat.st_atime, stat.st_mtime))
     return path
@@ -98,7 +100,7 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0,
     """
     Run the demo into ``out``; non-zero when the node produced nothing or recompiled.
 
-    ``images``: the cameras send the drive's JPEG images (``image_params``); False: as the
+    ``images``: the cameras send the drive's JPEG images (``demo_params``); False: as the
     parameters say.
     """
     import rclpy
@@ -106,8 +108,7 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0,
     params_file = Path(params) if params else default_params_file()
     load_config(params_file)     # a bad file is refused before anything is made in ``out``
     out.mkdir(parents=True, exist_ok=True)
-    if images:
-        params_file = image_params(params_file, out)
+    params_file = demo_params(params_file, out, images)
     cfg = load_config(params_file)
     bag = sample_bag(out, params_file, seconds)
     env = local_ros_env()

@@ -274,7 +274,7 @@ class PlaybackClock:
         with self._lock:
             self._origin = (first_ns, start_wall, offset_ns)
             self._limit = first_ns
-        self._publish(first_ns + offset_ns)
+            self._publish(first_ns + offset_ns)
 
     def hold_at(self, bag_ns: int) -> None:
         """Let the clock run up to ``bag_ns``, the next message's bag time."""
@@ -284,11 +284,14 @@ class PlaybackClock:
     def now_ns(self) -> int | None:
         """Return the clock's time now (ns), None before the first message."""
         with self._lock:
-            if self._origin is None:
-                return None
-            first, start_wall, offset = self._origin
-            running = first + int((time.monotonic() - start_wall) * self._rate * 1e9)
-            return min(running, self._limit) + offset
+            return self._now_ns()
+
+    def _now_ns(self) -> int | None:
+        if self._origin is None:
+            return None
+        first, start_wall, offset = self._origin
+        running = first + int((time.monotonic() - start_wall) * self._rate * 1e9)
+        return min(running, self._limit) + offset
 
     def _publish(self, now_ns: int) -> None:
         msg = ros_type(CLOCK_TYPE)()
@@ -297,9 +300,11 @@ class PlaybackClock:
 
     def _run(self) -> None:
         while not self._stop.wait(self._period):
-            now = self.now_ns()
-            if now is not None:
-                self._publish(now)
+            # Under the lock: a new loop's start is never followed by the loop before's time.
+            with self._lock:
+                now = self._now_ns()
+                if now is not None:
+                    self._publish(now)
 
     def stop(self) -> None:
         """Stop publishing (the last time published stays the clock's)."""

@@ -490,9 +490,9 @@ def test_launch_reads_the_file_for_the_name_launch_ros_gives_and_stops_without_a
     (tmp_path / 'renamed').mkdir()
     error = launch_rules(launch_site, tmp_path / 'renamed', [
         {'params_file': str(keyed), 'node_name': 'bev_fusion', **front}], refused=True)
-    assert error.endswith(f'params file {keyed}: no section for node /bev_fusion among '
-                          '/jax_perception (rcl would give it the /** values alone; name one '
-                          '/bev_fusion)'), error
+    assert error.endswith(f'params file {keyed}: /jax_perception configure this node, but no '
+                          'section applies to node /bev_fusion (rcl would give it the /** '
+                          'values alone); name one /bev_fusion'), error
 
 
 def test_launch_warns_of_a_camera_topic_its_input_does_not_read(launch_site, tmp_path):

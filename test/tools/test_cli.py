@@ -261,7 +261,7 @@ def test_replay_reads_sqlite3_bags_with_renamed_topics(sample, tmp_path):
      '--png {tmp}/o/pictures: would write inside the output bag --out {tmp}/o'),
     (['replay', '{sample}', '--out', ''], '--out: an empty path'),
     (['replay', '{sample}', '--out', '{tmp}/o', '--params', ''], '--params: an empty path'),
-    (['replay', '{tmp}/broken', '--out', '{tmp}/o'], 'cannot read bag:'),
+    (['replay', '{tmp}/broken', '--out', '{tmp}/o'], 'cannot read its metadata.yaml'),
     (['sample-bag', '{tmp}/s', '--range-noise', 'nan'], 'need 0 <= range_noise_m <= 1'),
     (['sample-bag', '{tmp}/s', '--range-noise', '1e308'], 'need 0 <= range_noise_m <= 1'),
     (['sample-bag', '{tmp}/s', '--seconds', 'nan'],

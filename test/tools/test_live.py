@@ -399,3 +399,32 @@ def test_restamp_at_another_rate_is_refused(tmp_path):
     string = bagio.TYPESTORE.types['std_msgs/msg/String']
     raw = bytes(bagio.TYPESTORE.serialize_cdr(string(data='hello'), 'std_msgs/msg/String'))
     assert live.restamped(raw, 'std_msgs/msg/String', 10**9) == raw
+
+
+def test_a_new_loops_clock_is_never_followed_by_the_loop_before():
+    # The clock thread may be inside a publish of the last loop's time when the player's
+    # thread starts the next loop: that stale time came out after the new loop's start.
+    published = []
+
+    class SlowPublisher:
+        def publish(self, msg):
+            if threading.current_thread().name == 'clock':
+                time.sleep(0.03)            # a loaded machine, a slow DDS write
+            published.append((threading.current_thread().name,
+                              msg.clock.sec * 10**9 + msg.clock.nanosec))
+
+    class Node:
+        def create_publisher(self, *args, **kwargs):
+            return SlowPublisher()
+    clock = live.PlaybackClock(Node(), hz=20, rate=1.0)
+    try:
+        clock.start(100 * 10**9, time.monotonic())      # loop 1 of a bag of 100 s .. 104 s
+        clock.hold_at(104 * 10**9)
+        time.sleep(0.07)                # the clock thread is inside a publish of loop 1's time
+        clock.start(100 * 10**9, time.monotonic())      # loop 2, held at its first message
+        clock.hold_at(100 * 10**9)
+        time.sleep(0.12)
+    finally:
+        clock.stop()
+    second = [i for i, (who, _) in enumerate(published) if who != 'clock'][1]
+    assert all(t == 100 * 10**9 for _, t in published[second:]), published

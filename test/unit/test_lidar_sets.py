@@ -218,6 +218,19 @@ def test_a_lidar_whose_clock_runs_ahead_is_left_out_and_the_others_make_the_fram
                                 'frames']
 
 
+def test_a_lidar_whose_clouds_arrive_sooner_is_not_judged_ahead():
+    # One clock (equal stamps), but a's clouds reach the node 110 ms before b's and c's: the
+    # others are late for a's set, stamped with it, not 0.1 s behind a clock ahead.
+    sets = three(tolerance_s=0.05, max_delay_s=0.05)
+    events = sorted((k * 0.1 + latency, name, T + k * 100 * MS)
+                    for k in range(30) for name, latency in (('top', 0.02), ('left', 0.13),
+                                                             ('right', 0.131)))
+    for now, name, stamp in events:
+        sets.due(now)
+        sets.add(name, stamp, name, now)
+    assert sets.ahead == {} and sets.take_news() == []
+
+
 def test_no_lidar_is_judged_ahead_by_two_lidars_or_by_a_set_it_shares():
     # Two LiDARs: no majority says which clock is wrong; sets stay as they were (the first
     # arrival opens them).

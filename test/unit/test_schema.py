@@ -473,9 +473,18 @@ def test_a_params_file_without_a_section_for_the_node_is_refused_unless_it_has_o
     path = tmp_path / 'renamed.yaml'
     path.write_text('bev_fusion:\n  ros__parameters:\n    grid:\n      resolution: 0.5\n')
     assert read_param_file(path) == {'grid.resolution': 0.5}    # written for a renamed node
+    # Beside a driver's section, the one that configures this node is still read as its.
     path.write_text(path.read_text() + 'velodyne:\n  ros__parameters:\n    rpm: 600\n')
+    assert read_param_file(path) == {'grid.resolution': 0.5}
+    path.write_text(path.read_text() + 'other:\n  ros__parameters:\n    grid:\n'
+                    '      resolution: 0.8\n')
+    with pytest.raises(ConfigError, match="sections /bev_fusion, /other each hold this node's "
+                                          'parameters; give a file with one of them'):
+        read_param_file(path)
+    path.write_text('velodyne:\n  ros__parameters:\n    rpm: 600\n'
+                    'lslidar:\n  ros__parameters:\n    rpm: 600\n')
     with pytest.raises(ConfigError, match='no section for node /jax_perception among '
-                                          'bev_fusion, velodyne'):
+                                          'velodyne, lslidar'):
         read_param_file(path)
 
 
@@ -537,7 +546,8 @@ def test_a_launch_refuses_a_file_whose_sections_name_another_node(tmp_path, text
     from rclpy.node import Node
     path = tmp_path / 'keyed.yaml'
     path.write_text(text)
-    with pytest.raises(ConfigError, match='no section for node /bev_fusion among '):
+    with pytest.raises(ConfigError, match='/jax_perception configure this node, but no section '
+                                          'applies to node /bev_fusion'):
         read_param_file(path, '/bev_fusion', strict=True)
     # What it guards against: rcl gives the renamed node none of that section.
     context = rclpy.Context()
@@ -561,3 +571,11 @@ def test_a_params_file_nested_without_end_is_one_line(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ConfigError, match=f'^params file {path}: {message}'):
         read_param_file(path)
+
+
+def test_a_launch_reads_a_stack_file_whose_other_sections_configure_other_nodes(tmp_path):
+    # The shipped /** file with a driver's section added: rcl gives the node every /** value.
+    path = tmp_path / 'stack.yaml'
+    path.write_text(PARAMS_FILE.read_text() + 'velodyne_driver_node:\n  ros__parameters:\n'
+                    '    rpm: 600\n')
+    assert read_param_file(path, '/bev_fusion', strict=True) == read_param_file(PARAMS_FILE)
