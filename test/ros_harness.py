@@ -74,6 +74,28 @@ def other_domain(offset: int) -> int:
 
 
 @contextmanager
+def params_file_node(path, node: str = '/jax_perception'):
+    """Yield an rclpy Node named ``node`` (fully qualified) started with ``--params-file``."""
+    import rclpy
+    from rclpy.node import Node
+    namespace, name = str(node).rsplit('/', 1)
+    context = rclpy.Context()
+    rclpy.init(args=['--ros-args', '--params-file', str(path)], context=context)
+    probe = Node(name, namespace=namespace or '/', context=context)
+    try:
+        yield probe
+    finally:
+        probe.destroy_node()
+        rclpy.shutdown(context=context)
+
+
+def rcl_overrides(path, node: str = '/jax_perception') -> dict:
+    """Return the parameter overrides rcl gives ``node`` from the params file ``path``."""
+    with params_file_node(path, node) as probe:
+        return {key: p.value for key, p in probe._parameter_overrides.items()}
+
+
+@contextmanager
 def in_process(node_class, params: dict, domain_offset: int):
     """Yield a ``node_class`` node made in this process on ``params``, in a domain of its own."""
     import rclpy

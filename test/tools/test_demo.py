@@ -176,9 +176,8 @@ def test_a_bad_params_file_is_refused_before_anything_is_made(tmp_path, capsys):
 
 
 def test_the_demos_node_reads_what_the_cli_read_of_a_stack_file(tmp_path):
-    import rclpy
-    from rclpy.node import Node
     from jax_perception_node.tools.demo import demo_params
+    from ros_harness import rcl_overrides
     # A stack's file: the node's section under a namespace. The CLI reads it for the demo's
     # drive and report; the node, named /jax_perception, would get none of it from rcl.
     stack = tmp_path / 'stack.yaml'
@@ -187,13 +186,6 @@ def test_the_demos_node_reads_what_the_cli_read_of_a_stack_file(tmp_path):
                      '      resolution: 0.8\n')
     for images in (False, True):
         path = demo_params(stack, tmp_path, images)
-        context = rclpy.Context()
-        rclpy.init(args=['--ros-args', '--params-file', str(path)], context=context)
-        node = Node('jax_perception', context=context)
-        try:
-            got = {key: p.value for key, p in node._parameter_overrides.items()}
-        finally:
-            node.destroy_node()
-            rclpy.shutdown(context=context)
+        got = rcl_overrides(path)
         assert got == read_param_file(path) == read_param_file(stack)
         assert got['grid.resolution'] == 0.8

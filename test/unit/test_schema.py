@@ -14,7 +14,7 @@ from jax_perception_node.settings.parameters import (CAMERA_KEYS, ConfigError, N
 import jsonschema
 import numpy as np
 import pytest
-from ros_harness import NodeProcess
+from ros_harness import NodeProcess, params_file_node, rcl_overrides
 import yaml
 
 PYTHON_TYPES = {'bool': bool, 'integer': int, 'double': float, 'string': str}
@@ -138,16 +138,7 @@ def validator():
 
 def test_rcl_reads_the_shipped_params_file_as_the_python_reader_does():
     """The node's parser (rcl's libyaml) is stricter than PyYAML: 'a:B' in a flow list stops it."""
-    import rclpy
-    from rclpy.node import Node
-    context = rclpy.Context()
-    rclpy.init(args=['--ros-args', '--params-file', str(PARAMS_FILE)], context=context)
-    try:
-        node = Node('jax_perception', context=context)
-        read = {name: param.value for name, param in node._parameter_overrides.items()}
-        node.destroy_node()
-    finally:
-        rclpy.try_shutdown(context=context)
+    read = rcl_overrides(PARAMS_FILE)
     flat = read_param_file(PARAMS_FILE)
     assert read.keys() == flat.keys()
     for key, value in flat.items():
@@ -406,16 +397,11 @@ def test_an_override_of_a_key_the_node_lacks_is_refused_as_the_params_file_reade
 
 
 def test_an_empty_list_in_a_params_file_is_the_empty_list_not_the_default(tmp_path):
-    import rclpy
-    from rclpy.node import Node
     from jax_perception_node.ros.node_params import declare_parameters, read_parameters
     path = tmp_path / 'empty.yaml'
     path.write_text('/**:\n  ros__parameters:\n    output:\n      autoware_labels: []\n'
                     '    buckets: []\n')
-    context = rclpy.Context()
-    rclpy.init(args=['--ros-args', '--params-file', str(path)], context=context)
-    node = Node('jax_perception', context=context)
-    try:
+    with params_file_node(path) as node:
         declare_parameters(node)
         values = read_parameters(node)
         assert values['output.autoware_labels'] == [] and values['buckets'] == []
@@ -423,9 +409,6 @@ def test_an_empty_list_in_a_params_file_is_the_empty_list_not_the_default(tmp_pa
             config_from_parameters(values)
         with pytest.raises(ConfigError, match='buckets'):
             load_config(path)
-    finally:
-        node.destroy_node()
-        rclpy.shutdown(context=context)
 
 
 def test_a_set_of_an_empty_list_takes_the_keys_array_type(ros_node):
@@ -447,8 +430,6 @@ def test_a_set_of_an_empty_list_takes_the_keys_array_type(ros_node):
 
 @pytest.mark.parametrize('node', ['/jax_perception', '/perception/bev'])
 def test_a_params_file_of_several_sections_is_read_as_rcl_merges_them(tmp_path, node):
-    import rclpy
-    from rclpy.node import Node
     path = tmp_path / 'stack.yaml'
     path.write_text('/**:\n  ros__parameters:\n    use_sim_time: true\n    grid:\n'
                     '      resolution: 0.8\n      x_min: -30.0\n'
@@ -456,15 +437,7 @@ def test_a_params_file_of_several_sections_is_read_as_rcl_merges_them(tmp_path, 
                     'jax_perception:\n  ros__parameters:\n    grid:\n      resolution: 0.5\n'
                     '/**/bev:\n  ros__parameters:\n    grid:\n      resolution: 0.25\n'
                     '/*/bev:\n  ros__parameters:\n    grid:\n      x_min: -20.0\n')
-    namespace, name = node.rsplit('/', 1)
-    context = rclpy.Context()
-    rclpy.init(args=['--ros-args', '--params-file', str(path)], context=context)
-    probe = Node(name, namespace=namespace or '/', context=context)
-    try:
-        by_rcl = {key: p.value for key, p in probe._parameter_overrides.items()}
-    finally:
-        probe.destroy_node()
-        rclpy.shutdown(context=context)
+    by_rcl = rcl_overrides(path, node)
     assert read_param_file(path, node) == by_rcl
     assert by_rcl['grid.resolution'] == (0.5 if node == '/jax_perception' else 0.25)
 
@@ -490,8 +463,6 @@ def test_a_params_file_without_a_section_for_the_node_is_refused_unless_it_has_o
 
 def test_a_stack_files_keys_of_other_nodes_are_theirs_a_misspelt_key_of_ours_is_refused(
         tmp_path, capfd):
-    import rclpy
-    from rclpy.node import Node
     from jax_perception_node.ros.node_params import declare_parameters, read_parameters
     # A /** section gives every node of a stack its keys: rclpy hands them to ours too.
     path = tmp_path / 'stack.yaml'
@@ -499,15 +470,9 @@ def test_a_stack_files_keys_of_other_nodes_are_theirs_a_misspelt_key_of_ours_is_
                     '    vehicle_frame: base_link\n    qos_overrides:\n      /tf:\n'
                     '        subscription:\n          depth: 200\n'
                     '/jax_perception:\n  ros__parameters:\n    grid:\n      resolution: 0.8\n')
-    context = rclpy.Context()
-    rclpy.init(args=['--ros-args', '--params-file', str(path)], context=context)
-    node = Node('jax_perception', context=context)
-    try:
+    with params_file_node(path) as node:
         declare_parameters(node)
         assert read_parameters(node)['grid.resolution'] == 0.8
-    finally:
-        node.destroy_node()
-        rclpy.shutdown(context=context)
     assert ("parameters of no group of this node, ignored (another node's, from a /** "
             'section?): vehicle_frame') in capfd.readouterr().err
     assert load_config(path).grid.resolution == 0.8      # the CLI reads the file alike
@@ -542,22 +507,13 @@ def test_the_cli_reads_a_stack_file_for_the_node_it_names_wherever_its_namespace
     '/jax_perception:\n  ros__parameters:\n    grid:\n      resolution: 0.5\n',
 ])
 def test_a_launch_refuses_a_file_whose_sections_name_another_node(tmp_path, text):
-    import rclpy
-    from rclpy.node import Node
     path = tmp_path / 'keyed.yaml'
     path.write_text(text)
     with pytest.raises(ConfigError, match='/jax_perception configure this node, but no section '
                                           'applies to node /bev_fusion'):
         read_param_file(path, '/bev_fusion', strict=True)
     # What it guards against: rcl gives the renamed node none of that section.
-    context = rclpy.Context()
-    rclpy.init(args=['--ros-args', '--params-file', str(path)], context=context)
-    probe = Node('bev_fusion', context=context)
-    try:
-        assert 'grid.resolution' not in probe._parameter_overrides
-    finally:
-        probe.destroy_node()
-        rclpy.shutdown(context=context)
+    assert 'grid.resolution' not in rcl_overrides(path, '/bev_fusion')
     assert read_param_file(path, '/jax_perception', strict=True)['grid.resolution'] == 0.5
 
 
