@@ -236,9 +236,9 @@ def three_lidars_cost(single: BevPipeline, plan: Plan) -> dict:
     runs = {
         'one': lambda: single.executable(padded['one'].bucket)(args['one']),
         'three': lambda: three.executable(padded['three'].bucket)(args['three']),
-        # FramePath.process returns once the result is on the host.
-        'one_frame': lambda: paths['one'].process(one, False, False).result.bucket,
-        'three_frame': lambda: paths['three'].process(lidar_set, False, False).result.bucket}
+        # FramePath.process returns once the result (the BEV: features=True) is on the host.
+        'one_frame': lambda: paths['one'].process(one, False, True).result.bucket,
+        'three_frame': lambda: paths['three'].process(lidar_set, False, True).result.bucket}
     samples = {name: [] for name in runs}
     compiles = compile_count()
     for k in range(max(plan.reps * 10, 20)):

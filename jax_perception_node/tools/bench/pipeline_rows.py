@@ -82,15 +82,18 @@ def bench_pipeline(plan: Plan, use_torch: bool, log: Callable[[str], None],
     headline = next(r for r in rows if r['points'] == size and r['cameras'] == 0)
     ring = max(plan.camera_counts)
     ring_row = next(r for r in rows if r['points'] == size and r['cameras'] == ring)
-    best_peer = min(ring_row['numpy_ms'], ring_row['torch_ms'] or math.inf)
+    # Every sparse peer run on that row: NumPy, PyTorch and Numba (where installed).
+    best_peer = min(ring_row['numpy_ms'], ring_row['torch_ms'] or math.inf,
+                    ring_row.get('numba_ms') or math.inf)
     torch_ratios = [r['speedup_vs_torch'] for r in rows if r['speedup_vs_torch'] is not None]
     result = {
         'rows': rows,
         'speedup_vs_numpy': headline['speedup_vs_numpy'],
         'speedup_vs_torch_min': min(torch_ratios) if torch_ratios else None,
         'speedup_vs_nojit_min': min(r['speedup_vs_jax_nojit'] for r in rows),
-        'cameras_over_lidar': rounded(ring_row['jax_ms'] / headline['jax_ms'], 2),
-        'speedup_vs_best_peer_cameras': rounded(best_peer / ring_row['jax_ms'], 2),
+        # Three digits: a target is judged on the stored value (3.0033 is no 3.00).
+        'cameras_over_lidar': rounded(ring_row['jax_ms'] / headline['jax_ms'], 3),
+        'speedup_vs_best_peer_cameras': rounded(best_peer / ring_row['jax_ms'], 3),
         'headline': {'points': size, 'cameras': 0, 'ring_cameras': ring},
         'torch_version': torch_version,
         'reps': plan.reps,
