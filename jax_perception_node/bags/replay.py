@@ -84,7 +84,7 @@ class ReplayResult:
     cameras_without_tf: int = 0       # camera maps masked: TF could not place their frame
     cameras_over_slots: int = 0       # camera maps masked: their TF pose needs more lift slots
     nonfinite_objects: int = 0        # decoded boxes with a non-finite value, not written
-    empty_clouds: int = 0             # frames whose cloud held no valid point (all NaN, empty)
+    empty_clouds: int = 0             # clouds without a valid point (all NaN, empty; a set: each)
     clouds_without_intensity: int = 0  # frames whose cloud lacked lidar.intensity_field
     clouds_off_intensity_scale: int = 0  # frames whose cloud read off the head's intensity scale
     off_scale: OffScale | None = None    # the last of them: which LiDAR, what to set
@@ -419,7 +419,7 @@ class _Replay(BagFrames):
         self.last = out.features
         result.frames += 1
         result.frames_without_odometry += frame.without_odometry
-        result.empty_clouds += frame.empty
+        result.empty_clouds += max(int(frame.empty), len(frame.lidars_blank))
         result.clouds_without_intensity += bool(frame.fields_without_intensity)
         result.clouds_off_intensity_scale += frame.off_scale is not None
         result.off_scale = frame.off_scale or result.off_scale

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from .intensity_scale import cloud_off_scale, OffScale
-from .lidar_input import check_clouds, decode_clouds, lacking_fields
+from .lidar_input import blank_lidars, check_clouds, decode_clouds, lacking_fields
 from .sync import CameraSync
 from .tf_calibration import TfCalibration
 from ..core.frame_result import class_thresholds
@@ -68,6 +68,9 @@ class Frame:
     # the grid the frame was placed in (grid.frame_id is live: label the outputs with this one)
     grid: GridConfig | None = None
     time_key: str = ''      # the LiDAR whose fields_without_time those are
+    # LiDARs of the set whose cloud holds no valid point (empty, all NaN): in lidars_missing too,
+    # after the absent ones
+    lidars_blank: tuple[str, ...] = ()
 
 
 class FramePath(TfCalibration):
@@ -312,6 +315,7 @@ class FramePath(TfCalibration):
         with self._pipe_lock:
             padded, taken = decode_clouds(self.pipe, cfg, taken)
             empty = not has_valid_point(padded.buffer[:padded.count])
+            blank = blank_lidars(cfg, taken, padded)     # before the buffer is reused
             decoded = time.perf_counter()
             deskew = padded.timed and cfg.lidar_timing.deskew
             with self._buffer_lock:
@@ -344,7 +348,8 @@ class FramePath(TfCalibration):
                      pairing.stale, jumped, started,
                      self.accumulating and pose is None, without_tf, *over_slots, empty,
                      no_intensity, result.deskewed, no_time, deskew and twist is None,
-                     intensity_key, taken.missing, taken.refused, off, cfg.grid, time_key)
+                     intensity_key, taken.missing + blank, taken.refused, off, cfg.grid,
+                     time_key, blank)
 
     def _forget_old_timeline(self) -> None:
         """Once the odometry started anew, forget the sweeps: their poses are of the old one."""

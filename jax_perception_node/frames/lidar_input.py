@@ -17,7 +17,7 @@ from ..core.pipeline import BevPipeline
 from ..geometry.rotations import pose_matrix
 from ..geometry.stamps import NS_PER_S, stamp_ns
 from ..geometry.transforms import TransformBuffer, TransformError
-from ..sensors.cloud import CloudFormatError
+from ..sensors.cloud import CloudFormatError, has_valid_point
 from ..settings.config import LidarConfig, PipelineConfig
 
 
@@ -110,6 +110,23 @@ def decode_clouds(pipe: BevPipeline, cfg: PipelineConfig,
     clouds = tuple(None if i in refused else msg for i, msg in enumerate(frame.clouds))
     return padded, FrameClouds(frame.stamp_ns, clouds, frame.tf_poses, frame.missing,
                                frame.refused + names)
+
+
+def blank_lidars(cfg: PipelineConfig, frame: FrameClouds,
+                 padded: PaddedCloud) -> tuple[str, ...]:
+    """
+    Return the LiDARs of a set whose cloud is in it but holds no valid point (empty, all NaN).
+
+    Read from each LiDAR's rows of the decoded buffer (read it before the buffer is reused).
+    Such a LiDAR adds nothing to the frame, as one missing from the set: a blocked or failed
+    sensor among several that work would otherwise go unreported. () for one LiDAR.
+    """
+    if not cfg.lidars:
+        return ()
+    starts = (0, *padded.starts)
+    return tuple(lidar.name for lidar, msg, start, (rows, *_) in zip(
+        cfg.lidar_sensors, frame.clouds, starts, padded.lidars)
+        if msg is not None and not has_valid_point(padded.buffer[start:start + rows]))
 
 
 def lacking_fields(cfg: PipelineConfig, frame: FrameClouds, padded: PaddedCloud

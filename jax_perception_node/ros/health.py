@@ -68,8 +68,9 @@ _PERIOD_WARNINGS = (
                                  'read as 0)'),
     ('clouds_off_intensity_scale', 'clouds whose intensities read off the scale the head was '
                                    'trained on (the lidar.intensity_scale)'),
-    ('clouds_without_time', 'clouds not deskewed: no lidar.time_field, or its times not '
-                            'within 1 s of the stamp (lidar.time_reference, time_unit)'),
+    ('clouds_without_time', 'clouds not deskewed: no time field (the lidar.time_field), or '
+                            'its times not within 1 s of the stamp (the lidar.time_reference, '
+                            'time_unit)'),
     ('frames_without_motion', 'clouds not deskewed: no ego motion at their stamp '
                               '(accumulation.pose_source)'),
     ('late_lidar_clouds', 'LiDAR clouds too late for their set, dropped (sync.max_lidar_delay_s, '
@@ -139,7 +140,9 @@ def frame_counts(frame) -> dict[str, int]:
         'nonfinite_objects': result.nonfinite_objects,
         'frames_without_odometry': int(frame.without_odometry),
         'cameras_without_tf': len(frame.cameras_without_tf),
-        'cameras_over_slots': len(frame.cameras_over_slots), 'empty_clouds': int(frame.empty),
+        'cameras_over_slots': len(frame.cameras_over_slots),
+        # Clouds: of a set, each blank one (a frame of only blank ones is empty as well).
+        'empty_clouds': max(int(frame.empty), len(frame.lidars_blank)),
         'clouds_without_intensity': int(bool(frame.fields_without_intensity)),
         'clouds_off_intensity_scale': int(frame.off_scale is not None),
         'deskewed': int(frame.deskewed),

@@ -83,6 +83,14 @@ def _declare(node, key: str) -> None:
         return
     spec = spec_for(key)
     default = spec.default
+    overrides = _overrides(node)
+    given = overrides.get(key)
+    if (given is not None and given.type_ in _ARRAY_TYPES and len(given.value) == 0
+            and spec.ros_type.endswith('_array')):
+        # rclpy types an empty list of a Parameter made in Python as a byte array, whatever
+        # the key: made typeless, as rcl reads a params file's [], it is the key's empty
+        # array (``_value``), as a live set of [] is (``_typed_empty_arrays``).
+        overrides[key] = Parameter(key)
     # No default (camera keys) or an empty list (no element type): declare by type alone.
     value = ROS_TYPES[spec.ros_type] if default is None or default == [] else default
     try:

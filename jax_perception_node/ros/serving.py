@@ -164,6 +164,8 @@ class PerceptionCore:
                 self._bump('dropped')     # never served: a frame latest-wins gave up
             self._pending = None
             if self._sets is not None:
+                if self._sets.flush(time.monotonic()) is not None:
+                    self._bump('dropped')     # a set still waiting for its other LiDARs
                 self._sets.reset()
 
     def cleanup(self) -> None:

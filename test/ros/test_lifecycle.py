@@ -213,6 +213,27 @@ def test_a_reactivation_starts_its_health_afresh_and_counts_the_cloud_it_gave_up
         assert status.message == 'waiting for the first point cloud', status.message
 
 
+def test_a_lidar_set_still_waiting_at_deactivate_is_counted_dropped():
+    from jax_perception_node.ros.lifecycle_node import JaxPerceptionLifecycleNode
+    from ros_harness import in_process
+    # Made in Python: rclpy types the empty cameras.names as a byte array (taken as []).
+    params = small_params(0, **{'lidars.names': ['top', 'left'],
+                                'sync.max_lidar_delay_s': 60.0,
+                                'diagnostics.lidar_timeout_s': 60.0})
+    for name in ('top', 'left'):
+        params[f'lidars.{name}.translation'] = [0.0, 0.0, 1.0]
+        params[f'lidars.{name}.rotation_xyzw'] = [0.0, 0.0, 0.0, 1.0]
+    with in_process(JaxPerceptionLifecycleNode, params, 44) as node:
+        node.trigger_configure()
+        node.trigger_activate()
+        core = node.core
+        cloud = make_cloud(np.ones((3, 4), np.float32), T0)
+        cloud.header.frame_id = 'lidar_top'
+        core._on_lidar_cloud('top', cloud)          # its set waits 60 s for left
+        node.trigger_deactivate()
+        assert core.counts['received'] == 1 and core.counts['dropped'] == 1
+
+
 def test_a_frame_an_unexpected_error_stops_is_counted_and_reported_and_the_next_is_served():
     from jax_perception_node.ros.lifecycle_node import JaxPerceptionLifecycleNode
     from ros_harness import in_process

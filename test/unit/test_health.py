@@ -276,9 +276,12 @@ def test_with_several_lidars_rejected_clouds_and_frames_are_told_apart():
 
 def test_late_lidar_clouds_and_missing_fields_name_the_parameters():
     result = run_lidars(period={'processed': 5, 'late_lidar_clouds': 2,
-                                'clouds_without_intensity': 1})
+                                'clouds_without_intensity': 1, 'clouds_without_time': 3})
     assert result.message.split('; ') == [
         '1 clouds without their lidars.<name>.intensity_field field (intensity read as 0)',
+        # Not lidar.time_field, which several LiDARs do not read.
+        '3 clouds not deskewed: no time field (their lidars.<name>.time_field), or its times '
+        'not within 1 s of the stamp (their lidars.<name>.time_reference, time_unit)',
         '2 LiDAR clouds too late for their set, dropped (sync.max_lidar_delay_s, '
         'sync.lidar_stamp_tolerance_s)']
     assert result.level == WARN
@@ -291,7 +294,8 @@ def test_frame_counts_of_a_set():
         result=result, without_odometry=False, cameras_without_tf=(), cameras_over_slots=(),
         empty=False, fields_without_intensity=(), off_scale=None, deskewed=False,
         fields_without_time=(),
-        without_motion=False, lidars_missing=('left',), lidars_refused=('right: bad frame',))
+        without_motion=False, lidars_missing=('left',), lidars_refused=('right: bad frame',),
+        lidars_blank=())
     counts = health.frame_counts(frame)
     assert {k: v for k, v in counts.items() if v} == {
         'processed': 1, 'rejected': 1, 'lidar_sets_incomplete': 1, 'lidars.left.missing': 1}

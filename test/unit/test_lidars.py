@@ -117,7 +117,9 @@ def test_every_subset_and_bucket_runs_without_a_compile(three):
         world = {name: base_link_points(rng, n // len(subset) + i, cfg)
                  for i, name in enumerate(subset)}
         frame = path.process(lidar_set({k: into_sensor(p, k) for k, p in world.items()}))
-        assert frame.lidars_missing == tuple(x for x in NAMES if x not in subset)
+        # Absent, or in the set with no point (n = 0: the subset's first, given 0 points).
+        assert set(frame.lidars_missing) == {x for x in NAMES if x not in subset or not
+                                             len(world[x])}
         expected = union.process(np.concatenate(list(world.values())).astype(np.float32))
         assert frame.result.bucket == expected.bucket
         assert_same_bev(frame.result.features[..., :6], expected.features[..., :6])
@@ -186,6 +188,26 @@ def test_each_cloud_is_moved_to_the_set_stamp():
     assert_same_bev(frame.result.features[..., :6], expected)
     not_moved = voxelize_ref(np.concatenate(list(world.values())), union_cfg)
     assert not np.array_equal(not_moved[..., 0], expected[..., 0])
+
+
+def test_a_lidar_whose_cloud_holds_no_valid_point_is_counted_and_named(three):
+    # A blocked or failed side LiDAR sends empty or all-NaN clouds while the others work:
+    # the frame was not empty, so nothing counted it and /diagnostics stayed OK.
+    from jax_perception_node.ros.health import frame_counts, missing_key
+    cfg, pipe, _, union = three
+    rng = np.random.default_rng(5)
+    top = base_link_points(rng, 100, cfg)
+    clouds = lidar_set({'top': into_sensor(top, 'top'),
+                        'left': np.full((40, 4), np.nan, np.float32),
+                        'right': np.zeros((0, 4), np.float32)})
+    frame = FramePath(cfg, pipe).process(clouds)
+    assert frame.lidars_blank == ('left', 'right') and not frame.empty
+    assert set(frame.lidars_missing) == {'left', 'right'}
+    assert_same_bev(frame.result.features[..., :6], union.process(top).features[..., :6])
+    counts = frame_counts(frame)
+    assert counts['empty_clouds'] == 2 and counts['lidar_sets_incomplete'] == 1
+    assert counts[missing_key('left')] == counts[missing_key('right')] == 1
+    assert missing_key('top') not in counts
 
 
 def test_tf_poses_per_lidar_equal_the_parameters(three):

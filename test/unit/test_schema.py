@@ -535,3 +535,14 @@ def test_a_launch_reads_a_stack_file_whose_other_sections_configure_other_nodes(
     path.write_text(PARAMS_FILE.read_text() + 'velodyne_driver_node:\n  ros__parameters:\n'
                     '    rpm: 600\n')
     assert read_param_file(path, '/bev_fusion', strict=True) == read_param_file(PARAMS_FILE)
+
+
+def test_an_empty_list_given_in_python_is_the_keys_empty_array(ros_node):
+    # rclpy types Parameter('cameras.names', value=[]) as a byte array: a node composed in
+    # Python with no cameras was refused ('expected string[], got [] (byte_array)').
+    from jax_perception_node.ros.node_params import declare_parameters, read_parameters
+    params = {**small_params(0), 'output.autoware_labels': []}
+    node = ros_node(**{k.replace('.', '__'): v for k, v in params.items()})
+    declare_parameters(node)
+    values = read_parameters(node)
+    assert values['cameras.names'] == [] and values['output.autoware_labels'] == []
