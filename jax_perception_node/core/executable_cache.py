@@ -329,10 +329,13 @@ class ExecutableCache:
 
     @staticmethod
     def _store(store, file_name: str, key: str, compiled) -> bool:
-        """Write a signed entry atomically; False when the file system refused."""
+        """Write a signed entry atomically; False when the file system or pickle refused."""
         folder_fd, secret = store
-        data = seal_entry(secret, key, describe(jax.tree.leaves(compiled.out_info)),
-                          serialize(compiled)[0])
+        try:
+            payload = serialize(compiled)[0]
+        except Exception:    # noqa: B902 - a host callback (jax.debug.print) cannot pickle
+            return False     # the executable serves; only its next warm-up compiles again
+        data = seal_entry(secret, key, describe(jax.tree.leaves(compiled.out_info)), payload)
         tmp = f'.{file_name}.{secrets.token_hex(8)}.tmp'
         try:
             # A private temporary name, then a rename: a process loading the entry meanwhile

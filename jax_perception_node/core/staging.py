@@ -93,7 +93,7 @@ class CameraStaging:
 
         Raises
         ------
-        ValueError: a map of another shape, naming the camera.
+        ValueError: a map of another shape, or an image that is not uint8, naming the camera.
 
         """
         held = self.batches.current
@@ -104,6 +104,10 @@ class CameraStaging:
                 continue
             if fmap.shape != self.map_shape:
                 raise ValueError(f'camera {name!r}: {fmap.shape}, expected {self.map_shape}')
+            if held.dtype == np.uint8 and np.asarray(fmap).dtype != np.uint8:
+                # A 16-bit image copied in would wrap to its low byte (mostly 0): refused.
+                raise ValueError(f'camera {name!r}: an image of {np.asarray(fmap).dtype}, '
+                                 'expected uint8 RGB (ImageDecoder turns any encoding into it)')
             if not np.array_equal(held[i], fmap):
                 changed.append((i, fmap))
         if not changed:

@@ -10,7 +10,7 @@ parameters' shapes (docs/design.md, "Head plug-in").
 This module imports no ROS.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import math
 import os
 from pathlib import Path
@@ -25,7 +25,7 @@ from .boxes import BOX_COLUMNS  # noqa: F401 (the decoded rows' columns, here fo
 # The plug-in machinery, here under the names heads and tools have always imported.
 from .plugin import (CHANNELS_KEY, ENCODER_KEY, import_factory, leaf_names,  # noqa: F401
                      load_weights, save_weights, source_digest)
-from ..settings.parameters import ConfigError
+from ..settings.parameters import ConfigError, REFERENCE_HEAD
 
 
 # What ``apply`` returns: name -> channels (None: one per class), at the head's stride.
@@ -115,9 +115,11 @@ class LoadedHead:
 
     @property
     def identity(self) -> str:
-        """Return what the store keys on: code, stride, classes, NMS, votes (not values)."""
-        return repr((self.name, self.source_digest, self.spec.stride, self.spec.classes,
-                     self.spec.nms_radius_m, self.spec.centre_votes))
+        """Return what the store keys on: code, its input, stride, classes, NMS, votes."""
+        # The BEV the factory was given (resolution, channels, encoder): a factory may trace
+        # them in as constants (a box size in cells), with the same shapes on another grid.
+        return repr((self.name, self.source_digest, self.bev, self.spec.stride,
+                     self.spec.classes, self.spec.nms_radius_m, self.spec.centre_votes))
 
 
 def trained_channels(arrays: Mapping[str, np.ndarray], spec: HeadSpec,
@@ -173,13 +175,15 @@ def fits(name: str, spec: HeadSpec, bev: HeadInput, path, shipped: bool):
     an array's shape of a file the user did not set; a file the user set is refused naming
     ``head.weights`` and the file. Both lines say what to do.
     """
+    # jax-perception train trains the reference head only: another head trains its own way.
+    how = ' (jax-perception train)' if name == REFERENCE_HEAD else ''
     if shipped:
         prefix, advice = f'head.module: {name} ships weights', (
-            "set head.module: '' for no head, or train weights for these channels with "
-            'jax-perception train and set head.weights to them')
+            f"set head.module: '' for no head, or train weights for these channels{how} and "
+            'set head.weights to them')
     else:
         prefix, advice = f'head.weights: {path} holds weights', (
-            'set head.weights to weights trained for these channels (jax-perception train), '
+            f'set head.weights to weights trained for these channels{how}, '
             "or head.module: '' for no head")
     ours = bev.channel_names if len(bev.channel_names) == bev.channels else ()
 
@@ -231,6 +235,10 @@ def check_outputs(spec: HeadSpec, bev: HeadInput, name: str) -> dict:
     if not isinstance(shapes, dict) or set(shapes) != set(HEAD_OUTPUTS):
         got = sorted(shapes) if isinstance(shapes, dict) else type(shapes).__name__
         raise ConfigError(f'head.module: {name} must return {sorted(HEAD_OUTPUTS)}, got {got}')
+    for key, value in shapes.items():
+        if not isinstance(value, jax.ShapeDtypeStruct):    # a nested dict, a tuple
+            raise ConfigError(f'head.module: {name} output {key!r} is a '
+                              f'{type(value).__name__}, not one array')
     rows, cols = bev.height // spec.stride, bev.width // spec.stride
     for key, channels in HEAD_OUTPUTS.items():
         want = (rows, cols, len(spec.classes) if channels is None else channels)
@@ -263,19 +271,31 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
         raise ConfigError(f'head.module: {name} failed: {type(exc).__name__}: {exc}') from None
     if not isinstance(spec, HeadSpec):
         raise ConfigError(f'head.module: {name} returned {type(spec).__name__}, not a HeadSpec')
-    if (not spec.classes or isinstance(spec.stride, bool) or not isinstance(spec.stride, int)
-            or spec.stride < 1):
-        raise ConfigError(f'head.module: {name} needs at least one class and an integer '
-                          f'stride >= 1, gives {len(spec.classes)} and {spec.stride!r}')
+    classes = spec.classes
+    # Names: published as class ids and matched to ground truth by name (one heatmap each).
+    if (not isinstance(classes, (tuple, list)) or not classes or len(set(classes)) != len(classes)
+            or not all(isinstance(c, str) and c for c in classes)):
+        raise ConfigError(f'head.module: {name} gives classes {classes!r}: a tuple of distinct, '
+                          'non-empty names (str) is needed')
+    if isinstance(spec.stride, bool) or not isinstance(spec.stride, int) or spec.stride < 1:
+        raise ConfigError(f'head.module: {name} needs an integer stride >= 1, gives '
+                          f'{spec.stride!r}')
     votes = spec.centre_votes
     if isinstance(votes, bool) or not isinstance(votes, int) or votes < 0:
         raise ConfigError(f'head.module: {name} gives centre_votes {votes!r}: an integer >= 0 '
                           '(0: no votes) is needed')
     radii = spec.nms_radius_m
-    if radii and (len(radii) != len(spec.classes)
-                  or not all(math.isfinite(r) and r > 0 for r in radii)):
-        raise ConfigError(f'head.module: {name} gives nms_radius_m {list(radii)}: one positive '
-                          f'radius per class of {list(spec.classes)} is needed')
+    try:
+        bad = radii is not None and len(radii) > 0 and (len(radii) != len(classes) or not all(
+            not isinstance(r, bool) and math.isfinite(r) and r > 0 for r in radii))
+    except (TypeError, ValueError):      # a scalar, strings, an array's truth value
+        bad = True
+    if bad:
+        raise ConfigError(f'head.module: {name} gives nms_radius_m {radii!r}: one positive '
+                          f'radius (a number) per class of {list(classes)} is needed')
+    # As the rest of the node reads them (an array's truth value would be ambiguous there).
+    spec = replace(spec, classes=tuple(classes),
+                   nms_radius_m=tuple(float(r) for r in radii) if radii is not None else ())
     top = spec.intensity_top
     if isinstance(top, bool) or not isinstance(top, (int, float)) or not 0 <= top < math.inf:
         raise ConfigError(f'head.module: {name} gives intensity_top {top!r}: a finite number '

@@ -64,10 +64,12 @@ LOADED_DIGESTS: dict[str, str] = {}    # plug-in module -> source_digest when im
 
 def source_digest(module) -> str:
     """
-    Return the sha256 of the source of ``module``'s top-level package (every .py, by path).
+    Return the sha256 of ``module``'s top-level package: every file in it, by path and bytes.
 
-    A plug-in's network may live in other modules of its package than the factory's. A module
-    without a source file gets a digest of its own each time (its executable is never reused).
+    A plug-in's network may live in other modules of its package than the factory's, and its
+    factory may read data files of the package (a table of sizes, a config): any of them can
+    change what is traced. Compiled ``__pycache__`` is left out. A module without a source file
+    gets a digest of its own each time (its executable is never reused).
     """
     path = getattr(module, '__file__', None)
     if not path:
@@ -75,10 +77,11 @@ def source_digest(module) -> str:
     root = Path(path).resolve().parent
     for _ in module.__name__.split('.')[1:]:
         root = root.parent
-    files = sorted(root.rglob('*.py')) if '.' in module.__name__ else [Path(path).resolve()]
+    files = (sorted(p for p in root.rglob('*') if '__pycache__' not in p.parts)
+             if '.' in module.__name__ else [Path(path).resolve()])
     digest = hashlib.sha256()
     for source in files:
-        if source.is_file():    # a folder named x.py or a dangling link is no source
+        if source.is_file():    # a folder or a dangling link is no source
             digest.update(str(source.relative_to(root)).encode() + b'\0' + source.read_bytes())
     return digest.hexdigest()
 

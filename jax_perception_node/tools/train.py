@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .arguments import check_writable, outputs_apart
+from .arguments import check_writable, outputs_apart, UsageError
 from .head_targets import encode_targets, flip_boxes
 from .train_images import EndToEnd, ImageFrames, make_step as end_to_end_step, samples
 from .training_progress import plot_losses, progress_bar
@@ -52,7 +52,7 @@ from ..detection.heads.centerpoint import (
     CenterPointHead, check_input, CLASSES, mirrored, validate)
 from ..outputs.grid_map import GridMapLayers
 from ..settings.config import default_params_file, HeadConfig, load_config
-from ..settings.parameters import ConfigError
+from ..settings.parameters import ConfigError, REFERENCE_HEAD
 
 DEFAULT_STEPS = 6000        # the shipped weights: 20 minutes on a 2-core CPU, 26 drives
 DEFAULT_BATCH = 8
@@ -347,6 +347,10 @@ def cmd_train(args, stream=sys.stderr) -> int:
     out = Path(args.out)
     png = Path(args.png) if args.png else out.with_name(out.stem + '_loss.png')
     cfg = load_config(args.params or default_params_file())
+    if cfg.head.module not in ('', REFERENCE_HEAD):
+        raise UsageError(f'--params names head.module {cfg.head.module}: train trains the '
+                         f'reference head ({REFERENCE_HEAD}) only; train another head its own '
+                         'way')
     cfg = replace(cfg, head=HeadConfig(), output_bev_features=True)   # the BEV, no head
     grid = cfg.grid
     pipe = BevPipeline(cfg)

@@ -767,3 +767,17 @@ def test_train_options_out_of_bounds_are_one_line(capsys, tmp_path):
         assert main(['train', str(tmp_path / 'bag'), '--out', str(tmp_path / 'w.npz'),
                      option, value]) != 0
         assert_one_line_error(capsys, f'argument {option}: {refused}')
+
+
+def test_train_refuses_params_naming_another_head(tmp_path, capsys):
+    # It trains the reference head: weights written for another head.module fit no head.
+    from cli_errors import assert_one_line_error
+    from configs import small_params
+    from jax_perception_node.settings.param_file import write_param_file
+    from jax_perception_node.tools.cli import main
+    params = write_param_file(small_params(0, **{'head.module': 'toy_heads:occupancy_head'}),
+                              tmp_path / 'params.yaml')
+    assert main(['train', str(tmp_path), '--params', str(params), '--out',
+                 str(tmp_path / 'w.npz')]) == 1
+    assert_one_line_error(capsys, 'names head.module toy_heads:occupancy_head: train trains '
+                                  'the reference head')

@@ -357,7 +357,7 @@ def test_per_class_thresholds_apply_live_and_a_wrong_count_is_refused(warmed):
     ('toy_heads:string_top_head', "gives intensity_top '255': a finite number >= 0"),
     ('toy_heads:infinite_top_head', 'gives intensity_top inf: a finite number >= 0'),
     ('toy_heads:negative_votes_head', r'gives centre_votes -1: an integer >= 0'),
-    ('toy_heads:float_stride_head', r'an integer stride >= 1, gives 1 and 2.0'),
+    ('toy_heads:float_stride_head', r'an integer stride >= 1, gives 2.0'),
 ])
 def test_a_bad_head_module_is_refused_by_name(module, match):
     with pytest.raises(ConfigError, match=f'^head.module: .*{match}'):
@@ -462,3 +462,86 @@ def test_a_live_parameter_change_swaps_the_weights_through_the_frame_path(tmp_pa
         path.update(bad)
     assert pipe.head_weights == tmp_path / 'w.npz' and pipe.score_threshold == 0.5
     assert compile_count() == before
+
+
+def _broken(change: dict):
+    """Return a factory of the toy head with ``change`` replaced in its spec."""
+    from dataclasses import replace
+
+    def factory(head_input):
+        return replace(toy_heads.occupancy_head(head_input), **change)
+    return factory
+
+
+def _nested_outputs(params, bev):
+    out = toy_heads.toy_outputs(params, bev)
+    return {**out, 'size': {'log': out['size']}}
+
+
+@pytest.mark.parametrize('change, match', [
+    # Names are published as class ids and matched to the ground truth: a tuple of distinct str.
+    ({'classes': (0,)}, r'gives classes \(0,\): a tuple of distinct, non-empty names'),
+    ({'classes': ('car', 'car')}, r"gives classes \('car', 'car'\)"),
+    ({'classes': None}, 'gives classes None'),
+    ({'classes': 'car'}, "gives classes 'car'"),
+    ({'nms_radius_m': 2.0}, 'gives nms_radius_m 2.0: one positive radius'),
+    ({'nms_radius_m': ('2',)}, r"gives nms_radius_m \('2',\)"),
+    ({'apply': _nested_outputs}, "output 'size' is a dict, not one array"),
+])
+def test_a_head_spec_of_the_wrong_kind_is_one_line_naming_it(monkeypatch, change, match):
+    # These were tracebacks (AttributeError, TypeError) or passed and failed every frame.
+    monkeypatch.setattr(toy_heads, 'broken_head', _broken(change), raising=False)
+    with pytest.raises(ConfigError, match=f'^head.module: toy_heads:broken_head {match}'):
+        load_head('toy_heads:broken_head', '', HeadInput(32, 48, 8, 0.5))
+
+
+def test_radii_given_as_an_array_are_the_nodes_tuple(monkeypatch):
+    monkeypatch.setattr(toy_heads, 'array_nms_head', _broken({'nms_radius_m': np.array([2.0])}),
+                        raising=False)
+    head = load_head('toy_heads:array_nms_head', '', HeadInput(32, 48, 8, 0.5))
+    assert head.spec.nms_radius_m == (2.0,) and head.spec.classes == ('car',)
+
+
+def test_the_heads_store_key_covers_its_input_and_its_packages_data_files(tmp_path):
+    from jax_perception_node.detection.plugin import source_digest
+    # A factory may trace its input in as a constant (a box size in cells): the same shapes
+    # on a grid of another resolution must not reuse its executable.
+    head = load_head('toy_heads:occupancy_head', '', HeadInput(32, 48, 8, 0.5))
+    other = load_head('toy_heads:occupancy_head', '', HeadInput(32, 48, 8, 0.25))
+    assert head.identity != other.identity
+    # A data file its factory reads (a table of sizes) counts as its code does.
+    package = tmp_path / 'myheads'
+    package.mkdir()
+    (package / '__init__.py').write_text('')
+    (package / 'head.py').write_text('SIZES = "sizes.json"\n')
+    (package / 'sizes.json').write_text('[4.5, 1.9, 1.6]')
+    from types import SimpleNamespace
+    module = SimpleNamespace(__name__='myheads.head', __file__=str(package / 'head.py'))
+    before = source_digest(module)
+    (package / 'sizes.json').write_text('[6.0, 2.5, 3.0]')
+    assert source_digest(module) != before
+    (package / '__pycache__').mkdir()
+    (package / '__pycache__' / 'head.cpython-311.pyc').write_bytes(b'compiled')
+    after = source_digest(module)
+    (package / '__pycache__' / 'head.cpython-311.pyc').write_bytes(b'recompiled')
+    assert source_digest(module) == after             # compiled bytecode is not source
+
+
+def test_a_head_with_a_host_callback_serves_though_the_store_cannot_keep_it(
+        monkeypatch, tmp_path):
+    # jax.debug.print in apply: the executable holds a Python callback, which cannot be
+    # pickled into the store; the warm-up raised and the node did not start.
+    import jax
+
+    def apply(params, bev):
+        jax.debug.callback(lambda total: None, bev.sum())
+        return toy_heads.toy_outputs(params, bev)
+    monkeypatch.setattr(toy_heads, 'calling_head', _broken({'apply': apply}), raising=False)
+    cfg = small_config(cameras=0, **{'head.module': 'toy_heads:calling_head',
+                                     'compilation_cache_dir': str(tmp_path / 'store')})
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    assert pipe.store.write_errors >= 1          # the head's: not stored, compiled each start
+    before = compile_count()
+    out = pipe.process(np.ones((10, 4), np.float32))
+    assert out.objects is not None and compile_count() == before

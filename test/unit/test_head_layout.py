@@ -214,8 +214,8 @@ def test_another_heads_shipped_weights_of_other_shapes_name_head_module(tmp_path
     assert text == (
         f'head.module: toy_heads:shipped_head ships weights that do not fit this configuration, '
         f"{describe_channels(7, LIDAR_ONLY)}: their ['scale'] has shape [3], the head builds "
-        "[]; set head.module: '' for no head, or train weights for these channels with "
-        'jax-perception train and set head.weights to them')
+        "[]; set head.module: '' for no head, or train weights for these channels and set "
+        'head.weights to them')     # not "jax-perception train": it trains the reference head
 
 
 def test_channel_lists_are_short():

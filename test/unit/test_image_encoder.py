@@ -92,6 +92,16 @@ def test_the_rgb_encoders_bev_equals_the_reference_across_calibrations(rgb_pipe)
     assert compile_count() == before
 
 
+def test_an_image_that_is_not_uint8_is_refused_naming_its_camera(rgb_pipe):
+    # A 16-bit image copied into the uint8 batch wrapped to its low byte (mostly 0), silently.
+    cfg = rgb_pipe.cfg
+    images = random_images(cfg)
+    name = cfg.cameras[0].name
+    images[name] = images[name].astype(np.uint16) << 8
+    with pytest.raises(ValueError, match=f"camera '{name}': an image of uint16, expected uint8"):
+        rgb_pipe.process(np.zeros((4, 4), np.float32), images)
+
+
 def test_the_appearance_encoder_equals_a_pixel_by_pixel_reference():
     """The eight hand-made channels of the pooled image; channel k is channel k % 8."""
     assert APPEARANCE_CHANNELS == ('red', 'green', 'blue', 'luminance', 'grad_u', 'grad_v',
