@@ -273,8 +273,9 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
         raise ConfigError(f'head.module: {name} returned {type(spec).__name__}, not a HeadSpec')
     classes = spec.classes
     # Names: published as class ids and matched to ground truth by name (one heatmap each).
-    if (not isinstance(classes, (tuple, list)) or not classes or len(set(classes)) != len(classes)
-            or not all(isinstance(c, str) and c for c in classes)):
+    if (not isinstance(classes, (tuple, list)) or not classes
+            or not all(isinstance(c, str) and c for c in classes)
+            or len(set(classes)) != len(classes)):
         raise ConfigError(f'head.module: {name} gives classes {classes!r}: a tuple of distinct, '
                           'non-empty names (str) is needed')
     if isinstance(spec.stride, bool) or not isinstance(spec.stride, int) or spec.stride < 1:

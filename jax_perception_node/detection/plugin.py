@@ -74,11 +74,13 @@ def source_digest(module) -> str:
     path = getattr(module, '__file__', None)
     if not path:
         return secrets.token_hex(32)
-    root = Path(path).resolve().parent
-    for _ in module.__name__.split('.')[1:]:
-        root = root.parent
+    here = Path(path).resolve()
+    # The top-level package's folder: a/ for a.b.c in a/b/c.py, and for a.b in a/b/__init__.py
+    # (one level above it was the folder holding the package: a checkout, site-packages).
+    depth = len(module.__name__.split('.')) - (1 if here.name == '__init__.py' else 2)
+    root = here.parents[depth] if depth >= 0 else here.parent
     files = (sorted(p for p in root.rglob('*') if '__pycache__' not in p.parts)
-             if '.' in module.__name__ else [Path(path).resolve()])
+             if '.' in module.__name__ else [here])
     digest = hashlib.sha256()
     for source in files:
         if source.is_file():    # a folder or a dangling link is no source

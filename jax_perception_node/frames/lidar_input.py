@@ -124,9 +124,12 @@ def blank_lidars(cfg: PipelineConfig, frame: FrameClouds,
     if not cfg.lidars:
         return ()
     starts = (0, *padded.starts)
-    return tuple(lidar.name for lidar, msg, start, (rows, *_) in zip(
+    # No returns at all, or rows of which none is valid; a cloud with returns but no rows (the
+    # set cut to the largest bucket by shares) is subsampled, not blank.
+    return tuple(lidar.name for lidar, msg, start, (rows, returns, *_) in zip(
         cfg.lidar_sensors, frame.clouds, starts, padded.lidars)
-        if msg is not None and not has_valid_point(padded.buffer[start:start + rows]))
+        if msg is not None and (returns == 0 or rows > 0 and not has_valid_point(
+            padded.buffer[start:start + rows])))
 
 
 def lacking_fields(cfg: PipelineConfig, frame: FrameClouds, padded: PaddedCloud

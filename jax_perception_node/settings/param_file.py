@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import yaml
 
 from .param_checks import ros_value
-from .parameters import ConfigError, is_foreign
+from .parameters import ConfigError, spec_for
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
@@ -67,8 +67,8 @@ def read_param_file(path: str | os.PathLike, node: str = NODE,
     Read a ROS 2 param YAML and return ``node``'s flat ``ros__parameters``.
 
     The sections matching ``node`` (a fully qualified name) are merged in file order, as rcl
-    does. A section "holds this node's parameters" when it has a key of one of the node's
-    groups (``grid``, ``lidar``, ...; other nodes' keys are foreign: ``parameters.is_foreign``).
+    does. A section "holds this node's parameters" when it has a key the node has
+    (``grid.resolution``, ``cameras.front.fx``; a camera driver's ``cameras: [...]`` is not).
     With ``strict`` (a launch file, for the node it starts) a file whose sections other than
     ``/**`` hold this node's parameters but none applies to ``node`` is refused: rcl would
     give the node the ``/**`` values alone, and the file's configuration of it would be lost.
@@ -131,8 +131,10 @@ def _read_sections(path: Path, sections: list[tuple[str, Mapping]], node: str,
 
 
 def _holds_ours(tree: Mapping) -> bool:
-    """Return True when a section has a key of one of this node's groups."""
-    return any(not is_foreign(key) for key in flatten(tree))
+    """Return True when a section has a key this node has (grid.resolution, cameras.names)."""
+    # A key the node has, not only a first word of its groups: a camera driver's own
+    # 'cameras: [cam0, cam1]' is that driver's.
+    return any(spec_for(key) is not None for key in flatten(tree))
 
 
 def _node_of_file(path: Path, specific: list[tuple[str, Mapping]], node: str) -> str:

@@ -484,6 +484,7 @@ def _nested_outputs(params, bev):
     ({'classes': ('car', 'car')}, r"gives classes \('car', 'car'\)"),
     ({'classes': None}, 'gives classes None'),
     ({'classes': 'car'}, "gives classes 'car'"),
+    ({'classes': (['car'],)}, r"gives classes \(\['car'\],\)"),     # unhashable: no set
     ({'nms_radius_m': 2.0}, 'gives nms_radius_m 2.0: one positive radius'),
     ({'nms_radius_m': ('2',)}, r"gives nms_radius_m \('2',\)"),
     ({'apply': _nested_outputs}, "output 'size' is a dict, not one array"),
@@ -525,6 +526,18 @@ def test_the_heads_store_key_covers_its_input_and_its_packages_data_files(tmp_pa
     after = source_digest(module)
     (package / '__pycache__' / 'head.cpython-311.pyc').write_bytes(b'recompiled')
     assert source_digest(module) == after             # compiled bytecode is not source
+    # Beside the package (a checkout's other files, site-packages) is not the package: the
+    # folder above it was hashed whole (for the shipped head, the checkout with its venv).
+    (tmp_path / 'beside.txt').write_text('another package')
+    assert source_digest(module) == after
+    inner = SimpleNamespace(__name__='myheads', __file__=str(package / '__init__.py'))
+    nested = SimpleNamespace(__name__='myheads.sub.head',
+                             __file__=str(package / 'sub' / 'head.py'))
+    (package / 'sub').mkdir()
+    (package / 'sub' / 'head.py').write_text('')
+    assert source_digest(nested) == source_digest(SimpleNamespace(
+        __name__='myheads.head', __file__=str(package / 'head.py')))
+    assert source_digest(inner) != source_digest(nested)    # a top-level module: its own file
 
 
 def test_a_head_with_a_host_callback_serves_though_the_store_cannot_keep_it(

@@ -210,6 +210,20 @@ def test_a_lidar_whose_cloud_holds_no_valid_point_is_counted_and_named(three):
     assert missing_key('top') not in counts
 
 
+def test_a_lidar_subsampled_to_no_row_is_not_blank(three):
+    # Above the largest bucket each LiDAR keeps its share of rows: a 1-point cloud beside two
+    # large ones keeps none, but it has a valid point: subsampled, not a blocked sensor.
+    cfg, pipe, _, _ = three
+    rng = np.random.default_rng(6)
+    big = cfg.buckets[-1]
+    clouds = lidar_set({'top': into_sensor(base_link_points(rng, big, cfg), 'top'),
+                        'left': into_sensor(base_link_points(rng, big, cfg), 'left'),
+                        'right': into_sensor(base_link_points(rng, 1, cfg), 'right')})
+    frame = FramePath(cfg, pipe).process(clouds)
+    assert frame.result.overflow_points > 0
+    assert frame.lidars_blank == () and frame.lidars_missing == ()
+
+
 def test_tf_poses_per_lidar_equal_the_parameters(three):
     cfg, pipe, _, _ = three
     shifted = {f'lidars.{name}.translation': [t + 1.0 for t in translation]

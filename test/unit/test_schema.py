@@ -546,3 +546,13 @@ def test_an_empty_list_given_in_python_is_the_keys_empty_array(ros_node):
     declare_parameters(node)
     values = read_parameters(node)
     assert values['cameras.names'] == [] and values['output.autoware_labels'] == []
+
+
+def test_a_driver_section_with_a_key_named_like_a_group_is_the_drivers(tmp_path):
+    # A synchronized camera driver's own 'cameras: [cam0, cam1]' beside the node's /**: the
+    # CLI took the driver's section for this node's and refused the file.
+    path = tmp_path / 'stack.yaml'
+    path.write_text(PARAMS_FILE.read_text() + 'flir_sync_driver:\n  ros__parameters:\n'
+                    '    cameras: [cam0, cam1]\n')
+    assert read_param_file(path) == read_param_file(PARAMS_FILE)
+    assert read_param_file(path, '/jax_perception', strict=True) == read_param_file(PARAMS_FILE)
