@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import kernels, lift
-from .box_decode import head_function
+from .box_decode import head_function, param_leaves
 from .buckets import BucketPadder, PaddedCloud, SetCloud
 from .compile_counter import compile_count, install_compile_counter
 from .executable_cache import ExecutableCache, private_cache_dir
@@ -82,7 +82,7 @@ class BevPipeline(HeadWeights, EncoderWeights):
                 self.projected) else self.lidar_channels + cfg.camera_channel_names + (
                 COVERAGE_CHANNEL,), self.encoder.name if self.encoder else ''))
         self.head_classes, self._head_params, self.head_weights = ((), None, None) if (
-            self.head is None) else (self.head.spec.classes, jax.device_put(self.head.params),
+            self.head is None) else (self.head.spec.classes, param_leaves(self.head.params),
                                      self.head.weights_path)
         # live: set it any time (a float, or float32[C] per class: class_thresholds)
         self.score_threshold = class_thresholds(cfg.head, self.head_classes)

@@ -8,6 +8,7 @@ change puts new parameters on the device for the next frame, without a compile.
 
 import jax
 
+from .box_decode import param_leaves
 from ..detection.encoder import EncoderInput, load_encoder
 from ..settings.config import PipelineConfig
 from ..settings.parameters import ConfigError
@@ -37,7 +38,7 @@ class HeadWeights:
 
     def use_head_weights(self, target, params) -> None:
         """Put checked parameters (``read_head_weights``) on the device for the next frame."""
-        self._head_params, self.head_weights = jax.device_put(params), target
+        self._head_params, self.head_weights = param_leaves(params), target
 
 
 class EncoderWeights:
