@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from .lift import CameraCalibration, DISTORTION_MODELS, DISTORTION_SIZE
-from ..geometry.odometry import sweep_transform
+from ..geometry.odometry import plausible_motion, sweep_transform
 from ..settings.config import CameraConfig, Pose
 from ..settings.parameters import ConfigError
 
@@ -149,15 +149,20 @@ class SweepHistory:
 
     def reset(self) -> None:
         """Forget every earlier sweep."""
-        self._slots: list[tuple[int, np.ndarray | None, int] | None] = [None] * self.past
+        # (stamp, pose of its points' frame, rows, pose of the grid frame) per slot
+        self._slots: list[tuple[int, np.ndarray | None, int, np.ndarray | None] | None] = [
+            None] * self.past
         self._next = 0
 
     def stage(self, stamp: int | None, pose: np.ndarray | None, max_age_s: float) -> int:
         """
         Choose the earlier sweeps for a frame at ``stamp`` with ``pose``; returns sweeps used.
 
-        A slot counts when both it and this frame have a pose and it is 0 < age <= max_age_s
-        old. A slot newer than ``stamp`` (time went backwards) empties the history first.
+        A slot counts when both it and this frame have a pose, it is 0 < age <= max_age_s old
+        and the ego can have moved from its pose to this one in that time
+        (``odometry.plausible_motion``: whatever the pose source, a pose that jumped, as a bag
+        loop's or a re-initialised localization's, never places old points). A slot newer
+        than ``stamp`` (time went backwards) empties the history first.
         """
         if stamp is not None and any(s is not None and s[0] > stamp for s in self._slots):
             self.reset()
@@ -169,7 +174,8 @@ class SweepHistory:
             if slot is None or slot[1] is None or pose is None or stamp is None:
                 continue
             age_ns = stamp - slot[0]
-            if not 0 < age_ns <= max_age_s * 1e9:
+            if not (0 < age_ns <= max_age_s * 1e9
+                    and plausible_motion(slot[3], pose, age_ns * 1e-9)):
                 continue
             moved = sweep_transform(pose, slot[1], _IDENTITY)
             self.motion[index, :9] = moved[:3, :3].reshape(-1)
@@ -188,5 +194,5 @@ class SweepHistory:
         LiDAR extrinsic in force, or the identity for several LiDARs).
         """
         slot_pose = None if pose is None else pose @ points_frame
-        self._slots[self._next] = None if stamp is None else (stamp, slot_pose, rows)
+        self._slots[self._next] = None if stamp is None else (stamp, slot_pose, rows, pose)
         self._next = (self._next + 1) % self.past

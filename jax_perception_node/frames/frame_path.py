@@ -61,7 +61,8 @@ class Frame:
     without_motion: bool = False
     # whose fields those are (lidar, or lidars.<name> of several): the one without intensity
     intensity_key: str = ''
-    lidars_missing: tuple[str, ...] = ()   # LiDARs of lidars.names not in the set
+    # LiDARs of lidars.names not in the set: absent, refused (lidars_refused says why), blank
+    lidars_missing: tuple[str, ...] = ()
     lidars_refused: tuple[str, ...] = ()   # 'name: reason' of each cloud of the set left out
     # the first LiDAR whose intensities read off the head's scale (HeadSpec.intensity_top)
     off_scale: OffScale | None = None
@@ -126,7 +127,8 @@ class FramePath(TfCalibration):
         Apply a new live configuration (the static keys must be unchanged: see live_params).
 
         Calibration (only when it changed; never a compile), sync tolerance, odometry gap and
-        frame, sweep age, pose sources, the head's and the image encoder's weights (only when
+        frame, sweep age, pose sources (a new source, fixed frame or grid frame forgets the
+        earlier sweeps), the head's and the image encoder's weights (only when
         the file named changed; never a compile) and score threshold.
 
         Args
@@ -178,6 +180,10 @@ class FramePath(TfCalibration):
             # Under the pipe lock too: a frame in flight reads it there before it applies TF
             # poses (one checked under the old source must not put them back after the switch).
             with self._buffer_lock:
+                # The earlier sweeps' poses are of the old source or frames: forget them.
+                poses_of = (lambda c: (c.accumulation.pose_source, c.accumulation.fixed_frame,
+                                       c.grid.frame_id))
+                self._new_timeline |= poses_of(cfg) != poses_of(self.cfg)
                 self.sync.tolerance_ns = int(round(cfg.max_camera_lidar_delay_s * 1e9))
                 self.odometry.set_max_gap(cfg.accumulation.max_odometry_gap_s)
                 self.odometry.child_frame_id = cfg.grid.frame_id
@@ -344,12 +350,12 @@ class FramePath(TfCalibration):
         if picture and not self.pipe.projected:
             rgb = bev_to_rgb(result.features, cfg.grid.z_min, cfg.grid.z_max)
         (intensity_key, no_intensity), (time_key, no_time) = lacking_fields(cfg, taken, padded)
+        missing = taken.missing + tuple(r.split(':', 1)[0] for r in taken.refused) + blank
         return Frame(stamp, result, rgb, frame_record(result, (decoded - started) * 1e3),
                      pairing.stale, jumped, started,
                      self.accumulating and pose is None, without_tf, *over_slots, empty,
                      no_intensity, result.deskewed, no_time, deskew and twist is None,
-                     intensity_key, taken.missing + blank, taken.refused, off, cfg.grid,
-                     time_key, blank)
+                     intensity_key, missing, taken.refused, off, cfg.grid, time_key, blank)
 
     def _forget_old_timeline(self) -> None:
         """Once the odometry started anew, forget the sweeps: their poses are of the old one."""

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from .odometry import plausible_motion
 from .stamps import NS_PER_S
 from .transforms import invert
 
@@ -75,7 +76,9 @@ def twist_at(poses, stamp_ns: int, lead_ns: int = 0) -> np.ndarray | None:
     that newest pose, taken as constant up to the stamp: a driver that stamps a cloud at the
     end of its sweep publishes it before the odometry of that moment arrives, and the twist
     changes little over a sweep (Autoware's distortion corrector also takes the latest twist).
-    None when either end has no pose.
+    None when either end has no pose, or when the two are further apart than the ego can move
+    in that time (``odometry.plausible_motion``: TF interpolating across a bag loop's seam, a
+    re-initialised localization).
     """
     baseline_ns = int(BASELINE_S * NS_PER_S)
     after = poses.pose_at(stamp_ns)
@@ -84,7 +87,7 @@ def twist_at(poses, stamp_ns: int, lead_ns: int = 0) -> np.ndarray | None:
         if newest is not None and 0 < stamp_ns - newest <= lead_ns:
             stamp_ns, after = newest, poses.pose_at(newest)
     before = None if after is None else poses.pose_at(stamp_ns - baseline_ns)
-    if before is None:
+    if before is None or not plausible_motion(before, after, baseline_ns / NS_PER_S):
         return None
     return body_twist(before, after, baseline_ns / NS_PER_S)
 

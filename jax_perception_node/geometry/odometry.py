@@ -37,6 +37,9 @@ MAX_POSITION_M = 1e8        # |x|, |y|, |z| in the fixed frame: 2.5 times round 
 # re-initialised), and no motion can be measured across it.
 MAX_SPEED_MPS = 100.0
 JUMP_SLACK_M = 0.5
+# The same for the heading: no vehicle turns faster (a robot spinning in place reaches 2-3).
+MAX_TURN_RATE_RPS = 3.0
+JUMP_SLACK_RAD = 0.2
 # Over at least this long: a driver stamping on receipt can stamp one sample up to a period
 # late, its next one on time, and at 30 m/s the two are 0.6 m apart 0.5 ms apart.
 JUMP_MIN_DT_S = 0.1
@@ -53,6 +56,23 @@ class Sample:
 
     def __init__(self, stamp: int, position: np.ndarray, quaternion: np.ndarray):
         self.stamp_ns, self.position, self.quaternion = stamp, position, quaternion
+
+
+def plausible_motion(before: np.ndarray, after: np.ndarray, seconds: float) -> bool:
+    """
+    Return whether a body can have moved from pose ``before`` to ``after`` in ``seconds``.
+
+    4 x 4 poses in one fixed frame. No further than ``MAX_SPEED_MPS`` and no more turned than
+    ``MAX_TURN_RATE_RPS`` allow over the time (at least ``JUMP_MIN_DT_S``), plus the slacks:
+    anything more is a jump to another timeline (a bag loop, a re-initialised localization, a
+    teleported simulator), across which no motion can be measured.
+    """
+    dt = max(abs(seconds), JUMP_MIN_DT_S)
+    distance = float(np.linalg.norm(after[:3, 3] - before[:3, 3]))
+    cos = (float(np.trace(before[:3, :3].T @ after[:3, :3])) - 1.0) / 2.0
+    angle = math.acos(min(1.0, max(-1.0, cos)))
+    return (distance <= MAX_SPEED_MPS * dt + JUMP_SLACK_M
+            and angle <= MAX_TURN_RATE_RPS * dt + JUMP_SLACK_RAD)
 
 
 def read_odometry(msg, child_frame_id: str | None = None) -> Sample:
@@ -112,9 +132,11 @@ class OdometryBuffer:
     clock jumped (a bag loop, a restarted simulator): the buffer is cleared, so poses of the
     old timeline never mix with the new one, and the sample starts the new one (``add``
     returns True), as tf2 clears its buffer on a jump back. So does a newer sample the ego
-    cannot have reached (further from the newest than ``MAX_SPEED_MPS`` allows over the time
-    between them, at least ``JUMP_MIN_DT_S``, plus ``JUMP_SLACK_M``: 10.5 m at least): a bag
-    looped by a player that moves its stamps on, or a localization re-initialised. A stamp
+    cannot have reached (:func:`plausible_motion`: further from the newest than
+    ``MAX_SPEED_MPS`` allows over the time between them, at least ``JUMP_MIN_DT_S``, plus
+    ``JUMP_SLACK_M``: 10.5 m at least, or turned by more than ``MAX_TURN_RATE_RPS`` allows plus
+    ``JUMP_SLACK_RAD``: 0.5 rad at least): a bag looped by a player that moves its stamps on,
+    or a localization re-initialised. A stamp
     already buffered is refused, as is a late sample older than a full buffer's oldest.
     """
 
@@ -136,16 +158,17 @@ class OdometryBuffer:
         """
         Check and buffer a nav_msgs/Odometry message; raises OdometryError.
 
-        Returns True when its stamp went back by more than ``CLOCK_JUMP_S``, or its position
+        Returns True when its stamp went back by more than ``CLOCK_JUMP_S``, or its pose
         jumped, and the buffer was reset (the sample is the first of the new timeline).
         """
         sample = read_odometry(msg, self.child_frame_id)
         samples, stamp = self._samples, sample.stamp_ns
         if not samples or stamp > samples[-1].stamp_ns:
             newest = samples[-1] if samples else None
-            jumped = newest is not None and float(np.linalg.norm(
-                sample.position - newest.position)) > MAX_SPEED_MPS * max(
-                (stamp - newest.stamp_ns) / NS_PER_S, JUMP_MIN_DT_S) + JUMP_SLACK_M
+            jumped = newest is not None and not plausible_motion(
+                transform_matrix(newest.position, newest.quaternion),
+                transform_matrix(sample.position, sample.quaternion),
+                (stamp - newest.stamp_ns) / NS_PER_S)
             if jumped:
                 samples.clear()
             samples.append(sample)

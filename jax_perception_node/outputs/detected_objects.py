@@ -17,9 +17,9 @@ DetectedObject:
 - ``kinematics``: ``pose_with_covariance.pose`` = the centre with the yaw quaternion (x = y = 0,
   z = sin(yaw / 2), w = cos(yaw / 2)), zero covariance, ``has_position_covariance`` false;
   ``orientation_availability`` SIGN_UNKNOWN for the car-like labels (CAR, TRUCK, BUS, TRAILER):
-  the heads regress the sine and cosine of a full heading, but the shipped one, measured on
-  held-out drives, has the box's axis within 0.02 rad while about a third of its boxes face the
-  other way (docs/users.md), so only the axis is promised; UNAVAILABLE for the others (a
+  the heads regress the sine and cosine of a full heading, but the shipped one has not learned
+  the front from the back (a nearly constant heading per class: most oncoming cars face the
+  other way; docs/integrators.md), so only the axis is promised; UNAVAILABLE for the others (a
   pedestrian's or cyclist's box axis says little of its heading), as lidar_centerpoint does
   (``isCarLikeVehicle``); twist zero, ``has_twist`` and
   ``has_twist_covariance`` false (no tracking, so no velocity);

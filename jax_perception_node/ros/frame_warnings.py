@@ -50,7 +50,15 @@ def ready_line(pipe, lidar_names: tuple[str, ...]) -> str:
             f'cameras {list(pipe.camera_names)}'
             + (f', LiDARs {list(lidar_names)} on ~/input/<name>/pointcloud'
                if lidar_names else '')
-            + (f', {pipe.num_sweeps} sweeps on ~/input/odometry' if pipe.num_sweeps > 1 else ''))
+            + (f', {pipe.num_sweeps} sweeps, {_pose_source(pipe.cfg)}' if pipe.num_sweeps > 1
+               else ''))
+
+
+def _pose_source(cfg: PipelineConfig) -> str:
+    """Where the accumulated sweeps' poses come from, as the ready line says it."""
+    if cfg.accumulation.pose_source == 'odometry':
+        return 'poses on ~/input/odometry'
+    return f'poses from TF ({cfg.accumulation.fixed_frame} -> {cfg.grid.frame_id})'
 
 
 def warn_frame(log, cfg: PipelineConfig, frame: Frame) -> None:

@@ -131,7 +131,8 @@ def frame_counts(frame) -> dict[str, int]:
     Return what one processed frame (``frame_path.Frame``) adds to the counts.
 
     ``rejected``: the clouds of its set left out (``Frame.lidars_refused``); the set itself is
-    processed. A LiDAR with no cloud in the set adds to ``lidars.<name>.missing``.
+    processed. A LiDAR with no cloud in the set, or one left out, adds to
+    ``lidars.<name>.missing``.
     """
     result = frame.result
     counts = {

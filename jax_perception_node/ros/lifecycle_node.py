@@ -19,6 +19,7 @@ node serves on; a manager that breaks the bond is answered, and the node serves 
 
 import sys
 import threading
+import traceback
 
 from rclpy.exceptions import ParameterException
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
@@ -78,16 +79,29 @@ class JaxPerceptionLifecycleNode(LifecycleNode):
         except (ConfigError, ParameterException) as exc:
             self.get_logger().error(f'configure failed: bad parameter {exc}')
             return FAILURE
+        except Exception:       # rclpy would turn it into an error transition, unlogged
+            self._failed('configure')
+            self.core.cleanup()     # whatever it built
+            return FAILURE
         return super().on_configure(state)
 
     def on_activate(self, state) -> TransitionCallbackReturn:
         """Enable the lifecycle publishers, subscribe and start the worker, then the bond."""
         result = super().on_activate(state)
         if result == SUCCESS:
-            self.core.activate()
+            try:
+                self.core.activate()    # undoes itself when it raises
+            except Exception:
+                self._failed('activate')
+                super().on_deactivate(state)
+                return FAILURE
             self._active = True
             self._start_bond()
         return result
+
+    def _failed(self, transition: str) -> None:
+        """Log why a transition failed, with the traceback (a fault, not a bad parameter)."""
+        self.get_logger().error(f'{transition} failed:\n{traceback.format_exc().rstrip()}')
 
     def on_deactivate(self, state) -> TransitionCallbackReturn:
         """Break the bond, stop serving (a frame in progress finishes), disable the publishers."""

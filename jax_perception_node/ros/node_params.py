@@ -185,3 +185,17 @@ def read_parameters(node) -> dict:
                 keys.append(key)
     values = {key: _value(node, key) for key in keys}
     return {key: value for key, value in values.items() if value is not None}
+
+
+def refusal_reason(changes: dict, exc: ConfigError) -> str:
+    """
+    Return the reason a live parameter set is refused: ``exc``'s, led by the keys set.
+
+    A reason that names no key of the set (a camera's new ``fx`` refused because another
+    camera's samples would not fit the lift) is led by the keys, so the operator reads what
+    was refused before why.
+    """
+    reason = str(exc)
+    if any(reason.startswith(key) for key in changes):
+        return reason
+    return f'{", ".join(sorted(changes))}: {reason}'

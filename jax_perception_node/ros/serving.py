@@ -30,7 +30,7 @@ from .frame_warnings import InputWarnings, ready_line, warn_frame
 from .frame_worker import FrameWorker
 from .health import assess, CloudTimes, count_names, frame_counts, RecentLatency
 from .node_outputs import FrameOutputs
-from .node_params import declare_parameters, read_parameters
+from .node_params import declare_parameters, read_parameters, refusal_reason
 from .sensor_inputs import subscribe_cameras, subscribe_lidars
 from ..core.pipeline import BevPipeline
 from ..frames.camera_decode_pool import CameraDecodePool
@@ -122,8 +122,8 @@ class PerceptionCore:
         """
         Subscribe (only now: no frame can meet an unwarmed bucket) and start the worker.
 
-        Raises ConfigError for a diagnostics period rclpy cannot time; anything failing here
-        is undone (``deactivate``) before it is raised: nothing is left half started.
+        Raises ConfigError for a diagnostics period rclpy cannot time; anything failing here is
+        undone (``deactivate``) before it is raised: nothing is left half started.
         """
         try:
             self._timer = self._make_timer(self.cfg.diagnostics.period_s)
@@ -134,16 +134,16 @@ class PerceptionCore:
                 self.node, self.pipe.camera_names, self.cfg.camera_images, self._on_features,
                 self._on_camera_info)
             self._subscribe_tf()
+            with self._lock:
+                self._times = CloudTimes()    # the LiDAR timeout counts from these clouds
+                self._stale, self._period = (), dict.fromkeys(self._period, 0)  # none of the last
+                if self._sets is not None:
+                    self._sets.reset()        # no set of an earlier activation is completed
+            self.outputs.start()
+            self._worker = FrameWorker(self._serve)
         except BaseException:
             self.deactivate()
             raise
-        with self._lock:
-            self._times = CloudTimes()    # the LiDAR timeout counts from this activation's clouds
-            self._stale, self._period = (), dict.fromkeys(self._period, 0)   # none of the last
-            if self._sets is not None:
-                self._sets.reset()        # no set of an earlier activation is completed
-        self.outputs.start()
-        self._worker = FrameWorker(self._serve)
         self.log.info(ready_line(self.pipe, () if self._sets is None else self._sets.names))
 
     def deactivate(self) -> None:
@@ -169,9 +169,11 @@ class PerceptionCore:
                 self._sets.reset()
 
     def cleanup(self) -> None:
-        """Release the publishers and the pipeline (its executables and device buffers)."""
-        self.outputs.destroy(self._destroy_publisher)
-        self._destroy_publisher(self._diagnostics_pub)
+        """Release the publishers and the pipeline; what a failed configure built, too."""
+        if self.outputs is not None:
+            self.outputs.destroy(self._destroy_publisher)
+        if self._diagnostics_pub is not None:
+            self._destroy_publisher(self._diagnostics_pub)
         self.outputs = self._diagnostics_pub = None
         self.pipe = self.path = self.window = None
         self.close_decoders()
@@ -215,7 +217,7 @@ class PerceptionCore:
             values, cfg = check_update(self.values, changes)
             self._apply(cfg, changed_intrinsics(changes))
         except ConfigError as exc:
-            reason = str(exc)
+            reason = refusal_reason(changes, exc)
         except Exception as exc:    # noqa: B902 - rclpy would answer with a traceback
             reason = f'unexpected error: {exc!r}'
             self.log.error(f'parameter change {sorted(changes)} failed: {reason}')

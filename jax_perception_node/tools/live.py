@@ -28,6 +28,8 @@ _ROS_TYPES = {}
 CLOCK_TOPIC = '/clock'
 PLAYER, RECORDER = 'jax_perception_player', 'jax_perception_recorder'   # node names, root ns
 CLOCK_TYPE = 'rosgraph_msgs/msg/Clock'
+# Between restamped loops: a node carries a pose at most accumulation.max_odometry_gap_s
+RESTAMP_SEAM_S = 1.0    # (0.2 s by default) on, never across the seam
 
 
 def ros_type(msgtype: str):
@@ -210,6 +212,7 @@ def _play(reader, pubs, rate: float, restamp: bool, loop: bool, context, clock, 
             sent += once
             if not loop or not once or not context.ok():     # an empty bag: no busy loop
                 break
+            time.sleep(RESTAMP_SEAM_S if restamp else 0.0)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
@@ -233,12 +236,9 @@ def _play_once(reader, pubs, rate: float, restamp: bool, clock=None) -> int:
         delay = start_wall + (timestamp - first) / 1e9 / rate - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        if restamp:
-            # One offset a loop keeps the bag's spacing; at rate 1 each stamp is then the wall
-            # clock of the message's slot (age is latency), and a new loop never steps back.
-            pubs[topic].publish(restamped(raw, msgtype, offset))
-        else:
-            pubs[topic].publish(bytes(raw))
+        # One offset a loop keeps the bag's spacing; at rate 1 each stamp is then the wall
+        # clock of the message's slot (age is latency), and a new loop never steps back.
+        pubs[topic].publish(restamped(raw, msgtype, offset) if restamp else bytes(raw))
         sent += 1
     return sent
 

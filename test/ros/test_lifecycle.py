@@ -261,3 +261,51 @@ def test_a_frame_an_unexpected_error_stops_is_counted_and_reported_and_the_next_
             '1 frames failed since the last report (an internal error: see the log)')
         served(2)
         assert (core.counts['frames_failed'], core.counts['processed']) == (1, 1)
+
+
+def test_a_fault_in_configure_or_activate_is_logged_undone_and_the_node_can_start_after(
+        monkeypatch):
+    """A fault that is no bad parameter (out of memory, a thread that cannot start)."""
+    from jax_perception_node.ros import serving
+    from jax_perception_node.ros.lifecycle_node import (FAILURE, JaxPerceptionLifecycleNode,
+                                                        SUCCESS)
+    from ros_harness import in_process
+
+    class Log:              # the node's logger, its errors kept
+        def __init__(self, logger):
+            self.logger, self.errors = logger, []
+
+        def error(self, message):
+            self.errors.append(message)
+
+        def __getattr__(self, name):
+            return getattr(self.logger, name)
+
+    def fails(what):
+        def raise_it(*args, **kwargs):
+            raise RuntimeError(f'{what} (injected)')
+        return raise_it
+    params = small_params(1, **{'diagnostics.lidar_timeout_s': 60.0})
+    with in_process(JaxPerceptionLifecycleNode, params, 45) as node:
+        log = Log(node.get_logger())
+        node.get_logger = lambda: log
+        with monkeypatch.context() as patch:
+            patch.setattr(BevPipeline, 'warmup', fails('RESOURCE_EXHAUSTED'))
+            assert node.trigger_configure() == FAILURE
+        assert 'configure failed' in log.errors[-1] and 'RESOURCE_EXHAUSTED' in log.errors[-1]
+        assert 'Traceback' in log.errors[-1] and node.core.pipe is None
+        assert node.trigger_configure() == SUCCESS, log.errors
+        with monkeypatch.context() as patch:
+            patch.setattr(serving, 'FrameWorker', fails('cannot start a thread'))
+            assert node.trigger_activate() == FAILURE
+        assert 'activate failed' in log.errors[-1] and 'cannot start' in log.errors[-1]
+        assert node.core._subscriptions == [] and node.core._timer is None
+        # Still configured: a clean activate serves.
+        assert node.trigger_activate() == SUCCESS
+        core = node.core
+        core._on_cloud(make_cloud(np.ones((3, 4), np.float32), T0))
+        deadline = time.monotonic() + 30
+        while core.counts['processed'] < 1:
+            assert time.monotonic() < deadline, core.counts
+            time.sleep(0.01)
+        node.trigger_deactivate()

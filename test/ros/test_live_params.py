@@ -248,3 +248,21 @@ def test_a_lens_model_changes_with_its_coefficients_in_one_atomic_set():
         front = core.path.cameras[0]
         assert (front.distortion_model, list(front.distortion)) == ('plumb_bob', lens)
         assert core.pipe.compiles_after_warmup == 0
+
+
+def test_a_refusal_for_another_camera_names_the_key_that_was_set_first():
+    """The front camera turned to face the rear one: the rear's samples would not fit."""
+    from configs import REAR
+    from rclpy.parameter import Parameter
+    from jax_perception_node.ros.node import JaxPerceptionNode
+    from ros_harness import in_process
+    params = small_params(2, **{'diagnostics.lidar_timeout_s': 60.0})
+    with in_process(JaxPerceptionNode, params, 45) as node:
+        result = node.set_parameters([Parameter('cameras.front.rotation_xyzw', value=REAR)])[0]
+        assert not result.successful
+        assert result.reason.startswith('cameras.front.rotation_xyzw: cameras.rear: this '
+                                        'calibration puts more camera samples'), result.reason
+        # A refusal that names the key already is left as it is.
+        result = node.set_parameters([Parameter('grid.resolution', value=0.3)])[0]
+        assert result.reason.startswith('grid.resolution'), result.reason
+        assert not result.reason.startswith('grid.resolution: grid.resolution')

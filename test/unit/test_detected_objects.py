@@ -126,7 +126,7 @@ def test_the_shipped_label_map_gives_every_class_of_the_shipped_head_its_label()
         1: 'CAR', 2: 'TRUCK', 3: 'BUS', 4: 'TRAILER', 5: 'MOTORCYCLE', 6: 'BICYCLE',
         7: 'PEDESTRIAN'}
     # The label names of the parameter are the message's constants, in their order.
-    assert [getattr(ObjectClassification, name) for name in AUTOWARE_LABELS] == list(range(8))
+    assert [getattr(ObjectClassification, name) for name in AUTOWARE_LABELS] == list(range(12))
     classes = tuple(name for name, _ in labels) + ('unmapped',)
     rows = np.zeros((len(classes), 9), np.float32)
     rows[:, 3:6], rows[:, 8] = 1.0, np.arange(len(classes))

@@ -595,3 +595,23 @@ def test_with_tf_a_map_naming_no_frame_takes_its_camera_infos_frame(tf_pipe):
     frame = unnamed_frame(path, T0 + 10**8)
     assert frame.cameras_without_tf == ()
     assert frame.result.cameras_used == len(MAPS)
+
+
+def test_a_live_change_of_pose_source_forgets_the_earlier_sweeps(warmed):
+    # Odometry in 'map', TF in 'odom' 3.6 m and 10 degrees away (a motion the ego could make
+    # in 0.1 s): a sweep placed by one must not be moved by the other.
+    cfg = small_config(cameras=0, **{'accumulation.num_sweeps': 2})
+    pipe = warmed(cfg)
+    pipe.reset_sweeps()
+    path = FramePath(cfg, pipe)
+    for stamp in (T0, T0 + 10**8, T0 + 2 * 10**8):
+        path.add_odometry(bag_messages.odometry(stamp, ((stamp - T0) / 1e8, 0.0, 0.0)))
+        path.add_transforms(tf_message(transform('odom', 'base_link', stamp, (
+            3.0 + (stamp - T0) / 1e8, 2.0, 0.0), bag_messages.yaw_quaternion(10.0))),
+            static=False)
+    assert path.process(cloud(T0)).result.sweeps_used == 1
+    assert path.process(cloud(T0 + 10**8)).result.sweeps_used == 2
+    path.update(small_config(cameras=0, **{'accumulation.num_sweeps': 2,
+                                           'accumulation.pose_source': 'tf',
+                                           'accumulation.fixed_frame': 'odom'}))
+    assert path.process(cloud(T0 + 2 * 10**8)).result.sweeps_used == 1

@@ -329,27 +329,32 @@ def test_circle_nms_is_greedy_per_class_and_keeps_sorted_rows():
     assert sorted(plain[plain[:, 7] > 0.5][:, 1]) == [0.0, 1.0, 2.0, 4.0]
 
 
-def test_circle_nms_follows_a_long_chain_of_suppressions_exactly():
+@pytest.mark.parametrize('peaks', [20, 64, 200])
+def test_circle_nms_follows_a_long_chain_of_suppressions_exactly(peaks):
     import jax.numpy as jnp
-    from jax_perception_node.core.box_decode import decode_boxes
+    from jax_perception_node.core.box_decode import decode_boxes, nms_updates
     # Peaks every 2 m along one row, scores falling, radius 2.5 m: each box is within reach of
     # its neighbours only. Greedy: 0 kept, 2 dropped by 0, 4 kept (its suppressor 2 was
     # dropped), 6 dropped by 4, ...: whether a box is kept depends on every box before it.
-    columns = np.arange(0, 40, 2)
-    logits = np.full((1, 40, 1), -9.0, np.float32)
+    # 20 peaks: the whole-vector updates reach the answer; 64: they stop at their cap and the
+    # greedy pass finishes; 200: the greedy pass alone.
+    assert nms_updates(20) >= 20 and 0 < nms_updates(64) < 64 and nms_updates(200) == 0
+    cells = 2 * peaks
+    columns = np.arange(0, cells, 2)
+    logits = np.full((1, cells, 1), -9.0, np.float32)
     logits[0, columns, 0] = np.linspace(5.0, 1.0, columns.size)
-    zeros = np.zeros((1, 40, 2), np.float32)
+    zeros = np.zeros((1, cells, 2), np.float32)
     outputs = {'heatmap': jnp.asarray(logits), 'offset': jnp.asarray(zeros),
-               'z': jnp.zeros((1, 40, 1)), 'size': jnp.zeros((1, 40, 3)),
-               'yaw': jnp.asarray(np.dstack([np.zeros((1, 40)), np.ones((1, 40))]))}
+               'z': jnp.zeros((1, cells, 1)), 'size': jnp.zeros((1, cells, 3)),
+               'yaw': jnp.asarray(np.dstack([np.zeros((1, cells)), np.ones((1, cells))]))}
     grid = jnp.asarray([0.0, 0.0, -2.0, 2.0, 1.0], jnp.float32)
-    boxes = np.asarray(decode_boxes(outputs, grid, stride=1, max_objects=columns.size,
+    boxes = np.asarray(decode_boxes(outputs, grid, stride=1, max_objects=peaks,
                                     nms_radius_m=(2.5,)))
     kept = []
     for column in columns:              # the greedy pass, written out
         if all(abs(column - other) > 2.5 for other in kept):
             kept.append(column)
-    assert kept == list(range(0, 40, 4))
+    assert kept == list(range(0, cells, 4))
     assert sorted(boxes[boxes[:, 7] > 0][:, 1]) == kept
 
 

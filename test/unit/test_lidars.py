@@ -156,6 +156,7 @@ def test_a_bad_cloud_is_left_out_and_named(three):
     assert len(frame.lidars_refused) == 1
     assert frame.lidars_refused[0].startswith('left: header.frame_id "somewhere"')
     assert 'lidars.left.frame_id' in frame.lidars_refused[0]
+    assert frame.lidars_missing == ('left',)      # so its missing count names it too
     expected = union.process(np.concatenate([world['top'], world['right']]).astype(np.float32))
     assert_same_bev(frame.result.features[..., :6], expected.features[..., :6])
     for name in ('top', 'right'):

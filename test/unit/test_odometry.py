@@ -20,17 +20,17 @@ def yaw_of(pose):
 def test_interpolation_is_linear_in_position_and_slerps_the_orientation():
     buf = OdometryBuffer(max_gap_s=0.2)
     buf.add(odometry(T0, (10.0, 5.0, 0.0), yaw_quaternion(0.0)))
-    buf.add(odometry(T0 + 100_000_000, (12.0, 4.0, 1.0), yaw_quaternion(40.0)))
-    # A quarter of the way: position 10 + 0.25 * 2, 5 - 0.25, 0.25; yaw 10 degrees (slerp
-    # about one axis is linear in the angle).
+    buf.add(odometry(T0 + 100_000_000, (12.0, 4.0, 1.0), yaw_quaternion(20.0)))
+    # A quarter of the way: position 10 + 0.25 * 2, 5 - 0.25, 0.25; yaw 5 degrees (slerp
+    # about one axis is linear in the angle; 20 degrees in 0.1 s: a turn, no jump).
     pose = buf.pose_at(T0 + 25_000_000)
     np.testing.assert_allclose(pose[:3, 3], [10.5, 4.75, 0.25], atol=1e-12)
-    assert yaw_of(pose) == pytest.approx(10.0, abs=1e-9)
+    assert yaw_of(pose) == pytest.approx(5.0, abs=1e-9)
     np.testing.assert_allclose(pose[:3, :3] @ pose[:3, :3].T, np.eye(3), atol=1e-12)
     np.testing.assert_allclose(pose[3], [0, 0, 0, 1])
     # Exactly on a sample: that sample.
     np.testing.assert_allclose(buf.pose_at(T0 + 100_000_000)[:3, 3], [12.0, 4.0, 1.0])
-    assert yaw_of(buf.pose_at(T0 + 100_000_000)) == pytest.approx(40.0)
+    assert yaw_of(buf.pose_at(T0 + 100_000_000)) == pytest.approx(20.0)
     # Outside the samples: no extrapolation.
     assert buf.pose_at(T0 - 1) is None
     assert buf.pose_at(T0 + 100_000_001) is None
@@ -179,3 +179,45 @@ def test_one_sample_stamped_late_by_its_driver_is_no_jump():
         stamp = T0 + k * 20_000_000 + (19_500_000 if k == 5 else 0)
         assert buf.add(odometry(stamp, (30.0 * k * 0.02, 0.0, 0.0))) is False
     assert buf.pose_at(T0 + 50_000_000) is not None
+
+
+def test_a_heading_the_ego_cannot_have_turned_to_starts_a_new_timeline():
+    # A localization re-initialised facing the other way, in place: 180 degrees in 20 ms.
+    buf = OdometryBuffer(max_gap_s=0.2)
+    assert buf.add(odometry(T0, (5.0, 1.0, 0.0), yaw_quaternion(10.0))) is False
+    # A tight turn, 1 rad/s for 20 ms (1.1 degrees), is driving.
+    assert buf.add(odometry(T0 + 20_000_000, (5.2, 1.0, 0.0), yaw_quaternion(11.15))) is False
+    assert buf.add(odometry(T0 + 40_000_000, (5.4, 1.0, 0.0), yaw_quaternion(191.15))) is True
+    assert buf.pose_at(T0 + 30_000_000) is None
+    # 0.5 rad allowed over at least 0.1 s (3 rad/s and 0.2 rad of slack): 25 degrees is no
+    # jump, 35 degrees is.
+    assert buf.add(odometry(T0 + 60_000_000, (5.6, 1.0, 0.0), yaw_quaternion(216.15))) is False
+    assert buf.add(odometry(T0 + 80_000_000, (5.8, 1.0, 0.0), yaw_quaternion(251.15))) is True
+
+
+def test_earlier_sweeps_and_a_deskew_twist_across_a_pose_jump_are_left_out():
+    from jax_perception_node.core.kernel_inputs import SweepHistory
+    from jax_perception_node.geometry.ego_motion import twist_at
+
+    def at(x, yaw=0.0):
+        pose = np.eye(4)
+        pose[:3, :3] = quat_matrix(yaw_quaternion(yaw))
+        pose[0, 3] = x
+        return pose
+    # Whatever the pose source (TF interpolates across a bag loop's seam): a sweep 0.1 s old
+    # 2 m back is used, one 30 m back, or facing the other way, is not.
+    for far, used in ((at(-2.0), 2), (at(-30.0), 1), (at(0.0, 180.0), 1)):
+        history = SweepHistory(2, 13)
+        history.record(T0, far, 100, np.eye(4))
+        assert history.stage(T0 + 100_000_000, at(0.0), 1.0) == used
+        assert history.scalars[1] == (100 if used == 2 else 0)
+
+    class Poses:      # TF's poses about a teleport at T0 + 50 ms (interpolated across it)
+        def pose_at(self, stamp):
+            return at(1.0 * (stamp - T0) / 1e8 - (40.0 if stamp > T0 + 50_000_000 else 0.0))
+
+        def newest_ns(self):
+            return T0 + 10**9
+    assert twist_at(Poses(), T0 + 40_000_000) is not None
+    assert twist_at(Poses(), T0 + 80_000_000) is None
+    assert twist_at(Poses(), T0 + 200_000_000) is not None
