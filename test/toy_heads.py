@@ -142,6 +142,17 @@ def negative_votes_head(head_input):
     return replace(voting_head(head_input), centre_votes=-1)
 
 
+def many_votes_head(head_input):
+    """Build the occupancy head asking for more centre votes than the decoding gathers."""
+    return replace(occupancy_head(head_input), centre_votes=9)
+
+
+def numpy_numbers_head(head_input):
+    """Build the occupancy head with its stride, votes and intensity top as NumPy scalars."""
+    return replace(occupancy_head(head_input), stride=np.int64(occupancy_head(
+        head_input).stride), centre_votes=np.int32(1), intensity_top=np.float32(255.0))
+
+
 def float_stride_head(head_input):
     """Build the occupancy head with a stride that is no integer."""
     return replace(occupancy_head(head_input), stride=2.0)

@@ -100,6 +100,8 @@ def open_reader(path: str | Path) -> Reader:
     except (ReaderError, OSError, ValueError, KeyError) as exc:
         # One line: a broken metadata.yaml's parser error spans several.
         raise BagError(f'{path}: cannot read bag: {" ".join(str(exc).split())}') from None
+    except (OverflowError, MemoryError):    # a corrupt record length, used before any check
+        raise BagError(f'{path}: cannot read bag: a record length is corrupt') from None
     return reader
 
 

@@ -12,6 +12,7 @@ This module imports no ROS.
 
 from dataclasses import dataclass, replace
 import math
+import numbers
 import os
 from pathlib import Path
 import re
@@ -30,6 +31,9 @@ from ..settings.parameters import ConfigError, REFERENCE_HEAD
 
 # What ``apply`` returns: name -> channels (None: one per class), at the head's stride.
 HEAD_OUTPUTS = {'heatmap': None, 'offset': 2, 'z': 1, 'size': 3, 'yaw': 2}
+# A head's centre_votes at most: (2n + 1)^2 cells are gathered per box, 9 for the reference
+# head's 1, 289 at 8 (and 400 million at 10 000, which nothing bounded before).
+MAX_CENTRE_VOTES = 8
 
 _RUN_RE = re.compile(r'^(.*?)(\d+)$')
 
@@ -248,6 +252,11 @@ def check_outputs(spec: HeadSpec, bev: HeadInput, name: str) -> dict:
     return shapes
 
 
+def _integer(value) -> bool:
+    """Whether ``value`` is an integer, a NumPy one included, and no bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
 def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
     """
     Import, build and check the head ``name`` and load its weights; None for ''.
@@ -278,13 +287,13 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
             or len(set(classes)) != len(classes)):
         raise ConfigError(f'head.module: {name} gives classes {classes!r}: a tuple of distinct, '
                           'non-empty names (str) is needed')
-    if isinstance(spec.stride, bool) or not isinstance(spec.stride, int) or spec.stride < 1:
+    if not _integer(spec.stride) or spec.stride < 1:
         raise ConfigError(f'head.module: {name} needs an integer stride >= 1, gives '
                           f'{spec.stride!r}')
     votes = spec.centre_votes
-    if isinstance(votes, bool) or not isinstance(votes, int) or votes < 0:
-        raise ConfigError(f'head.module: {name} gives centre_votes {votes!r}: an integer >= 0 '
-                          '(0: no votes) is needed')
+    if not _integer(votes) or not 0 <= votes <= MAX_CENTRE_VOTES:
+        raise ConfigError(f'head.module: {name} gives centre_votes {votes!r}: an integer 0 .. '
+                          f'{MAX_CENTRE_VOTES} (0: no votes) is needed')
     radii = spec.nms_radius_m
     try:
         bad = radii is not None and len(radii) > 0 and (len(radii) != len(classes) or not all(
@@ -295,10 +304,12 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
         raise ConfigError(f'head.module: {name} gives nms_radius_m {radii!r}: one positive '
                           f'radius (a number) per class of {list(classes)} is needed')
     # As the rest of the node reads them (an array's truth value would be ambiguous there).
-    spec = replace(spec, classes=tuple(classes),
+    spec = replace(spec, classes=tuple(classes), stride=int(spec.stride),
+                   centre_votes=int(votes),
                    nms_radius_m=tuple(float(r) for r in radii) if radii is not None else ())
     top = spec.intensity_top
-    if isinstance(top, bool) or not isinstance(top, (int, float)) or not 0 <= top < math.inf:
+    if isinstance(top, (bool, np.bool_)) or not isinstance(top, numbers.Real) or not (
+            0 <= top < math.inf):
         raise ConfigError(f'head.module: {name} gives intensity_top {top!r}: a finite number '
                           '>= 0 (0: no intensity-scale check) is needed')
     check_outputs(spec, bev, name)

@@ -138,3 +138,13 @@ def test_a_fifo_is_no_bag(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(bagio.BagError, match='not a regular file'):    # it would block
         bagio.open_reader(fifo)
+
+
+def test_an_mcap_whose_record_length_is_corrupt_is_one_line(tmp_path):
+    import struct
+    bag = tmp_path / 'x.mcap'
+    # The magic, then a header record (opcode 1) claiming 2^63 + 5 bytes.
+    bag.write_bytes(b'\x89MCAP0\r\n\x01' + struct.pack('<Q', 2**63 + 5) + b'abc' * 10)
+    with pytest.raises(bagio.BagError, match=f'^{bag}: cannot read bag: a record length is '
+                                             'corrupt$'):
+        bagio.open_reader(bag)

@@ -385,12 +385,19 @@ def test_per_class_thresholds_apply_live_and_a_wrong_count_is_refused(warmed):
     ('toy_heads:not_a_spec_head', 'returned dict, not a HeadSpec'),
     ('toy_heads:string_top_head', "gives intensity_top '255': a finite number >= 0"),
     ('toy_heads:infinite_top_head', 'gives intensity_top inf: a finite number >= 0'),
-    ('toy_heads:negative_votes_head', r'gives centre_votes -1: an integer >= 0'),
+    ('toy_heads:negative_votes_head', r'gives centre_votes -1: an integer 0 \.\. 8'),
+    ('toy_heads:many_votes_head', r'gives centre_votes 9: an integer 0 \.\. 8'),
     ('toy_heads:float_stride_head', r'an integer stride >= 1, gives 2.0'),
 ])
 def test_a_bad_head_module_is_refused_by_name(module, match):
     with pytest.raises(ConfigError, match=f'^head.module: .*{match}'):
         load_head(module, '', HeadInput(32, 48, 8, 0.5))
+
+
+def test_a_head_may_give_its_numbers_as_numpy_scalars():
+    head = load_head('toy_heads:numpy_numbers_head', '', HeadInput(32, 48, 8, 0.5))
+    assert (type(head.spec.stride), type(head.spec.centre_votes)) == (int, int)
+    assert head.spec.centre_votes == 1 and head.spec.intensity_top == 255.0
 
 
 def test_a_checkpoint_of_another_image_encoder_is_refused(tmp_path):
