@@ -112,6 +112,7 @@ class FramePath(TfCalibration):
         self.accumulating = pipe.num_sweeps > 1
         self.odometry = OdometryBuffer(cfg.accumulation.max_odometry_gap_s, cfg.grid.frame_id)
         self._new_timeline = False          # the odometry started anew: forget the sweeps
+        self._posed_ns: int | None = None   # the stamp of the newest sweep with a pose
         self.transforms = TransformBuffer()
         self._map_frames: dict[str, str] = {}        # camera -> frame of its newest map
         self._info_frames: dict[str, str] = {}       # camera -> frame of its newest CameraInfo
@@ -325,12 +326,10 @@ class FramePath(TfCalibration):
             decoded = time.perf_counter()
             deskew = padded.timed and cfg.lidar_timing.deskew
             with self._buffer_lock:
-                self._forget_old_timeline()
                 pairing, jumped = self.sync.pair(stamp)
                 map_frames = dict(self._map_frames)
-                poses = self.odometry if cfg.accumulation.pose_source == 'odometry' else \
-                    TransformPoses(self.transforms, cfg.accumulation.fixed_frame,
-                                   cfg.grid.frame_id)
+                poses = self._poses()
+                self._forget_old_timeline(poses, stamp)
                 # The newest pose may trail the stamp (accumulation.max_odometry_gap_s at most).
                 lead = self.odometry.max_gap_ns
                 pose = pose_at(poses, stamp, lead) if self.accumulating else None
@@ -343,6 +342,7 @@ class FramePath(TfCalibration):
             motion = None if twist is None else deskew_motion(
                 twist, lidar_pose.rotation_matrix(), np.asarray(lidar_pose.translation))
             pending = self.pipe.dispatch(padded, maps, stamp_ns=stamp, pose=pose, motion=motion)
+            self._posed_ns = stamp if pose is not None else self._posed_ns
             # While the frame runs: the rows are only read, by both.
             off = cloud_off_scale(cfg.lidar_sensors, padded, self._intensity_top)
             result = pending.result(features=features or picture)
@@ -357,11 +357,29 @@ class FramePath(TfCalibration):
                      no_intensity, result.deskewed, no_time, deskew and twist is None,
                      intensity_key, missing, taken.refused, off, cfg.grid, time_key, blank)
 
-    def _forget_old_timeline(self) -> None:
-        """Once the odometry started anew, forget the sweeps: their poses are of the old one."""
-        if self._new_timeline:
+    def _poses(self):
+        """Return the ego poses in force: the odometry buffer, or TF's (``TransformPoses``)."""
+        cfg = self.cfg
+        if cfg.accumulation.pose_source == 'odometry':
+            return self.odometry
+        return TransformPoses(self.transforms, cfg.accumulation.fixed_frame, cfg.grid.frame_id,
+                              self.odometry.max_gap_ns)
+
+    def _forget_old_timeline(self, poses, stamp: int) -> None:
+        """
+        Forget the sweeps once the poses started anew or broke off since the newest sweep.
+
+        Anew: the odometry jumped (``add_odometry``) or its source changed. Broken off: no pose
+        somewhere between the newest sweep with a pose and ``stamp`` (samples further apart
+        than ``accumulation.max_odometry_gap_s``: an outage, a restamped loop's seam), across
+        which a jump looks like driving at the speed the gap allows.
+        """
+        step, last = self.odometry.max_gap_ns // 2, self._posed_ns
+        newest = poses.newest_ns() if last is not None and stamp - last > 2 * step else None
+        if self._new_timeline or (newest is not None and any(
+                poses.pose_at(t) is None for t in range(last + step, min(stamp, newest), step))):
             self.pipe.reset_sweeps()
-            self._new_timeline = False
+            self._new_timeline, self._posed_ns = False, None
 
     def _camera_frame(self, name: str) -> str:
         return next(c.frame_id for c in self.cfg.cameras if c.name == name)

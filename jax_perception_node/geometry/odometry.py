@@ -220,18 +220,22 @@ class TransformPoses:
     Poses of the grid frame in a fixed frame from a TransformBuffer: OdometryBuffer's interface.
 
     ``pose_at(stamp)`` is the 4 x 4 pose of ``child_frame_id`` in ``fixed_frame`` at ``stamp``
-    (interpolated by the buffer), or None where TF has none.
+    (interpolated by the buffer), or None where TF has none, or, as for odometry, where a
+    dynamic edge's transforms about the stamp are further apart than ``max_gap_ns`` (tf2
+    would interpolate across a bag loop's seam or a localization's outage).
     """
 
-    def __init__(self, transforms, fixed_frame: str, child_frame_id: str):
+    def __init__(self, transforms, fixed_frame: str, child_frame_id: str,
+                 max_gap_ns: int | None = None):
         """Look up ``child_frame_id`` in ``fixed_frame`` in ``transforms``."""
-        self.transforms = transforms
+        self.transforms, self.max_gap_ns = transforms, max_gap_ns
         self.fixed_frame, self.child_frame_id = fixed_frame, child_frame_id
 
     def pose_at(self, stamp: int) -> np.ndarray | None:
         """Return the 4 x 4 pose at ``stamp`` (ns), or None."""
         try:
-            return self.transforms.lookup(self.fixed_frame, self.child_frame_id, stamp)
+            return self.transforms.lookup(self.fixed_frame, self.child_frame_id, stamp,
+                                          self.max_gap_ns)
         except TransformError:
             return None
 

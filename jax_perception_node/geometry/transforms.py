@@ -115,8 +115,13 @@ class _Edge:
         self.stamps: list[int] = []
         self.samples: list[tuple[np.ndarray, np.ndarray]] = []
 
-    def matrix_at(self, stamp: int, tolerance_ns: int) -> np.ndarray | str:
-        """Return the parent-from-child transform at ``stamp``, or why there is none."""
+    def matrix_at(self, stamp: int, tolerance_ns: int,
+                  max_gap_ns: int | None = None) -> np.ndarray | str:
+        """
+        Return the parent-from-child transform at ``stamp``, or why there is none.
+
+        ``max_gap_ns``: no interpolation between two samples further apart (None: any).
+        """
         stamps = self.stamps
         if self.static or stamp == stamps[-1]:
             return transform_matrix(*self.samples[-1])
@@ -133,8 +138,11 @@ class _Edge:
         after = bisect.bisect_right(stamps, stamp)
         if stamps[after - 1] == stamp:
             return transform_matrix(*self.samples[after - 1])
+        gap = stamps[after] - stamps[after - 1]
+        if max_gap_ns is not None and gap > max_gap_ns:
+            return f'its transforms about the stamp are {gap / 1e9:.3f} s apart'
         (t0, q0), (t1, q1) = self.samples[after - 1], self.samples[after]
-        fraction = (stamp - stamps[after - 1]) / (stamps[after] - stamps[after - 1])
+        fraction = (stamp - stamps[after - 1]) / gap
         return interpolate_pose(t0, q0, t1, q1, fraction)
 
 
@@ -254,12 +262,14 @@ class TransformBuffer:
                 edge.samples.clear()
         self.resets += 1
 
-    def lookup(self, target: str, source: str, stamp_ns: int) -> np.ndarray:
+    def lookup(self, target: str, source: str, stamp_ns: int,
+               max_gap_ns: int | None = None) -> np.ndarray:
         """
         Return the float64[4, 4] transform of points in ``source`` into ``target`` at a stamp.
 
         Raises TransformError naming both frames: an unknown frame, no path between them (two
-        trees), or an edge without a transform near ``stamp_ns`` (extrapolation). A leading
+        trees), an edge without a transform near ``stamp_ns`` (extrapolation), or, with
+        ``max_gap_ns``, a dynamic edge whose samples about it are further apart. A leading
         '/' is dropped, as from the transforms stored (tf2 does the same): a cloud framed
         "/lidar" finds "lidar".
         """
@@ -280,8 +290,8 @@ class TransformBuffer:
                 raise TransformError(f'cannot transform "{source}" into "{target}": no path, '
                                      f'their trees have the roots "{up_source[-1]}" and '
                                      f'"{up_target[-1]}"')
-            from_source = self._compose(up_source, common, stamp_ns, source, target)
-            from_target = self._compose(up_target, common, stamp_ns, source, target)
+            from_source = self._compose(up_source, common, stamp_ns, source, target, max_gap_ns)
+            from_target = self._compose(up_target, common, stamp_ns, source, target, max_gap_ns)
         return invert(from_target) @ from_source
 
     def latest_ns(self, target: str, source: str) -> int | None:
@@ -315,12 +325,12 @@ class TransformBuffer:
             chain.append(self._edges[chain[-1]].parent)
         return chain
 
-    def _compose(self, chain, common, stamp, source, target) -> np.ndarray:
+    def _compose(self, chain, common, stamp, source, target, max_gap_ns=None) -> np.ndarray:
         """Return the transform from ``chain[0]`` into its ancestor ``common`` at ``stamp``."""
         m = np.eye(4)
         for child in chain[:chain.index(common)]:
             edge = self._edges[child]
-            step = edge.matrix_at(stamp, self.tolerance_ns) if edge.stamps else \
+            step = edge.matrix_at(stamp, self.tolerance_ns, max_gap_ns) if edge.stamps else \
                 'no transform since the last reset'
             if isinstance(step, str):
                 raise TransformError(f'cannot transform "{source}" into "{target}" at '

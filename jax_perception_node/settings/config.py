@@ -38,7 +38,6 @@ __all__ = ['AccumulationConfig', 'autoware_labels', 'BondConfig', 'CameraConfig'
 # |W|, |b| of the fusion projection: a 1x1 projection's weights are O(1); with inputs within
 # channels.MAX_ABS_INPUT and thousands of channels, the products stay far below float32's max.
 MAX_FUSION_WEIGHT = 1e6
-# autoware_perception_msgs/ObjectClassification labels, in the message's order (0 .. 7).
 # autoware_perception_msgs/ObjectClassification's labels, each at its constant's value
 AUTOWARE_LABELS = ('UNKNOWN', 'CAR', 'TRUCK', 'BUS', 'TRAILER', 'MOTORCYCLE', 'BICYCLE',
                    'PEDESTRIAN', 'ANIMAL', 'HAZARD', 'OVER_DRIVABLE', 'UNDER_DRIVABLE')

@@ -278,7 +278,7 @@ SCHEMA: tuple[ParamSpec, ...] = (
     _s('accumulation.max_sweep_age_s', 0.5,
        'an earlier sweep older than this (from the current stamp) is left out', 1e-3, DAY_S),
     _s('accumulation.max_odometry_gap_s', 0.2,
-       'odometry samples bracketing a cloud stamp further apart than this do not count; '
+       'poses (odometry, TF) bracketing a cloud stamp further apart than this do not count; '
        'deskew holds the newest twist up to this long after the newest pose',
        1e-3, DAY_S),
     _p('accumulation.pose_source', 'string', 'odometry',

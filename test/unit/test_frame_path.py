@@ -615,3 +615,50 @@ def test_a_live_change_of_pose_source_forgets_the_earlier_sweeps(warmed):
                                            'accumulation.pose_source': 'tf',
                                            'accumulation.fixed_frame': 'odom'}))
     assert path.process(cloud(T0 + 2 * 10**8)).result.sweeps_used == 1
+
+
+@pytest.mark.parametrize('source', ['odometry', 'tf'])
+def test_sweeps_before_a_break_in_the_poses_are_forgotten(warmed, source):
+    # A restamped loop's seam: 1 s without poses, then the drive 40 m back, which 100 m/s would
+    # allow over 1 s. A dropped cloud with the poses going on keeps the sweeps.
+    cfg = small_config(cameras=0, **{'accumulation.num_sweeps': 3,
+                                     'accumulation.max_sweep_age_s': 5.0,
+                                     'accumulation.pose_source': source,
+                                     'accumulation.fixed_frame': 'odom'})
+    pipe = warmed(cfg)
+    pipe.reset_sweeps()
+    path = FramePath(cfg, pipe)
+
+    def poses(stamps, x0):
+        for k, stamp in enumerate(stamps):
+            position = (x0 + 10.0 * k * 0.02, 0.0, 0.0)
+            if source == 'odometry':
+                path.add_odometry(bag_messages.odometry(stamp, position))
+            else:
+                path.add_transforms(tf_message(transform('odom', 'base_link', stamp, position)),
+                                    static=False)
+    first = [T0 + k * 20_000_000 for k in range(21)]          # 0 .. 0.4 s at 10 m/s
+    poses(first, 40.0)
+    assert [path.process(cloud(T0 + k * 10**8)).result.sweeps_used for k in (0, 1, 4)] == [
+        1, 2, 3]                            # 0.4 s: one cloud dropped, the poses go on
+    seam = T0 + 14 * 10**8                  # 1 s after the last pose
+    poses([seam + k * 20_000_000 for k in range(6)], 0.0)
+    assert path.process(cloud(seam)).result.sweeps_used == 1
+    assert path.process(cloud(seam + 10**8)).result.sweeps_used == 2
+
+
+def test_tf_poses_are_not_interpolated_across_a_gap_longer_than_the_odometry_gap():
+    from jax_perception_node.geometry.odometry import TransformPoses
+    from jax_perception_node.geometry.transforms import TransformBuffer
+    buffer = TransformBuffer()
+    for stamp, x in ((T0, 0.0), (T0 + 10**8, 1.0), (T0 + 11 * 10**8, -40.0)):
+        buffer.add_message(tf_message(transform('odom', 'base_link', stamp, (x, 0.0, 0.0))),
+                           static=False)
+    poses = TransformPoses(buffer, 'odom', 'base_link', max_gap_ns=2 * 10**8)
+    np.testing.assert_allclose(poses.pose_at(T0 + 5 * 10**7)[:3, 3], [0.5, 0.0, 0.0])
+    assert poses.pose_at(T0 + 5 * 10**8) is None                 # between samples 1 s apart
+    with pytest.raises(TransformError, match='1.000 s apart'):
+        buffer.lookup('odom', 'base_link', T0 + 5 * 10**8, max_gap_ns=2 * 10**8)
+    # tf2's own lookups interpolate, as before.
+    np.testing.assert_allclose(buffer.lookup('odom', 'base_link', T0 + 6 * 10**8)[:3, 3],
+                               [-19.5, 0.0, 0.0])
