@@ -10,28 +10,39 @@ The detection block of a replay's summary (and of the demo's report): one class,
 - ``'per_class'``, ``'mean_ap'``, ``'classes_evaluated'``, ``'mean_ap_thresholds_m'`` and
   ``'mean_ap_range_m'``: ``detection_eval.evaluate_classes`` over the head's classes
   (nuScenes-style: each class's AP the mean of its APs at 0.5, 1, 2 and 4 m, within 50 m);
-- ``'frames'`` (the frames paired with ground truth) and ``'other_classes'`` (class_id ->
+- ``'frames'`` (the frames with ground truth), ``'frames_without_output'`` (those of them
+  no frame was served for: their boxes count as missed) and ``'other_classes'`` (class_id ->
   ground-truth boxes of classes the head does not know, left out).
 """
 
 from typing import Mapping, Sequence
 
+import numpy as np
+
+from ..detection.boxes import NUM_COLUMNS
 from ..detection.detection_eval import evaluate, evaluate_classes
 
 
-def detection_summary(paired: Sequence[tuple], classes: Sequence[str],
-                      other_classes: Mapping[str, int]) -> dict:
+def detection_summary(objects: Mapping[int, np.ndarray], truth: Mapping[int, np.ndarray],
+                      classes: Sequence[str], other_classes: Mapping[str, int]) -> dict:
     """
-    Return the detection block (module doc) of (predicted rows, ground-truth rows) pairs.
+    Return the detection block (module doc): each frame's predicted rows against its truth.
 
-    ``classes``: the head's class names, which column 8 of both indexes.
+    ``objects`` and ``truth``: stamp -> rows (``boxes.BOX_COLUMNS``); ``classes``: the head's
+    class names, which column 8 of both indexes. A stamp with ground truth and no output (a
+    cloud rejected, dropped, never sent) is scored as a frame that predicted nothing, so a
+    node that serves half the frames does not score as one that serves them all; outputs
+    without ground truth are left out.
     """
-    paired = list(paired)
+    nothing = np.zeros((0, NUM_COLUMNS), np.float32)
+    paired = [(objects.get(stamp, nothing), rows) for stamp, rows in sorted(truth.items())]
+    unserved = sum(stamp not in objects for stamp in truth)
     per_class = evaluate_classes(paired, classes)
     evaluated = per_class['classes_evaluated']
     first = evaluated[0] if evaluated else classes[0]
     return dict(
         evaluate(paired, class_index=list(classes).index(first)), frames=len(paired),
+        frames_without_output=unserved,
         other_classes=dict(sorted(other_classes.items())), **{'class': first},
         per_class=per_class['per_class'], mean_ap=per_class['mean_ap'],
         classes_evaluated=evaluated, mean_ap_thresholds_m=per_class['thresholds_m'],

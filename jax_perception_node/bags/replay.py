@@ -196,7 +196,7 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
                 if -1 in snapshot_frames and replay.last is not None:
                     result.snapshots[result.frames - 1] = replay.last.copy()
         if truth is not None:
-            result.detection = detection_summary(replay.paired, pipe.head_classes,
+            result.detection = detection_summary(replay.objects, truth, pipe.head_classes,
                                                  other_classes)
         result.compiles_after_warmup = pipe.compiles_after_warmup
         return result
@@ -384,7 +384,7 @@ class _Replay(BagFrames):
         self.writer, self.snapshot_frames = writer, snapshot_frames
         self.grid_map_layers = GridMapLayers.for_pipeline(path.cfg, path.pipe)
         self.truth = truth          # LiDAR stamp -> ground-truth rows (read_ground_truth)
-        self.paired: list[tuple] = []      # (objects, ground truth) of each frame with both
+        self.objects: dict = {}     # stamp -> objects of the frames the ground truth has
         self.head = path.pipe.head is not None
         self.last = None            # the features of the last frame (snapshot -1)
         # The QoS the node's publishers offer, as a recording of the live node would keep it.
@@ -445,6 +445,5 @@ class _Replay(BagFrames):
         self.writer.write(bagio.OBJECTS_TOPIC, msg, timestamp)
         self.writer.write(bagio.OBJECTS_MARKERS_TOPIC, markers_message(
             types, objects, classes, stamp, frame_id), timestamp)
-        truth = None if self.truth is None else self.truth.get(stamp)
-        if truth is not None:
-            self.paired.append((objects, truth))
+        if self.truth is not None and stamp in self.truth:
+            self.objects[stamp] = objects

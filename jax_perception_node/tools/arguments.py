@@ -136,3 +136,19 @@ def outputs_apart(inputs: list[str], outputs: dict[str, str | None],
             if inside in out.parents:
                 raise UsageError(f'{option} {path}: would write inside the output bag {bag} '
                                  f'{outputs[bag]}')
+
+
+def distinct_bags(bags: list[str]) -> None:
+    """
+    Refuse a bag named twice (its folder and its file count as one): it would weigh double.
+
+    A file whose folder holds a metadata.yaml is that folder's bag; links are followed.
+    """
+    seen: dict[Path, str] = {}
+    for src in bags:
+        path = Path(src).resolve()
+        bag = path.parent if path.is_file() and (path.parent / 'metadata.yaml').is_file() else path
+        if bag in seen:
+            raise UsageError(f'{src}: the same bag as {seen[bag]}, named twice (its frames would '
+                             'count twice)')
+        seen[bag] = src

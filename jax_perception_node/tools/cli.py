@@ -372,7 +372,8 @@ def _add_sample_bag(p: argparse.ArgumentParser) -> None:
     p.add_argument('--lidars', choices=('one', 'three'), default='one', help='three: top+sides')
     p.add_argument('--speed', type=float, metavar='M/S', help='ego speed, <= 25 m/s (10)')
     p.add_argument('--instant-sweep', action='store_true', help='all columns fire at the stamp')
-    p.add_argument('--beams', type=int, help="LiDAR beams, even over the preset's field (64)")
+    p.add_argument('--beams', type=int, help="LiDAR beams, spread evenly over the preset's "
+                   'field (64)')
     p.add_argument('--azimuth-steps', type=int, help='LiDAR columns per turn (default 2048)')
     p.add_argument('--range-noise', type=float, help='LiDAR range noise sigma, m (0.02)')
     p.add_argument('--dropout', type=float, help='probability a return is lost (0.02)')

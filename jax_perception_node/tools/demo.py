@@ -321,7 +321,8 @@ def _detection(boxes: dict, classes: tuple[str, ...], cfg) -> tuple[dict, dict, 
     """
     Return (objects, ground truth), stamp -> rows each, and their detection block, or None.
 
-    The block (``detection_summary``) scores the frames with both, or is None without any.
+    The block (``detection_summary``) scores the frames with ground truth (one without objects
+    predicted nothing), or is None when no frame has both.
     """
     from jax_perception_node.bags.detection_summary import detection_summary
     left_out = Counter()
@@ -329,7 +330,6 @@ def _detection(boxes: dict, classes: tuple[str, ...], cfg) -> tuple[dict, dict, 
                for stamp, msg in boxes[bagio.OBJECTS_TOPIC].items()}
     truth = {stamp: _rows(msg, cfg, classes, left_out)
              for stamp, msg in boxes[GROUND_TRUTH_TOPIC].items()}
-    paired = [(objects[stamp], truth[stamp]) for stamp in sorted(objects) if stamp in truth]
-    if not paired or not classes:
+    if not any(stamp in truth for stamp in objects) or not classes:
         return objects, truth, None
-    return objects, truth, detection_summary(paired, classes, left_out)
+    return objects, truth, detection_summary(objects, truth, classes, left_out)

@@ -10,6 +10,7 @@ import time
 
 from .fleet_types import (BagOutcome, first_line, FleetError, FleetProgress, new_partial,
                           remove_partial)
+from .interrupts import Terminated
 
 
 class Scheduler:
@@ -56,9 +57,24 @@ class Scheduler:
         actor = self.actor_class.remote(self.cfg, label)
         self.starting[actor.start.remote()] = (label, actor, time.perf_counter())
 
+    def wait(self, refs: list, count: int, timeout: float) -> list:
+        """
+        Return the refs of ``refs`` ready within ``timeout`` s (at most ``count``): ray.wait's.
+
+        A signal's exception (Ctrl-C, or ``interrupts.Terminated`` from SIGTERM) raised while
+        Ray's compiled wait runs comes out of it as a SystemError: raised as itself here, so
+        the command ends as interrupted (130, 143), not with a traceback.
+        """
+        try:
+            return self.ray.wait(refs, num_returns=count, timeout=timeout)[0]
+        except SystemError as exc:
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, (KeyboardInterrupt, Terminated)):
+                raise cause from None
+            raise
+
     def run(self, workers: int, progress, poll_s: float) -> None:
         """Replay every queued bag; returns when each has an output or an error."""
-        ray = self.ray
         self.max_start_deaths = self.max_attempts * workers
         for _ in range(workers):
             self.spawn()
@@ -67,9 +83,9 @@ class Scheduler:
             refs = [*self.starting, *self.running]
             if not refs:
                 raise FleetError('no worker left to replay the remaining bags')
-            ready, _ = ray.wait(refs, num_returns=1, timeout=poll_s)
+            ready = self.wait(refs, 1, poll_s)
             if ready:
-                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+                ready = self.wait(refs, len(refs), 0)
             for ref in ready:
                 if ref in self.starting:
                     self.started(ref)
@@ -144,7 +160,7 @@ class Scheduler:
     def poll(self) -> None:
         """Collect status replies that arrived; ask busy workers that have none pending."""
         if self.polls:
-            ready, _ = self.ray.wait(list(self.polls), num_returns=len(self.polls), timeout=0)
+            ready = self.wait(list(self.polls), len(self.polls), 0)
             for ref in ready:
                 label = self.polls.pop(ref)
                 try:

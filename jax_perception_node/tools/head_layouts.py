@@ -101,12 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--params', metavar='FILE', help="the configuration's parameters")
     parser.add_argument('--out', type=Path, required=True, metavar='WEIGHTS')
     args = parser.parse_args(argv)
+    from .arguments import check_writable, outputs_apart, UsageError
     from .train import write_weights
     try:
+        # Before the derivation: never over the checkpoint it reads (a shipped one, say).
+        outputs_apart([str(args.checkpoint)], {'--out': str(args.out)})
+        check_writable(str(args.out), '--out', folder=False)
         kept = layout_names(args.params)
         model, names = derive(args.checkpoint, kept)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         write_weights(args.out, eqx.partition(model, eqx.is_array)[0], kept)
-    except (ConfigError, BagError, OSError) as exc:
+    except (ConfigError, BagError, OSError, UsageError) as exc:
         print(f'head_layouts: {exc}', file=sys.stderr)
         return 1
     print(f'wrote {args.out}: {len(kept)} channels of the {len(names)} of {args.checkpoint} '

@@ -77,6 +77,8 @@ def detection_line(detection: Mapping) -> str:
             f'{detection["max_range_m"]:g} m, recall {number(detection["recall"])} '
             f'({detection["ground_truth"]} {detection.get("class", "object")} boxes in the '
             f'ground truth, {detection["predictions"]} predicted)'
+            + (f'; {detection["frames_without_output"]} frames with ground truth had no output '
+               '(their boxes count as missed)' if detection.get('frames_without_output') else '')
             + error_text
             + (f'; ground truth of classes the head does not know, left out: {others}'
                if others else ''))

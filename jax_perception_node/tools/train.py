@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .arguments import check_writable, outputs_apart, UsageError
+from .arguments import check_writable, distinct_bags, outputs_apart, UsageError
 from .head_targets import encode_targets, flip_boxes
 from .train_images import EndToEnd, ImageFrames, make_step as end_to_end_step, samples
 from .training_progress import plot_losses, progress_bar
@@ -365,6 +365,7 @@ def cmd_train(args, stream=sys.stderr) -> int:
     for option, path in outputs.items():
         check_writable(path, option, folder=False)
     outputs_apart(args.bags, outputs)
+    distinct_bags(args.bags)
     for src in args.bags:      # refuse a bag without ground truth before the warm-up
         reader = bagio.open_reader(src)
         try:

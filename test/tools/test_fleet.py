@@ -330,3 +330,21 @@ def test_the_fleet_exits_1_when_a_bag_failed_served_no_frame_or_compiled():
     assert fleet.exit_code(summary(served, {'error': 'boom', 'frames': 0})) == 1
     assert fleet.exit_code(summary(served, {'error': None, 'frames': 0})) == 1
     assert fleet.exit_code(summary(served, compiles=1)) == 1
+
+
+@pytest.mark.parametrize('signal_exception', ['Terminated', 'KeyboardInterrupt'])
+def test_a_signal_inside_rays_wait_ends_the_fleet_as_itself(signal_exception):
+    """Raised by a signal handler inside Ray's compiled wait, it came out as a SystemError."""
+    from jax_perception_node.tools import interrupts
+    from jax_perception_node.tools.fleet_driver import Scheduler
+    raised = getattr(interrupts, signal_exception, None) or KeyboardInterrupt
+
+    class Ray:
+        def wait(self, refs, num_returns, timeout):
+            try:
+                raise raised()
+            except raised as exc:
+                raise SystemError('<cyfunction CoreWorker.wait> returned a result with an '
+                                  'exception set') from exc
+    with pytest.raises(raised):
+        Scheduler(Ray(), None, None, {}, [], 1).wait(['ref'], 1, 0.1)

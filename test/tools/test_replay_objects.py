@@ -90,6 +90,7 @@ def test_replay_writes_the_objects_and_scores_them_against_the_ground_truth(
     summary = result.summary()
     got = summary['detection']
     assert got.pop('frames') == 10 and got.pop('other_classes') == {}
+    assert got.pop('frames_without_output') == 0
     # Per class (the toy head's one class): evaluate_classes of the same pairs, beside the rest.
     classes = evaluate_classes(pairs, ('car',))
     assert got.pop('class') == 'car'
@@ -205,6 +206,32 @@ def test_ground_truth_of_classes_the_head_does_not_know_is_left_out_and_counted(
     assert detection_line(detection).endswith(
         "; ground truth of classes the head does not know, left out: 'cyclist' x1, "
         "'pedestrian' x1")
+
+
+def test_ground_truth_of_a_frame_never_served_counts_as_missed(tmp_path, head_cfg, head_pipe):
+    """Half the clouds rejected: their vehicles are misses, not left out of the score."""
+    import bag_messages
+    from jax_perception_node.outputs.objects import detections_message
+    from jax_perception_node.tools.report import detection_line
+    boxes = np.array([[4, 1, 0, 4, 2, 1.5, 0.1, 1, 0]], np.float32)
+    rng = np.random.default_rng(5)
+    with bagio.BagWriter(tmp_path / 'in') as writer:
+        for k in range(4):
+            stamp = 10**9 * (k + 1)
+            cloud = bag_messages.cloud(rng.uniform(-6, 6, (300, 4)).astype(np.float32), stamp)
+            if k % 2:
+                cloud.header.frame_id = 'bogus'       # rejected: no frame is served
+            writer.write(bagio.POINTCLOUD_TOPIC, cloud, stamp)
+            writer.write(GROUND_TRUTH_TOPIC, detections_message(
+                bagio.TYPESTORE.types, boxes, ('car',), stamp, 'base_link'), stamp)
+    result = replay_bag(tmp_path / 'in', tmp_path / 'out', head_cfg, pipeline=head_pipe)
+    detection = result.detection
+    assert (result.frames, result.rejected) == (2, 2)
+    assert (detection['frames'], detection['frames_without_output']) == (4, 2)
+    assert detection['ground_truth'] == 4
+    assert detection['recall'] is None or detection['recall'] <= 0.5
+    assert '; 2 frames with ground truth had no output (their boxes count as missed)' in (
+        detection_line(detection))
 
 
 def test_ground_truth_is_read_when_the_head_shares_a_class_with_it(tmp_path):

@@ -501,6 +501,17 @@ def test_a_bag_without_ground_truth_is_refused(drive, tmp_path, capsys):
     assert not (tmp_path / 'w.npz').exists()
 
 
+def test_a_bag_named_twice_is_refused(drive, tmp_path, capsys):
+    params_file, bag, _ = drive
+    mcap, = bag.glob('*.mcap')
+    for second in (bag, mcap):          # the folder again, or its file: the same bag
+        argv = ['train', str(bag), str(second), '--out', str(tmp_path / 'w.npz'),
+                '--params', str(params_file)]
+        assert main(argv) == 1
+        assert_one_line_error(capsys, f'{second}: the same bag as {bag}, named twice')
+    assert not (tmp_path / 'w.npz').exists()
+
+
 def test_outputs_on_a_training_bag_or_a_picture_that_is_no_png_are_refused_first(
         drive, tmp_path, capsys, monkeypatch):
     params_file, bag, cfg = drive

@@ -64,3 +64,21 @@ def test_the_command_refuses_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith('head_layouts: ') and err.count('\n') == 1 and 'records no BEV' in err
     assert not (tmp_path / 'out.npz').exists()
+
+
+def test_the_command_never_writes_over_its_checkpoint_and_names_out_in_its_errors(
+        checkpoint, tmp_path, capsys):
+    path = checkpoint[0]
+    before = path.read_bytes()
+    for out, message in ((path, f'--out {path}: would write over the input {path}'),
+                         (tmp_path, f'--out {tmp_path}: exists and is a folder')):
+        assert main([str(path), '--out', str(out)]) == 1
+        err = capsys.readouterr().err
+        assert err == f'head_layouts: {message}\n'
+    assert path.read_bytes() == before
+    # A folder on the way is made, as train makes it (the shipped head and parameters: every
+    # channel kept, the same arrays).
+    from jax_perception_node.detection.heads.centerpoint import WEIGHTS
+    assert main([str(WEIGHTS), '--out', str(tmp_path / 'new' / 'same.npz')]) == 0
+    with np.load(tmp_path / 'new' / 'same.npz') as got, np.load(WEIGHTS) as shipped:
+        assert all(np.array_equal(got[k], shipped[k]) for k in shipped.files)
