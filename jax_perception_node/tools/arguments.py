@@ -142,12 +142,12 @@ def distinct_bags(bags: list[str]) -> None:
     """
     Refuse a bag named twice (its folder and its file count as one): it would weigh double.
 
-    A file whose folder holds a metadata.yaml is that folder's bag; links are followed.
+    A file inside a rosbag2 folder is that folder's bag (``_bag_holding``); links are followed.
     """
     seen: dict[Path, str] = {}
     for src in bags:
         path = Path(src).resolve()
-        bag = path.parent if path.is_file() and (path.parent / 'metadata.yaml').is_file() else path
+        bag = _bag_holding(path) or path
         if bag in seen:
             raise UsageError(f'{src}: the same bag as {seen[bag]}, named twice (its frames would '
                              'count twice)')
