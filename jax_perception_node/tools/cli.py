@@ -230,7 +230,7 @@ def cmd_play(args) -> int:
 
 def cmd_record(args) -> int:
     """Record live topics into an MCAP bag until Ctrl-C or --seconds."""
-    from .live import record_topics, RECORDER
+    from .recorder import record_topics, RECORDER
     if not args.out:
         raise UsageError('OUT: an empty path')
     if Path(args.out).exists():

@@ -104,7 +104,7 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0,
     parameters say.
     """
     import rclpy
-    from .live import Recorder
+    from .recorder import Recorder
     params_file = Path(params) if params else default_params_file()
     load_config(params_file)     # a bad file is refused before anything is made in ``out``
     out.mkdir(parents=True, exist_ok=True)

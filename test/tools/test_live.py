@@ -14,7 +14,7 @@ import time
 
 from configs import small_config
 from jax_perception_node.bags import bagio
-from jax_perception_node.tools import live
+from jax_perception_node.tools import live, recorder as live_recorder
 import numpy as np
 import pytest
 from rosbags.interfaces import QosDurability, QosHistory, QosReliability, QosTime
@@ -233,10 +233,10 @@ def test_bag_qos_is_the_profile_as_rosbag2_writes_it():
     from rclpy.duration import Duration
     from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data, QoSProfile,
                            ReliabilityPolicy)
-    sensor = live.bag_qos(qos_profile_sensor_data)
+    sensor = live_recorder.bag_qos(qos_profile_sensor_data)
     assert (sensor.history, sensor.depth, sensor.reliability, sensor.durability) == (
         QosHistory.KEEP_LAST, 5, QosReliability.BEST_EFFORT, QosDurability.VOLATILE)
-    latched = live.bag_qos(QoSProfile(
+    latched = live_recorder.bag_qos(QoSProfile(
         history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
         durability=DurabilityPolicy.TRANSIENT_LOCAL, deadline=Duration(seconds=2.5)))
     assert (latched.reliability, latched.durability) == (QosReliability.RELIABLE,
@@ -308,6 +308,52 @@ def test_record_waits_for_its_topics_and_keeps_their_offered_qos(tmp_path, stop)
     [offered] = connections[sensor_topic].ext.offered_qos_profiles
     assert (offered.reliability, offered.durability) == (QosReliability.BEST_EFFORT,
                                                          QosDurability.VOLATILE)
+
+
+def test_record_stops_at_a_failed_write_with_one_line(tmp_path):
+    """
+    A write that fails (here the file size limit; a full disk alike) ends record by itself.
+
+    Before, the error ended the recorder's executor thread with a traceback and record went
+    on for ever, recording nothing, until Ctrl-C.
+    """
+    import resource
+    import signal
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+    import rclpy
+    from rclpy.qos import QoSProfile
+
+    def limit_file_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)    # write() then fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+    topic = '/live_test/large'
+    exe = str(Path(sys.executable).with_name('jax-perception'))
+    recorder = subprocess.Popen([exe, 'record', str(tmp_path / 'full'), '--topic', topic],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=limit_file_size)
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node('live_test_large_publisher', context=context)
+    rng = np.random.default_rng(0)
+    try:
+        pub = node.create_publisher(DiagnosticArray, topic, QoSProfile(depth=10))
+        deadline = time.monotonic() + 120.0
+        while recorder.poll() is None and time.monotonic() < deadline:
+            # 200 kB that zstd cannot shrink: the writer's chunks pass the limit at once.
+            text = rng.integers(0, 2 ** 63, 12_500, dtype=np.int64).tobytes().hex()
+            pub.publish(DiagnosticArray(status=[DiagnosticStatus(message=text)]))
+            time.sleep(0.1)
+        out, err = recorder.communicate(timeout=30)
+    finally:
+        if recorder.poll() is None:
+            recorder.kill()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+    assert recorder.returncode == 1, out + err
+    assert 'Traceback' not in out + err, out + err
+    [line] = err.strip().splitlines()
+    assert line.startswith('jax-perception: recording stopped: ') and 'File too large' in line
 
 
 def test_looping_a_bag_without_messages_ends_instead_of_spinning(tmp_path):

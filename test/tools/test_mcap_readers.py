@@ -108,7 +108,7 @@ def test_replay_output_is_chunk_compressed_and_decodes(tmp_path):
 def test_recorder_output_decodes(tmp_path):
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-    from jax_perception_node.tools.live import Recorder
+    from jax_perception_node.tools.recorder import Recorder
     from rclpy.qos import QoSProfile
     context = rclpy.Context()
     rclpy.init(context=context)
