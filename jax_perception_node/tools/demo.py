@@ -160,6 +160,8 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0,
         recorder.close()
         probe.destroy_node()
         rclpy.try_shutdown(context=context)
+    if recorder.error is not None:      # a full disk: no report from part of the drive
+        raise bagio.BagError(f'recording stopped: {recorder.error}')
     return write_report(out, bag, recording, cfg, startup_s)
 
 
