@@ -317,21 +317,20 @@ def test_record_stops_at_a_failed_write_with_one_line(tmp_path):
     Before, the error ended the recorder's executor thread with a traceback and record went
     on for ever, recording nothing, until Ctrl-C.
     """
-    import resource
-    import signal
     from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
     import rclpy
     from rclpy.qos import QoSProfile
-
-    def limit_file_size():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)    # write() then fails with EFBIG
-        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
-
     topic = '/live_test/large'
     exe = str(Path(sys.executable).with_name('jax-perception'))
-    recorder = subprocess.Popen([exe, 'record', str(tmp_path / 'full'), '--topic', topic],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=limit_file_size)
+    # The limit is set in a process of its own that then becomes record (a preexec_fn would
+    # run Python between fork and exec of this multithreaded process). SIGXFSZ ignored:
+    # write() then fails with EFBIG instead of the signal ending the process.
+    limited = ('import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); '
+               'resource.setrlimit(resource.RLIMIT_FSIZE, (262144, 262144)); '
+               'os.execv(sys.argv[1], sys.argv[1:])')
+    recorder = subprocess.Popen([sys.executable, '-c', limited, exe, 'record',
+                                 str(tmp_path / 'full'), '--topic', topic],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node('live_test_large_publisher', context=context)
