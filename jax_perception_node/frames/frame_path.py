@@ -30,8 +30,17 @@ from ..sensors.cloud import CloudFormatError, has_valid_point
 from ..settings.config import GridConfig, PipelineConfig
 
 # A cloud stamped further than this ahead of the node's clock is refused: once taken, every
-# cloud after it would look like a jump back in time and reset the camera buffers.
+# cloud after it would look like a jump back in time and reset the camera buffers (and, of
+# several LiDARs, the others' clouds would be late for its set).
 MAX_FUTURE_STAMP_S = 1.0
+
+
+def stamp_ahead(stamp: int, now_ns: int | None) -> str | None:
+    """Return why a cloud stamped ``stamp`` (ns) is refused at ``now_ns``, None if it is not."""
+    if now_ns is None or stamp - now_ns <= MAX_FUTURE_STAMP_S * 1e9:
+        return None
+    return (f"header.stamp is {(stamp - now_ns) / 1e9:.3f} s ahead of the node's clock "
+            f'(more than {MAX_FUTURE_STAMP_S:g} s): a sensor clock or a bag stamp is wrong')
 
 
 @dataclass
@@ -311,11 +320,10 @@ class FramePath(TfCalibration):
         cfg = self.cfg
         taken = check_clouds(cfg, clouds, self.transforms, self.pipe.lidar_poses)
         stamp = taken.stamp_ns
-        newest = max(stamp_ns(m.header.stamp) for m in taken.clouds if m is not None)
-        if now_ns is not None and newest - now_ns > MAX_FUTURE_STAMP_S * 1e9:
-            raise CloudFormatError(
-                f"header.stamp is {(newest - now_ns) / 1e9:.3f} s ahead of the node's clock "
-                f'(more than {MAX_FUTURE_STAMP_S:g} s): a sensor clock or a bag stamp is wrong')
+        ahead = stamp_ahead(max(stamp_ns(m.header.stamp) for m in taken.clouds
+                                if m is not None), now_ns)
+        if ahead is not None:
+            raise CloudFormatError(ahead)
         started = time.perf_counter()
         # The clouds are decoded straight into the pipeline's bucket buffer: under the pipe
         # lock, which the buffer lock may nest in (never the other way round).

@@ -48,15 +48,21 @@ class LidarSets:
        one); or not newer than its own LiDAR's cloud already in the pending set (a stale
        repeat). A LiDAR's next cloud is never late against the set its previous one closed,
        whatever the tolerance (20 Hz LiDARs at a 50 ms tolerance, or LiDARs stamped apart by
-       more than half the period). Set stamps strictly increase within a timeline: every member
-       is newer than its own LiDAR's previous one.
-       A LiDAR whose clock runs ahead of the others' would open every set and make theirs late:
-       with three LiDARs or more, one that opens ``AHEAD_SETS`` sets in a row alone, each with
-       a fresh cloud of every other LiDAR late against it (and stamped apart from the set
-       before, which would make it a slow one, not one ahead), is taken to run ahead (``ahead``:
-       name -> by how much, ns). Its clouds are then dropped as late, so the others form the
-       sets and it is named missing, as a LiDAR running behind is, until one of its clouds is
-       stamped within the tolerance of the others' newest. ``take_news`` says so once.
+       more than half the period). Set stamps strictly increase within a timeline (but for that
+       one step back, below): every member is newer than its own LiDAR's previous one.
+       A LiDAR whose clock runs ahead of the others' would open every set and make theirs late
+       (one cloud stamped far ahead, then silence, alike). So, with three LiDARs or more, every
+       fresh cloud (newer than its LiDAR's last one received) is compared with each other
+       LiDAR's two newest received stamps: a LiDAR whose newest lies more than the tolerance
+       above the fresh clouds of every other LiDAR, and whose previous one is not within the
+       tolerance of them (those only arrive later than its clouds do), ``AHEAD_SETS`` of each
+       in a row, runs ahead (``ahead``: name -> by about how much, ns, within a period),
+       whatever order the clouds arrive in. Its pending cloud is dropped and the sets it
+       opened are forgotten, so the others' clouds count against their own last ones again
+       (the set stamps step back once, from its stamps to theirs); its clouds are then dropped as
+       late, the others form the sets and it is named missing, as a LiDAR running behind is,
+       until one of its clouds is stamped within the tolerance of the others' newest.
+       ``take_news`` says so once.
     4. The cloud joins the pending set when within the tolerance of its reference and its sensor
        is not in it yet; a set holding every configured sensor is closed and returned at once.
     5. Otherwise (a newer stamp past the tolerance, or a newer cloud of a sensor already in the
@@ -87,8 +93,8 @@ class LidarSets:
         self._last_stamps: dict[str, int] = {}          # the last closed set: name -> stamp
         self._newest: dict[str, int] = {}               # name -> newest stamp taken, this timeline
         self.ahead: dict[str, int] = {}                 # name -> how far its clock runs ahead (ns)
-        self._outvoted: dict[str, int] = {}   # fresh clouds late against a set opened alone
-        self._alone: dict[str, int] = {}      # name -> sets it opened alone, outvoted, in a row
+        self._seen: dict[str, tuple[int, int]] = {}     # name -> its two newest stamps received
+        self._below: dict[tuple[str, str], int] = {}    # (above, below) -> fresh clouds in a row
         self._news: list[str] = []
 
     def reset(self) -> None:
@@ -100,7 +106,7 @@ class LidarSets:
     def _forget_timeline(self) -> None:
         self._last_ref_ns = None
         self._last_stamps, self._newest = {}, {}
-        self.ahead, self._outvoted, self._alone = {}, {}, {}
+        self.ahead, self._seen, self._below = {}, {}, {}
 
     def deadline(self) -> float | None:
         """Return when the pending set's wait ends (first arrival + max_delay_s), None if none."""
@@ -124,18 +130,14 @@ class LidarSets:
         if newest is not None and stamp_ns < newest - JUMP_BACK_NS:
             closed.extend(s for s in (self.flush(now),) if s is not None)
             self._forget_timeline()
-        elif name in self.ahead and not self._caught_up(name, stamp_ns):
+        self._judge_ahead(name, stamp_ns)
+        if name in self.ahead and not self._caught_up(name, stamp_ns):
             self.late += 1
             return closed
-        elif self._is_late(name, stamp_ns):
-            if (len(self._clouds) == 1 and name not in self._clouds
-                    and stamp_ns > self._last_stamps.get(name, -1)
-                    and stamp_ns < self._ref_ns - self.tolerance_ns
-                    and not self._belongs_to_last(stamp_ns)):
-                self._outvoted[name] = stamp_ns     # fresh, and late only against the opener
+        if self._is_late(name, stamp_ns):
             self.late += 1
             return closed
-        elif self._ref_ns is not None and name not in self._clouds:
+        if self._ref_ns is not None and name not in self._clouds:
             # Not late, so not below the window: it fits unless past the window's top.
             if stamp_ns <= self._ref_ns + self.tolerance_ns:
                 self._clouds[name] = (stamp_ns, msg)
@@ -167,38 +169,51 @@ class LidarSets:
         held = self._clouds.get(name)
         return held is not None and stamp_ns <= held[0]
 
-    def _belongs_to_last(self, stamp_ns: int) -> bool:
-        """Return True for a stamp within the tolerance of the last closed set's reference."""
-        # Such a cloud came after its set closed: its LiDAR is slower to arrive (latency,
-        # sync.max_lidar_delay_s too short), not stamped by a clock ahead.
-        last = self._last_ref_ns
-        return last is not None and abs(stamp_ns - last) <= self.tolerance_ns
-
     def _caught_up(self, name: str, stamp_ns: int) -> bool:
         """Return True (and take it back) when a LiDAR ahead is stamped with the others again."""
         others = [s for n, s in self._newest.items() if n != name]
         if not others or stamp_ns > max(others) + self.tolerance_ns:
             return False
         del self.ahead[name]
+        self._seen[name] = (stamp_ns, stamp_ns)     # its stamps ahead are no evidence now
         self._news.append(f'LiDAR {name}: stamped with the other LiDARs again, back in the '
                           f'frames')
         return True
 
-    def _judge_alone(self) -> None:
-        """Count a set its opener fills alone while every other LiDAR's fresh cloud is late."""
-        outvoted, self._outvoted = self._outvoted, {}
-        if len(self.names) < 3 or len(self._clouds) != 1 or len(outvoted) < len(self.names) - 1:
-            self._alone = {}            # in a row: any other set starts the count again
+    def _judge_ahead(self, name: str, stamp_ns: int) -> None:
+        """Count a fresh cloud against each other LiDAR's newest two; take one ahead if due."""
+        newest, _ = self._seen.get(name, (None, None))
+        if newest is not None and stamp_ns <= newest:
+            return                      # a repeat or out of order: no evidence either way
+        self._seen[name] = (stamp_ns, stamp_ns if newest is None else newest)
+        if len(self.names) < 3:
             return
-        [(opener, (stamp, _))] = self._clouds.items()
-        self._alone = {opener: self._alone.get(opener, 0) + 1}
-        if self._alone[opener] >= AHEAD_SETS:
-            self.ahead[opener] = stamp - max(outvoted.values())
-            self._news.append(
-                f'LiDAR {opener}: its stamps run {self.ahead[opener] / 1e9:.3f} s ahead of the '
-                f"other LiDARs' (a clock not synchronised?): its clouds are left out, the "
-                f'others make the frames, until it is stamped within '
-                f'{self.tolerance_ns / 1e9:g} s of them')
+        for other, (last, previous) in self._seen.items():
+            if other == name or other in self.ahead:
+                continue
+            # Stamped with its previous cloud, this one only arrived later than it did.
+            above = (last - stamp_ns > self.tolerance_ns
+                     and abs(stamp_ns - previous) > self.tolerance_ns)
+            self._below[other, name] = self._below.get((other, name), 0) + 1 if above else 0
+            if all(self._below.get((other, n), 0) >= AHEAD_SETS
+                   for n in self.names if n != other):
+                self._take_ahead(other)
+
+    def _take_ahead(self, name: str) -> None:
+        """Leave LiDAR ``name`` out: its pending cloud, and the sets it made the others late to."""
+        others = [last for n, (last, _) in self._seen.items() if n != name]
+        self.ahead[name] = self._seen[name][0] - max(others)
+        self._below = {pair: n for pair, n in self._below.items() if name not in pair}
+        if self._clouds.pop(name, None) is not None:
+            self._ref_ns = min((s for s, _ in self._clouds.values()), default=None)
+        # The others' clouds are late against their own last ones again, not against its sets.
+        self._last_stamps = {n: s for n, s in self._newest.items() if n != name}
+        self._last_ref_ns = min(self._last_stamps.values(), default=None)
+        self._news.append(
+            f'LiDAR {name}: its stamps run {self.ahead[name] / 1e9:.3f} s ahead of the '
+            f"other LiDARs' (a clock not synchronised?): its clouds are left out, the "
+            f'others make the frames, until it is stamped within '
+            f'{self.tolerance_ns / 1e9:g} s of them')
 
     def take_late(self) -> int:
         """Return how many clouds were dropped as late since the last call."""
@@ -212,7 +227,6 @@ class LidarSets:
 
     def _close(self, now: float) -> LidarSet:
         """Close the pending set and return it; its reference becomes the last closed one."""
-        self._judge_alone()
         order = [n for n in self.names if n in self._clouds]
         stamps = {n: self._clouds[n][0] for n in order}
         done = LidarSet(clouds={n: self._clouds[n][1] for n in order}, stamps=stamps,

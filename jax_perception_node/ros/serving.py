@@ -6,10 +6,9 @@ that map onto the ROS 2 lifecycle: ``declare`` (parameters and the parameter cal
 ``configure`` (validate, build and warm the pipeline, create publishers), ``activate``
 (subscriptions, diagnostics timer, worker), ``deactivate`` (stop serving, counters kept) and
 ``cleanup`` (release publishers and pipeline). The plain node runs the first three at start-up.
-Latest wins, the worker thread (``frame_worker.py``), several LiDARs (``lidars.names``, sets
-closed by the worker), images decoded on a pool (``frames/camera_decode_pool.py``), live
-parameters and the health rules: docs/design.md ("One frame, end to end", "Several LiDARs")
-and docs/users.md.
+Latest wins, the worker (``frame_worker.py``), several LiDARs (``lidars.names``, sets closed by
+the worker), images decoded on a pool (``camera_decode_pool.py``), live parameters and health:
+docs/design.md ("One frame, end to end", "Several LiDARs") and docs/users.md.
 """
 
 from dataclasses import replace
@@ -34,7 +33,7 @@ from .node_params import declare_parameters, read_parameters, refusal_reason
 from .sensor_inputs import subscribe_cameras, subscribe_lidars
 from ..core.pipeline import BevPipeline
 from ..frames.camera_decode_pool import CameraDecodePool
-from ..frames.frame_path import FramePath, uses_tf
+from ..frames.frame_path import FramePath, stamp_ahead, uses_tf
 from ..frames.latency import format_value, LatencyWindow
 from ..frames.lidar_sets import LidarSet, LidarSets
 from ..geometry.odometry import OdometryError
@@ -62,8 +61,7 @@ class PerceptionCore:
         self.node = node
         self._create_publisher, self._destroy_publisher = create_publisher, destroy_publisher
         self.values: dict = {}
-        self.cfg = self.pipe = self.path = self.window = None
-        self.outputs = None
+        self.cfg = self.pipe = self.path = self.window = self.outputs = None
         totals, per_report = count_names()
         self.counts = dict.fromkeys(totals, 0)
         self._period = dict.fromkeys(per_report, 0)    # since the last /diagnostics report
@@ -174,8 +172,7 @@ class PerceptionCore:
             self.outputs.destroy(self._destroy_publisher)
         if self._diagnostics_pub is not None:
             self._destroy_publisher(self._diagnostics_pub)
-        self.outputs = self._diagnostics_pub = None
-        self.pipe = self.path = self.window = None
+        self.outputs = self._diagnostics_pub = self.pipe = self.path = self.window = None
         self.close_decoders()
         with self._lock:
             self._sets = None
@@ -243,13 +240,11 @@ class PerceptionCore:
         if timer is not None:
             self.node.destroy_timer(self._timer)
             self._timer = timer
-        if cfg.diagnostics.window != self.cfg.diagnostics.window:
-            with self._lock:
-                self.window = LatencyWindow(cfg.diagnostics.window,
-                                            cfg.diagnostics.latency_window_s)
-        elif cfg.diagnostics.latency_window_s != self.cfg.diagnostics.latency_window_s:
-            with self._lock:
-                self.window.seconds = cfg.diagnostics.latency_window_s
+        diagnostics = cfg.diagnostics
+        with self._lock:
+            if diagnostics.window != self.cfg.diagnostics.window:
+                self.window = LatencyWindow(diagnostics.window, diagnostics.latency_window_s)
+            self.window.seconds = diagnostics.latency_window_s
         if self._sets is not None:      # the pending set's deadline moves with max_delay_s
             with self._lock:
                 self._sets.tolerance_ns = int(round(cfg.lidar_stamp_tolerance_s * 1e9))
@@ -288,16 +283,21 @@ class PerceptionCore:
 
     def _on_lidar_cloud(self, name: str, msg: PointCloud2) -> None:
         """Add a cloud of LiDAR ``name`` to the sets; a set it closes becomes the pending item."""
-        now = time.monotonic()
+        now, stamp = time.monotonic(), stamp_ns(msg.header.stamp)
+        # Refused before the sets: taken, its stamp would make the others' clouds late for it.
+        ahead = stamp_ahead(stamp, self.node.get_clock().now().nanoseconds or None)
         with self._lock:
             self._received(now)
             if self._sets is None:      # cleaned up meanwhile
                 return
-            for done in self._sets.add(name, stamp_ns(msg.header.stamp), msg, now):
+            self._bump('rejected', ahead is not None)
+            for done in self._sets.add(name, stamp, msg, now) if ahead is None else ():
                 self._put(done, time.perf_counter())
             self._bump('late_lidar_clouds', self._sets.take_late())
             for news in self._sets.take_news():
                 self.log.warning(news)
+        if ahead is not None:
+            self._warnings.refused(self.log, f'LiDAR {name}: cloud rejected', ahead)
         self._wake.set()     # a new pending set moves the deadline the worker waits for
 
     def _received(self, now: float) -> None:

@@ -185,3 +185,20 @@ def test_a_bad_cloud_is_left_out_a_late_one_dropped_and_nothing_compiles(running
     assert 'point cloud rejected, left out of its set: LiDAR right: header.frame_id ' \
            '"somewhere"' in log and 'lidars.right.frame_id' in log
     assert node.alive()
+
+
+def test_a_cloud_stamped_an_hour_ahead_is_refused_before_it_joins_a_set(running, offline):
+    # Taken into a set, its stamp made every later cloud of top and left late for the hour.
+    node, probe, pubs = running
+    cfg, _ = offline
+    rng = np.random.default_rng(3)
+    send(pubs, {'right': np.ones((5, 4), np.float32)}, {'right': time.time_ns() + 3600 * 10**9})
+    world = {name: base_link_points(rng, 50, cfg) for name in ('top', 'left')}
+    stamp = T0 + 4 * 10**9
+    send(pubs, {k: into_sensor(p, k) for k, p in world.items()}, dict.fromkeys(world, stamp))
+    out, _ = output_at(probe, stamp)
+    np.testing.assert_array_equal(image_array(out)[..., 0],
+                                  occupancy(np.concatenate(list(world.values())), cfg))
+    values = status_saying(probe, 'LiDAR right missing from 1 of 1 frames since the last report')
+    assert values['compiles_after_warmup'] == '0'
+    assert 'LiDAR right: cloud rejected: header.stamp is 3600.' in node.log()

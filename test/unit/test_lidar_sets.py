@@ -195,27 +195,55 @@ def clock_drift(sets, offsets_ms, ticks, first=None, start=0):
     return out
 
 
-def test_a_lidar_whose_clock_runs_ahead_is_left_out_and_the_others_make_the_frames():
-    # left's clock runs 500 ms ahead and its clouds arrive first: it opens each set, and the
-    # others' clouds, fresh but 500 ms older than its, are late against it. After AHEAD_SETS
-    # such sets it is taken to run ahead: left out, named missing, as a LiDAR behind is.
+@pytest.mark.parametrize('first', ['left', 'top', 'right'])
+def test_a_lidar_whose_clock_runs_ahead_is_left_out_and_the_others_make_the_frames(first):
+    # left's clock runs 500 ms ahead. Arriving first it opens each set, and the others' fresh
+    # clouds, 500 ms older than its, are late against it; arriving last (or in the middle) it
+    # closes theirs, and its set, alone, makes their next ones late. Either way, after
+    # AHEAD_SETS fresh clouds of each other LiDAR below its two newest, it is taken to run
+    # ahead: left out, named missing, as a LiDAR behind is, and the sets it opened forgotten.
+    # Before, arriving last it was never judged: every frame held left alone.
     sets = three(max_delay_s=0.03)
-    out = clock_drift(sets, {'left': 500}, 12, first='left')
-    assert [list(s.clouds) for s in out[:AHEAD_SETS]] == [['left']] * AHEAD_SETS
-    assert sets.ahead == {'left': 500 * MS}
+    out = clock_drift(sets, {'left': 500}, 12, first=first)
+    # By about how much: left's newest against the others' newest, a period apart or not.
+    [(name, ahead)] = sets.ahead.items()
+    assert name == 'left' and ahead in (400 * MS, 500 * MS)
     [news] = sets.take_news()
-    assert news.startswith("LiDAR left: its stamps run 0.500 s ahead of the other LiDARs'")
-    # Set stamps never step back: the others are late until they pass left's last set.
-    later = out[AHEAD_SETS:]
-    assert later and all(list(s.clouds) == ['top', 'right'] and s.missing == ('left',)
-                         for s in later)
-    assert all(a.stamp_ns < b.stamp_ns for a, b in zip(out, out[1:]))
-    assert later[0].stamp_ns == T + 800 * MS        # the first tick past left's 700 ms set
+    assert news.startswith(f'LiDAR left: its stamps run {ahead / 1e9:.3f} s ahead of the '
+                           "other LiDARs'")
+    judged = max(k for k, s in enumerate(out) if 'left' in s.clouds)
+    assert judged <= AHEAD_SETS
+    # From the judgment on the others make the sets (the first may miss the cloud dropped
+    # before it), stamped with their own clocks: strictly increasing, one step back at the
+    # judgment from left's stamps ahead.
+    later = out[judged + 1:]
+    assert set(later[0].clouds) <= {'top', 'right'} and len(later) >= 12 - AHEAD_SETS
+    assert all(list(s.clouds) == ['top', 'right'] and s.missing == ('left',)
+               for s in later[1:])
+    assert all(a.stamp_ns < b.stamp_ns for a, b in zip(later, later[1:]))
+    assert later[-1].stamp_ns == T + 1100 * MS
     # Its clock set right again: stamped with the others, it is back in the frames.
     out = clock_drift(sets, {}, 4, first='top', start=12)[-3:]
     assert all(len(s.clouds) == 3 for s in out) and sets.ahead == {}
     assert sets.take_news() == ['LiDAR left: stamped with the other LiDARs again, back in the '
                                 'frames']
+
+
+def test_one_cloud_stamped_an_hour_ahead_stops_no_frame_for_long():
+    # right sends one cloud stamped an hour ahead, then nothing. Before, every later cloud of
+    # top and left was late against its set, for the hour: no frame at all.
+    sets = three(max_delay_s=0.03)
+    out = clock_drift(sets, {}, 3)
+    out += sets.add('right', T + 3600 * 10**9, 'glitch', 1.3)
+    for k in range(3, 15):
+        now = 1.0 + k * 0.1
+        for i, name in enumerate(('top', 'left')):
+            out += sets.add(name, T + k * 100 * MS, (k, name), now + 0.001 * i)
+        out += [s for s in (sets.due(now + 0.05),) if s is not None]
+    assert 'right' in sets.ahead
+    served = [s for s in out if list(s.clouds) == ['top', 'left']]
+    assert len(served) >= 12 - AHEAD_SETS - 1
+    assert served[-1].stamp_ns == T + 1400 * MS and served[-1].missing == ('right',)
 
 
 def test_a_lidar_whose_clouds_arrive_sooner_is_not_judged_ahead():
