@@ -77,10 +77,11 @@ class BevPipeline(HeadWeights, EncoderWeights):
         self._motion = DoubleBuffer((MOTION_SIZE,))      # the deskew twist, per frame
         self._camera_valid = np.zeros(n, bool)
         self._features_device = None
-        self.head = load_head(cfg.head.module, cfg.head.weights, HeadInput(
+        self.head_input = HeadInput(    # what a head reads: train checks its checkpoints by it
             self.height, self.width, self.output_channels, grid.resolution, () if (
                 self.projected) else self.lidar_channels + cfg.camera_channel_names + (
-                COVERAGE_CHANNEL,), self.encoder.name if self.encoder else ''))
+                COVERAGE_CHANNEL,), self.encoder.name if self.encoder else '')
+        self.head = load_head(cfg.head.module, cfg.head.weights, self.head_input)
         self.head_classes, self._head_params, self.head_weights = ((), None, None) if (
             self.head is None) else (self.head.spec.classes, param_leaves(self.head.params),
                                      self.head.weights_path)

@@ -28,9 +28,10 @@ The definition (``evaluate``):
 Per class, nuScenes-style (``evaluate_classes``): the classes are the head's names in
 class-index order (column 8 of predictions and ground truth alike indexes them; rows of any
 other index take no part). For each class, ``evaluate`` runs at every BEV centre distance of
-``DISTANCE_THRESHOLDS_M`` (0.5, 1, 2 and 4 m, inclusive) within ``CLASS_RANGE_M`` (50 m) of the
-grid origin; the class's AP is the mean of those four APs, and the mean AP (mAP) is the mean
-of the classes' APs over the classes with ground truth in the frames given. A class without
+``DISTANCE_THRESHOLDS_M`` (0.5, 1, 2 and 4 m, inclusive) within ``CLASS_RANGE_M`` (50 m for
+every class, where nuScenes takes 40 m for pedestrians and bicycles) of the grid origin; the
+class's AP is the mean of those four APs, and the mean AP (mAP) is the mean of the classes'
+APs over the classes with ground truth in the frames given. A class without
 any ground truth is reported (ground_truth 0, AP None) but left out of the mean; mAP is None
 when no class has ground truth. A prediction of class A on a box of class B is a false positive
 of A (and B's box stays unfound): matching never crosses classes. Recall, precision and the box
@@ -44,7 +45,9 @@ import numpy as np
 
 from .boxes import NUM_COLUMNS
 
-# nuScenes' BEV centre distances (m) of the per-class AP, and the range of its boxes (m).
+# nuScenes' BEV centre distances (m) of the per-class AP, and the range of the boxes scored
+# (m): 50 m for every class (nuScenes takes 50 m for vehicles, 40 m for pedestrians and
+# bicycles; here the pedestrians' and cyclists' APs include the 40-50 m ring).
 DISTANCE_THRESHOLDS_M = (0.5, 1.0, 2.0, 4.0)
 CLASS_RANGE_M = 50.0
 

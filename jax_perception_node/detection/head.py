@@ -167,7 +167,8 @@ def describe_channels(count: int, names: tuple[str, ...] = ()) -> str:
     return f'{count} BEV channels' + (f' ({listed})' if names else '')
 
 
-def fits(name: str, spec: HeadSpec, bev: HeadInput, path, shipped: bool):
+def fits(name: str, spec: HeadSpec, bev: HeadInput, path, shipped: bool,
+         key: str = 'head.weights'):
     """
     Return ``load_weights``' ``fit``: ConfigError unless a checkpoint fits ``bev``'s channels.
 
@@ -177,7 +178,8 @@ def fits(name: str, spec: HeadSpec, bev: HeadInput, path, shipped: bool):
     channels of another encoder carry the same names but other features). The head's shipped
     weights (``shipped``: ``head.weights`` is '') are refused naming ``head.module``, never by
     an array's shape of a file the user did not set; a file the user set is refused naming
-    ``head.weights`` and the file. Both lines say what to do.
+    ``key`` (``head.weights``, or train's ``--init-head``) and the file. Both lines say what
+    to do.
     """
     # jax-perception train trains the reference head only: another head trains its own way.
     how = ' (jax-perception train)' if name == REFERENCE_HEAD else ''
@@ -186,8 +188,8 @@ def fits(name: str, spec: HeadSpec, bev: HeadInput, path, shipped: bool):
             f"set head.module: '' for no head, or train weights for these channels{how} and "
             'set head.weights to them')
     else:
-        prefix, advice = f'head.weights: {path} holds weights', (
-            f'set head.weights to weights trained for these channels{how}, '
+        prefix, advice = f'{key}: {path} holds weights', (
+            f'set {key} to weights trained for these channels{how}, '
             "or head.module: '' for no head")
     ours = bev.channel_names if len(bev.channel_names) == bev.channels else ()
 

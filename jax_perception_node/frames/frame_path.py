@@ -21,26 +21,13 @@ from ..core.frame_result import class_thresholds
 from ..core.pipeline import BevPipeline, FrameResult
 from ..geometry.ego_motion import deskew_motion, pose_at, twist_at
 from ..geometry.odometry import OdometryBuffer, TransformPoses
-from ..geometry.stamps import stamp_ns
+from ..geometry.stamps import stamp_ahead, stamp_ns
 from ..geometry.transforms import TransformBuffer
 from ..outputs.render import bev_to_rgb
 from ..sensors.camera import FeatureMapError, read_features, scale_camera_info, with_intrinsics
 from ..sensors.camera_image import ImageDecoder
 from ..sensors.cloud import CloudFormatError, has_valid_point
 from ..settings.config import GridConfig, PipelineConfig
-
-# A cloud stamped further than this ahead of the node's clock is refused: once taken, every
-# cloud after it would look like a jump back in time and reset the camera buffers (and, of
-# several LiDARs, the others' clouds would be late for its set).
-MAX_FUTURE_STAMP_S = 1.0
-
-
-def stamp_ahead(stamp: int, now_ns: int | None) -> str | None:
-    """Return why a cloud stamped ``stamp`` (ns) is refused at ``now_ns``, None if it is not."""
-    if now_ns is None or stamp - now_ns <= MAX_FUTURE_STAMP_S * 1e9:
-        return None
-    return (f"header.stamp is {(stamp - now_ns) / 1e9:.3f} s ahead of the node's clock "
-            f'(more than {MAX_FUTURE_STAMP_S:g} s): a sensor clock or a bag stamp is wrong')
 
 
 @dataclass
@@ -132,14 +119,15 @@ class FramePath(TfCalibration):
 
     # -- configuration and calibration ---------------------------------------------------------
 
-    def update(self, cfg: PipelineConfig, intrinsics_from_params=frozenset()) -> None:
+    def update(self, cfg: PipelineConfig, intrinsics_from_params=frozenset(),
+               keys_set=frozenset()) -> None:
         """
         Apply a new live configuration (the static keys must be unchanged: see live_params).
 
         Calibration (only when it changed; never a compile), sync tolerance, odometry gap and
         frame, sweep age, pose sources (a new source, fixed frame or grid frame forgets the
-        earlier sweeps), the head's and the image encoder's weights (only when
-        the file named changed; never a compile) and score threshold.
+        earlier sweeps), the head's and the image encoder's weights (when the file named
+        changed or its key was set again; never a compile) and score threshold.
 
         Args
         ----
@@ -147,6 +135,9 @@ class FramePath(TfCalibration):
         intrinsics_from_params: cameras whose intrinsics or lens this change set; they take
             the parameters', the other cameras keep those of their last CameraInfo (the
             newest word wins).
+        keys_set: the keys of the parameter set request; ``head.weights`` or
+            ``encoder.weights`` among them reads that file again even under the same name
+            (retrained in place).
 
         Raises
         ------
@@ -156,9 +147,11 @@ class FramePath(TfCalibration):
 
         """
         weights = encoder = None    # read and checked before the lock: frames go on meanwhile
-        if self.pipe.head is not None and cfg.head.weights != self.cfg.head.weights:
+        if self.pipe.head is not None and (cfg.head.weights != self.cfg.head.weights
+                                           or 'head.weights' in keys_set):
             weights = self.pipe.read_head_weights(cfg.head.weights)
-        if self.pipe.encoder is not None and cfg.encoder.weights != self.cfg.encoder.weights:
+        if self.pipe.encoder is not None and (cfg.encoder.weights != self.cfg.encoder.weights
+                                              or 'encoder.weights' in keys_set):
             encoder = self.pipe.read_encoder_weights(cfg.encoder.weights)
         thresholds = class_thresholds(cfg.head, self.pipe.head_classes)
         with self._pipe_lock:     # a CameraInfo applied meanwhile must not be lost

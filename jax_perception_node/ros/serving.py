@@ -33,11 +33,11 @@ from .node_params import declare_parameters, read_parameters, refusal_reason
 from .sensor_inputs import subscribe_cameras, subscribe_lidars
 from ..core.pipeline import BevPipeline
 from ..frames.camera_decode_pool import CameraDecodePool
-from ..frames.frame_path import FramePath, stamp_ahead, uses_tf
+from ..frames.frame_path import FramePath, uses_tf
 from ..frames.latency import format_value, LatencyWindow
 from ..frames.lidar_sets import LidarSet, LidarSets
 from ..geometry.odometry import OdometryError
-from ..geometry.stamps import split_ns, stamp_ns
+from ..geometry.stamps import split_ns, stamp_ahead, stamp_ns
 from ..geometry.transforms import TransformError
 from ..outputs.grid_map import GridMapLayers
 from ..sensors.camera import CameraInfoError, FeatureMapError, UncalibratedCameraInfo
@@ -212,7 +212,7 @@ class PerceptionCore:
         changes = {p.name: p.value for p in params}
         try:
             values, cfg = check_update(self.values, changes)
-            self._apply(cfg, changed_intrinsics(changes))
+            self._apply(cfg, changes)
         except ConfigError as exc:
             reason = refusal_reason(changes, exc)
         except Exception as exc:    # noqa: B902 - rclpy would answer with a traceback
@@ -225,14 +225,14 @@ class PerceptionCore:
         self.log.warning(f'parameter change refused: {reason}')
         return SetParametersResult(successful=False, reason=reason)
 
-    def _apply(self, cfg, intrinsics_from_params: set[str]) -> None:
+    def _apply(self, cfg, changes: dict) -> None:
         """Apply a checked config whole; ConfigError leaves everything as it was."""
         layers = GridMapLayers.for_pipeline(cfg, self.pipe)   # cameras.channel_names is live
         timer = None
         if cfg.diagnostics.period_s != self.cfg.diagnostics.period_s and self._timer is not None:
             timer = self._make_timer(cfg.diagnostics.period_s)
         try:
-            self.path.update(cfg, intrinsics_from_params)
+            self.path.update(cfg, changed_intrinsics(changes), changes.keys())
         except BaseException:
             if timer is not None:
                 self.node.destroy_timer(timer)

@@ -47,9 +47,9 @@ from .training_progress import plot_losses, progress_bar
 from .training_set import CameraDropout, collect, Dataset, draws, read_truth, VARIANTS
 from ..bags import bagio
 from ..core.pipeline import BevPipeline
-from ..detection.head import HeadInput, leaf_names, load_weights, save_weights
+from ..detection.head import fits, HeadInput, leaf_names, load_weights, save_weights
 from ..detection.heads.centerpoint import (
-    CenterPointHead, check_input, CLASSES, mirrored, validate)
+    CenterPointHead, check_input, CLASSES, mirrored, object_head, validate)
 from ..outputs.grid_map import GridMapLayers
 from ..settings.config import default_params_file, HeadConfig, load_config
 from ..settings.parameters import ConfigError, REFERENCE_HEAD
@@ -333,11 +333,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "encoder.weights (the shipped ones for '')")
 
 
-def initial_head(path: str, channels: int) -> CenterPointHead:
-    """Return the head of checkpoint ``path`` (``--init-head``) for ``channels``; ConfigError."""
-    params, static = eqx.partition(CenterPointHead.create(channels), eqx.is_array)
-    loaded = load_weights(Path(os.path.expanduser(path)), jax.tree.map(np.asarray, params),
-                          validate, key='--init-head')
+def initial_head(path: str, bev: HeadInput) -> CenterPointHead:
+    """
+    Return the head of checkpoint ``path`` (``--init-head``) for ``bev``; ConfigError.
+
+    Checked as the node checks ``head.weights``: trained for other channels or another image
+    encoder, it is refused (its record would otherwise pass into the new checkpoint).
+    """
+    params, static = eqx.partition(CenterPointHead.create(bev.channels), eqx.is_array)
+    path = Path(os.path.expanduser(path))
+    fit = fits(REFERENCE_HEAD, object_head(bev), bev, path, False, key='--init-head')
+    loaded = load_weights(path, jax.tree.map(np.asarray, params), validate, fit,
+                          key='--init-head')
     return eqx.combine(jax.tree.map(jnp.asarray, loaded), static)
 
 
@@ -354,7 +361,7 @@ def cmd_train(args, stream=sys.stderr) -> int:
     cfg = replace(cfg, head=HeadConfig(), output_bev_features=True)   # the BEV, no head
     grid = cfg.grid
     pipe = BevPipeline(cfg)
-    check_input(HeadInput(grid.height, grid.width, pipe.output_channels, grid.resolution))
+    check_input(pipe.head_input)
     encoder = pipe.encoder if pipe.encoder and jax.tree.leaves(pipe.encoder.params) else None
     encoder_out = Path(args.encoder_out or out.with_name(out.stem + '_encoder.npz'))
     # Before the work: an output that cannot be made, or one over a training bag, loses it.
@@ -372,7 +379,7 @@ def cmd_train(args, stream=sys.stderr) -> int:
             read_truth(reader, src)
         finally:
             reader.close()
-    init = initial_head(args.init_head, pipe.output_channels) if args.init_head else None
+    init = initial_head(args.init_head, pipe.head_input) if args.init_head else None
     if encoder is not None and args.untrained_encoder:
         encoder = replace(encoder, params=jax.tree.map(np.asarray, encoder.spec.params))
     pipe.warmup()

@@ -792,3 +792,23 @@ def test_train_refuses_params_naming_another_head(tmp_path, capsys):
                  str(tmp_path / 'w.npz')]) == 1
     assert_one_line_error(capsys, 'names head.module toy_heads:occupancy_head: train trains '
                                   'the reference head')
+
+
+def test_init_head_is_checked_as_the_node_checks_head_weights(drive, tmp_path, capsys):
+    # Before, --init-head took a checkpoint of other channels (or of another image encoder)
+    # the node refuses, and the new checkpoint recorded this configuration's channels.
+    params_file, bag, cfg = drive
+    names = lidar_channels(1) + (COVERAGE_CHANNEL,)
+    bev = HeadInput(cfg.grid.height, cfg.grid.width, cfg.fused_channels, cfg.grid.resolution,
+                    names)
+    head = train.initial_head(str(centerpoint.LIDAR_WEIGHTS), bev)   # the shipped LiDAR-only
+    np.testing.assert_array_equal(head.mean, np.load(centerpoint.LIDAR_WEIGHTS)['.mean'])
+    arrays = dict(np.load(centerpoint.LIDAR_WEIGHTS))
+    arrays[CHANNELS_KEY] = np.array(names[:-1] + ('camera_0',))
+    renamed = tmp_path / 'renamed.npz'
+    np.savez(renamed, **arrays)
+    assert main(['train', str(bag), '--params', str(params_file), '--out',
+                 str(tmp_path / 'w.npz'), '--init-head', str(renamed), '--steps', '1']) == 1
+    assert_one_line_error(capsys, f'--init-head: {renamed} holds weights trained for 7 BEV '
+                                  'channels (')
+    assert not (tmp_path / 'w.npz').exists()

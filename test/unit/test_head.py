@@ -497,6 +497,15 @@ def test_a_live_parameter_change_swaps_the_weights_through_the_frame_path(tmp_pa
     with pytest.raises(ConfigError, match='head.weights'):
         path.update(bad)
     assert pipe.head_weights == tmp_path / 'w.npz' and pipe.score_threshold == 0.5
+    # The same file retrained in place and its name set again: read again (before, the name
+    # unchanged, the old weights stayed while the node said the change was applied).
+    retrained = {**new, 'z': np.float32(1.25)}
+    save_weights(tmp_path / 'w.npz', retrained)
+    path.update(path.cfg, keys_set={'head.weights'})
+    out = pipe.process(cluster_cloud(np.random.default_rng(9), [[1.0, 2.0, 0.0]]))
+    want = decode_reference(toy_heads.toy_outputs(retrained, out.features), cfg.grid,
+                            toy_heads.STRIDE, 8, 0.5)
+    np.testing.assert_allclose(out.objects, want, rtol=1e-5, atol=1e-5)
     assert compile_count() == before
 
 
