@@ -317,11 +317,12 @@ def scale_camera_info(msg, map_height: int, map_width: int,
         ``SCALE_TOLERANCE``, or an ROI that is no window of the image.
 
     """
-    scale_x, scale_y, x_offset, y_offset = _checked_size(msg, map_height, map_width)
     matrix = 'p' if rectified else 'k'
+    # Before the size: camera_info_manager's message without a calibration may have none.
     if not any(float(v) for v in getattr(msg, matrix)):
         raise UncalibratedCameraInfo(f'{matrix} is all zero: an uncalibrated camera (no '
                                      "calibration file); the parameters' intrinsics stay")
+    scale_x, scale_y, x_offset, y_offset = _checked_size(msg, map_height, map_width)
     if rectified:
         # K and D describe the raw image, which the maps do not come from: neither is read (a
         # lens model the node lacks, rational_polynomial's 14 coefficients, is no obstacle).

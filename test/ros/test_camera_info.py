@@ -209,7 +209,12 @@ def test_replay_reads_camera_info_from_the_bag(tmp_path, scaled_reference):
     # A camera without a calibration file (camera_info_manager: K, D, P all zero): no fault.
     uncalibrated = bag_messages.camera_info(**IMAGE)
     uncalibrated.k[:] = 0.0
-    infos += [(3, uncalibrated)]
+    # camera_info_manager's message before a driver sets the size: no size either, no fault
+    # (it was rejected for its size first, a WARN at camera rate).
+    unsized = bag_messages.camera_info(**IMAGE)
+    unsized.k[:] = 0.0
+    unsized.width = unsized.height = 0
+    infos += [(3, uncalibrated), (3, unsized)]
     write_bag(tmp_path / 'in', frames, infos)
     cfg = small_config(1)
     params_pipe = BevPipeline(cfg)

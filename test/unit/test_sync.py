@@ -72,17 +72,41 @@ def test_a_map_pairs_with_every_lidar_frame_within_tolerance():
     assert chosen == ['map', 'map', 'map', None, None]      # 0, 40, 80 ms pair; 120, 160 not
 
 
-def test_only_the_last_history_maps_are_kept():
-    sync = CameraSync(['front'], 1.0, history=3)
-    for k in range(5):
-        sync.add('front', T + k * MS, f'map {k}')
-    # Map 0, the nearest to T, is gone: the nearest kept is map 2.
+def test_maps_are_kept_for_a_time_and_up_to_a_count():
+    sync = CameraSync(['front'], 1.0, history_s=0.1, max_maps=64)
+    for k in range(6):
+        sync.add('front', T + k * 30 * MS, f'map {k}')
+    # Kept: stamps within 100 ms of the newest (150 ms): 60, 90, 120, 150 ms. The nearest to T,
+    # maps 0 and 1, are gone.
     assert pick(sync, T)[0] == {'front': 'map 2'}
-    sync = CameraSync(['front'], 0.0015, history=3)
+    sync = CameraSync(['front'], 0.0015, history_s=1.0, max_maps=3)
     for k in range(5):
         sync.add('front', T + k * MS, f'map {k}')
-    # Within 1.5 ms of T + 1 ms would be maps 0, 1, 2, but 0 and 1 are gone.
+    # Within 1.5 ms of T + 1 ms would be maps 0, 1, 2, but only the last 3 are kept.
     assert pick(sync, T + 1 * MS)[0] == {'front': 'map 2'}
+
+
+def test_a_fast_camera_pairs_its_map_at_the_stamp_of_a_cloud_taken_late():
+    # 60 Hz, the cloud taken 250 ms after its stamp (sweep, driver, set wait): 15 maps came
+    # after the one at its stamp. Before, 8 maps were kept and the camera was masked as stale.
+    sync = CameraSync(['front'], 0.1)
+    period = 1_000_000_000 // 60
+    for k in range(-60, 16):
+        sync.add('front', T + k * period, k)
+    assert pick(sync, T)[0] == {'front': 0}
+
+
+def test_a_map_out_of_order_takes_its_place_and_resets_nothing():
+    # The raw copy of an image lost, the next image's taken, then the compressed copy of the
+    # first: a late map, not time going back. Before, it cleared the camera's buffer.
+    sync = CameraSync(['front'], 0.02)
+    assert not sync.add('front', T, 'at T')
+    assert not sync.add('front', T + 66 * MS, 'at T + 66')
+    assert not sync.add('front', T + 33 * MS, 'at T + 33, late')
+    assert sync.holds('front', T + 33 * MS) and sync.holds('front', T)
+    assert pick(sync, T)[0] == {'front': 'at T'}
+    assert pick(sync, T + 30 * MS)[0] == {'front': 'at T + 33, late'}
+    assert pick(sync, T + 60 * MS)[0] == {'front': 'at T + 66'}
 
 
 def test_camera_stamp_going_back_clears_only_that_camera():
@@ -132,4 +156,4 @@ def test_unknown_camera_is_an_error_naming_it():
 
 
 def test_sync_imports_no_ros():
-    assert absolute_imports('sync') <= {'collections', 'dataclasses', 'typing'}
+    assert absolute_imports('sync') <= {'bisect', 'dataclasses', 'typing'}
