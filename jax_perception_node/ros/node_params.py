@@ -94,7 +94,7 @@ def _declare(node, key: str) -> None:
     # No default (camera keys) or an empty list (no element type): declare by type alone.
     value = ROS_TYPES[spec.ros_type] if default is None or default == [] else default
     try:
-        node.declare_parameter(key, value, descriptor(spec))
+        declared = node.declare_parameter(key, value, descriptor(spec))
     except InvalidParameterTypeException as exc:
         given = _GIVEN.search(str(exc))
         text = (f"{given['value']} ({given['type'].lower()})" if given
@@ -102,6 +102,12 @@ def _declare(node, key: str) -> None:
         raise ConfigError(ros_type_error(key, text)) from None
     except InvalidParameterValueException as exc:     # out of the descriptor's range
         raise _refused(key, spec, exc) from None
+    if (declared.type_ == Parameter.Type.NOT_SET and spec.ros_type.endswith('_array')
+            and (default == [] or key in overrides)):
+        # The empty list by default, or rcl's typeless `[]` (a params file, -p key:=[]): set
+        # as the key's empty array. Left unset, GetParameters answers nothing for a request
+        # naming it, so `ros2 param dump` (one request for every name) showed no parameter.
+        node.set_parameters([Parameter(key, ROS_TYPES[spec.ros_type], [])])
 
 
 def _overrides(node) -> dict:
@@ -113,13 +119,7 @@ def _overrides(node) -> dict:
 def _value(node, key: str):
     try:
         return plain(node.get_parameter(key).value)
-    except ParameterUninitializedException:    # declared by type only, never given a value
-        override = _overrides(node).get(key)
-        if (override is not None and override.type_ == Parameter.Type.NOT_SET
-                and spec_for(key).ros_type.endswith('_array')):
-            # rcl reads `[]` (params file or `-p key:=[]`) as a value of no type, which
-            # declares as unset: it is the empty list the user wrote, not the default.
-            return []
+    except ParameterUninitializedException:    # no default (a camera's fx), never given
         return None
 
 

@@ -21,13 +21,17 @@ image as it is too: a Bayer mosaic (``format`` 'bayer_rggb8; jpeg compressed ') 
 after decoding as a raw one is (at half size, never DCT-scaled: that would blend the tiles), and
 anything else named before the ';' (a depth 16UC1, 8UC3, yuv422) is refused by name. The file's
 first bytes must be the named format's signature. The size is read from the file's header and
-checked before anything is decoded (at most ``camera.MAX_IMAGE_SIZE`` a side and ``MAX_PIXELS``
-in all: a small file can claim a huge image). JPEG is decoded by libjpeg(-turbo), with ``scaled``
-at 1/2, 1/4 or 1/8 of its size in the DCT: the largest reduction that divides both sides and
-keeps the image at least the target size (a reduction that does not divide a side gives a last
-row or column of a part of a block, which the area mean would stretch: 1600 x 900 at 1/8 is
-200 x 113, a bar 0.5 output pixels off at the bottom). PNG of any colour type, 16-bit samples
-reduced to their high byte (as Pillow does for 16-bit colour). EXIF orientation is not applied.
+checked before anything is decoded (at most ``camera.MAX_IMAGE_SIZE`` a side and ``MAX_PIXELS`` in
+all: a small file can claim a huge image). JPEG is decoded by libjpeg-turbo (simplejpeg), strictly:
+a warning (a scan cut short and closed by an EOI marker, as a dropped packet of an MJPEG camera
+leaves, which libjpeg fills with gray; a corrupt Huffman code) refuses the image. A CMYK or YCCK
+JPEG (no camera sends one) is decoded and converted by Pillow, whose libjpeg only warns. With
+``scaled`` a JPEG is decoded at 1/2, 1/4 or 1/8 of its size in the DCT: the largest reduction that
+divides both sides and keeps the image at least the target size (a reduction that does not divide a
+side gives a last row or column of a part of a block, which the area mean would stretch: 1600 x 900
+at 1/8 is 200 x 113, a bar 0.5 output pixels off at the bottom). PNG of any colour type, 16-bit
+samples reduced to their high byte (as Pillow does for 16-bit colour). EXIF orientation is not
+applied.
 
 Scaling to the target is area averaging (``image_scaling.fit_array``). The factors in x and y
 must agree within ``camera.SCALE_TOLERANCE`` (relative, as for ``scale_camera_info``): anything
@@ -42,6 +46,7 @@ import struct
 
 import numpy as np
 from PIL import Image, ImageFile
+import simplejpeg
 
 from .camera import FeatureMapError, MAX_IMAGE_SIZE, SCALE_TOLERANCE
 from .cloud import byte_view
@@ -182,13 +187,25 @@ def _reason(error: BaseException) -> str:
     return text or type(error).__name__
 
 
-def _decoded_pixels(image: Image.Image, kind: str, target: tuple[int, int],
-                    scaled: bool) -> Image.Image:
-    """Decode an opened JPEG or PNG; return it as a Pillow image of mode L or RGB."""
+def _decoded_pixels(image: Image.Image, data: np.ndarray, kind: str, target: tuple[int, int],
+                    scaled: bool) -> np.ndarray:
+    """Decode an opened JPEG or PNG (``data``, its bytes); return uint8[H, W] or [H, W, 3]."""
     width, height = image.size
     scale = next((s for s in (8, 4, 2) if width % s == 0 and height % s == 0
                   and width // s >= target[1] and height // s >= target[0]), 1)
-    if kind == 'jpeg' and scaled and scale > 1:
+    scale = scale if kind == 'jpeg' and scaled else 1
+    if kind == 'jpeg' and image.mode in ('L', 'RGB'):
+        try:
+            # Asked for at least 1/scale of each side at a reduction of at least scale:
+            # exactly 1/scale, the pixels Pillow's draft gives (libjpeg-turbo both).
+            pixels = simplejpeg.decode_jpeg(data, 'GRAY' if image.mode == 'L' else 'RGB',
+                                            min_height=height // scale,
+                                            min_width=width // scale, min_factor=scale,
+                                            strict=True)
+        except ValueError as error:     # libjpeg's error, or in strict mode its warning
+            raise CameraImageError(f'corrupt jpeg: {_reason(error)}') from None
+        return pixels[:, :, 0] if image.mode == 'L' else pixels
+    if scale > 1:
         # libjpeg scales in the DCT (most of the decode work is never done); asked for exactly
         # 1/scale of each side, Pillow's draft takes that scale.
         image.draft('RGB', (width // scale, height // scale))
@@ -201,11 +218,11 @@ def _decoded_pixels(image: Image.Image, kind: str, target: tuple[int, int],
         if image.mode in ('I;16', 'I'):
             # 16-bit gray (mode I before Pillow 10.3, as ROS Jazzy's apt python3-pil 10.2):
             # high byte, as Pillow reads 16-bit RGB (convert() would clip at 255).
-            return Image.fromarray((np.asarray(image) >> 8).astype(np.uint8))
+            return (np.asarray(image) >> 8).astype(np.uint8)
         if image.mode not in ('L', 'RGB'):
             # P (palette), 1, LA, RGBA, CMYK: transparency is dropped, not composited.
             image = image.convert('L' if image.mode in ('1', 'LA') else 'RGB')
-        return image
+        return np.asarray(image)
     except _PIL_ERRORS as error:
         raise CameraImageError(f'corrupt {kind}: {_reason(error)}') from None
 
@@ -262,7 +279,7 @@ class ImageDecoder:
         kind, tile = _format_kind(msg.format)
         data = byte_view(getattr(msg, 'data', None), CameraImageError)
         image = _open_compressed(data, kind, target, mosaic=tile is not None)
-        pixels = np.asarray(_decoded_pixels(image, kind, target, self.scaled and tile is None))
+        pixels = _decoded_pixels(image, data, kind, target, self.scaled and tile is None)
         if tile is not None:
             if pixels.ndim != 2:
                 raise CameraImageError(f'format {msg.format!r}: a Bayer mosaic is one channel, '

@@ -278,7 +278,8 @@ def _with_topics(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help='PointCloud2 topic of LiDAR NAME of lidars.names in the bag (repeatable; '
                         'default: /jax_perception/input/NAME/pointcloud)')
     p.add_argument('--camera-topic', action='append', metavar='NAME=TOPIC',
-                   help='feature-map topic of camera NAME in the bag (repeatable)')
+                   help='topic of camera NAME in the bag: its feature maps, or with '
+                        'cameras.<NAME>.input image its Image or CompressedImage (repeatable)')
     p.add_argument('--camera-info-topic', action='append', metavar='NAME=TOPIC',
                    help='CameraInfo topic of camera NAME in the bag (repeatable)')
     p.add_argument('--odometry-topic', default=ODOMETRY_TOPIC,
@@ -348,8 +349,9 @@ def build_parser(with_train: bool = True) -> argparse.ArgumentParser:
     _add_bench(sub.add_parser('bench', help='side-by-side benchmarks'))
 
     p = with_params(sub.add_parser('demo', help='the main job on the embedded sample drive'))
-    p.add_argument('--out', default='demo_out')
-    p.add_argument('--seconds', type=float, default=8.0)
+    p.add_argument('--out', default='demo_out', help='its folder (default: %(default)s)')
+    p.add_argument('--seconds', type=float, default=8.0,
+                   help='the sample drive played, at most 3600 (default: %(default)s)')
     p.add_argument('--feature-maps', action='store_true', help='the cameras as the parameters '
                    'say (default: JPEG images, encoded by the learned encoder)')
     p.set_defaults(func=cmd_demo)

@@ -290,9 +290,10 @@ def _picture_file(text: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the train command's arguments to its (sub)parser."""
-    parser.description = ('Train the reference CenterPoint vehicle head on sample drives with '
-                          'ground truth. Train only on drives of seeds >= 100 (jax-perception '
-                          'sample-bag OUT --seed K); seeds below 100 are for tests, the demo, '
+    parser.description = ('Train the reference CenterPoint head (four classes) on sample '
+                          'drives with ground truth. Train only on drives of seeds >= 100 '
+                          '(jax-perception sample-bag OUT --seed K); seeds below 100 are for '
+                          'tests, the demo, '
                           'the benchmarks and evaluation. The parameter file fixes the BEV '
                           'the weights are for: cameras.names: [] for LiDAR-only weights.')
     parser.add_argument('bags', nargs='+', metavar='BAGS',

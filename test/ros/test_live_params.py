@@ -214,7 +214,7 @@ def test_an_unexpected_error_in_a_parameter_set_is_a_refusal_not_an_exception():
             return self.logger
 
     class BrokenPath:
-        def update(self, cfg, intrinsics_from_params=frozenset()):
+        def update(self, cfg, intrinsics_from_params=frozenset(), keys_set=frozenset()):
             raise RuntimeError('a bug')
 
     core = PerceptionCore(Node(), None, None)
@@ -266,3 +266,26 @@ def test_a_refusal_for_another_camera_names_the_key_that_was_set_first():
         result = node.set_parameters([Parameter('grid.resolution', value=0.3)])[0]
         assert result.reason.startswith('grid.resolution'), result.reason
         assert not result.reason.startswith('grid.resolution: grid.resolution')
+
+
+def test_one_request_for_every_parameter_gets_every_value(running):
+    # As `ros2 param dump` asks: list, then one GetParameters for all names. A key declared
+    # empty ([] by default: lidars.names, head.score_thresholds) was left unset, and rclpy
+    # answers nothing for a request naming an unset parameter: the dump was empty.
+    from rcl_interfaces.msg import ParameterType
+    from rcl_interfaces.srv import GetParameters, ListParameters
+    from rclpy.parameter import parameter_value_to_python
+    node, probe, setter, getter = running
+    lister = probe.node.create_client(ListParameters, '/jax_perception/list_parameters')
+    assert lister.wait_for_service(timeout_sec=10)
+    future = lister.call_async(ListParameters.Request())
+    probe.wait_for(future.done, what='list_parameters')
+    names = list(future.result().result.names)
+    assert 'lidars.names' in names and 'head.score_thresholds' in names
+    future = getter.call_async(GetParameters.Request(names=names))
+    probe.wait_for(future.done, what='get_parameters')
+    values = dict(zip(names, future.result().values))
+    assert len(future.result().values) == len(names)
+    assert values['lidars.names'].type == ParameterType.PARAMETER_STRING_ARRAY
+    assert parameter_value_to_python(values['lidars.names']) == []
+    assert values['head.score_thresholds'].type == ParameterType.PARAMETER_DOUBLE_ARRAY

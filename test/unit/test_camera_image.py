@@ -5,13 +5,14 @@ import struct
 from types import SimpleNamespace
 import zlib
 
+from jax_perception_node.sensors import camera_image
 from jax_perception_node.sensors.camera import FeatureMapError
 from jax_perception_node.sensors.camera_image import (CameraImageError, COMPRESSED_FORMATS,
                                                       IMAGE_ENCODINGS, ImageDecoder,
                                                       MAX_JPEG_SCANS, MAX_PIXELS)
 import numpy as np
 from PIL import Image as PilImage
-from PIL import ImageFile, JpegImagePlugin
+from PIL import ImageFile
 import pytest
 from rosbags.typesys import get_typestore, Stores
 
@@ -155,19 +156,50 @@ def test_non_integer_downscale_is_the_area_average(source, target, encoding):
 
 
 def jpeg_loads(monkeypatch) -> list:
-    """Record the size Pillow decodes each JPEG at (after any draft)."""
-    sizes, seen = [], []
-    original = JpegImagePlugin.JpegImageFile.load
+    """Record the size libjpeg-turbo decodes each JPEG at (after any DCT scaling)."""
+    sizes = []
+    original = camera_image.simplejpeg.decode_jpeg
 
-    def load(self):
-        # Pillow loads again on each access. The images are kept: a freed one's id() may
-        # be the next one's.
-        if not any(image is self for image in seen):
-            seen.append(self)
-            sizes.append(self.size)
-        return original(self)
-    monkeypatch.setattr(JpegImagePlugin.JpegImageFile, 'load', load)
+    def decode_jpeg(*args, **kwargs):
+        pixels = original(*args, **kwargs)
+        sizes.append((pixels.shape[1], pixels.shape[0]))
+        return pixels
+    monkeypatch.setattr(camera_image.simplejpeg, 'decode_jpeg', decode_jpeg)
     return sizes
+
+
+def pillow_decode(data: bytes, scale: int) -> np.ndarray:
+    """Decode a JPEG with Pillow at 1/scale (its draft: libjpeg's DCT scaling), as RGB."""
+    image = PilImage.open(io.BytesIO(data))
+    if scale > 1:
+        image.draft('RGB', (image.size[0] // scale, image.size[1] // scale))
+    return np.asarray(image.convert('RGB'))
+
+
+@pytest.mark.parametrize('scale', [1, 2, 4, 8])
+@pytest.mark.parametrize('options', [{}, {'subsampling': 0}, {'progressive': True}])
+def test_a_jpeg_decodes_to_the_pixels_pillow_gives(scale, options):
+    # The strict decoder gives, at every DCT scale, the pixels Pillow's libjpeg gives (the
+    # decoder of this node until 2026-12-06): a target of exactly 1/scale is no resampling.
+    rgb = photo(256, 704, seed=6)
+    data = encoded(rgb, 'JPEG', quality=90, **options)
+    out = ImageDecoder(256 // scale, 704 // scale).decode(compressed(data, 'jpeg'))
+    np.testing.assert_array_equal(out, pillow_decode(data, scale))
+
+
+@pytest.mark.parametrize('options', [{}, {'progressive': True}])
+@pytest.mark.parametrize('kept', [0.3, 0.6, 0.9])
+def test_a_jpeg_whose_scan_is_cut_short_is_refused(options, kept):
+    # A dropped packet of an MJPEG camera: the scan ends early, an EOI marker follows. libjpeg
+    # only warns ("premature end of data segment") and fills the rest with gray, and Pillow
+    # took it: half a picture, silently.
+    data = encoded(photo(128, 176, seed=7), 'JPEG', quality=90, **options)
+    start = data.index(b'\xff\xda')
+    cut = data[:start + int((len(data) - start) * kept)] + b'\xff\xd9'
+    assert pillow_decode(cut, 1).shape == (128, 176, 3)      # what Pillow accepted
+    with pytest.raises(CameraImageError, match='corrupt jpeg: Corrupt JPEG data: premature '
+                                               'end of data segment'):
+        ImageDecoder(32, 44).decode(compressed(cut, 'jpeg'))
 
 
 @pytest.mark.parametrize('source, target, drafted', [((256, 704), (64, 176), (176, 64)),
@@ -338,7 +370,7 @@ def raw_with(**fields) -> SimpleNamespace:
     (compressed(PNG, 'jpeg'), 'format names jpeg, but the data starts with 89 50 4e, not the '
                               'jpeg signature ff d8 ff'),
     (compressed(b'', 'jpeg'), 'data is empty'),
-    (compressed(JPEG[:len(JPEG) // 2], 'jpeg'), 'corrupt jpeg: image file is truncated'),
+    (compressed(JPEG[:len(JPEG) // 2], 'jpeg'), 'corrupt jpeg: Premature end of JPEG file'),
     (compressed(PNG[:len(PNG) // 2], 'png'), 'corrupt png: '),
     (compressed(np.random.default_rng(0).bytes(5000), 'jpeg'), 'format names jpeg, but'),
     (compressed(b'\xff\xd8\xff' + np.random.default_rng(0).bytes(5000), 'jpeg'),
@@ -405,9 +437,12 @@ def test_16_bit_gray_read_as_mode_i_is_the_high_byte(monkeypatch):
 
 
 def test_truncated_images_are_not_loaded_silently(monkeypatch):
+    # Pillow decodes PNG (and JPEG, without it, would not see the flag: libjpeg-turbo's own).
     assert ImageFile.LOAD_TRUNCATED_IMAGES is False
     monkeypatch.setattr(ImageFile, 'LOAD_TRUNCATED_IMAGES', True)
     with pytest.raises(CameraImageError, match='LOAD_TRUNCATED_IMAGES is set'):
+        ImageDecoder(32, 48).decode(compressed(PNG[:len(PNG) // 2], 'png'))
+    with pytest.raises(CameraImageError, match='corrupt jpeg: Premature end of JPEG file'):
         ImageDecoder(32, 48).decode(compressed(JPEG[:len(JPEG) // 2], 'jpeg'))
 
 
