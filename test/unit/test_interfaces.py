@@ -334,7 +334,7 @@ def test_live_tf_static_reaches_a_late_subscriber_and_float64_stamped_arrives():
 
 # Imports with a rosdep key of another name, and those without one (pip: requirements.txt).
 ROSDEP_KEYS = {'numpy': 'python3-numpy', 'yaml': 'python3-yaml', 'PIL': 'python3-pil'}
-PIP_ONLY = {'jax', 'jaxlib', 'rosbags', 'equinox'}
+PIP_ONLY = {'jax', 'jaxlib', 'rosbags', 'equinox', 'simplejpeg'}
 # The tools' extras (requirements-dev.txt), never imported by the node.
 TOOLS_ONLY = {'matplotlib', 'psutil', 'scipy', 'torch', 'ray', 'mcap', 'mcap_ros2', 'numba',
               'optax'}
