@@ -338,7 +338,7 @@ class BagFrames:
             self.frame(msg, timestamp)
         else:
             self.lidar_sets(self.sets.add(name, stamp_ns(msg.header.stamp), msg,
-                                          timestamp / NS_PER_S), timestamp)
+                                          timestamp / NS_PER_S, timestamp), timestamp)
 
     def lidar_sets(self, sets: list[LidarSet | None], timestamp: int) -> None:
         """Process the closed sets (None: none) as frames at bag time ``timestamp``."""

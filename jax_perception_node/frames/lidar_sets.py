@@ -11,8 +11,8 @@ from typing import Any, Iterable
 
 # A stamp more than this before its own LiDAR's newest one taken starts a new timeline.
 JUMP_BACK_NS = 1_000_000_000
-# Sets in a row a LiDAR opens alone, every other LiDAR's fresh cloud late against it, before
-# its clock is taken to run ahead of theirs (with three LiDARs or more: a majority).
+# Fresh clouds in a row that show a LiDAR's clock ahead (stamped after they arrived, or a
+# second above every other LiDAR's) before it is taken to run ahead.
 AHEAD_SETS = 3
 
 
@@ -51,18 +51,20 @@ class LidarSets:
        more than half the period). Set stamps strictly increase within a timeline (but for that
        one step back, below): every member is newer than its own LiDAR's previous one.
        A LiDAR whose clock runs ahead of the others' would open every set and make theirs late
-       (one cloud stamped far ahead, then silence, alike). So, with three LiDARs or more, every
-       fresh cloud (newer than its LiDAR's last one received) is compared with each other
-       LiDAR's two newest received stamps: a LiDAR whose newest lies more than the tolerance
-       above the fresh clouds of every other LiDAR, and whose previous one is not within the
-       tolerance of them (those only arrive later than its clouds do), ``AHEAD_SETS`` of each
-       in a row, runs ahead (``ahead``: name -> by about how much, ns, within a period),
-       whatever order the clouds arrive in. Its pending cloud is dropped and the sets it
-       opened are forgotten, so the others' clouds count against their own last ones again
-       (the set stamps step back once, from its stamps to theirs); its clouds are then dropped as
-       late, the others form the sets and it is named missing, as a LiDAR running behind is,
-       until one of its clouds is stamped within the tolerance of the others' newest.
-       ``take_news`` says so once.
+       (one cloud stamped far ahead, then silence, alike). From stamps alone, a clock a period
+       ahead cannot be told from the others' clouds arriving a period later; the clock they
+       arrive by can (``clock_ns``: the node's clock, live; the bag's receive time, offline).
+       A LiDAR runs ahead (``ahead``: name -> by how much, ns) when ``AHEAD_SETS`` of its
+       fresh clouds in a row (each newer than its last one received) are stamped more than the
+       tolerance after they arrived while another LiDAR's latest is not; or, with three LiDARs
+       or more and whatever the clock, when its newest stamp lies more than ``JUMP_BACK_NS``
+       above ``AHEAD_SETS`` fresh clouds in a row of every other LiDAR (no latency explains a
+       second). Its pending cloud is dropped and the sets it opened are forgotten, so the
+       others' clouds count against their own last ones again (the set stamps step back once,
+       from its stamps to theirs); its clouds are then dropped as late, the others form the
+       sets and it is named missing, as a LiDAR running behind is, until one of its clouds is
+       stamped within the tolerance of the clock or of the others' newest. ``take_news`` says
+       so once.
     4. The cloud joins the pending set when within the tolerance of its reference and its sensor
        is not in it yet; a set holding every configured sensor is closed and returned at once.
     5. Otherwise (a newer stamp past the tolerance, or a newer cloud of a sensor already in the
@@ -93,8 +95,9 @@ class LidarSets:
         self._last_stamps: dict[str, int] = {}          # the last closed set: name -> stamp
         self._newest: dict[str, int] = {}               # name -> newest stamp taken, this timeline
         self.ahead: dict[str, int] = {}                 # name -> how far its clock runs ahead (ns)
-        self._seen: dict[str, tuple[int, int]] = {}     # name -> its two newest stamps received
-        self._below: dict[tuple[str, str], int] = {}    # (above, below) -> fresh clouds in a row
+        self._seen: dict[str, int] = {}                 # name -> its newest stamp received
+        self._early: dict[str, int] = {}      # name -> fresh clouds stamped after they came
+        self._below: dict[tuple[str, str], int] = {}    # (above, a second below) -> in a row
         self._news: list[str] = []
 
     def reset(self) -> None:
@@ -106,7 +109,7 @@ class LidarSets:
     def _forget_timeline(self) -> None:
         self._last_ref_ns = None
         self._last_stamps, self._newest = {}, {}
-        self.ahead, self._seen, self._below = {}, {}, {}
+        self.ahead, self._seen, self._early, self._below = {}, {}, {}, {}
 
     def deadline(self) -> float | None:
         """Return when the pending set's wait ends (first arrival + max_delay_s), None if none."""
@@ -121,8 +124,14 @@ class LidarSets:
         """Close and return the pending set whatever its state (end of a bag), None if none."""
         return None if self._ref_ns is None else self._close(now)
 
-    def add(self, name: str, stamp_ns: int, msg: Any, now: float) -> list[LidarSet]:
-        """Offer one cloud; return the sets this closed, oldest first (see the class docstring)."""
+    def add(self, name: str, stamp_ns: int, msg: Any, now: float,
+            clock_ns: int | None = None) -> list[LidarSet]:
+        """
+        Offer one cloud; return the sets this closed, oldest first (see the class docstring).
+
+        ``now``: seconds, for the waits; ``clock_ns``: when the cloud arrived on the clock of
+        the stamps (None: unknown, no LiDAR is found ahead of it).
+        """
         if name not in self.names:
             raise ValueError(f'unknown LiDAR {name!r}; configured: {", ".join(self.names)}')
         closed = [s for s in (self.due(now),) if s is not None]
@@ -130,8 +139,8 @@ class LidarSets:
         if newest is not None and stamp_ns < newest - JUMP_BACK_NS:
             closed.extend(s for s in (self.flush(now),) if s is not None)
             self._forget_timeline()
-        self._judge_ahead(name, stamp_ns)
-        if name in self.ahead and not self._caught_up(name, stamp_ns):
+        self._judge_ahead(name, stamp_ns, clock_ns)
+        if name in self.ahead and not self._caught_up(name, stamp_ns, clock_ns):
             self.late += 1
             return closed
         if self._is_late(name, stamp_ns):
@@ -169,40 +178,44 @@ class LidarSets:
         held = self._clouds.get(name)
         return held is not None and stamp_ns <= held[0]
 
-    def _caught_up(self, name: str, stamp_ns: int) -> bool:
+    def _caught_up(self, name: str, stamp_ns: int, clock_ns: int | None) -> bool:
         """Return True (and take it back) when a LiDAR ahead is stamped with the others again."""
         others = [s for n, s in self._newest.items() if n != name]
-        if not others or stamp_ns > max(others) + self.tolerance_ns:
+        with_clock = clock_ns is not None and stamp_ns - clock_ns <= self.tolerance_ns
+        if not with_clock and (not others or stamp_ns > max(others) + self.tolerance_ns):
             return False
         del self.ahead[name]
-        self._seen[name] = (stamp_ns, stamp_ns)     # its stamps ahead are no evidence now
+        self._seen[name], self._early[name] = stamp_ns, 0    # its stamps ahead: no evidence
         self._news.append(f'LiDAR {name}: stamped with the other LiDARs again, back in the '
                           f'frames')
         return True
 
-    def _judge_ahead(self, name: str, stamp_ns: int) -> None:
-        """Count a fresh cloud against each other LiDAR's newest two; take one ahead if due."""
-        newest, _ = self._seen.get(name, (None, None))
+    def _judge_ahead(self, name: str, stamp_ns: int, clock_ns: int | None) -> None:
+        """Count a fresh cloud as evidence of a clock ahead; take a LiDAR ahead when due."""
+        newest = self._seen.get(name)
         if newest is not None and stamp_ns <= newest:
             return                      # a repeat or out of order: no evidence either way
-        self._seen[name] = (stamp_ns, stamp_ns if newest is None else newest)
+        self._seen[name] = stamp_ns
+        early = clock_ns is not None and stamp_ns - clock_ns > self.tolerance_ns
+        self._early[name] = self._early.get(name, 0) + 1 if early else 0
+        if (name not in self.ahead and self._early[name] >= AHEAD_SETS
+                and any(self._early.get(n) == 0 for n in self.names if n != name)):
+            self._take_ahead(name, stamp_ns - clock_ns, "the node's clock")
         if len(self.names) < 3:
             return
-        for other, (last, previous) in self._seen.items():
+        for other, last in list(self._seen.items()):
             if other == name or other in self.ahead:
                 continue
-            # Stamped with its previous cloud, this one only arrived later than it did.
-            above = (last - stamp_ns > self.tolerance_ns
-                     and abs(stamp_ns - previous) > self.tolerance_ns)
-            self._below[other, name] = self._below.get((other, name), 0) + 1 if above else 0
+            far = last - stamp_ns > JUMP_BACK_NS
+            self._below[other, name] = self._below.get((other, name), 0) + 1 if far else 0
             if all(self._below.get((other, n), 0) >= AHEAD_SETS
                    for n in self.names if n != other):
-                self._take_ahead(other)
+                self._take_ahead(other, last - max(s for n, s in self._seen.items()
+                                                   if n != other), "the other LiDARs'")
 
-    def _take_ahead(self, name: str) -> None:
+    def _take_ahead(self, name: str, by_ns: int, than: str) -> None:
         """Leave LiDAR ``name`` out: its pending cloud, and the sets it made the others late to."""
-        others = [last for n, (last, _) in self._seen.items() if n != name]
-        self.ahead[name] = self._seen[name][0] - max(others)
+        self.ahead[name] = by_ns
         self._below = {pair: n for pair, n in self._below.items() if name not in pair}
         if self._clouds.pop(name, None) is not None:
             self._ref_ns = min((s for s, _ in self._clouds.values()), default=None)
@@ -210,10 +223,9 @@ class LidarSets:
         self._last_stamps = {n: s for n, s in self._newest.items() if n != name}
         self._last_ref_ns = min(self._last_stamps.values(), default=None)
         self._news.append(
-            f'LiDAR {name}: its stamps run {self.ahead[name] / 1e9:.3f} s ahead of the '
-            f"other LiDARs' (a clock not synchronised?): its clouds are left out, the "
-            f'others make the frames, until it is stamped within '
-            f'{self.tolerance_ns / 1e9:g} s of them')
+            f'LiDAR {name}: its stamps run {by_ns / 1e9:.3f} s ahead of {than} (a clock not '
+            'synchronised?): its clouds are left out, the others make the frames, until it is '
+            f'stamped within {self.tolerance_ns / 1e9:g} s of them')
 
     def take_late(self) -> int:
         """Return how many clouds were dropped as late since the last call."""

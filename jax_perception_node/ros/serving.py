@@ -285,13 +285,14 @@ class PerceptionCore:
         """Add a cloud of LiDAR ``name`` to the sets; a set it closes becomes the pending item."""
         now, stamp = time.monotonic(), stamp_ns(msg.header.stamp)
         # Refused before the sets: taken, its stamp would make the others' clouds late for it.
-        ahead = stamp_ahead(stamp, self.node.get_clock().now().nanoseconds or None)
+        clock = self.node.get_clock().now().nanoseconds or None   # 0: a sim clock not started
+        ahead = stamp_ahead(stamp, clock)
         with self._lock:
             self._received(now)
             if self._sets is None:      # cleaned up meanwhile
                 return
             self._bump('rejected', ahead is not None)
-            for done in self._sets.add(name, stamp, msg, now) if ahead is None else ():
+            for done in self._sets.add(name, stamp, msg, now, clock) if ahead is None else ():
                 self._put(done, time.perf_counter())
             self._bump('late_lidar_clouds', self._sets.take_late())
             for news in self._sets.take_news():
@@ -382,9 +383,7 @@ class PerceptionCore:
         """Return how long the worker may wait: until the pending set's deadline at most."""
         with self._lock:
             end = None if self._sets is None else self._sets.deadline()
-        if end is None:
-            return IDLE_WAIT_S
-        return min(IDLE_WAIT_S, max(0.0, end - time.monotonic()))
+        return IDLE_WAIT_S if end is None else min(IDLE_WAIT_S, max(0.0, end - time.monotonic()))
 
     def _process(self, clouds: PointCloud2 | LidarSet, arrived: float) -> None:
         decoders = self._decoders       # read once: cleanup may clear it meanwhile

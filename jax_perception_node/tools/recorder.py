@@ -85,7 +85,8 @@ def record_topics(dst, topics, seconds: float | None = None, wait_s: float | Non
     Record live topics into a new MCAP bag until Ctrl-C, ``seconds`` or a failed write.
 
     A write that fails (a full disk, a file size limit) stops the recording at once and is
-    raised as the BagError naming it, after the bag is closed with what came before it.
+    raised as the BagError naming it and whether the bag could still be finished (on the same
+    full disk it mostly cannot: its end is written to the same file).
     Message types and QoS come from the ROS graph, so recording starts once every topic has a
     publisher (``discover``: by default however long that takes, or give up after ``wait_s``).
     The default topics are the node's outputs and /diagnostics. The bag's metadata keeps each
@@ -110,13 +111,18 @@ def record_topics(dst, topics, seconds: float | None = None, wait_s: float | Non
         except (KeyboardInterrupt, Terminated):     # a stop, as rosbag2 takes SIGTERM too
             pass
         finally:
+            finished = True
             try:
                 recorder.close()
             except bagio.BagError:
                 if recorder.error is None:
                     raise
+                finished = False
         if recorder.error is not None:      # the first failure says why, not the close's
-            raise bagio.BagError(f'recording stopped: {recorder.error}')
+            raise bagio.BagError(f'recording stopped: {recorder.error}; ' + (
+                'the bag holds what came before it' if finished else
+                'the bag could not be finished (no summary, no metadata.yaml): an MCAP stream '
+                'reader still reads its complete chunks'))
         print('recorded ' + ', '.join(f'{t}: {recorder.count(t)}' for t in topics))
         return 0
     finally:

@@ -353,6 +353,10 @@ def test_record_stops_at_a_failed_write_with_one_line(tmp_path):
     assert 'Traceback' not in out + err, out + err
     [line] = err.strip().splitlines()
     assert line.startswith('jax-perception: recording stopped: ') and 'File too large' in line
+    # Its end goes to the same file: the bag is not finished, and the line says so.
+    assert line.endswith('the bag could not be finished (no summary, no metadata.yaml): an '
+                         'MCAP stream reader still reads its complete chunks')
+    assert not (tmp_path / 'full' / 'metadata.yaml').exists()
 
 
 def test_looping_a_bag_without_messages_ends_instead_of_spinning(tmp_path):

@@ -182,42 +182,50 @@ def test_a_lidar_whose_clock_runs_behind_is_late_and_missing_not_a_new_timeline(
     assert sets.late == 4
 
 
-def clock_drift(sets, offsets_ms, ticks, first=None, start=0):
-    """Feed ticks of 10 Hz clouds from ``start``, stamps off by offsets_ms, ``first`` first."""
+def clock_drift(sets, offsets_ms, ticks, first=None, start=0, clock=True):
+    """
+    Feed ticks of 10 Hz clouds from ``start``, stamps off by offsets_ms, ``first`` first.
+
+    Each cloud arrives 20 ms after its tick, 1 ms after the one before, on the stamps' clock
+    when ``clock`` (else no clock is given).
+    """
     out = []
     order = sorted(NAMES, key=lambda n: n != first)
     for k in range(start, start + ticks):
         now = 1.0 + k * 0.1
         for i, name in enumerate(order):
+            arrived = T + (k * 100 + 20 + i) * MS if clock else None
             out += sets.add(name, T + (k * 100 + offsets_ms.get(name, 0)) * MS, (k, name),
-                            now + 0.001 * i)
+                            now + 0.001 * i, arrived)
         out += [s for s in (sets.due(now + 0.05),) if s is not None]
     return out
 
 
+@pytest.mark.parametrize('ahead_ms', [60, 150, 240, 500])
 @pytest.mark.parametrize('first', ['left', 'top', 'right'])
-def test_a_lidar_whose_clock_runs_ahead_is_left_out_and_the_others_make_the_frames(first):
-    # left's clock runs 500 ms ahead. Arriving first it opens each set, and the others' fresh
-    # clouds, 500 ms older than its, are late against it; arriving last (or in the middle) it
-    # closes theirs, and its set, alone, makes their next ones late. Either way, after
-    # AHEAD_SETS fresh clouds of each other LiDAR below its two newest, it is taken to run
-    # ahead: left out, named missing, as a LiDAR behind is, and the sets it opened forgotten.
-    # Before, arriving last it was never judged: every frame held left alone.
+def test_a_lidar_whose_clock_runs_ahead_is_left_out_and_the_others_make_the_frames(
+        first, ahead_ms):
+    # left's clock runs ahead. Arriving first it opens each set, and the others' fresh clouds,
+    # older than its, are late against it; arriving last (or in the middle) it closes theirs,
+    # and its set, alone, makes their next ones late. Its clouds are stamped after they
+    # arrive: after AHEAD_SETS of them, while the others' are not, it is taken to run ahead,
+    # left out and named missing, as a LiDAR behind is, and the sets it opened are forgotten.
+    # Before, arriving last it was never judged, nor 0.6-2.5 periods ahead in any order.
     sets = three(max_delay_s=0.03)
-    out = clock_drift(sets, {'left': 500}, 12, first=first)
-    # By about how much: left's newest against the others' newest, a period apart or not.
+    out = clock_drift(sets, {'left': ahead_ms}, 12, first=first)
     [(name, ahead)] = sets.ahead.items()
-    assert name == 'left' and ahead in (400 * MS, 500 * MS)
+    order = sorted(NAMES, key=lambda n: n != first)
+    assert name == 'left' and ahead == (ahead_ms - 20 - order.index('left')) * MS
     [news] = sets.take_news()
     assert news.startswith(f'LiDAR left: its stamps run {ahead / 1e9:.3f} s ahead of the '
-                           "other LiDARs'")
-    judged = max(k for k, s in enumerate(out) if 'left' in s.clouds)
+                           "node's clock")
+    judged = max((k for k, s in enumerate(out) if 'left' in s.clouds), default=-1)
     assert judged <= AHEAD_SETS
     # From the judgment on the others make the sets (the first may miss the cloud dropped
     # before it), stamped with their own clocks: strictly increasing, one step back at the
     # judgment from left's stamps ahead.
     later = out[judged + 1:]
-    assert set(later[0].clouds) <= {'top', 'right'} and len(later) >= 12 - AHEAD_SETS
+    assert set(later[0].clouds) <= {'top', 'right'} and len(later) >= 12 - AHEAD_SETS - 1
     assert all(list(s.clouds) == ['top', 'right'] and s.missing == ('left',)
                for s in later[1:])
     assert all(a.stamp_ns < b.stamp_ns for a, b in zip(later, later[1:]))
@@ -227,6 +235,17 @@ def test_a_lidar_whose_clock_runs_ahead_is_left_out_and_the_others_make_the_fram
     assert all(len(s.clouds) == 3 for s in out) and sets.ahead == {}
     assert sets.take_news() == ['LiDAR left: stamped with the other LiDARs again, back in the '
                                 'frames']
+
+
+def test_without_a_clock_only_a_lidar_a_second_ahead_is_found():
+    # From stamps alone a clock a period ahead is the others' clouds arriving a period later.
+    sets = three(max_delay_s=0.03)
+    clock_drift(sets, {'left': 500}, 12, first='left', clock=False)
+    assert sets.ahead == {}
+    sets = three(max_delay_s=0.03)
+    clock_drift(sets, {'left': 1500}, 12, first='right', clock=False)
+    [(name, ahead)] = sets.ahead.items()
+    assert name == 'left' and 1400 * MS <= ahead <= 1500 * MS
 
 
 def test_one_cloud_stamped_an_hour_ahead_stops_no_frame_for_long():
@@ -246,30 +265,52 @@ def test_one_cloud_stamped_an_hour_ahead_stops_no_frame_for_long():
     assert served[-1].stamp_ns == T + 1400 * MS and served[-1].missing == ('right',)
 
 
-def test_a_lidar_whose_clouds_arrive_sooner_is_not_judged_ahead():
-    # One clock (equal stamps), but a's clouds reach the node 110 ms before b's and c's: the
-    # others are late for a's set, stamped with it, not 0.1 s behind a clock ahead.
+@pytest.mark.parametrize('hz, lag_s', [(10, 0.11), (10, 0.3), (20, 0.11), (20, 0.3)])
+def test_a_lidar_whose_clouds_arrive_sooner_is_not_judged_ahead(hz, lag_s):
+    # One clock (equal stamps), but top's clouds reach the node a period or more before
+    # left's and right's. The others are late for its set, not behind a clock ahead: no cloud
+    # is stamped after it arrived. Before, a lag over a period plus the tolerance took top
+    # to run ahead and left it out for good.
+    period = 1.0 / hz
     sets = three(tolerance_s=0.05, max_delay_s=0.05)
-    events = sorted((k * 0.1 + latency, name, T + k * 100 * MS)
-                    for k in range(30) for name, latency in (('top', 0.02), ('left', 0.13),
-                                                             ('right', 0.131)))
+    events = sorted((k * period + latency, name, T + int(round(k * period * 1e9)))
+                    for k in range(40) for name, latency in (('top', 0.02),
+                                                             ('left', 0.02 + lag_s),
+                                                             ('right', 0.021 + lag_s)))
     for now, name, stamp in events:
         sets.due(now)
-        sets.add(name, stamp, name, now)
+        sets.add(name, stamp, name, now, T + int(round(now * 1e9)))
     assert sets.ahead == {} and sets.take_news() == []
 
 
-def test_no_lidar_is_judged_ahead_by_two_lidars_or_by_a_set_it_shares():
-    # Two LiDARs: no majority says which clock is wrong; sets stay as they were (the first
-    # arrival opens them).
+def test_two_lidars_the_clock_says_which_runs_ahead():
+    # Without a clock no majority says which of two is wrong: the first arrival opens the sets.
     two = LidarSets(('top', 'left'), 0.01, 0.03)
     for k in range(10):
         two.add('left', T + (k * 100 + 500) * MS, k, 1.0 + k * 0.1)
         two.add('top', T + k * 100 * MS, k, 1.0 + k * 0.1 + 0.001)
     assert two.ahead == {} and two.take_news() == []
-    # Two LiDARs of three ahead together share their sets: no single clock is off.
+    # With it, left's clouds are stamped 480 ms after they came, top's are not.
+    two = LidarSets(('top', 'left'), 0.01, 0.03)
+    for k in range(10):
+        arrived = T + (k * 100 + 20) * MS
+        two.add('left', T + (k * 100 + 500) * MS, k, 1.0 + k * 0.1, arrived)
+        two.add('top', T + k * 100 * MS, k, 1.0 + k * 0.1 + 0.001, arrived + MS)
+    assert two.ahead == {'left': 480 * MS}
+
+
+def test_no_lidar_is_judged_ahead_when_none_is_on_time_or_two_share_their_sets():
+    # The node's clock behind every LiDAR (a host clock off): no LiDAR is on time, none ahead.
     sets = three(max_delay_s=0.03)
-    clock_drift(sets, {'left': 500, 'right': 500}, 10, first='left')
+    for k in range(10):
+        for i, name in enumerate(NAMES):
+            sets.add(name, T + k * 100 * MS, k, 1.0 + k * 0.1 + 0.001 * i,
+                     T + (k * 100 - 200) * MS)
+    assert sets.ahead == {}
+    # Without a clock, two LiDARs of three ahead together share their sets: no single clock
+    # is off.
+    sets = three(max_delay_s=0.03)
+    clock_drift(sets, {'left': 1500, 'right': 1500}, 10, first='left', clock=False)
     assert sets.ahead == {}
 
 
