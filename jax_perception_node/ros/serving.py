@@ -158,8 +158,7 @@ class PerceptionCore:
             self._worker.stop(self.log)
             self._worker = None
         with self._lock:
-            if self._pending is not None:
-                self._bump('dropped')     # never served: a frame latest-wins gave up
+            self._bump('dropped', self._pending is not None)    # never served: latest wins
             self._pending = None
             if self._sets is not None:
                 if self._sets.flush(time.monotonic()) is not None:
@@ -285,14 +284,16 @@ class PerceptionCore:
         """Add a cloud of LiDAR ``name`` to the sets; a set it closes becomes the pending item."""
         now, stamp = time.monotonic(), stamp_ns(msg.header.stamp)
         # Refused before the sets: taken, its stamp would make the others' clouds late for it.
-        clock = self.node.get_clock().now().nanoseconds or None   # 0: a sim clock not started
-        ahead = stamp_ahead(stamp, clock)
+        clock = self.node.get_clock()
+        ahead = stamp_ahead(stamp, clock.now().nanoseconds or None)   # 0: sim time not started
+        # A sim clock lags the stamps by up to its own period: no referee for a clock ahead.
+        arrived = None if clock.ros_time_is_active else clock.now().nanoseconds
         with self._lock:
             self._received(now)
             if self._sets is None:      # cleaned up meanwhile
                 return
             self._bump('rejected', ahead is not None)
-            for done in self._sets.add(name, stamp, msg, now, clock) if ahead is None else ():
+            for done in self._sets.add(name, stamp, msg, now, arrived) if ahead is None else ():
                 self._put(done, time.perf_counter())
             self._bump('late_lidar_clouds', self._sets.take_late())
             for news in self._sets.take_news():

@@ -12,7 +12,7 @@ from jax_perception_node.settings.config import config_from_parameters
 from lidar_scenes import base_link_points, into_sensor, NAMES, POSES
 import numpy as np
 import pytest
-from ros_harness import (make_cloud, NodeProcess, Probe, set_parameters, stamp_of,
+from ros_harness import (make_cloud, NodeProcess, other_domain, Probe, set_parameters, stamp_of,
                          status_values, write_params)
 
 MAX_DELAY_S = 0.3
@@ -204,3 +204,39 @@ def test_a_cloud_stamped_an_hour_ahead_is_refused_before_it_joins_a_set(running,
     assert values['compiles_after_warmup'] == '0'
     assert re.search(r'LiDAR right: cloud rejected: header.stamp is 3(599|600)\.\d+ s ahead '
                      "of the node's clock", node.log())
+
+
+def test_under_sim_time_no_lidar_is_judged_ahead_of_a_coarse_clock(tmp_path, offline):
+    # /clock at 10 Hz lags the stamps by up to its period: right, stamped 60 ms after each
+    # tick, comes before the next one, as if 60 ms ahead of the node's clock. The sim clock
+    # is no referee: right is never taken to run ahead.
+    from rclpy.qos import qos_profile_sensor_data, QoSProfile
+    from rosgraph_msgs.msg import Clock
+    from sensor_msgs.msg import PointCloud2
+    cfg, _ = offline
+    domain = other_domain(5)
+    node = NodeProcess(write_params({**PARAMS, 'use_sim_time': True}, tmp_path / 'p.yaml'),
+                       tmp_path / 'n.log', domain_id=domain)
+    probe = Probe(domain_id=domain)
+    try:
+        pubs = {name: probe.node.create_publisher(PointCloud2, f'{NS}/input/{name}/pointcloud',
+                                                  qos_profile_sensor_data) for name in NAMES}
+        clock = probe.node.create_publisher(Clock, '/clock', QoSProfile(depth=10))
+        wait_ready(node, probe, pubs)
+        rng = np.random.default_rng(4)
+        world = {name: base_link_points(rng, 50, cfg) for name in NAMES}
+        clouds = {k: into_sensor(p, k) for k, p in world.items()}
+        tick = T0 + 10 * 10**9
+        for k in range(8):
+            tick = T0 + 10 * 10**9 + k * 10**8
+            msg = Clock()
+            msg.clock.sec, msg.clock.nanosec = divmod(tick, 10**9)
+            clock.publish(msg)
+            time.sleep(0.02)
+            send(pubs, clouds, {'top': tick, 'left': tick, 'right': tick + 60_000_000})
+            time.sleep(0.08)
+        output_at(probe, tick + 60_000_000)      # right's set of the last tick: it served
+        assert 'its stamps run' not in node.log(), node.log()
+    finally:
+        probe.close()
+        node.stop()
