@@ -14,6 +14,10 @@ JUMP_BACK_NS = 1_000_000_000
 # Fresh clouds in a row that show a LiDAR's clock ahead (stamped after they arrived, or a
 # second above every other LiDAR's) before it is taken to run ahead.
 AHEAD_SETS = 3
+# A cloud stamped more than this (or the set tolerance, if larger) after it arrived shows its
+# LiDAR's clock ahead: above the host clock error of a synchronised system and the lag of a
+# 10 Hz /clock (a recorded sim). One stamped more than JUMP_BACK_NS after counts at once.
+EARLY_NS = 100_000_000
 
 
 @dataclass(frozen=True)
@@ -54,17 +58,18 @@ class LidarSets:
        (one cloud stamped far ahead, then silence, alike). From stamps alone, a clock a period
        ahead cannot be told from the others' clouds arriving a period later; the clock they
        arrive by can (``clock_ns``: the node's clock, live; the bag's receive time, offline).
-       A LiDAR runs ahead (``ahead``: name -> by how much, ns) when ``AHEAD_SETS`` of its
-       fresh clouds in a row (each newer than its last one received) are stamped more than the
-       tolerance after they arrived while another LiDAR's latest is not; or, with three LiDARs
-       or more and whatever the clock, when its newest stamp lies more than ``JUMP_BACK_NS``
-       above ``AHEAD_SETS`` fresh clouds in a row of every other LiDAR (no latency explains a
-       second). Its pending cloud is dropped and the sets it opened are forgotten, so the
-       others' clouds count against their own last ones again (the set stamps step back once,
-       from its stamps to theirs); its clouds are then dropped as late, the others form the
-       sets and it is named missing, as a LiDAR running behind is, until one of its clouds is
-       stamped within the tolerance of the clock or of the others' newest. ``take_news`` says
-       so once.
+       With that clock, a LiDAR runs ahead (``ahead``: name -> by how much, ns) when
+       ``AHEAD_SETS`` of its fresh clouds in a row (each newer than its last one received;
+       one is enough a second ahead) are stamped more than ``EARLY_NS`` (or the tolerance)
+       after they arrived while another LiDAR's latest is not, and comes back when stamped
+       within that of the clock. Without it, with three LiDARs or more, one runs ahead when its
+       newest stamp lies more than ``JUMP_BACK_NS`` above ``AHEAD_SETS`` fresh clouds in a row
+       of every other LiDAR (no latency explains a second), and comes back when stamped within
+       a second of their newest. Its pending cloud is dropped and the sets it opened are
+       forgotten, so the others' clouds count against their own last ones again (the set
+       stamps step back once, from its stamps to theirs); its clouds are then dropped as late,
+       the others form the sets and it is named missing, as a LiDAR running behind is.
+       ``take_news`` says when it is left out and when it is back.
     4. The cloud joins the pending set when within the tolerance of its reference and its sensor
        is not in it yet; a set holding every configured sensor is closed and returned at once.
     5. Otherwise (a newer stamp past the tolerance, or a newer cloud of a sensor already in the
@@ -138,6 +143,7 @@ class LidarSets:
         newest = self._newest.get(name)
         if newest is not None and stamp_ns < newest - JUMP_BACK_NS:
             closed.extend(s for s in (self.flush(now),) if s is not None)
+            self._news.extend(map(_back, self.ahead))   # a new timeline: every LiDAR is back
             self._forget_timeline()
         self._judge_ahead(name, stamp_ns, clock_ns)
         if name in self.ahead and not self._caught_up(name, stamp_ns, clock_ns):
@@ -180,15 +186,20 @@ class LidarSets:
 
     def _caught_up(self, name: str, stamp_ns: int, clock_ns: int | None) -> bool:
         """Return True (and take it back) when a LiDAR ahead is stamped with the others again."""
-        others = [s for n, s in self._newest.items() if n != name]
-        with_clock = clock_ns is not None and stamp_ns - clock_ns <= self.tolerance_ns
-        if not with_clock and (not others or stamp_ns > max(others) + self.tolerance_ns):
+        if clock_ns is not None:
+            back = stamp_ns - clock_ns <= self._early_ns()
+        else:       # the rule that found it, the other way round
+            others = [s for n, s in self._seen.items() if n != name]
+            back = bool(others) and stamp_ns <= max(others) + JUMP_BACK_NS
+        if not back:
             return False
         del self.ahead[name]
         self._seen[name], self._early[name] = stamp_ns, 0    # its stamps ahead: no evidence
-        self._news.append(f'LiDAR {name}: stamped with the other LiDARs again, back in the '
-                          f'frames')
+        self._news.append(_back(name))
         return True
+
+    def _early_ns(self) -> int:
+        return max(EARLY_NS, self.tolerance_ns)
 
     def _judge_ahead(self, name: str, stamp_ns: int, clock_ns: int | None) -> None:
         """Count a fresh cloud as evidence of a clock ahead; take a LiDAR ahead when due."""
@@ -196,11 +207,14 @@ class LidarSets:
         if newest is not None and stamp_ns <= newest:
             return                      # a repeat or out of order: no evidence either way
         self._seen[name] = stamp_ns
-        early = clock_ns is not None and stamp_ns - clock_ns > self.tolerance_ns
-        self._early[name] = self._early.get(name, 0) + 1 if early else 0
-        if (name not in self.ahead and self._early[name] >= AHEAD_SETS
-                and any(self._early.get(n) == 0 for n in self.names if n != name)):
-            self._take_ahead(name, stamp_ns - clock_ns, "the node's clock")
+        if clock_ns is not None:
+            lead = stamp_ns - clock_ns
+            early = AHEAD_SETS if lead > JUMP_BACK_NS else self._early.get(name, 0) + 1
+            self._early[name] = early if lead > self._early_ns() else 0
+            if (name not in self.ahead and self._early[name] >= AHEAD_SETS
+                    and any(self._early.get(n) == 0 for n in self.names if n != name)):
+                self._take_ahead(name, lead, 'the clock they arrive by')
+            return
         if len(self.names) < 3:
             return
         for other, last in list(self._seen.items()):
@@ -224,8 +238,8 @@ class LidarSets:
         self._last_ref_ns = min(self._last_stamps.values(), default=None)
         self._news.append(
             f'LiDAR {name}: its stamps run {by_ns / 1e9:.3f} s ahead of {than} (a clock not '
-            'synchronised?): its clouds are left out, the others make the frames, until it is '
-            f'stamped within {self.tolerance_ns / 1e9:g} s of them')
+            'synchronised?): its clouds are left out and the others make the frames until it '
+            'is stamped with them')
 
     def take_late(self) -> int:
         """Return how many clouds were dropped as late since the last call."""
@@ -249,3 +263,8 @@ class LidarSets:
         self._clouds = {}
         self._ref_ns = None
         return done
+
+
+def _back(name: str) -> str:
+    """Return the line that says a LiDAR left out for a clock ahead is back in the frames."""
+    return f'LiDAR {name}: stamped with the other LiDARs again, back in the frames'
