@@ -285,9 +285,9 @@ class PerceptionCore:
         now, stamp = time.monotonic(), stamp_ns(msg.header.stamp)
         # Refused before the sets: taken, its stamp would make the others' clouds late for it.
         clock = self.node.get_clock()
-        ahead = stamp_ahead(stamp, clock.now().nanoseconds or None)   # 0: sim time not started
-        # A sim clock lags the stamps by up to its own period: no referee for a clock ahead.
-        arrived = None if clock.ros_time_is_active else clock.now().nanoseconds
+        now_ns = clock.now().nanoseconds
+        ahead = stamp_ahead(stamp, now_ns or None)      # 0: sim time not started
+        arrived = None if clock.ros_time_is_active else now_ns  # /clock lags: no referee
         with self._lock:
             self._received(now)
             if self._sets is None:      # cleaned up meanwhile
