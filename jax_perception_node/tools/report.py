@@ -48,6 +48,7 @@ def replay_lines(result, summary: Mapping, cfg) -> list[str]:
         lines.append(f'lidars: {result.lidar_sets_incomplete} frames lacked a LiDAR ('
                      + ', '.join(f'{k} {v}' for k, v in result.lidars_missing.items())
                      + f'), {result.late_lidar_clouds} clouds too late for their set')
+        lines += [f'  {line}' for line in result.lidar_clocks[:5]]
     if result.transforms_received or result.frames_without_tf or result.rejected_transforms:
         lines.append(f'tf: {result.transforms_received} messages, {result.rejected_transforms} '
                      f'rejected, {result.frames_without_tf} clouds without TF, '

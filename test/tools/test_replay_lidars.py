@@ -255,6 +255,32 @@ def test_cli_replays_a_lidar_from_another_topic_and_prints_the_sets(
     assert 'lidars: 0 frames lacked a LiDAR (top 0, left 0, right 0), 0 clouds too late' in out
 
 
+def test_cli_prints_a_lidar_ahead_of_its_stamps_with_the_sets_not_as_rejected(
+        drive, rig_params, tmp_path, capsys):
+    """The right LiDAR's last cloud is stamped 2 s after it was received: its clock ran ahead."""
+    bag, _ = drive
+
+    def ahead(name, sweep, t, raw):
+        if (name, sweep) != ('right', FRAMES - 1):
+            return TOPICS[name], t, raw
+        msg = bagio.deserialize(raw, bagio.POINTCLOUD_TYPE)
+        msg.header.stamp.sec += 2
+        return TOPICS[name], t, bytes(bagio.TYPESTORE.serialize_cdr(msg, bagio.POINTCLOUD_TYPE))
+    rewrite(bag, tmp_path / 'ahead', ahead)
+    params = write_param_file(rig_params, tmp_path / 'params.yaml')
+    code = main(['replay', str(tmp_path / 'ahead'), '--out', str(tmp_path / 'out'),
+                 '--params', str(params), '--json', str(tmp_path / 'summary.json')])
+    assert code == 0
+    summary = json.loads((tmp_path / 'summary.json').read_text())
+    assert (summary['frames'], summary['lidars_missing']) == (
+        FRAMES, {'top': 0, 'left': 0, 'right': 1})
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    at = next(k for k, line in enumerate(lines) if line.startswith('lidars: '))
+    assert lines[at + 1].startswith('  LiDAR right: its stamps run 2.0')
+    assert 'rejected:' not in out
+
+
 def test_rig_parameters_of_one_lidar_name_none():
     assert rig_parameters({'lidar': {'topic': bagio.POINTCLOUD_TOPIC, 'frame_id': 'lidar',
                                      'translation': [0.0, 0.0, 1.8],
