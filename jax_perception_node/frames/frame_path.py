@@ -21,7 +21,7 @@ from ..core.frame_result import class_thresholds
 from ..core.pipeline import BevPipeline, FrameResult
 from ..geometry.ego_motion import deskew_motion, pose_at, twist_at
 from ..geometry.odometry import OdometryBuffer, TransformPoses
-from ..geometry.stamps import stamp_ahead, stamp_ns
+from ..geometry.stamps import stamp_ns, stamp_refused
 from ..geometry.transforms import TransformBuffer
 from ..outputs.render import bev_to_rgb
 from ..sensors.camera import FeatureMapError, read_features, scale_camera_info, with_intrinsics
@@ -292,9 +292,10 @@ class FramePath(TfCalibration):
             channels are no longer the raw LiDAR ones).
         features: fetch the BEV to the host (``FrameResult.features``; None when neither it
             nor the picture is wanted: a head's objects are fetched on their own).
-        now_ns: the node's clock (sim time when in use); a cloud stamped more than
-            ``MAX_FUTURE_STAMP_S`` after it is refused. None (offline, or a sim clock not
-            started yet): not checked.
+        now_ns: the node's clock when the cloud arrived (sim time when in use); a cloud
+            stamped 0 or more than ``MAX_FUTURE_STAMP_S`` after it is refused
+            (``stamps.stamp_refused``). None (offline, a sim clock not started yet, or a set
+            whose clouds were checked as they arrived): not checked.
 
         Returns
         -------
@@ -306,17 +307,17 @@ class FramePath(TfCalibration):
         CloudFormatError: a cloud in another frame than configured (with parameter
         extrinsics) or one that cannot be decoded. TransformError: with TF extrinsics, a frame
         TF cannot place in grid.frame_id at the cloud stamp. CloudFormatError also for a
-        stamp too far ahead of ``now_ns``. A set is refused only when none of its clouds is
-        left: a bad one is left out and named (``Frame.lidars_refused``).
+        stamp of 0 or too far ahead of ``now_ns``. A set is refused only when none of its
+        clouds is left: a bad one is left out and named (``Frame.lidars_refused``).
 
         """
         cfg = self.cfg
         taken = check_clouds(cfg, clouds, self.transforms, self.pipe.lidar_poses)
         stamp = taken.stamp_ns
-        ahead = stamp_ahead(max(stamp_ns(m.header.stamp) for m in taken.clouds
-                                if m is not None), now_ns)
-        if ahead is not None:
-            raise CloudFormatError(ahead)
+        refused = stamp_refused(max(stamp_ns(m.header.stamp) for m in taken.clouds
+                                    if m is not None), now_ns)
+        if refused is not None:
+            raise CloudFormatError(refused)
         started = time.perf_counter()
         # The clouds are decoded straight into the pipeline's bucket buffer: under the pipe
         # lock, which the buffer lock may nest in (never the other way round).

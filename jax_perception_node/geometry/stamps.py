@@ -8,12 +8,25 @@ NS_PER_S = 1_000_000_000
 MAX_FUTURE_STAMP_S = 1.0
 
 
-def stamp_ahead(stamp: int, now_ns: int | None) -> str | None:
-    """Return why a cloud stamped ``stamp`` (ns) is refused at ``now_ns``, None if it is not."""
-    if now_ns is None or stamp - now_ns <= MAX_FUTURE_STAMP_S * 1e9:
+def stamp_refused(stamp: int, now_ns: int | None) -> str | None:
+    """
+    Return why the node refuses a cloud stamped ``stamp`` (ns) that arrived at ``now_ns``.
+
+    None when it takes it, and always without a clock (``now_ns`` None: offline, or a sim
+    clock before its first /clock). Refused: a stamp of 0 (a driver that does not stamp: the
+    cameras, TF, deskew and accumulation pair by stamps), and one more than
+    :data:`MAX_FUTURE_STAMP_S` ahead of the clock.
+    """
+    if now_ns is None:
+        return None
+    if stamp == 0:
+        return ('header.stamp is 0: the driver does not stamp its clouds (the cameras, TF, '
+                'deskew and accumulation pair by stamps)')
+    if stamp - now_ns <= MAX_FUTURE_STAMP_S * 1e9:
         return None
     return (f"header.stamp is {(stamp - now_ns) / 1e9:.3f} s ahead of the node's clock "
-            f'(more than {MAX_FUTURE_STAMP_S:g} s): a sensor clock or a bag stamp is wrong')
+            f'(more than {MAX_FUTURE_STAMP_S:g} s): a sensor clock or a bag stamp is wrong, '
+            'or under use_sim_time /clock has stopped')
 
 
 def stamp_ns(stamp) -> int:

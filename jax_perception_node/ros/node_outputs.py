@@ -126,13 +126,16 @@ class FrameOutputs:
         """
         return self.bev_features or self.publishers['grid_map'].get_subscription_count() > 0
 
-    def publish(self, frame: Frame, header, arrived: float, grid, clock) -> dict:
+    def publish(self, frame: Frame, header, arrived: float, grid, clock,
+                arrived_ns: int = 0) -> dict:
         """
         Publish one frame's messages; return its completed latency record.
 
         ``header``: the cloud's header, relabelled to the grid frame by the caller; ``arrived``:
         perf_counter when the cloud arrived; ``grid``: the GridConfig in force; ``clock``: the
-        node's clock (ages and the timing stamps use it, so ``use_sim_time`` works).
+        node's clock (ages and the timing stamps use it, so ``use_sim_time`` works);
+        ``arrived_ns``: that clock when the cloud arrived: a clock behind it now went back
+        meanwhile (a bag's loop under use_sim_time), and gives no age.
         """
         publish_start = time.perf_counter()
         pubs, features = self.publishers, frame.result.features
@@ -147,8 +150,9 @@ class FrameOutputs:
                                                       grid, frame.stamp_ns))
         now_ns = clock.now().nanoseconds
         # 0: a sim clock before its first /clock, no time to take an age from: the frame's own
-        # time then, as offline (not 0 minus the stamp, -1.7e12 ms).
-        age_ms = (now_ns - frame.stamp_ns) / 1e6 if now_ns else None
+        # time then, as offline (not 0 minus the stamp, -1.7e12 ms); so too for a clock gone
+        # back since the cloud arrived (not minus the loop's length).
+        age_ms = (now_ns - frame.stamp_ns) / 1e6 if now_ns and now_ns >= arrived_ns else None
         record = FramePath.finish(frame, publish_start, arrived, age_ms)
         latency = DiagnosticArray(header=header)
         latency.status.append(DiagnosticStatus(

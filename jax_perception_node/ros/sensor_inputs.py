@@ -1,12 +1,17 @@
-"""The node's sensor subscriptions: LiDARs, odometry, and per camera its input and CameraInfo."""
+"""The node's sensor subscriptions: LiDARs, odometry, TF, per camera its input and CameraInfo."""
 
 from nav_msgs.msg import Odometry
-from rclpy.qos import qos_profile_sensor_data
+from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
+from tf2_msgs.msg import TFMessage
 
 # image_transport's names: raw on .../image, the compressed transport beside it.
 IMAGE_INPUTS = ((Image, 'image'), (CompressedImage, 'image/compressed'))
 FEATURE_INPUTS = ((Image, 'features'),)
+# tf2_ros' listener QoS: /tf_static latched (transient local) so a late node still gets it.
+TF_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+TF_STATIC_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 def subscribe_cameras(node, names, images: bool, on_input, on_camera_info) -> list:
@@ -48,3 +53,11 @@ def subscribe_lidars(node, names, on_cloud, on_lidar_cloud, on_odometry) -> list
     subscriptions.append(node.create_subscription(Odometry, '~/input/odometry', on_odometry,
                                                   qos_profile_sensor_data))
     return subscriptions
+
+
+def subscribe_tf(node, on_transforms) -> list:
+    """Subscribe to /tf_static and /tf, calling ``on_transforms(msg, static)``; return both."""
+    return [node.create_subscription(TFMessage, '/tf_static',
+                                     lambda msg: on_transforms(msg, True), TF_STATIC_QOS),
+            node.create_subscription(TFMessage, '/tf',
+                                     lambda msg: on_transforms(msg, False), TF_QOS)]

@@ -20,7 +20,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile
 from sensor_msgs.msg import CameraInfo, PointCloud2
 from std_msgs.msg import Header
 from tf2_msgs.msg import TFMessage
@@ -30,14 +30,14 @@ from .frame_worker import FrameWorker
 from .health import assess, CloudTimes, count_names, frame_counts, RecentLatency
 from .node_outputs import FrameOutputs
 from .node_params import declare_parameters, read_parameters, refusal_reason
-from .sensor_inputs import subscribe_cameras, subscribe_lidars
+from .sensor_inputs import subscribe_cameras, subscribe_lidars, subscribe_tf
 from ..core.pipeline import BevPipeline
 from ..frames.camera_decode_pool import CameraDecodePool
 from ..frames.frame_path import FramePath, uses_tf
 from ..frames.latency import format_value, LatencyWindow
 from ..frames.lidar_sets import LidarSet, LidarSets
 from ..geometry.odometry import OdometryError
-from ..geometry.stamps import split_ns, stamp_ahead, stamp_ns
+from ..geometry.stamps import split_ns, stamp_ns, stamp_refused
 from ..geometry.transforms import TransformError
 from ..outputs.grid_map import GridMapLayers
 from ..sensors.camera import CameraInfoError, FeatureMapError, UncalibratedCameraInfo
@@ -46,10 +46,6 @@ from ..settings.config import config_from_parameters
 from ..settings.live_params import changed_intrinsics, check_update
 from ..settings.parameters import ConfigError
 
-# tf2_ros' listener QoS: /tf_static latched (transient local) so a late node still gets it.
-TF_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-TF_STATIC_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
-                           durability=DurabilityPolicy.TRANSIENT_LOCAL)
 IDLE_WAIT_S = 0.1       # the worker looks at the stop flag at least this often
 
 
@@ -186,12 +182,7 @@ class PerceptionCore:
         """Subscribe to /tf_static and /tf once the configuration needs them (kept after)."""
         if self._tf_subscriptions or not uses_tf(self.cfg):
             return
-        node = self.node
-        self._tf_subscriptions = [
-            node.create_subscription(TFMessage, '/tf_static',
-                                     lambda msg: self._on_transforms(msg, True), TF_STATIC_QOS),
-            node.create_subscription(TFMessage, '/tf',
-                                     lambda msg: self._on_transforms(msg, False), TF_QOS)]
+        self._tf_subscriptions = subscribe_tf(self.node, self._on_transforms)
 
     def _make_timer(self, period_s: float):
         # Diagnostics run on the steady clock: a paused sim clock must not hide a dead LiDAR.
@@ -275,9 +266,11 @@ class PerceptionCore:
 
     def _on_cloud(self, msg: PointCloud2) -> None:
         arrived, now = time.perf_counter(), time.monotonic()
+        # The clock at arrival: a /clock gone back since (a bag's loop) must not judge the cloud.
+        clock_ns = self.node.get_clock().now().nanoseconds
         with self._lock:
             self._received(now)
-            self._put(msg, arrived)
+            self._put(msg, arrived, clock_ns)
         self._wake.set()
 
     def _on_lidar_cloud(self, name: str, msg: PointCloud2) -> None:
@@ -286,20 +279,20 @@ class PerceptionCore:
         # Refused before the sets: taken, its stamp would make the others' clouds late for it.
         clock = self.node.get_clock()
         now_ns = clock.now().nanoseconds
-        ahead = stamp_ahead(stamp, now_ns or None)      # 0: sim time not started
+        refused = stamp_refused(stamp, now_ns or None)      # 0: sim time not started
         arrived = None if clock.ros_time_is_active else now_ns  # /clock lags: no referee
         with self._lock:
             self._received(now)
             if self._sets is None:      # cleaned up meanwhile
                 return
-            self._bump('rejected', ahead is not None)
-            for done in self._sets.add(name, stamp, msg, now, arrived) if ahead is None else ():
-                self._put(done, time.perf_counter())
+            self._bump('rejected', refused is not None)
+            for done in self._sets.add(name, stamp, msg, now, arrived) if refused is None else ():
+                self._put(done, time.perf_counter(), now_ns)
             self._bump('late_lidar_clouds', self._sets.take_late())
             for news in self._sets.take_news():
                 self.log.warning(news)
-        if ahead is not None:
-            self._warnings.refused(self.log, f'LiDAR {name}: cloud rejected', ahead)
+        if refused is not None:
+            self._warnings.refused(self.log, f'LiDAR {name}: cloud rejected', refused)
         self._wake.set()     # a new pending set moves the deadline the worker waits for
 
     def _received(self, now: float) -> None:
@@ -308,11 +301,11 @@ class PerceptionCore:
         first = self._times.first
         self._times = replace(self._times, first=now if first is None else first, last=now)
 
-    def _put(self, item, arrived: float) -> None:
-        """Make a cloud or a closed set the pending item, latest wins (under the lock)."""
+    def _put(self, item, arrived: float, clock_ns: int) -> None:
+        """Make a cloud or closed set pending, latest wins (under the lock); the clock then."""
         if self._pending is not None:
             self._bump('dropped')
-        self._pending = (item, arrived)
+        self._pending = (item, arrived, clock_ns)
 
     def _on_odometry(self, msg: Odometry) -> None:
         if self._take(lambda: self.path.add_odometry(msg), 'odometry_received',
@@ -370,7 +363,8 @@ class PerceptionCore:
                 if self._sets is not None:
                     done = self._sets.due(time.monotonic())
                     if done is not None:       # its wait ended: served without the others
-                        self._put(done, time.perf_counter())
+                        self._put(done, time.perf_counter(),
+                                  self.node.get_clock().now().nanoseconds)
                 item, self._pending = self._pending, None
                 self._wake.clear()
             if item is not None:
@@ -386,16 +380,16 @@ class PerceptionCore:
             end = None if self._sets is None else self._sets.deadline()
         return IDLE_WAIT_S if end is None else min(IDLE_WAIT_S, max(0.0, end - time.monotonic()))
 
-    def _process(self, clouds: PointCloud2 | LidarSet, arrived: float) -> None:
+    def _process(self, clouds: PointCloud2 | LidarSet, arrived: float, clock_ns: int) -> None:
         decoders = self._decoders       # read once: cleanup may clear it meanwhile
         if decoders is not None:
             decoders.wait()             # the images that arrived before are in the buffers
-        now_ns = self.node.get_clock().now().nanoseconds
         several = isinstance(clouds, LidarSet)
         try:
+            # A set's clouds were checked as they arrived; 0: a sim clock not started.
             frame = self.path.process(clouds, picture=self.outputs.wants_picture(),
                                       features=self.outputs.wants_features(),
-                                      now_ns=now_ns or None)   # 0: a sim clock not started
+                                      now_ns=None if several else clock_ns or None)
         except CloudFormatError as exc:
             with self._lock:
                 self._bump('rejected', len(clouds.clouds) if several else 1)
@@ -409,7 +403,8 @@ class PerceptionCore:
         warn_frame(self.log, self.cfg, frame)
         header = Header(frame_id=frame.grid.frame_id)
         header.stamp.sec, header.stamp.nanosec = split_ns(frame.stamp_ns)
-        record = self.outputs.publish(frame, header, arrived, frame.grid, self.node.get_clock())
+        record = self.outputs.publish(frame, header, arrived, frame.grid, self.node.get_clock(),
+                                      clock_ns)
         now = time.monotonic()
         with self._lock:
             for key, n in frame_counts(frame).items():

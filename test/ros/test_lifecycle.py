@@ -309,3 +309,36 @@ def test_a_fault_in_configure_or_activate_is_logged_undone_and_the_node_can_star
             assert time.monotonic() < deadline, core.counts
             time.sleep(0.01)
         node.trigger_deactivate()
+
+
+def test_a_sim_clock_gone_back_since_a_cloud_arrived_neither_refuses_it_nor_ages_it():
+    """
+    A bag's loop under use_sim_time: /clock goes back to the loop's start while the loop's last
+    cloud waits for the worker. That cloud is judged by the clock it arrived at (not refused as
+    2.9 s ahead) and published without an age (not -2900 ms); one stamped 0 is refused.
+    """
+    from jax_perception_node.ros.lifecycle_node import JaxPerceptionLifecycleNode
+    from rclpy.time import Time
+    from ros_harness import in_process
+    params = small_params(1, **{'diagnostics.lidar_timeout_s': 60.0})
+    with in_process(JaxPerceptionLifecycleNode, params, 46) as node:
+        node.trigger_configure()
+        node.trigger_activate()
+        core = node.core
+        core._worker.stop(core.log)        # served below, by hand, after the clock went back
+        core._worker = None
+        publish, records = core.outputs.publish, []
+        core.outputs.publish = lambda *args: records.append(publish(*args)) or records[-1]
+        clock = node.get_clock()
+        clock._set_ros_time_is_active(True)     # what rclpy's TimeSource does on /clock
+        last, counts = T0 + 29 * 10**8, []
+        for stamp in (last, 0):
+            clock.set_ros_time_override(Time(nanoseconds=last))
+            core._on_cloud(make_cloud(np.ones((3, 4), np.float32), stamp))
+            clock.set_ros_time_override(Time(nanoseconds=T0))      # the loop starts over
+            item, core._pending = core._pending, None
+            core._process(*item)
+            counts.append((core.counts['processed'], core.counts['rejected']))
+        assert counts == [(1, 0), (1, 1)]
+        assert len(records) == 1 and records[0]['age_ms'] == records[0]['total_ms'] > 0
+        node.trigger_deactivate()

@@ -72,6 +72,10 @@ def test_a_cloud_stamped_ahead_of_the_clock_is_refused_and_resets_nothing(path):
     # Within the margin, or without a clock (offline; a sim clock not started): taken.
     assert path.process(cloud(T0 + 10**9), now_ns=T0 + 10**8).stamp_ns == T0 + 10**9
     assert path.process(cloud(ahead)).stamp_ns == ahead
+    # A driver that does not stamp: refused while a clock runs, taken offline.
+    with pytest.raises(CloudFormatError, match=r'header.stamp is 0: the driver does not stamp'):
+        path.process(cloud(0), now_ns=T0)
+    assert path.process(cloud(0)).stamp_ns == 0
 
 
 @pytest.mark.parametrize('rows', [
