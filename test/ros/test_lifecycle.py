@@ -313,9 +313,10 @@ def test_a_fault_in_configure_or_activate_is_logged_undone_and_the_node_can_star
 
 def test_a_sim_clock_gone_back_since_a_cloud_arrived_neither_refuses_it_nor_ages_it():
     """
-    A bag's loop under use_sim_time: /clock goes back to the loop's start while the loop's last
-    cloud waits for the worker. That cloud is judged by the clock it arrived at (not refused as
-    2.9 s ahead) and published without an age (not -2900 ms); one stamped 0 is refused.
+    A bag's loop under use_sim_time: /clock goes back while the loop's last cloud waits.
+
+    That cloud is judged by the clock it arrived at (not refused as 2.9 s ahead) and published
+    without an age (not -2900 ms); one stamped 0 is refused.
     """
     from jax_perception_node.ros.lifecycle_node import JaxPerceptionLifecycleNode
     from rclpy.time import Time
