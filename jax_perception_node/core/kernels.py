@@ -405,9 +405,11 @@ def bev_frame(args: FrameArgs, ring: jax.Array | None = None, *, height: int, wi
     if args.features is not None:
         maps = args.features
         if encode is not None:
-            # Materialized once: fused into the lift's gathers, every tap would encode again.
-            maps = jax.lax.optimization_barrier(jax.vmap(encode, in_axes=(None, 0))(
-                args.encoder, maps))
+            # Materialized once (fused into the lift's gathers, every tap would encode again),
+            # zeroed where invalid as the host zeroes maps' (a black image standardised: 0 / 0).
+            maps = jax.vmap(encode, in_axes=(None, 0))(args.encoder, maps)
+            maps = jax.lax.optimization_barrier(jnp.where(
+                jnp.abs(maps) <= MAX_ABS_INPUT, maps, 0.0))     # NaN compares False
         # Meant to materialize the lift before the stack. XLA's CPU backend (jax 0.10.2) drops
         # the barrier and fuses the slot loop into the stack; the lift materialized first (in
         # a lax.cond) measured slower (docs/performance.md, "The camera lift in the frame").

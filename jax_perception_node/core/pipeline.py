@@ -27,7 +27,7 @@ from .staging import CameraStaging, DoubleBuffer
 from ..detection.head import HeadInput, load_head
 from ..geometry.ego_motion import MOTION_SIZE, STILL
 from ..geometry.rotations import pose_matrix
-from ..settings.channels import COVERAGE_CHANNEL, lidar_channels
+from ..settings.channels import COVERAGE_CHANNEL, lidar_channels, projected_channels
 from ..settings.config import CameraConfig, load_fusion_weights, PipelineConfig, Pose
 from ..settings.lidar_filter import LidarFilter
 from ..settings.parameters import ConfigError
@@ -78,9 +78,10 @@ class BevPipeline(HeadWeights, EncoderWeights):
         self._camera_valid = np.zeros(n, bool)
         self._features_device = None
         self.head_input = HeadInput(    # what a head reads: train checks its checkpoints by it
-            self.height, self.width, self.output_channels, grid.resolution, () if (
-                self.projected) else self.lidar_channels + cfg.camera_channel_names + (
-                COVERAGE_CHANNEL,), self.encoder.name if self.encoder else '')
+            self.height, self.width, self.output_channels, grid.resolution, projected_channels(
+                self.output_channels) if self.projected else self.lidar_channels
+            + cfg.camera_channel_names + (COVERAGE_CHANNEL,),
+            self.encoder.name if self.encoder else '')
         self.head = load_head(cfg.head.module, cfg.head.weights, self.head_input)
         self.head_classes, self._head_params, self.head_weights = ((), None, None) if (
             self.head is None) else (self.head.spec.classes, param_leaves(self.head.params),

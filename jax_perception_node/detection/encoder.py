@@ -17,9 +17,8 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from .plugin import import_factory, load_weights
+from .plugin import factory_params, import_factory, load_weights
 from ..settings.parameters import ConfigError
 
 
@@ -66,7 +65,7 @@ class LoadedEncoder:
         """Return (the file, its parameters) for ``encoder.weights`` = ``path``; ConfigError."""
         target = Path(os.path.expanduser(path)) if path else self.spec.weights
         if target is None:
-            return None, jax.tree.map(np.asarray, self.spec.params)
+            return None, factory_params(self.spec.params, 'encoder.module')
         return target, load_weights(target, self.params, self.spec.validate,
                                     key='encoder.weights')
 
@@ -77,10 +76,16 @@ class LoadedEncoder:
 
 
 def check_encoder_output(spec: EncoderSpec, inp: EncoderInput, name: str) -> None:
-    """Trace ``apply`` on the image's shape; ConfigError unless it gives the feature map."""
-    image = jax.ShapeDtypeStruct((inp.image_height, inp.image_width, 3), jnp.uint8)
+    """
+    Trace ``apply`` as the frame does; ConfigError unless it gives the feature map.
+
+    The frame maps it over the cameras (``jax.vmap``): an ``apply`` that cannot be mapped (a
+    ``pure_callback`` without a ``vmap_method``) is refused here, not at the warm-up.
+    """
+    images = jax.ShapeDtypeStruct((1, inp.image_height, inp.image_width, 3), jnp.uint8)
     try:
-        out = jax.eval_shape(spec.apply, spec.params, image)
+        out = jax.eval_shape(jax.vmap(spec.apply, in_axes=(None, 0)), spec.params, images)
+        out = jax.ShapeDtypeStruct(out.shape[1:], out.dtype) if hasattr(out, 'shape') else out
     except Exception as exc:        # the plug-in's own error, named as such
         raise ConfigError(f'encoder.module: {name} cannot run on a {inp.image_height} x '
                           f'{inp.image_width} RGB image: {type(exc).__name__}: {exc}') from None
@@ -108,6 +113,8 @@ def load_encoder(name: str, weights: str, inp: EncoderInput) -> LoadedEncoder | 
     factory, digest = import_factory(name, 'encoder.module')
     try:
         spec = factory(inp)
+    except ConfigError:             # the factory's own line, naming the parameter to set
+        raise
     except Exception as exc:        # the plug-in's own error, named as such
         raise ConfigError(f'encoder.module: {name} failed: {type(exc).__name__}: '
                           f'{exc}') from None
@@ -115,6 +122,7 @@ def load_encoder(name: str, weights: str, inp: EncoderInput) -> LoadedEncoder | 
         raise ConfigError(f'encoder.module: {name} returned {type(spec).__name__}, not an '
                           'EncoderSpec')
     check_encoder_output(spec, inp, name)
-    loaded = LoadedEncoder(name, spec, jax.tree.map(np.asarray, spec.params), None, digest)
+    loaded = LoadedEncoder(name, spec, factory_params(spec.params, 'encoder.module'), None,
+                           digest)
     path, params = loaded.checkpoint(weights)
     return LoadedEncoder(name, spec, params, path, digest)

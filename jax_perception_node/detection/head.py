@@ -24,8 +24,8 @@ import numpy as np
 
 from .boxes import BOX_COLUMNS  # noqa: F401 (the decoded rows' columns, here for heads)
 # The plug-in machinery, here under the names heads and tools have always imported.
-from .plugin import (CHANNELS_KEY, ENCODER_KEY, import_factory, leaf_names,  # noqa: F401
-                     load_weights, save_weights, source_digest)
+from .plugin import (CHANNELS_KEY, ENCODER_KEY, factory_params, import_factory,  # noqa: F401
+                     leaf_names, load_weights, RESOLUTION_KEY, save_weights, source_digest)
 from ..settings.parameters import ConfigError, REFERENCE_HEAD
 
 
@@ -64,7 +64,9 @@ class HeadSpec:
     already of the right names, shapes and dtypes and finite (a pytree like ``params`` of NumPy
     arrays) and raises ValueError saying what is wrong (a normalization std of 0, say): every
     checkpoint loaded, at start-up or swapped in live, goes through it, and its message becomes
-    ``ConfigError('head.weights: <file>: <message>')``. ``checkpoint_channels(params)``,
+    ``ConfigError('head.weights: <file>: <message>')``. It and ``checkpoint_channels`` run on
+    the host: NumPy, not ``jax.numpy`` (whose operations compile, and a live swap's compiles
+    count as compiles after warm-up). ``checkpoint_channels(params)``,
     optional, returns the number of BEV channels a checkpoint was trained for, from a pytree
     like ``params`` of the file's arrays, whatever their shapes: a checkpoint that records no
     channel names (:data:`CHANNELS_KEY`) and was trained for another channel count is then
@@ -112,7 +114,7 @@ class LoadedHead:
         """
         target = Path(os.path.expanduser(path)) if path else self.spec.weights
         if target is None:
-            return None, jax.tree.map(np.asarray, self.spec.params)
+            return None, factory_params(self.spec.params)
         fit = None if self.bev is None else fits(self.name, self.spec, self.bev, target,
                                                  shipped=not path)
         return target, load_weights(target, self.params, self.spec.validate, fit)
@@ -207,6 +209,7 @@ def fits(name: str, spec: HeadSpec, bev: HeadInput, path, shipped: bool,
             return
         differs = count == bev.channels and bool(names) and bool(ours) and names != ours
         if count == bev.channels and not differs:
+            _check_resolution(arrays, bev, prefix, how)
             return
         first = next((k for k, (a, b) in enumerate(zip(names, ours)) if a != b), None)
         where = (f' (channel {first} is {names[first]} in the weights, {ours[first]} here)'
@@ -215,6 +218,18 @@ def fits(name: str, spec: HeadSpec, bev: HeadInput, path, shipped: bool,
                           f'configuration has {describe_channels(bev.channels, ours)}{where}; '
                           f'{advice}')
     return check
+
+
+def _check_resolution(arrays, bev: HeadInput, prefix: str, how: str) -> None:
+    """Raise ConfigError if a checkpoint records another BEV cell size than ``bev``'s."""
+    if RESOLUTION_KEY not in arrays:
+        return
+    trained = float(arrays[RESOLUTION_KEY])
+    if not math.isclose(trained, bev.resolution, rel_tol=1e-6):
+        raise ConfigError(f'{prefix} trained on a grid of {trained:g} m cells, this '
+                          f'configuration has grid.resolution {bev.resolution:g} m (its objects '
+                          f'span other numbers of cells); set grid.resolution: {trained:g}, or '
+                          f'train weights on this grid{how}')
 
 
 def _check_shipped_shapes(arrays, spec: HeadSpec, prefix: str, advice: str, ours: str) -> None:
@@ -278,6 +293,8 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
     factory, digest = import_factory(name)
     try:
         spec = factory(bev)
+    except ConfigError:             # the factory's own line, naming the parameter to set
+        raise
     except Exception as exc:        # the plug-in's own error, named as such
         raise ConfigError(f'head.module: {name} failed: {type(exc).__name__}: {exc}') from None
     if not isinstance(spec, HeadSpec):
@@ -316,7 +333,7 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
                           '>= 0 (0: no intensity-scale check) is needed')
     check_outputs(spec, bev, name)
     path = Path(os.path.expanduser(weights)) if weights else spec.weights
-    params = jax.tree.map(np.asarray, spec.params)
+    params = factory_params(spec.params)
     if path is not None:
         params = load_weights(path, params, spec.validate,
                               fits(name, spec, bev, path, shipped=not weights))

@@ -34,7 +34,8 @@ import numpy as np
 
 from .render import forward_up
 from ..geometry.stamps import split_ns
-from ..settings.channels import COVERAGE_CHANNEL, LIDAR_CHANNELS
+from ..settings.channels import (COVERAGE_CHANNEL, LIDAR_CHANNELS,
+                                 projected_channels as feature_names)
 from ..settings.parameters import ConfigError
 
 GRID_MAP_TYPE = 'grid_map_msgs/msg/GridMap'
@@ -60,7 +61,7 @@ def layer_names(lidar_channels: Sequence[str], camera_channels: int,
     ``pipe.projected``), else None. Raises ConfigError when the names do not fit.
     """
     if projected_channels is not None:
-        return tuple(f'feature_{k}' for k in range(projected_channels))
+        return feature_names(projected_channels)
     cameras = tuple(channel_names) or tuple(f'camera_{k}' for k in range(camera_channels))
     if len(cameras) != camera_channels:
         raise ConfigError(f'cameras.channel_names: {len(cameras)} names for {camera_channels} '

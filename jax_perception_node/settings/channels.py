@@ -32,3 +32,8 @@ def density_table() -> np.ndarray:
 def lidar_channels(num_sweeps: int = 1) -> tuple[str, ...]:
     """Names of the LiDAR block: ``LIDAR_CHANNELS``, then ``time_lag_mean`` when accumulating."""
     return LIDAR_CHANNELS + ((TIME_LAG_CHANNEL,) if num_sweeps > 1 else ())
+
+
+def projected_channels(count: int) -> tuple[str, ...]:
+    """Names of the channels of a fusion projection's output: ``feature_0`` ... (GridMap's)."""
+    return tuple(f'feature_{k}' for k in range(count))

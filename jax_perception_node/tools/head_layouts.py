@@ -27,6 +27,7 @@ from ..bags.bagio import BagError
 from ..core.pipeline import BevPipeline
 from ..detection.head import CHANNELS_KEY, load_weights
 from ..detection.heads.centerpoint import CenterPointHead, recorded
+from ..detection.plugin import recorded_resolution
 from ..outputs.grid_map import GridMapLayers
 from ..settings.channels import COVERAGE_CHANNEL, LIDAR_CHANNELS, TIME_LAG_CHANNEL
 from ..settings.config import default_params_file, HeadConfig, load_config
@@ -110,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         kept = layout_names(args.params)
         model, names = derive(args.checkpoint, kept)
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_weights(args.out, eqx.partition(model, eqx.is_array)[0], kept)
+        write_weights(args.out, eqx.partition(model, eqx.is_array)[0], kept,
+                      resolution=recorded_resolution(args.checkpoint))
     except (ConfigError, BagError, OSError, UsageError) as exc:
         print(f'head_layouts: {exc}', file=sys.stderr)
         return 1

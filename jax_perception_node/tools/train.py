@@ -244,16 +244,17 @@ def _hint(dataset: Dataset, rate: float) -> str:
 
 
 def write_weights(path: Path, params, channel_names: tuple[str, ...] = (),
-                  encoder: str = '') -> None:
+                  encoder: str = '', resolution: float = 0.0) -> None:
     """
     ``save_weights`` to a temporary file beside ``path``, renamed onto it once complete.
 
     ``channel_names``: the BEV channels the weights were trained on, recorded in the file;
-    ``encoder``: the image encoder trained with them ('': none).
+    ``encoder``: the image encoder trained with them ('': none); ``resolution``: the BEV's
+    cell size (m; 0: not recorded).
     """
     part = path.with_name(f'.{path.name}.{os.getpid()}.part')
     try:
-        save_weights(part, params, channel_names, encoder)
+        save_weights(part, params, channel_names, encoder, resolution)
         os.replace(part, path)
     finally:
         part.unlink(missing_ok=True)
@@ -410,7 +411,7 @@ def cmd_train(args, stream=sys.stderr) -> int:
         if stream.isatty():
             stream.write('\n')        # end the progress bar's line
         raise TrainingError(f'{exc}; nothing written to {out}') from None
-    written = write_outputs(model, losses, names, outputs, encoder)
+    written = write_outputs(model, losses, names, outputs, encoder, grid.resolution)
     k = max(1, min(20, len(losses) // 10))
     stream.write(f'loss {losses[:k, 0].mean():.3f} -> {losses[-k:, 0].mean():.3f} '
                  f'(mean of the first and last {k} steps); {time.perf_counter() - start:.0f} s '
@@ -418,7 +419,8 @@ def cmd_train(args, stream=sys.stderr) -> int:
     return 0
 
 
-def write_outputs(model, losses: np.ndarray, names, outputs: dict[str, str], encoder) -> str:
+def write_outputs(model, losses: np.ndarray, names, outputs: dict[str, str], encoder,
+                  resolution: float) -> str:
     """Write the head, an encoder trained with it and the loss picture (``outputs``' order)."""
     head = model.head if encoder is not None else model
     paths = [Path(path) for path in outputs.values()]
@@ -426,7 +428,7 @@ def write_outputs(model, losses: np.ndarray, names, outputs: dict[str, str], enc
         for path in paths:
             path.parent.mkdir(parents=True, exist_ok=True)
         write_weights(paths[0], eqx.partition(head, eqx.is_array)[0], tuple(names),
-                      encoder.name if encoder else '')
+                      encoder.name if encoder else '', resolution)
         if encoder is not None:
             write_weights(paths[1], jax.tree.map(np.asarray, model.encoder))
         plot_losses(losses, paths[-1])

@@ -232,6 +232,7 @@ def test_train_command_writes_weights_the_head_loads(drive, tmp_path, monkeypatc
     assert ' s; no cameras to drop; training 3 steps of 2' in stream.getvalue()
     names = lidar_channels(1) + (COVERAGE_CHANNEL,)
     assert tuple(np.load(out)[CHANNELS_KEY]) == names
+    assert float(np.load(out)['grid_resolution']) == cfg.grid.resolution
     bev = HeadInput(cfg.grid.height, cfg.grid.width, cfg.fused_channels, cfg.grid.resolution,
                     names)
     spec = object_head(bev)

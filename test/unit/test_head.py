@@ -541,6 +541,33 @@ def test_a_head_spec_of_the_wrong_kind_is_one_line_naming_it(monkeypatch, change
         load_head('toy_heads:broken_head', '', HeadInput(32, 48, 8, 0.5))
 
 
+def test_a_factorys_float64_parameters_are_its_float32_checkpoints_layout(monkeypatch, tmp_path):
+    """Float64 (NumPy's default) runs as float32: a float32 checkpoint of it was refused."""
+    wide = {'scale': np.float64(2.0), 'bias': -3.0, 'z': np.float64(0.75)}
+    monkeypatch.setattr(toy_heads, 'wide_head', _broken({'params': wide}), raising=False)
+    head = load_head('toy_heads:wide_head', '', HeadInput(32, 48, 8, 0.5))
+    assert {k: v.dtype for k, v in head.params.items()} == dict.fromkeys(wide, np.float32)
+    trained = {'scale': np.float32(4.0), 'bias': np.float32(-1.0), 'z': np.float32(0.5)}
+    save_weights(tmp_path / 'trained.npz', trained)
+    loaded = load_head('toy_heads:wide_head', str(tmp_path / 'trained.npz'),
+                       HeadInput(32, 48, 8, 0.5))
+    assert loaded.params == trained
+
+
+def test_a_factorys_non_finite_parameters_are_refused_naming_the_module(monkeypatch):
+    """A NaN in the factory's own parameters: the head found nothing, the BEV held NaN, unsaid."""
+    from jax_perception_node.detection.plugin import factory_params
+    with pytest.raises(ConfigError, match=r"^encoder\.module: the factory's parameters hold "
+                                          r"non-finite values in \['z'\]"):
+        factory_params({'scale': np.float32(2.0), 'z': np.float32(np.nan)}, 'encoder.module')
+    monkeypatch.setattr(toy_heads, 'nan_head', _broken({'params': {
+        'scale': np.float32(2.0), 'bias': np.float32(np.inf), 'z': np.float32(0.75)}}),
+        raising=False)
+    with pytest.raises(ConfigError, match=r"^head\.module: the factory's parameters hold "
+                                          r"non-finite values in \['bias'\]"):
+        load_head('toy_heads:nan_head', '', HeadInput(32, 48, 8, 0.5))
+
+
 def test_radii_given_as_an_array_are_the_nodes_tuple(monkeypatch):
     monkeypatch.setattr(toy_heads, 'array_nms_head', _broken({'nms_radius_m': np.array([2.0])}),
                         raising=False)
@@ -582,7 +609,14 @@ def test_the_heads_store_key_covers_its_input_and_its_packages_data_files(tmp_pa
     (package / 'sub' / 'head.py').write_text('')
     assert source_digest(nested) == source_digest(SimpleNamespace(
         __name__='myheads.head', __file__=str(package / 'head.py')))
-    assert source_digest(inner) != source_digest(nested)    # a top-level module: its own file
+    # The factory in the package's __init__ (head.module: myheads:factory): the whole package
+    # too (only __init__.py was hashed: an edit to head.py loaded the old executable).
+    assert source_digest(inner) == source_digest(nested)
+    single = SimpleNamespace(__name__='beside', __file__=str(tmp_path / 'beside.txt'))
+    digests = source_digest(single), source_digest(inner)
+    (package / 'head.py').write_text('SIZES = "other.json"\n')
+    # A top-level module is its own file, not its folder's; the package's __init__ sees head.py.
+    assert source_digest(single) == digests[0] and source_digest(inner) != digests[1]
 
 
 def test_a_head_with_a_host_callback_serves_though_the_store_cannot_keep_it(

@@ -28,7 +28,7 @@ SHAPE_WORDING = ('float32[', 'the head needs', 'centerpoint_objects.npz', 'shape
 
 def bev(names: tuple[str, ...] = (), channels: int | None = None) -> HeadInput:
     """Return a 16 x 24 BEV of ``names`` (or of ``channels`` unnamed ones)."""
-    return HeadInput(16, 24, len(names) if channels is None else channels, 0.5, names)
+    return HeadInput(16, 24, len(names) if channels is None else channels, 0.4, names)
 
 
 def refused(call) -> str:
@@ -121,6 +121,49 @@ def test_a_configuration_the_shipped_weights_do_not_fit_is_refused_naming_head_m
     cfg = config_from_parameters(small_params(cameras, **{'head.module': REFERENCE_HEAD}))
     assert cfg.head.weights == ''
     assert_shipped_refusal(refused(lambda: BevPipeline(cfg)), has)
+
+
+def test_weights_trained_on_another_cell_size_are_refused_naming_grid_resolution(tmp_path):
+    """Objects span other numbers of cells: at 0.2 m the shipped head's car AP at 1 m fell."""
+    at_half = HeadInput(16, 24, len(SHIPPED), 0.5, SHIPPED)
+    text = refused(lambda: load_head(REFERENCE_HEAD, '', at_half))
+    assert text == (f'head.module: {REFERENCE_HEAD} ships weights trained on a grid of 0.4 m '
+                    'cells, this configuration has grid.resolution 0.5 m (its objects span other '
+                    'numbers of cells); set grid.resolution: 0.4, or train weights on this grid '
+                    '(jax-perception train)')
+    for recorded in ('centerpoint_objects_lidar.npz', 'centerpoint_objects_cnn.npz'):
+        assert float(np.load(WEIGHTS.with_name(recorded))['grid_resolution']) == 0.4
+    # A file of the user's: named, with the cell size it records; none recorded: not checked.
+    spec = object_head(bev(SHIPPED))
+    save_weights(tmp_path / 'fine.npz', spec.params, SHIPPED, resolution=0.2)
+    text = refused(lambda: load_head(REFERENCE_HEAD, str(tmp_path / 'fine.npz'), at_half))
+    assert text.startswith(f'head.weights: {tmp_path / "fine.npz"} holds weights trained on a '
+                           'grid of 0.2 m cells, this configuration has grid.resolution 0.5 m')
+    save_weights(tmp_path / 'unsaid.npz', spec.params, SHIPPED)
+    assert load_head(REFERENCE_HEAD, str(tmp_path / 'unsaid.npz'), at_half).weights_path == (
+        tmp_path / 'unsaid.npz')
+
+
+def test_a_grid_the_head_cannot_pool_is_its_own_line_naming_the_grid():
+    # The factory's ConfigError was wrapped as 'head.module: ... failed: ConfigError: ...'.
+    text = refused(lambda: load_head(REFERENCE_HEAD, '', HeadInput(255, 256, 15, 0.4)))
+    assert text == ('head.module: the CenterPoint head needs a grid of rows and columns '
+                    'divisible by 4, got 255 x 256 (set grid.x_min, x_max, y_min, y_max and '
+                    'resolution so)')
+
+
+def test_a_projected_bev_of_the_weights_channel_count_is_refused_by_name(
+        lidar_weights, tmp_path):
+    """A fusion projection's outputs are feature_0 ..., not the LiDAR channels the head reads."""
+    projection = tmp_path / 'reversed.npz'
+    np.savez(projection, W=np.eye(7, dtype=np.float32)[::-1], b=np.zeros(7, np.float32))
+    cfg = config_from_parameters(small_params(0, **{
+        'head.module': REFERENCE_HEAD, 'fusion.weights_file': str(projection)}))
+    text = refused(lambda: BevPipeline(cfg))
+    assert text.startswith(f'head.module: {REFERENCE_HEAD} ships weights trained for '
+                           f'{describe_channels(7, LIDAR_ONLY)}, this configuration has '
+                           f'{describe_channels(7, tuple(f"feature_{k}" for k in range(7)))}'
+                           ), text
 
 
 def test_other_channels_of_the_lidar_only_count_are_refused_by_name(lidar_weights):

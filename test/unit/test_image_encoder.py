@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from reference import block_mean, lift_ref
 from test_pipeline import cell_centre_cloud
-from toy_encoders import gained_ref
+from toy_encoders import gained_ref, standardised_ref
 
 RGB = 'jax_perception_node.detection.encoders.pooled:rgb'
 APPEARANCE = 'jax_perception_node.detection.encoders.pooled:appearance'
@@ -174,6 +174,27 @@ def test_an_encoder_without_images_is_refused():
 def test_encoders_that_cannot_load_are_refused_naming_encoder_module(module, channels, message):
     with pytest.raises(ConfigError, match=message):
         BevPipeline(image_config(module, channels=channels))
+
+
+def test_an_encoders_non_finite_values_are_zeroed_before_the_lift():
+    """A black image standardised per image is 0 / 0: the BEV stays finite, as with maps."""
+    cfg = image_config('toy_encoders:standardised', stride=2)
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    images = random_images(cfg, 3)
+    images['front'] = np.zeros(cfg.image_shape, np.uint8)      # a lens cap, the night
+    features = pipe.process(np.zeros((5, 4), np.float32), images).features
+    assert np.isfinite(features).all()
+    maps = {n: standardised_ref(im, 2) for n, im in images.items()}
+    assert not maps['front'].any()
+    np.testing.assert_allclose(features[..., 6:9], lift_ref(cfg, maps)[0], atol=1e-4)
+
+
+def test_an_encoder_the_frame_cannot_map_over_its_cameras_is_refused_at_load():
+    """The frame maps apply over the cameras: a host callback without a vmap rule can't run."""
+    with pytest.raises(ConfigError, match=r'^encoder\.module: toy_encoders:host_backbone cannot '
+                                          r'run on a 24 x 40 RGB image: NotImplementedError'):
+        load_encoder('toy_encoders:host_backbone', '', EncoderInput(24, 40, 2, 12, 20, 3))
 
 
 def test_an_encoder_of_the_wrong_output_shape_is_refused():

@@ -87,7 +87,7 @@ def test_the_reference_head_leaves_no_precision_to_the_backend():
     from jax_perception_node.core.box_decode import head_function
     from jax_perception_node.detection.head import HeadInput, load_head
     from jax_perception_node.settings.parameters import REFERENCE_HEAD
-    head = load_head(REFERENCE_HEAD, '', HeadInput(32, 48, 15, 0.5))
+    head = load_head(REFERENCE_HEAD, '', HeadInput(32, 48, 15, 0.4))
     jitted, specs, _ = head_function(head.spec, 8, head.params, (32, 48, 15), None)
     closed = jax.make_jaxpr(jitted)(*specs)
     # Its 1 x 1 layers are matrix products (its depthwise kernels are elementwise).

@@ -313,7 +313,8 @@ def check_input(head_input: HeadInput) -> None:
     if head_input.height % STRIDE or head_input.width % STRIDE:
         raise ConfigError(
             f'head.module: the CenterPoint head needs a grid of rows and columns divisible by '
-            f'{STRIDE}, got {head_input.height} x {head_input.width}')
+            f'{STRIDE}, got {head_input.height} x {head_input.width} (set grid.x_min, x_max, '
+            'y_min, y_max and resolution so)')
     if head_input.channels <= max(Z_MAX, Z_MIN):
         raise ConfigError(
             f'head.module: the CenterPoint head needs the LiDAR channels {LIDAR_CHANNELS} first '
