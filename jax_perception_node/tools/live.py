@@ -166,7 +166,9 @@ def play_bag(src, cfg: PipelineConfig, topics: bagio.BagTopics = bagio.BagTopics
         own_context = context is None
         if own_context:
             context = rclpy.Context()
-            rclpy.init(context=context)
+            # Not the command line: rcl took play's own --remap A:=B as a remap rule of the
+            # player (with a warning to use --ros-args).
+            rclpy.init(args=[], context=context)
         node = rclpy.create_node(PLAYER, context=context)
         try:
             pubs = {src_topic: node.create_publisher(ros_type(types[src_topic]), dst_topic,
@@ -201,11 +203,10 @@ def _starts_with_header(msgtype: str) -> bool:
 
 
 def _play(reader, pubs, rate: float, restamp: bool, loop: bool, context, clock, node) -> None:
-    sent = 0
+    sent = [0]      # counted as published: a loop cut short by Ctrl-C counts too
     try:
         while True:
-            once = _play_once(reader, pubs, rate, restamp, clock)
-            sent += once
+            once = _play_once(reader, pubs, rate, restamp, clock, sent)
             if not loop or not once or not context.ok():     # an empty bag: no busy loop
                 break
             time.sleep(RESTAMP_SEAM_S if restamp else 0.0)
@@ -214,12 +215,12 @@ def _play(reader, pubs, rate: float, restamp: bool, loop: bool, context, clock, 
     finally:
         if clock is not None:
             clock.stop()
-        node.get_logger().info(f'published {sent} messages')
+        node.get_logger().info(f'published {sent[0]} messages')
 
 
-def _play_once(reader, pubs, rate: float, restamp: bool, clock=None) -> int:
+def _play_once(reader, pubs, rate: float, restamp: bool, clock, sent: list[int]) -> int:
     first = offset = start_wall = None
-    sent = 0
+    before = sent[0]
     for topic, timestamp, raw, msgtype in bagio.iter_messages(reader, list(pubs)):
         if first is None:
             # Both clocks start at the first message: opening the bag takes time too.
@@ -235,8 +236,8 @@ def _play_once(reader, pubs, rate: float, restamp: bool, clock=None) -> int:
         # One offset a loop keeps the bag's spacing; at rate 1 each stamp is then the wall
         # clock of the message's slot (age is latency), and a new loop never steps back.
         pubs[topic].publish(restamped(raw, msgtype, offset) if restamp else bytes(raw))
-        sent += 1
-    return sent
+        sent[0] += 1
+    return sent[0] - before
 
 
 class PlaybackClock:

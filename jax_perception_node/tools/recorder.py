@@ -94,7 +94,7 @@ def record_topics(dst, topics, seconds: float | None = None, wait_s: float | Non
     """
     topics = list(topics) or list(DEFAULT_RECORD_TOPICS)
     context = rclpy.Context()
-    rclpy.init(context=context)
+    rclpy.init(args=[], context=context)   # not the command line: its options are ours
     node = rclpy.create_node('jax_perception_record_discovery', context=context)
     try:
         found = discover(node, topics, wait_s)
