@@ -19,7 +19,7 @@ from .sync import CameraSync
 from .tf_calibration import TfCalibration
 from ..core.frame_result import class_thresholds
 from ..core.pipeline import BevPipeline, FrameResult
-from ..geometry.ego_motion import deskew_motion, pose_at, twist_at
+from ..geometry.ego_motion import deskew_motion, MAX_TWIST_LEAD_NS, pose_at, twist_at
 from ..geometry.odometry import OdometryBuffer, TransformPoses
 from ..geometry.stamps import stamp_ns, stamp_refused
 from ..geometry.transforms import TransformBuffer
@@ -335,7 +335,7 @@ class FramePath(TfCalibration):
                 # The newest pose may trail the stamp (accumulation.max_odometry_gap_s at most).
                 lead = self.odometry.max_gap_ns
                 pose = pose_at(poses, stamp, lead) if self.accumulating else None
-                twist = twist_at(poses, stamp, lead) if deskew else None
+                twist = twist_at(poses, stamp, min(lead, MAX_TWIST_LEAD_NS)) if deskew else None
             maps, without_tf, over_slots = pairing.maps, (), ((), '')
             if taken.tf_poses is not None and self.cfg.extrinsics_source == 'tf':
                 maps, without_tf, over_slots = self._apply_tf_poses(taken.tf_poses, maps,

@@ -14,7 +14,7 @@ import math
 import time
 
 from ..frames.frame_path import Frame
-from ..sensors.cloud import MAX_POINT_TIME_S
+from ..sensors.cloud import MAX_SWEEP_S, SWEEP_SHARE
 from ..settings.config import PipelineConfig
 
 THROTTLE_S = 2.0        # a refused input's reason is logged at most this often, per input
@@ -82,9 +82,11 @@ def warn_frame(log, cfg: PipelineConfig, frame: Frame) -> None:
     timing = lidar.timing if frame.fields_without_time else None
     if timing is not None and timing.field in frame.fields_without_time:
         read = 'offsets from the stamp' if timing.reference == 'stamp' else 'absolute'
-        log.warning(f'point cloud "{timing.field}" times ({timing.unit}, {read}) are none within '
-                    f'{MAX_POINT_TIME_S:g} s of the stamp: check {lidar.key}.time_reference and '
-                    f'{lidar.key}.time_unit; not deskewed', throttle_duration_sec=10.0)
+        log.warning(f'point cloud "{timing.field}" times ({timing.unit}, {read}) are no '
+                    f"sweep's (not {SWEEP_SHARE:.0%} of them within {MAX_SWEEP_S:g} s of the "
+                    f'stamp, or all equal): check {lidar.key}.time_reference and '
+                    f'{lidar.key}.time_unit, or that the driver fills it; not deskewed',
+                    throttle_duration_sec=10.0)
     elif timing is not None:
         log.warning(f'point cloud has no field "{timing.field}" ({lidar.key}.time_field): '
                     f'not deskewed; its fields are {list(frame.fields_without_time)}',

@@ -69,8 +69,7 @@ _PERIOD_WARNINGS = (
     ('clouds_off_intensity_scale', 'clouds whose intensities read off the scale the head was '
                                    'trained on (the lidar.intensity_scale)'),
     ('clouds_without_time', 'clouds not deskewed: no time field (the lidar.time_field), or '
-                            'its times not within 1 s of the stamp (the lidar.time_reference, '
-                            'time_unit)'),
+                            "its times no sweep's (the lidar.time_reference, time_unit)"),
     ('frames_without_motion', 'clouds not deskewed: no ego motion at their stamp '
                               '(accumulation.pose_source)'),
     ('late_lidar_clouds', 'LiDAR clouds too late for their set, dropped (sync.max_lidar_delay_s, '

@@ -23,8 +23,9 @@ from .cloud_layout import (byte_view, check_layout, CloudFormatError, copy_point
 from ..settings.channels import MAX_ABS_INPUT
 
 __all__ = ['byte_view', 'CloudFormatError', 'has_valid_point', 'keep_rows', 'MAX_POINT_TIME_S',
-           'OVERFLOW_POLICIES', 'point_count', 'POINTFIELD_DTYPES', 'read_points', 'read_times',
-           'returns', 'times_near_stamp', 'TIME_FIELDS', 'TIME_REFERENCES', 'UNITS_PER_SECOND']
+           'MAX_SWEEP_S', 'OVERFLOW_POLICIES', 'point_count', 'POINTFIELD_DTYPES', 'read_points',
+           'read_times', 'returns', 'SWEEP_SHARE', 'times_near_stamp', 'TIME_FIELDS',
+           'TIME_REFERENCES', 'UNITS_PER_SECOND']
 
 OVERFLOW_POLICIES = ('subsample', 'truncate')
 # Time units -> units per second (exact integers: the stamp in units is then exact).
@@ -35,6 +36,11 @@ TIME_REFERENCES = ('stamp', 'absolute')
 MAX_POINT_TIME_S = 1.0
 # Times :func:`times_near_stamp` looks at, evenly strided over a cloud's points.
 TIME_SAMPLES = 64
+# A sweep's times lie within this of its stamp (a 5 Hz LiDAR's 0.2 s sweep stamped at its
+# start or end, with room), nine in ten of them at least: a unit or clock error that leaves
+# a few of them near the stamp moved the others tens of metres.
+MAX_SWEEP_S = 0.3
+SWEEP_SHARE = 0.9
 # The per-point time of the common drivers: driver -> (field, unit, reference). 'stamp': the
 # values are offsets from header.stamp; 'absolute': times since the epoch.
 TIME_FIELDS: dict[str, tuple[str, str, str]] = {
@@ -294,13 +300,15 @@ def times_near_stamp(times: np.ndarray) -> bool:
     """
     Return whether a cloud's decoded times float32[M] (s after the stamp) are a sweep's.
 
-    True when any of :data:`TIME_SAMPLES` evenly strided times lies within
-    :data:`MAX_POINT_TIME_S` of the stamp (an empty cloud has nothing to move: True). All of
-    them further, or NaN, is a time field read with the wrong ``reference`` or ``unit`` (a
-    driver's absolute timestamps read as offsets, offsets read as absolute, nanoseconds read as
-    seconds) or a sensor clock apart from the header's: the kernel would move no point.
+    True when :data:`SWEEP_SHARE` of :data:`TIME_SAMPLES` evenly strided times lie within
+    :data:`MAX_SWEEP_S` of the stamp, and not all at one time (a cloud of fewer than two
+    points has nothing to tell: True). Otherwise, or NaN, it is a time field read with the
+    wrong ``reference`` or ``unit`` (a driver's absolute timestamps read as offsets, offsets
+    read as absolute, nanoseconds read as seconds or microseconds), a sensor clock apart from
+    the header's, or a field the driver does not fill (all 0): not deskewed.
     """
-    if not times.size:
+    if times.size < 2:
         return True
     sample = times[::-(-times.size // TIME_SAMPLES)]
-    return bool(np.any(np.abs(sample) < MAX_POINT_TIME_S))
+    near = sample[np.abs(sample) < MAX_SWEEP_S]
+    return near.size >= SWEEP_SHARE * sample.size and bool(near.max() > near.min())

@@ -281,7 +281,7 @@ def test_late_lidar_clouds_and_missing_fields_name_the_parameters():
         '1 clouds without their lidars.<name>.intensity_field field (intensity read as 0)',
         # Not lidar.time_field, which several LiDARs do not read.
         '3 clouds not deskewed: no time field (their lidars.<name>.time_field), or its times '
-        'not within 1 s of the stamp (their lidars.<name>.time_reference, time_unit)',
+        "no sweep's (their lidars.<name>.time_reference, time_unit)",
         '2 LiDAR clouds too late for their set, dropped (sync.max_lidar_delay_s, '
         'sync.lidar_stamp_tolerance_s)']
     assert result.level == WARN

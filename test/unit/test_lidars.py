@@ -292,15 +292,20 @@ def test_above_the_largest_bucket_the_shares_fill_it_by_largest_remainders(three
 def test_a_lidars_bad_times_count_as_its_own_stamp_and_a_late_cloud_is_moved_whole(three):
     cfg, pipe, _, _ = three
     rng = np.random.default_rng(7)
-    points = {k: into_sensor(base_link_points(rng, 4, cfg), k) for k in ('top', 'left')}
-    own = {'top': np.zeros(4, np.float32),
-           'left': np.array([0.0, 0.05, np.nan, 5.0], np.float32)}    # no number, no sweep's
-    for offset, expected in ((0.05, [0.05, 0.1, 0.05, 0.05]), (0.95, [0.95, 1.0, 0.95, 0.95])):
+    sizes = {'top': 4, 'left': 20}
+    points = {k: into_sensor(base_link_points(rng, n, cfg), k) for k, n in sizes.items()}
+    # A sweep's times (nine in ten within the sweep: cloud.times_near_stamp), two of them bad:
+    # no number, no sweep's.
+    good = np.linspace(0.0, 0.095, 20, dtype=np.float32)
+    own = {'top': np.zeros(4, np.float32), 'left': good.copy()}
+    own['left'][2:4] = np.nan, 5.0
+    for offset in (0.05, 0.95):
         padded, _ = pipe.decode_set(tuple(
             SetCloud(timed_cloud(points[k], own[k], STAMP, f'lidar_{k}'), 'intensity',
                      ('time', 's', 'stamp'), offset if k == 'left' else 0.0)
             if k in points else None for k in NAMES))
-        np.testing.assert_allclose(padded.times[4:8], expected, rtol=1e-6)
+        expected = np.where(np.isin(np.arange(20), (2, 3)), 0.0, good) + np.float32(offset)
+        np.testing.assert_allclose(padded.times[4:24], expected, rtol=1e-6)
     # The kernel moves a set's points by up to twice a sweep's bound: 1.0 s here is not 0.
     moved = deskew(*(np.float32([1.0]),) * 3, np.float32([1.0]),
                    np.array([20.0, 0, 0, 0, 0, 0], np.float32))
