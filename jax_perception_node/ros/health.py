@@ -214,7 +214,9 @@ def _cloud_problems(period, times: CloudTimes, now: float, timeout_s: float,
     problems = []
     silent = now - (times.valid if times.valid is not None else times.first)
     if silent > timeout_s:
-        rejected = times.valid is None or times.last > times.valid
+        # Still arriving (within the timeout), later than the last valid one: not once stopped.
+        rejected = (times.valid is None or times.last > times.valid) and (
+            now - times.last <= timeout_s)
         problems.append((ERROR, f'no valid point cloud for {silent:.1f} s (lidar_timeout_s '
                                 f'{timeout_s:g})' + ('; clouds arrive but are rejected or '
                                                      'hold no valid point' if rejected else '')))

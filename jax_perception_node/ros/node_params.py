@@ -21,9 +21,9 @@ from rclpy.exceptions import (InvalidParameterTypeException, InvalidParameterVal
 from rclpy.parameter import Parameter
 
 from ..settings.live_params import plain
-from ..settings.param_checks import check_value, ros_type_error
+from ..settings.param_checks import check_value, ros_type_error, unknown_key
 from ..settings.parameters import (camera_keys, ConfigError, is_camera_name, is_foreign,
-                                   lidar_keys, NODE_KEYS, ParamSpec, spec_for, unknown_key)
+                                   lidar_keys, NODE_KEYS, ParamSpec, spec_for)
 
 ROS_TYPES = {
     'bool': Parameter.Type.BOOL, 'integer': Parameter.Type.INTEGER,
@@ -158,8 +158,10 @@ def declare_parameters(node) -> None:
     undeclared = sorted(name for name in _overrides(node) if not node.has_parameter(name))
     unknown = [name for name in undeclared if not is_foreign(name)]
     if unknown:
-        raise unknown_key(unknown[0])
-    # rclpy itself reads qos_overrides.* when the node makes its publishers and subscriptions.
+        raise unknown_key(unknown[0], {group: _value(node, f'{group}.names') or []
+                                       for group in ('cameras', 'lidars')})
+    # qos_overrides.* are not read (rclpy reads them only for subscriptions and publishers made
+    # with QoS overriding options, which the node's are not): not this node's parameters.
     foreign = [name for name in undeclared if not name.startswith('qos_overrides.')]
     if foreign:
         node.get_logger().warning(

@@ -192,7 +192,8 @@ def _checked_size(msg, map_height: int, map_width: int) -> tuple[float, float, i
     if abs(scale_x - scale_y) > SCALE_TOLERANCE * max(scale_x, scale_y):
         raise CameraInfoError(
             f'width {width}, height {height}: scales to the {map_width} x {map_height} '
-            f'feature map by {scale_x:.4g} in x but {scale_y:.4g} in y')
+            f'feature map by {scale_x:.4g} in x but {scale_y:.4g} in y (cameras.<name>.width '
+            "and height must have the image's aspect ratio)")
     return scale_x, scale_y, x_offset, y_offset
 
 

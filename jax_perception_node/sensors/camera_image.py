@@ -120,7 +120,8 @@ def _check_size(width: int, height: int, target: tuple[int, int], what: str = ''
     if abs(scale_x - scale_y) > SCALE_TOLERANCE * max(scale_x, scale_y):
         raise CameraImageError(
             f'{what}width {width}, height {height}: scales to the {target_width} x '
-            f'{target_height} encoder input by {scale_x:.3g} in x but {scale_y:.3g} in y')
+            f'{target_height} encoder input by {scale_x:.3g} in x but {scale_y:.3g} in y '
+            '(cameras.<name>.width and height times encoder.stride must have its aspect ratio)')
 
 
 def _format_kind(format_) -> tuple[str, str | None]:

@@ -23,10 +23,10 @@ from .lidar_filter import lidar_filter, LidarFilter
 from .lidar_timing import lidar_timing, LidarTiming
 from .lidars import block_names, lidar_blocks, LidarConfig
 from .npz_file import read_npz
-from .param_checks import check_ros_type, check_value
+from .param_checks import check_ros_type, check_value, unknown_key
 from .param_file import read_param_file
 from .parameters import (camera_defaults, camera_keys, ConfigError, defaults, is_foreign,
-                         lidar_defaults, lidar_keys, NODE_KEYS, unknown_key)
+                         lidar_defaults, lidar_keys, NODE_KEYS)
 from ..geometry.rotations import Pose
 
 __all__ = ['AccumulationConfig', 'autoware_labels', 'BondConfig', 'CameraConfig',
@@ -225,7 +225,7 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
     # Keys of no group of this node (another node's, from a /** section) are not this node's.
     unknown = sorted(k for k in params if k not in known and not is_foreign(k))
     if unknown:
-        raise unknown_key(unknown[0])
+        raise unknown_key(unknown[0], {'cameras': camera_names, 'lidars': names})
     for name in camera_names:
         p = {**camera_defaults(name), **p}
     for name in names:

@@ -7,9 +7,9 @@ parameters (a ROS double refuses 40, Python callers write it).
 """
 
 import math
-from typing import Any
+from typing import Any, Mapping, Sequence
 
-from .parameters import ARRAY_TYPES, ConfigError, number_text, ParamSpec, spec_for
+from .parameters import ARRAY_TYPES, ConfigError, GROUPS, number_text, ParamSpec, spec_for
 
 
 def _is_int(value: Any) -> bool:
@@ -147,3 +147,19 @@ def ros_value(key: str, value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [float(v) if _is_number(v) else v for v in value]
     return value
+
+
+def unknown_key(key: str, listed: Mapping[str, Sequence[str]] | None = None) -> ConfigError:
+    """
+    Return the error of a key the node does not have: ``grid: 5`` is a group given a value.
+
+    ``listed``: 'cameras' and 'lidars' -> the names configured; a block of one not among them
+    (a camera left out of ``cameras.names``, its block kept) says so.
+    """
+    if key in GROUPS:
+        return ConfigError(f'{key}: a group of parameters ({key}.*), not a value')
+    group, name, *rest = key.split('.') + ['']
+    if len(rest) == 2 and group in (listed or {}) and spec_for(key) is not None:
+        return ConfigError(f'{key}: {name!r} is not in {group}.names {list(listed[group])}: '
+                           f'add it, or remove the {group}.{name} block')
+    return ConfigError(f'{key}: unknown parameter')

@@ -388,13 +388,6 @@ def is_foreign(key: str) -> bool:
     return key.split('.')[0] not in GROUPS
 
 
-def unknown_key(key: str) -> ConfigError:
-    """Return the error of a key the node does not have: ``grid: 5`` is a group given a value."""
-    if key in GROUPS:
-        return ConfigError(f'{key}: a group of parameters ({key}.*), not a value')
-    return ConfigError(f'{key}: unknown parameter')
-
-
 def spec_for(key: str) -> ParamSpec | None:
     """Return the schema entry of a flat key (``cameras.front.fx`` finds the template)."""
     if key in BY_KEY:

@@ -357,7 +357,8 @@ def raw_with(**fields) -> SimpleNamespace:
     (raw_with(step=None), 'step None is not an integer'),
     (SimpleNamespace(format='jpeg'), 'data of type NoneType is not a byte buffer'),
     (raw_with(width=64), 'width 64, height 64: scales to the 48 x 32 encoder input by 0.75 in '
-                         'x but 0.5 in y'),
+                         'x but 0.5 in y (cameras.<name>.width and height times encoder.stride '
+                         'must have its aspect ratio)'),
     (raw_with(width=80, height=20, step=240),
      'width 80, height 20: smaller than the 48 x 32 encoder input'),
     (compressed(JPEG, 'tiff'), "format 'tiff': names neither jpeg (jpg) nor png"),
@@ -385,7 +386,8 @@ def raw_with(**fields) -> SimpleNamespace:
      'png header: width 65537, height 1: the image size must be in 1..65536'),
     (compressed(with_jpeg_size(JPEG, 90, 64), 'jpeg'),
      'jpeg header: width 90, height 64: scales to the 48 x 32 encoder input by 0.533 in x but '
-     '0.5 in y'),
+     '0.5 in y (cameras.<name>.width and height times encoder.stride must have its aspect '
+     'ratio)'),
     (SimpleNamespace(data=b''), 'SimpleNamespace has neither encoding (an Image) nor format'),
 ])
 def test_unusable_images_are_refused_naming_the_problem(msg, message):

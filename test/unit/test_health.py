@@ -69,6 +69,10 @@ def test_silence_after_valid_clouds_is_an_error_without_the_rejected_note():
     result = run(times=CloudTimes(NOW - 9.0, NOW - 2.5, NOW - 2.5))
     assert (result.level, result.message) == (
         ERROR, 'no valid point cloud for 2.5 s (lidar_timeout_s 2)')
+    # Rejected clouds that then stopped (found by an independent review: the note stayed).
+    for valid in (None, NOW - 5.0):
+        result = run(times=CloudTimes(NOW - 9.0, NOW - 3.7, valid))
+        assert result.level == ERROR and 'clouds arrive' not in result.message
 
 
 def test_within_the_timeout_a_silent_lidar_is_ok():

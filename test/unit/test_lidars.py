@@ -257,7 +257,7 @@ def test_tf_poses_per_lidar_equal_the_parameters(three):
     ({'lidars.left.intensity_scale': -1.0}, 'lidars.left.intensity_scale: must be >= 1e-06'),
     ({'lidars.left.time_unit': 'h'}, 'lidars.left.time_unit'),
     ({'lidars.left.time_field': 'z'}, "lidars.left.time_field: 'z' is a coordinate"),
-    ({'lidars.rear.frame_id': 'x'}, 'lidars.rear.frame_id: unknown parameter'),
+    ({'lidars.rear.frame_id': 'x'}, "lidars.rear.frame_id: 'rear' is not in lidars.names "),
     ({'sync.max_lidar_delay_s': -1.0}, 'sync.max_lidar_delay_s'),
     ({'sync.lidar_stamp_tolerance_s': 0.6}, 'sync.lidar_stamp_tolerance_s: must be <= 0.5'),
 ])

@@ -381,7 +381,10 @@ def test_the_node_exits_with_one_line_on_a_huge_value_in_the_params_file(tmp_pat
 
 @pytest.mark.parametrize('overrides, message', [
     ({'grid.resoluton': 0.2}, 'grid.resoluton: unknown parameter'),
-    ({'cameras.rear.fx': 4.0}, 'cameras.rear.fx: unknown parameter'),   # rear is not named
+    # rear is not named: said so (it read as a misspelt key)
+    ({'cameras.rear.fx': 4.0}, "cameras.rear.fx: 'rear' is not in cameras.names ['front']: add "
+                               'it, or remove the cameras.rear block'),
+    ({'cameras.rear.fy_typo': 4.0}, 'cameras.rear.fy_typo: unknown parameter'),
 ])
 def test_an_override_of_a_key_the_node_lacks_is_refused_as_the_params_file_reader_does(
         ros_node, overrides, message, tmp_path):
