@@ -68,6 +68,7 @@ class Frame:
     # LiDARs of the set whose cloud holds no valid point (empty, all NaN): in lidars_missing too,
     # after the absent ones
     lidars_blank: tuple[str, ...] = ()
+    stale_reasons: tuple[str, ...] = ()     # one per camera of ``stale`` (sync.Pairing)
 
 
 class FramePath(TfCalibration):
@@ -357,7 +358,8 @@ class FramePath(TfCalibration):
                      pairing.stale, jumped, started,
                      self.accumulating and pose is None, without_tf, *over_slots, empty,
                      no_intensity, result.deskewed, no_time, deskew and twist is None,
-                     intensity_key, missing, taken.refused, off, cfg.grid, time_key, blank)
+                     intensity_key, missing, taken.refused, off, cfg.grid, time_key, blank,
+                     pairing.reasons)
 
     def _poses(self):
         """Return the ego poses in force: the odometry buffer, or TF's (``TransformPoses``)."""

@@ -16,6 +16,8 @@ class Pairing:
 
     maps: dict[str, Any]
     stale: tuple[str, ...]          # cameras with no map within the tolerance
+    # Why, one per stale camera: how far its nearest map is from the LiDAR stamp, or none held.
+    reasons: tuple[str, ...] = ()
 
     @property
     def used(self) -> int:
@@ -89,7 +91,7 @@ class CameraSync:
         """
         jumped = self._last_lidar_ns is not None and lidar_stamp_ns < self._last_lidar_ns
         self._last_lidar_ns = lidar_stamp_ns
-        chosen, stale = {}, []
+        chosen, stale, reasons = {}, [], []
         for name, (stamps, maps) in self._maps.items():
             if jumped:
                 lo = bisect.bisect_left(stamps, lidar_stamp_ns - self.tolerance_ns)
@@ -105,4 +107,15 @@ class CameraSync:
             chosen[name] = None if best is None else maps[best]
             if best is None:
                 stale.append(name)
-        return Pairing(chosen, tuple(stale)), jumped
+                reasons.append(_nearest(stamps[k] - lidar_stamp_ns for k in near))
+        return Pairing(chosen, tuple(stale), tuple(reasons)), jumped
+
+
+def _nearest(offsets_ns: Iterable[int]) -> str:
+    """Say how far the nearest of a masked camera's maps is from the LiDAR stamp (ns apart)."""
+    offset = min(offsets_ns, key=abs, default=None)
+    if offset is None:
+        return 'no map held'
+    # A camera on another clock than the LiDAR shows as a constant offset, seconds long.
+    return f'its nearest map {abs(offset) / 1e9:.3f} s {"after" if offset > 0 else "before"} ' \
+           'the LiDAR stamp'

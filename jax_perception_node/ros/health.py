@@ -156,7 +156,8 @@ def frame_counts(frame) -> dict[str, int]:
 
 
 def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTimes,
-           now: float, latency: Mapping[str, Mapping[str, float]], stale: tuple[str, ...],
+           now: float, latency: Mapping[str, Mapping[str, float]],
+           stale: tuple[tuple[str, str], ...],
            compiles: int, capacity: int, lidar_timeout_s: float,
            latency_budget_ms: float, recent: RecentLatency = RecentLatency(),
            lidars: tuple[str, ...] = ()) -> Health:
@@ -167,6 +168,7 @@ def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTim
     monotonic time of ``times``; ``latency``: stats (p50 / p95 / p99 / max) of 'total_ms' and
     'age_ms' over the window, published as values; ``capacity``: the largest bucket (points);
     ``recent``: what the latency budget rule judges (no recent frame: nothing over budget);
+    ``stale``: (camera, why) of each camera masked in the last frame (``sync.Pairing``);
     ``lidars``: ``lidars.names`` (() for one LiDAR), whose ``missing_key`` counts ``counts``
     and ``period`` then hold too (``count_names``).
     """
@@ -183,7 +185,8 @@ def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTim
     if recent.p99_ms > latency_budget_ms:
         problems.append((WARN, f'total p99 {recent.p99_ms:.1f} ms over the '
                                f'{latency_budget_ms:g} ms budget (last {recent.seconds:g} s)'))
-    problems += [(WARN, f'camera {name} stale (masked)') for name in stale]
+    problems += [(WARN, f'camera {name} stale (masked): {why} (sync.max_camera_lidar_delay_s)')
+                 for name, why in stale]
     if period['overflowed']:
         problems.append((WARN, f'{period["overflowed"]} clouds above the largest bucket '
                                f'({capacity} points), subsampled'))
@@ -191,7 +194,7 @@ def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTim
                  for key, text in _PERIOD_WARNINGS if period[key]]
     values = {**{key: counts[key] for key in count_names(lidars)[0]},
               'compiles_after_warmup': compiles,
-              'stale_cameras': ' '.join(stale),
+              'stale_cameras': ' '.join(name for name, _ in stale),
               'seconds_since_cloud': _age(now, times.last),
               'seconds_since_valid_cloud': _age(now, times.valid)}
     for name, stats in latency.items():

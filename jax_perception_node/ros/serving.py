@@ -62,7 +62,7 @@ class PerceptionCore:
         self.counts = dict.fromkeys(totals, 0)
         self._period = dict.fromkeys(per_report, 0)    # since the last /diagnostics report
         self._times = CloudTimes()
-        self._stale: tuple[str, ...] = ()
+        self._stale: tuple[tuple[str, str], ...] = ()   # (camera, why) masked last frame
         self._lock = threading.Lock()        # counts, times, pending cloud, LiDAR sets, window
         self._pending = None
         self._sets: LidarSets | None = None  # with lidars.names: the sets being collected
@@ -411,7 +411,7 @@ class PerceptionCore:
                 self._bump(key, n)
             if not frame.empty:     # published, but no sign of a working LiDAR
                 self._times = replace(self._times, valid=now)
-            self._stale = frame.stale
+            self._stale = tuple(zip(frame.stale, frame.stale_reasons))
             self.window.add(record, now)
 
     # -- diagnostics ---------------------------------------------------------------------------

@@ -64,6 +64,18 @@ def test_each_camera_pairs_on_its_own_and_stale_ones_are_named_in_order():
     assert pairing.used == 1 and pairing.maps['front'] == 'f'
 
 
+def test_a_masked_camera_says_how_far_its_nearest_map_is():
+    """A camera on another clock (2.5 s behind) looked like a dead one: 'stale' alone."""
+    sync = CameraSync(['front', 'left', 'rear'], 0.1)
+    for k in range(5):
+        sync.add('front', T - 2500 * MS + k * 100 * MS, 'f')
+    sync.add('rear', T + 300 * MS, 'r')
+    pairing, _ = sync.pair(T + 100 * MS)
+    assert pairing.stale == ('front', 'left', 'rear')
+    assert pairing.reasons == ('its nearest map 2.200 s before the LiDAR stamp', 'no map held',
+                               'its nearest map 0.200 s after the LiDAR stamp')
+
+
 def test_a_map_pairs_with_every_lidar_frame_within_tolerance():
     # Cameras slower than the LiDAR: one map serves several frames, then goes stale.
     sync = CameraSync(['front'], 0.1)
