@@ -102,6 +102,7 @@ class LidarSets:
         self.ahead: dict[str, int] = {}                 # name -> how far its clock runs ahead (ns)
         self._seen: dict[str, int] = {}                 # name -> its newest stamp received
         self._early: dict[str, int] = {}      # name -> fresh clouds stamped after they came
+        self._behind: dict[str, int] = {}     # name -> fresh clouds stamped a second before
         self._below: dict[tuple[str, str], int] = {}    # (above, a second below) -> in a row
         self._news: list[str] = []
 
@@ -115,6 +116,7 @@ class LidarSets:
         self._last_ref_ns = None
         self._last_stamps, self._newest = {}, {}
         self.ahead, self._seen, self._early, self._below = {}, {}, {}, {}
+        self._behind = {}
 
     def deadline(self) -> float | None:
         """Return when the pending set's wait ends (first arrival + max_delay_s), None if none."""
@@ -214,6 +216,7 @@ class LidarSets:
             if (name not in self.ahead and self._early[name] >= AHEAD_SETS
                     and any(self._early.get(n) == 0 for n in self.names if n != name)):
                 self._take_ahead(name, lead, 'the clock they arrive by')
+            self._judge_behind(name, lead)
             return
         if len(self.names) < 3:
             return
@@ -226,6 +229,26 @@ class LidarSets:
                    for n in self.names if n != other):
                 self._take_ahead(other, last - max(s for n, s in self._seen.items()
                                                    if n != other), "the other LiDARs'")
+
+    def _judge_behind(self, name: str, lead: int) -> None:
+        """
+        Say once when a LiDAR's clock runs a second or more behind the clock, and when it no more.
+
+        Its clouds are then late for the others' sets whatever sync.max_lidar_delay_s; it is
+        left as it is (counted late and missing), only said. Not while every LiDAR is behind (a
+        host clock behind the rig's: the sets are made alike).
+        """
+        behind = lead < -JUMP_BACK_NS
+        was = self._behind.get(name, 0)
+        self._behind[name] = min(was + 1, AHEAD_SETS) if behind else 0
+        others = any(self._behind.get(n) == 0 for n in self.names if n != name)
+        if behind and was == AHEAD_SETS - 1 and others:
+            self._news.append(
+                f'LiDAR {name}: its stamps run {-lead / 1e9:.3f} s behind the clock they arrive '
+                'by (a clock not synchronised?): its clouds are too late for the sets of the '
+                'others')
+        elif not behind and was == AHEAD_SETS:
+            self._news.append(f'LiDAR {name}: stamped with the clock again')
 
     def _take_ahead(self, name: str, by_ns: int, than: str) -> None:
         """Leave LiDAR ``name`` out: its pending cloud, and the sets it made the others late to."""
