@@ -224,7 +224,11 @@ def _check_resolution(arrays, bev: HeadInput, prefix: str, how: str) -> None:
     """Raise ConfigError if a checkpoint records another BEV cell size than ``bev``'s."""
     if RESOLUTION_KEY not in arrays:
         return
-    trained = float(arrays[RESOLUTION_KEY])
+    record = arrays[RESOLUTION_KEY]
+    if record.shape != () or record.dtype.kind != 'f' or not record > 0:
+        raise ConfigError(f'{prefix} whose {RESOLUTION_KEY} is {record.dtype}'
+                          f'{list(record.shape)} {record!r}, not a cell size in m')
+    trained = float(record)
     if not math.isclose(trained, bev.resolution, rel_tol=1e-6):
         raise ConfigError(f'{prefix} trained on a grid of {trained:g} m cells, this '
                           f'configuration has grid.resolution {bev.resolution:g} m (its objects '

@@ -103,6 +103,7 @@ class LidarSets:
         self._seen: dict[str, int] = {}                 # name -> its newest stamp received
         self._early: dict[str, int] = {}      # name -> fresh clouds stamped after they came
         self._behind: dict[str, int] = {}     # name -> fresh clouds stamped a second before
+        self._said_behind: set[str] = set()   # the LiDARs said to run behind, not yet back
         self._below: dict[tuple[str, str], int] = {}    # (above, a second below) -> in a row
         self._news: list[str] = []
 
@@ -116,7 +117,7 @@ class LidarSets:
         self._last_ref_ns = None
         self._last_stamps, self._newest = {}, {}
         self.ahead, self._seen, self._early, self._below = {}, {}, {}, {}
-        self._behind = {}
+        self._behind, self._said_behind = {}, set()
 
     def deadline(self) -> float | None:
         """Return when the pending set's wait ends (first arrival + max_delay_s), None if none."""
@@ -239,15 +240,17 @@ class LidarSets:
         host clock behind the rig's: the sets are made alike).
         """
         behind = lead < -JUMP_BACK_NS
-        was = self._behind.get(name, 0)
-        self._behind[name] = min(was + 1, AHEAD_SETS) if behind else 0
+        self._behind[name] = min(self._behind.get(name, 0) + 1, AHEAD_SETS) if behind else 0
         others = any(self._behind.get(n) == 0 for n in self.names if n != name)
-        if behind and was == AHEAD_SETS - 1 and others:
+        if (self._behind[name] == AHEAD_SETS and others
+                and name not in self._said_behind):
+            self._said_behind.add(name)
             self._news.append(
                 f'LiDAR {name}: its stamps run {-lead / 1e9:.3f} s behind the clock they arrive '
                 'by (a clock not synchronised?): its clouds are too late for the sets of the '
                 'others')
-        elif not behind and was == AHEAD_SETS:
+        elif not behind and name in self._said_behind:
+            self._said_behind.discard(name)
             self._news.append(f'LiDAR {name}: stamped with the clock again')
 
     def _take_ahead(self, name: str, by_ns: int, than: str) -> None:

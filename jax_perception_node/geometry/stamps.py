@@ -19,7 +19,7 @@ def stamp_refused(stamp: int, now_ns: int | None) -> str | None:
     """
     if now_ns is None:
         return None
-    if stamp == 0:
+    if stamp == 0 and now_ns > MAX_FUTURE_STAMP_S * 1e9:    # a simulation's first sweep: 0
         return ('header.stamp is 0: the driver does not stamp its clouds (the cameras, TF, '
                 'deskew and accumulation pair by stamps)')
     if stamp - now_ns <= MAX_FUTURE_STAMP_S * 1e9:

@@ -44,12 +44,15 @@ class InputWarnings:
             log.info(f'{what}: {reason}')
 
 
-def ready_line(pipe, lidar_names: tuple[str, ...]) -> str:
-    """Return the line that says the node serves: its grid, channels, cameras and inputs."""
+def ready_line(pipe, clouds: tuple[str, ...]) -> str:
+    """
+    Return the line that says the node serves: its grid, channels, cameras and inputs.
+
+    ``clouds``: the resolved topics of its point cloud subscriptions (a remap that renamed
+    nothing, as an unquoted ``-r ~/input/...`` in a shell, shows here).
+    """
     return (f'ready: {pipe.height} x {pipe.width} grid, {pipe.output_channels} channels, '
-            f'cameras {list(pipe.camera_names)}'
-            + (f', LiDARs {list(lidar_names)} on ~/input/<name>/pointcloud'
-               if lidar_names else '')
+            f'cameras {list(pipe.camera_names)}, point clouds on {", ".join(clouds)}'
             + (f', {pipe.num_sweeps} sweeps, {_pose_source(pipe.cfg)}' if pipe.num_sweeps > 1
                else ''))
 

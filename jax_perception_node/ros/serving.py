@@ -138,7 +138,8 @@ class PerceptionCore:
         except BaseException:
             self.deactivate()
             raise
-        self.log.info(ready_line(self.pipe, () if self._sets is None else self._sets.names))
+        self.log.info(ready_line(self.pipe, tuple(
+            sub.topic_name for sub in self._subscriptions if sub.msg_type is PointCloud2)))
 
     def deactivate(self) -> None:
         """Stop serving: no subscriptions, no timer; the frame in progress finishes first."""

@@ -309,6 +309,8 @@ def times_near_stamp(times: np.ndarray) -> bool:
     """
     if times.size < 2:
         return True
-    sample = times[::-(-times.size // TIME_SAMPLES)]
+    # An odd stride: an organized cloud's rows are 512, 1024 or 2048 wide, and a stride of
+    # whole rows sampled one column only (an OS1-64's all at t = 0: taken as all equal).
+    sample = times[::-(-times.size // TIME_SAMPLES) | 1]
     near = sample[np.abs(sample) < MAX_SWEEP_S]
     return near.size >= SWEEP_SHARE * sample.size and bool(near.max() > near.min())

@@ -297,7 +297,7 @@ def test_launch_arguments_remap_every_topic_and_name_the_node(launch_site, tmp_p
     finally:
         probe.close()
     log = assert_clean_exit(launch)
-    assert 'jax_perception_node' in log and 'ready:' in log
+    assert 'jax_perception_node' in log and f'point clouds on {CLOUD_TOPIC}' in log
     assert 'back_features_topic:=/typo names no camera' in log
 
 

@@ -204,7 +204,7 @@ def test_a_reactivation_starts_its_health_afresh_and_counts_the_cloud_it_gave_up
         core._on_cloud(make_cloud(np.ones((3, 4), np.float32), T0))
         with core._lock:
             core._bump('rejected', 3)
-        core._stale = ('front',)
+        core._stale = (('front', 'no map held'),)
         assert 'front stale' in core.diagnostic_status().message
         node.trigger_deactivate()
         assert core.counts['received'] == 1 and core.counts['dropped'] == 1

@@ -303,3 +303,16 @@ def test_absolute_times_in_a_float32_are_no_sweep():
     out = np.zeros(4, np.float32)
     assert read_times(msg, 't', 's', 'absolute', out=out)
     assert np.isnan(out).all() and not times_near_stamp(out)
+
+
+@pytest.mark.parametrize('rows, columns', [(16, 1024), (64, 1024), (128, 2048), (64, 512)])
+def test_an_ouster_scans_times_are_a_sweeps_whatever_its_beams(rows, columns):
+    """
+    ouster-ros writes a scan row by row (a beam each), t the column's time from the scan start.
+
+    A sampling stride of whole rows read column 0 only, t = 0 everywhere: 64 and 128 beams
+    were taken as a field left at 0 and never deskewed (found by an independent review).
+    """
+    t = np.tile(np.arange(columns, dtype=np.float32) * np.float32(0.1 / columns), rows)
+    assert times_near_stamp(t)
+    assert not times_near_stamp(np.zeros_like(t))

@@ -76,6 +76,7 @@ def test_a_cloud_stamped_ahead_of_the_clock_is_refused_and_resets_nothing(path):
     with pytest.raises(CloudFormatError, match=r'header.stamp is 0: the driver does not stamp'):
         path.process(cloud(0), now_ns=T0)
     assert path.process(cloud(0)).stamp_ns == 0
+    assert path.process(cloud(0), now_ns=5 * 10**6).stamp_ns == 0   # a simulation's first
 
 
 @pytest.mark.parametrize('rows', [

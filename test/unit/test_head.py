@@ -552,6 +552,10 @@ def test_a_factorys_float64_parameters_are_its_float32_checkpoints_layout(monkey
     loaded = load_head('toy_heads:wide_head', str(tmp_path / 'trained.npz'),
                        HeadInput(32, 48, 8, 0.5))
     assert loaded.params == trained
+    # A checkpoint holds what runs: float64 arrays are refused naming their dtype.
+    save_weights(tmp_path / 'wide.npz', {k: np.float64(v) for k, v in wide.items()})
+    with pytest.raises(ConfigError, match=r'^head\.weights: .*wide\.npz \[.*\] is float64'):
+        load_head('toy_heads:wide_head', str(tmp_path / 'wide.npz'), HeadInput(32, 48, 8, 0.5))
 
 
 def test_a_factorys_non_finite_parameters_are_refused_naming_the_module(monkeypatch):

@@ -142,6 +142,12 @@ def test_weights_trained_on_another_cell_size_are_refused_naming_grid_resolution
     save_weights(tmp_path / 'unsaid.npz', spec.params, SHIPPED)
     assert load_head(REFERENCE_HEAD, str(tmp_path / 'unsaid.npz'), at_half).weights_path == (
         tmp_path / 'unsaid.npz')
+    # A record that is no cell size: one line too, not a traceback.
+    with np.load(tmp_path / 'unsaid.npz') as arrays:
+        np.savez(tmp_path / 'odd.npz', **arrays, grid_resolution=np.array('ab'))
+    text = refused(lambda: load_head(REFERENCE_HEAD, str(tmp_path / 'odd.npz'), at_half))
+    assert text.startswith(f'head.weights: {tmp_path / "odd.npz"} holds weights whose '
+                           'grid_resolution is <U2[] '), text
 
 
 def test_a_grid_the_head_cannot_pool_is_its_own_line_naming_the_grid():

@@ -154,7 +154,7 @@ def test_compiles_budget_and_stale_cameras():
         '2 XLA compiles after warm-up', 'total p99 60.0 ms over the 50 ms budget (last 5 s)',
         'camera front stale (masked): its nearest map 2.500 s before the LiDAR stamp '
         '(sync.max_camera_lidar_delay_s)',
-        'camera rear stale (masked): no map held (sync.max_camera_lidar_delay_s)']
+        'camera rear stale (masked): no map held (its topic and message type?)']
     assert result.values['stale_cameras'] == 'front rear'
     assert result.values['compiles_after_warmup'] == 2
 

@@ -194,10 +194,20 @@ def test_a_lidar_whose_clock_runs_behind_the_clock_is_said_once_and_when_it_is_b
     assert sets.take_news() == []
     clock_drift(sets, {}, 2, start=40)
     assert sets.take_news() == ['LiDAR left: stamped with the clock again']
-    # A host clock behind the whole rig (every LiDAR behind it): nothing to say.
+    # A host clock behind the whole rig (every LiDAR behind it): nothing to say, then or when
+    # the host clock is set right (no 'again' without the line before it).
     sets = three()
     clock_drift(sets, dict.fromkeys(NAMES, -2500), 6)
     assert sets.take_news() == []
+    clock_drift(sets, {}, 2, start=40)
+    assert sets.take_news() == []
+    # The LiDAR behind sends first, the others only later: said when they come.
+    sets = three()
+    for k in range(5):
+        sets.add('left', T + (k * 100 - 2500) * MS, k, 1.0 + k * 0.1, T + k * 100 * MS)
+    assert sets.take_news() == []
+    clock_drift(sets, {'left': -2500}, 2, start=5)
+    assert [line.split(':')[0] for line in sets.take_news()] == ['LiDAR left']
 
 
 def clock_drift(sets, offsets_ms, ticks, first=None, start=0, clock=True):
