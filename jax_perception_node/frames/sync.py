@@ -115,7 +115,7 @@ def _nearest(offsets_ns: Iterable[int]) -> str:
     """Say how far the nearest of a masked camera's maps is from the LiDAR stamp (ns apart)."""
     offset = min(offsets_ns, key=abs, default=None)
     if offset is None:
-        return 'no map held'
+        return 'no map held (its topic and message type?)'
     # A camera on another clock than the LiDAR shows as a constant offset, seconds long.
-    return f'its nearest map {abs(offset) / 1e9:.3f} s {"after" if offset > 0 else "before"} ' \
-           'the LiDAR stamp'
+    return (f'its nearest map {abs(offset) / 1e9:.3f} s {"after" if offset > 0 else "before"} '
+            'the LiDAR stamp (sync.max_camera_lidar_delay_s)')

@@ -185,9 +185,7 @@ def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTim
     if recent.p99_ms > latency_budget_ms:
         problems.append((WARN, f'total p99 {recent.p99_ms:.1f} ms over the '
                                f'{latency_budget_ms:g} ms budget (last {recent.seconds:g} s)'))
-    problems += [(WARN, f'camera {name} stale (masked): {why}' + (
-        ' (sync.max_camera_lidar_delay_s)' if why.startswith('its nearest') else
-        ' (its topic and message type?)')) for name, why in stale]
+    problems += [(WARN, f'camera {name} stale (masked): {why}') for name, why in stale]
     if period['overflowed']:
         problems.append((WARN, f'{period["overflowed"]} clouds above the largest bucket '
                                f'({capacity} points), subsampled'))

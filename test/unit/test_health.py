@@ -147,8 +147,9 @@ def test_clouds_off_the_heads_intensity_scale_warn_naming_the_parameter():
 
 def test_compiles_budget_and_stale_cameras():
     result = run(period={'processed': 1}, compiles=2, p99=60.0, recent=RecentLatency(60.0, 5.0),
-                 stale=(('front', 'its nearest map 2.500 s before the LiDAR stamp'),
-                        ('rear', 'no map held')))
+                 stale=(('front', 'its nearest map 2.500 s before the LiDAR stamp '
+                                  '(sync.max_camera_lidar_delay_s)'),
+                        ('rear', 'no map held (its topic and message type?)')))
     assert result.level == ERROR
     assert result.message.split('; ') == [
         '2 XLA compiles after warm-up', 'total p99 60.0 ms over the 50 ms budget (last 5 s)',

@@ -72,8 +72,10 @@ def test_a_masked_camera_says_how_far_its_nearest_map_is():
     sync.add('rear', T + 300 * MS, 'r')
     pairing, _ = sync.pair(T + 100 * MS)
     assert pairing.stale == ('front', 'left', 'rear')
-    assert pairing.reasons == ('its nearest map 2.200 s before the LiDAR stamp', 'no map held',
-                               'its nearest map 0.200 s after the LiDAR stamp')
+    assert pairing.reasons == (
+        'its nearest map 2.200 s before the LiDAR stamp (sync.max_camera_lidar_delay_s)',
+        'no map held (its topic and message type?)',
+        'its nearest map 0.200 s after the LiDAR stamp (sync.max_camera_lidar_delay_s)')
 
 
 def test_a_map_pairs_with_every_lidar_frame_within_tolerance():
