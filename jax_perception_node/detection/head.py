@@ -24,8 +24,9 @@ import numpy as np
 
 from .boxes import BOX_COLUMNS  # noqa: F401 (the decoded rows' columns, here for heads)
 # The plug-in machinery, here under the names heads and tools have always imported.
-from .plugin import (CHANNELS_KEY, ENCODER_KEY, factory_params, import_factory,  # noqa: F401
-                     leaf_names, load_weights, RESOLUTION_KEY, save_weights, source_digest)
+from .plugin import (CHANNELS_KEY, checked_resolution, ENCODER_KEY,  # noqa: F401
+                     factory_params, import_factory, leaf_names, load_weights, save_weights,
+                     source_digest)
 from ..settings.parameters import ConfigError, REFERENCE_HEAD
 
 
@@ -222,14 +223,8 @@ def fits(name: str, spec: HeadSpec, bev: HeadInput, path, shipped: bool,
 
 def _check_resolution(arrays, bev: HeadInput, prefix: str, how: str) -> None:
     """Raise ConfigError if a checkpoint records another BEV cell size than ``bev``'s."""
-    if RESOLUTION_KEY not in arrays:
-        return
-    record = arrays[RESOLUTION_KEY]
-    if record.shape != () or record.dtype.kind != 'f' or not record > 0:
-        raise ConfigError(f'{prefix} whose {RESOLUTION_KEY} is {record.dtype}'
-                          f'{list(record.shape)} {record!r}, not a cell size in m')
-    trained = float(record)
-    if not math.isclose(trained, bev.resolution, rel_tol=1e-6):
+    trained = checked_resolution(arrays, prefix)
+    if trained and not math.isclose(trained, bev.resolution, rel_tol=1e-6):
         raise ConfigError(f'{prefix} trained on a grid of {trained:g} m cells, this '
                           f'configuration has grid.resolution {bev.resolution:g} m (its objects '
                           f'span other numbers of cells); set grid.resolution: {trained:g}, or '

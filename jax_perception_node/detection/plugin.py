@@ -123,10 +123,27 @@ def save_weights(path: str | os.PathLike, params, channel_names=(), encoder: str
         np.savez(f, **arrays)
 
 
+def checked_resolution(arrays: Mapping[str, np.ndarray], what: str) -> float:
+    """
+    Return the BEV cell size (m) a checkpoint's ``arrays`` record (:data:`RESOLUTION_KEY`).
+
+    0.0 when none is recorded; ConfigError('<what> whose grid_resolution is ...') when the
+    record is no positive number.
+    """
+    if RESOLUTION_KEY not in arrays:
+        return 0.0
+    record = arrays[RESOLUTION_KEY]
+    if record.shape != () or record.dtype.kind != 'f' or not record > 0:
+        raise ConfigError(f'{what} whose {RESOLUTION_KEY} is {record.dtype}'
+                          f'{list(record.shape)} {record!r}, not a cell size in m')
+    return float(record)
+
+
 def recorded_resolution(path: str | os.PathLike) -> float:
-    """Return the BEV cell size (m) a checkpoint records (:data:`RESOLUTION_KEY`); 0: none."""
+    """Return the BEV cell size (m) the checkpoint ``path`` records; 0.0: none."""
     with np.load(path, allow_pickle=False) as arrays:
-        return float(arrays[RESOLUTION_KEY]) if RESOLUTION_KEY in arrays.files else 0.0
+        record = {RESOLUTION_KEY: arrays[RESOLUTION_KEY]} if RESOLUTION_KEY in arrays else {}
+    return checked_resolution(record, f'{path} holds weights')
 
 
 def factory_params(params, key: str = 'head.module'):

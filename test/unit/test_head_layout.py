@@ -148,6 +148,11 @@ def test_weights_trained_on_another_cell_size_are_refused_naming_grid_resolution
     text = refused(lambda: load_head(REFERENCE_HEAD, str(tmp_path / 'odd.npz'), at_half))
     assert text.startswith(f'head.weights: {tmp_path / "odd.npz"} holds weights whose '
                            'grid_resolution is <U2[] '), text
+    from jax_perception_node.detection.plugin import recorded_resolution    # head_layouts'
+    assert recorded_resolution(WEIGHTS) == 0.4
+    assert recorded_resolution(tmp_path / 'unsaid.npz') == 0.0
+    assert refused(lambda: recorded_resolution(tmp_path / 'odd.npz')).startswith(
+        f'{tmp_path / "odd.npz"} holds weights whose grid_resolution is <U2[] ')
 
 
 def test_a_grid_the_head_cannot_pool_is_its_own_line_naming_the_grid():
