@@ -148,7 +148,7 @@ class LidarSets:
             closed.extend(s for s in (self.flush(now),) if s is not None)
             self._news.extend(map(_back, self.ahead))   # a new timeline: every LiDAR is back
             self._forget_timeline()
-        self._judge_ahead(name, stamp_ns, clock_ns)
+        self._judge_clock(name, stamp_ns, clock_ns)
         if name in self.ahead and not self._caught_up(name, stamp_ns, clock_ns):
             self.late += 1
             return closed
@@ -204,8 +204,8 @@ class LidarSets:
     def _early_ns(self) -> int:
         return max(EARLY_NS, self.tolerance_ns)
 
-    def _judge_ahead(self, name: str, stamp_ns: int, clock_ns: int | None) -> None:
-        """Count a fresh cloud as evidence of a clock ahead; take a LiDAR ahead when due."""
+    def _judge_clock(self, name: str, stamp_ns: int, clock_ns: int | None) -> None:
+        """Count a fresh cloud as evidence of a clock ahead or behind; act on it when due."""
         newest = self._seen.get(name)
         if newest is not None and stamp_ns <= newest:
             return                      # a repeat or out of order: no evidence either way
