@@ -38,6 +38,7 @@ _ARRAY_TYPES = frozenset({Parameter.Type.BOOL_ARRAY, Parameter.Type.BYTE_ARRAY,
 _GIVEN = re.compile(r"to '(?P<value>.*)' of type '(?P<type>\w+)'")
 # rclpy's InvalidParameterValueException says "Invalid parameter value (1e+300) ... Reason: ...".
 _REFUSED = re.compile(r'value \((?P<value>.*)\) for parameter\. Reason: (?P<reason>.*)', re.S)
+QOS_OVERRIDES = 'qos_overrides.'     # rclpy's parameters of a subscription's QoS (sensor_inputs)
 
 
 def descriptor(spec: ParamSpec) -> ParameterDescriptor:
@@ -160,14 +161,28 @@ def declare_parameters(node) -> None:
     if unknown:
         raise unknown_key(unknown[0], {group: _value(node, f'{group}.names') or []
                                        for group in ('cameras', 'lidars')})
-    # qos_overrides.* are not read (rclpy reads them only for subscriptions and publishers made
-    # with QoS overriding options, which the node's are not): not this node's parameters.
-    foreign = [name for name in undeclared if not name.startswith('qos_overrides.')]
+    # qos_overrides.* are declared by rclpy as the subscriptions are made (sensor_inputs).
+    foreign = [name for name in undeclared if not name.startswith(QOS_OVERRIDES)]
     if foreign:
         node.get_logger().warning(
             "parameters of no group of this node, ignored (another node's, from a /** "
             f'section?): {", ".join(foreign)}')
     node.add_pre_set_parameters_callback(_typed_empty_arrays(node))
+
+
+def qos_overrides_unapplied(node) -> str | None:
+    """
+    Return a line naming the ``qos_overrides.*`` overrides no subscription took; None if none.
+
+    Called once subscribed: each subscription declares its topic's (the resolved name)
+    history, depth, reliability and durability. An override of another topic (misspelt, not
+    remapped as given, an output: the publishers take none) or policy stays undeclared, and
+    rclpy would ignore it without a word.
+    """
+    names = sorted(name for name in _overrides(node)
+                   if name.startswith(QOS_OVERRIDES) and not node.has_parameter(name))
+    return (f'QoS overrides not applied (no subscription of this node has that topic and '
+            f'policy): {", ".join(names)}') if names else None
 
 
 def read_parameters(node) -> dict:

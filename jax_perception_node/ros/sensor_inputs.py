@@ -1,17 +1,45 @@
-"""The node's sensor subscriptions: LiDARs, odometry, TF, per camera its input and CameraInfo."""
+"""
+The node's sensor subscriptions: LiDARs, odometry, TF, per camera its input and CameraInfo.
+
+Every subscription takes ``qos_overrides.<topic>.subscription.<policy>`` parameters (history,
+depth, reliability, durability; ``<topic>`` the resolved name, after remapping), as rclcpp
+nodes and tf2_ros' listener do: read once when it is made, read-only after.
+"""
 
 from nav_msgs.msg import Odometry
-from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSPolicyKind, QoSProfile, ReliabilityPolicy
+from rclpy.qos_overriding_options import QoSOverridingOptions
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from tf2_msgs.msg import TFMessage
 
 # image_transport's names: raw on .../image, the compressed transport beside it.
 IMAGE_INPUTS = ((Image, 'image'), (CompressedImage, 'image/compressed'))
 FEATURE_INPUTS = ((Image, 'features'),)
-# tf2_ros' listener QoS: /tf_static latched (transient local) so a late node still gets it.
-TF_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-TF_STATIC_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
-                           durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# tf2_ros' listener's set; durability too, so that a CameraInfo latched by its driver
+# (transient local, published once) can be received.
+OVERRIDABLE = QoSOverridingOptions((QoSPolicyKind.HISTORY, QoSPolicyKind.DEPTH,
+                                    QoSPolicyKind.RELIABILITY, QoSPolicyKind.DURABILITY))
+
+
+def sensor_qos() -> QoSProfile:
+    """Return rclpy's sensor-data profile (best effort, volatile, depth 5), a fresh one."""
+    # Fresh per subscription: rclpy writes the overrides into the profile it is given.
+    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=5,
+                      reliability=ReliabilityPolicy.BEST_EFFORT,
+                      durability=DurabilityPolicy.VOLATILE)
+
+
+def tf_qos(static: bool) -> QoSProfile:
+    """Return tf2_ros' listener QoS: reliable, depth 100; /tf_static latched (transient local)."""
+    return QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.TRANSIENT_LOCAL if static
+                      else DurabilityPolicy.VOLATILE)
+
+
+def _subscribe(node, kind, topic: str, callback, qos: QoSProfile | None = None):
+    """Create a subscription of QoS ``qos`` (None: sensor data) as its qos_overrides say."""
+    return node.create_subscription(kind, topic, callback, qos or sensor_qos(),
+                                    qos_overriding_options=OVERRIDABLE)
 
 
 def subscribe_cameras(node, names, images: bool, on_input, on_camera_info) -> list:
@@ -25,13 +53,12 @@ def subscribe_cameras(node, names, images: bool, on_input, on_camera_info) -> li
     """
     subscriptions = []
     for name in names:
-        subscriptions += [node.create_subscription(
-            kind, f'~/input/camera/{name}/{topic}', lambda msg, name=name: on_input(name, msg),
-            qos_profile_sensor_data) for kind, topic in (
-                IMAGE_INPUTS if images else FEATURE_INPUTS)]
-        subscriptions.append(node.create_subscription(
-            CameraInfo, f'~/input/camera/{name}/camera_info',
-            lambda msg, name=name: on_camera_info(name, msg), qos_profile_sensor_data))
+        subscriptions += [_subscribe(node, kind, f'~/input/camera/{name}/{topic}',
+                                     lambda msg, name=name: on_input(name, msg))
+                          for kind, topic in (IMAGE_INPUTS if images else FEATURE_INPUTS)]
+        subscriptions.append(_subscribe(
+            node, CameraInfo, f'~/input/camera/{name}/camera_info',
+            lambda msg, name=name: on_camera_info(name, msg)))
     return subscriptions
 
 
@@ -45,19 +72,17 @@ def subscribe_lidars(node, names, on_cloud, on_lidar_cloud, on_odometry) -> list
     motion from it with pose_source odometry (live, as are lidar.time_field and lidar.deskew:
     so always). Sensor-data QoS matches reliable and best-effort publishers alike.
     """
-    subscriptions = [node.create_subscription(
-        PointCloud2, '~/input/pointcloud', on_cloud, qos_profile_sensor_data)] if not names else [
-        node.create_subscription(PointCloud2, f'~/input/{name}/pointcloud',
-                                 lambda msg, name=name: on_lidar_cloud(name, msg),
-                                 qos_profile_sensor_data) for name in names]
-    subscriptions.append(node.create_subscription(Odometry, '~/input/odometry', on_odometry,
-                                                  qos_profile_sensor_data))
+    subscriptions = [_subscribe(node, PointCloud2, '~/input/pointcloud', on_cloud)] if not (
+        names) else [_subscribe(node, PointCloud2, f'~/input/{name}/pointcloud',
+                                lambda msg, name=name: on_lidar_cloud(name, msg))
+                     for name in names]
+    subscriptions.append(_subscribe(node, Odometry, '~/input/odometry', on_odometry))
     return subscriptions
 
 
 def subscribe_tf(node, on_transforms) -> list:
     """Subscribe to /tf_static and /tf, calling ``on_transforms(msg, static)``; return both."""
-    return [node.create_subscription(TFMessage, '/tf_static',
-                                     lambda msg: on_transforms(msg, True), TF_STATIC_QOS),
-            node.create_subscription(TFMessage, '/tf',
-                                     lambda msg: on_transforms(msg, False), TF_QOS)]
+    return [_subscribe(node, TFMessage, '/tf_static', lambda msg: on_transforms(msg, True),
+                       tf_qos(static=True)),
+            _subscribe(node, TFMessage, '/tf', lambda msg: on_transforms(msg, False),
+                       tf_qos(static=False))]

@@ -29,7 +29,8 @@ from .frame_warnings import InputWarnings, ready_line, warn_frame
 from .frame_worker import FrameWorker
 from .health import assess, CloudTimes, count_names, frame_counts, RecentLatency
 from .node_outputs import FrameOutputs
-from .node_params import declare_parameters, read_parameters, refusal_reason
+from .node_params import (declare_parameters, qos_overrides_unapplied, read_parameters,
+                          refusal_reason)
 from .sensor_inputs import subscribe_cameras, subscribe_lidars, subscribe_tf
 from ..core.pipeline import BevPipeline
 from ..frames.camera_decode_pool import CameraDecodePool
@@ -43,7 +44,7 @@ from ..outputs.grid_map import GridMapLayers
 from ..sensors.camera import CameraInfoError, FeatureMapError, UncalibratedCameraInfo
 from ..sensors.cloud import CloudFormatError
 from ..settings.config import config_from_parameters
-from ..settings.live_params import changed_intrinsics, check_update
+from ..settings.live_params import changed_intrinsics, check_update, is_ours
 from ..settings.parameters import ConfigError
 
 IDLE_WAIT_S = 0.1       # the worker looks at the stop flag at least this often
@@ -128,6 +129,9 @@ class PerceptionCore:
                 self.node, self.pipe.camera_names, self.cfg.camera_images, self._on_features,
                 self._on_camera_info)
             self._subscribe_tf()
+            unapplied = qos_overrides_unapplied(self.node)
+            if unapplied:
+                self.log.warning(unapplied)
             with self._lock:
                 self._times = CloudTimes()    # the LiDAR timeout counts from these clouds
                 self._stale, self._period = (), dict.fromkeys(self._period, 0)  # none of the last
@@ -198,9 +202,9 @@ class PerceptionCore:
 
     def _on_set_parameters(self, params) -> SetParametersResult:
         """Apply a parameter set at once or refuse it whole; no exception ever leaves here."""
-        if self.pipe is None:
-            return SetParametersResult(successful=True)   # configure() validates them
         changes = {p.name: p.value for p in params}
+        if self.pipe is None or not any(map(is_ours, changes)):    # qos_overrides: rclpy's
+            return SetParametersResult(successful=True)   # configure() validates them
         try:
             values, cfg = check_update(self.values, changes)
             self._apply(cfg, changes)

@@ -13,7 +13,8 @@ from jax_perception_node.sensors.camera import (CameraInfoError, scale_camera_in
                                                 SCALE_TOLERANCE, with_intrinsics)
 import numpy as np
 import pytest
-from ros_harness import make_cloud, make_features, serving_node, stamp_of, status_values
+from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, Probe,
+                         serving_node, stamp_of, status_values, write_params)
 
 # The front camera of small_params(): a 12 x 20 feature map with fx = fy = 8, cx 9.5, cy 5.5.
 MAP_H, MAP_W = 12, 20
@@ -317,3 +318,40 @@ def test_node_applies_camera_info_without_a_compile(running, scaled_reference):
     assert node.log().count('k is all zero') == 1
     assert node.alive()
     assert 'CameraInfo rejected' in node.log()
+
+
+def test_a_latched_camera_info_is_received_with_qos_overrides(tmp_path):
+    # A driver that publishes its CameraInfo once, latched (transient local), before the node
+    # subscribes: only a subscription made transient local by qos_overrides receives it.
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import CameraInfo
+    topic = bagio.camera_info_topic('front')
+    prefix = f'qos_overrides.{topic}.subscription.'
+    unknown = ('qos_overrides./jax_perception/input/camera/rear/camera_info.subscription.depth',
+               'qos_overrides./jax_perception/output/objects.publisher.reliability')
+    params = small_params(1, **{'diagnostics.period_s': 0.2,
+                                'diagnostics.lidar_timeout_s': 60.0,
+                                prefix + 'durability': 'transient_local',
+                                prefix + 'reliability': 'reliable',
+                                unknown[0]: 7, unknown[1]: 'best_effort'})
+    domain = other_domain(6)     # the module's running node would answer too
+    probe = Probe(cameras=('front',), domain_id=domain)
+    node = None
+    try:
+        latched = probe.node.create_publisher(CameraInfo, topic, QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        latched.publish(ros_camera_info(**IMAGE))
+        node = NodeProcess(write_params(params, tmp_path / 'params.yaml'), tmp_path / 'node.log',
+                           domain_id=domain)
+        probe.wait_ready(node)
+        values = wait_status(probe, lambda v: v['camera_info_applied'] == '1',
+                             'the latched CameraInfo applied')
+        assert values['rejected_camera_info'] == '0'
+        warning = next(line for line in node.log().splitlines() if 'QoS overrides not' in line)
+        assert all(name in warning for name in unknown) and prefix not in warning
+        assert node.alive()
+    finally:
+        probe.close()
+        if node is not None:
+            node.stop()
