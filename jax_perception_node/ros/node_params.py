@@ -19,6 +19,7 @@ from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescri
 from rclpy.exceptions import (InvalidParameterTypeException, InvalidParameterValueException,
                               ParameterUninitializedException)
 from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, ReliabilityPolicy
 
 from ..settings.live_params import plain
 from ..settings.param_checks import check_value, ros_type_error, unknown_key
@@ -39,6 +40,11 @@ _GIVEN = re.compile(r"to '(?P<value>.*)' of type '(?P<type>\w+)'")
 # rclpy's InvalidParameterValueException says "Invalid parameter value (1e+300) ... Reason: ...".
 _REFUSED = re.compile(r'value \((?P<value>.*)\) for parameter\. Reason: (?P<reason>.*)', re.S)
 QOS_OVERRIDES = 'qos_overrides.'     # rclpy's parameters of a subscription's QoS (sensor_inputs)
+# The enumerated policies a subscription takes overrides of: the values rclpy reads them from.
+_QOS_CHOICES = {policy: [value.name.lower() for value in kind if value.name != 'UNKNOWN']
+                for policy, kind in (('history', HistoryPolicy),
+                                     ('reliability', ReliabilityPolicy),
+                                     ('durability', DurabilityPolicy))}
 
 
 def descriptor(spec: ParamSpec) -> ParameterDescriptor:
@@ -162,12 +168,33 @@ def declare_parameters(node) -> None:
         raise unknown_key(unknown[0], {group: _value(node, f'{group}.names') or []
                                        for group in ('cameras', 'lidars')})
     # qos_overrides.* are declared by rclpy as the subscriptions are made (sensor_inputs).
+    check_qos_overrides({name: _overrides(node)[name].value for name in undeclared})
     foreign = [name for name in undeclared if not name.startswith(QOS_OVERRIDES)]
     if foreign:
         node.get_logger().warning(
             "parameters of no group of this node, ignored (another node's, from a /** "
             f'section?): {", ".join(foreign)}')
     node.add_pre_set_parameters_callback(_typed_empty_arrays(node))
+
+
+def check_qos_overrides(values: dict) -> None:
+    """
+    Raise ConfigError for a subscription's QoS override rclpy could not apply, naming it.
+
+    ``values``: parameter values by name; ``qos_overrides.<topic>.subscription.<policy>`` ones
+    are checked (history, reliability, durability: one of rclpy's names; depth: an integer
+    >= 0, 0 the middleware's default). rclpy would raise when the subscription is made, a
+    traceback and a failed activation where this is one line at start-up.
+    """
+    for name, value in values.items():
+        if not name.startswith(QOS_OVERRIDES) or name.split('.')[-2] != 'subscription':
+            continue
+        policy = name.rsplit('.', 1)[1]
+        if policy == 'depth' and (type(value) is not int or value < 0):
+            raise ConfigError(f'{name}: must be an integer >= 0 (messages kept), got {value!r}')
+        choices = _QOS_CHOICES.get(policy)
+        if choices is not None and not (isinstance(value, str) and value.lower() in choices):
+            raise ConfigError(f'{name}: must be one of {choices}, got {value!r}')
 
 
 def qos_overrides_unapplied(node) -> str | None:

@@ -322,3 +322,19 @@ def test_grid_map_and_autoware_timing_arrive(running):
     with probe.lock:
         values = {name: [m.data for m in store] for name, store in timing.items()}
     assert all(v > 0 and np.isfinite(v) for vs in values.values() for v in vs)
+
+
+@pytest.mark.parametrize('policy,value,expected', [
+    ('reliability', 'bogus', "must be one of ['system_default', 'reliable', 'best_effort', "
+                             "'best_available'], got 'bogus'"),
+    ('depth', -3, 'must be an integer >= 0 (messages kept), got -3')])
+def test_a_qos_override_rclpy_cannot_apply_exits_with_one_line(tmp_path, policy, value,
+                                                               expected):
+    # rclpy raised when it made the subscription: a traceback, and activate failed.
+    key = f'qos_overrides./jax_perception/input/pointcloud.subscription.{policy}'
+    params = write_params(small_params(**{key: value}), tmp_path / 'bad.yaml')
+    node = NodeProcess(params, tmp_path / 'bad.log')
+    node.proc.wait(timeout=60)
+    assert node.proc.returncode == 1
+    assert node.log().strip() == f'jax_perception_node: bad parameter {key}: {expected}'
+    node.stop()
