@@ -150,14 +150,16 @@ def make_node(context):
     """Return the node (plain or lifecycle) and, with managed autostart, its transitions."""
     rules, warnings = remappings(context)
     given = context.launch_configurations
+    # use_sim_time only when given: else the params file's, or a parent launch's global
+    # parameters (SetParameter), as every other node of the stack takes it.
+    sim_time = [{'use_sim_time': ParameterValue(LaunchConfiguration('use_sim_time'),
+                                                value_type=bool)}] if given['use_sim_time'] else []
     common = {
         'package': PACKAGE,
         'name': given['node_name'],
         'namespace': given['namespace'],
         'output': 'screen',
-        'parameters': [given['params_file'],
-                       {'use_sim_time': ParameterValue(LaunchConfiguration('use_sim_time'),
-                                                       value_type=bool)}],
+        'parameters': [given['params_file']] + sim_time,
         'remappings': rules,
         'arguments': ['--ros-args', '--log-level', given['log_level']],
     }
@@ -203,8 +205,10 @@ def generate_launch_description():
                               description='name of the node'),
         DeclareLaunchArgument('namespace', default_value='',
                               description='namespace of the node'),
-        DeclareLaunchArgument('use_sim_time', default_value='false',
-                              description='use /clock (rosbag replay, simulation)'),
+        DeclareLaunchArgument('use_sim_time', default_value='',
+                              description='true: use /clock (rosbag replay, simulation); '
+                                          'empty: as the params file or the global parameters '
+                                          'say (false if neither sets it)'),
         DeclareLaunchArgument('log_level', default_value='info',
                               description='debug | info | warn | error'),
         DeclareLaunchArgument('pointcloud_topic', default_value=INPUTS['pointcloud_topic'],

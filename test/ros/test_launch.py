@@ -268,11 +268,13 @@ def send_inputs(probe) -> None:
 def test_launch_arguments_remap_every_topic_and_name_the_node(launch_site, tmp_path):
     from sensor_msgs.msg import Image
     from vision_msgs.msg import Detection3DArray
+    # use_sim_time given as an argument wins over the file's.
     params = write_params(small_params(1, **{'accumulation.num_sweeps': 2,
-                                             'head.module': 'toy_heads:occupancy_head'}),
+                                             'head.module': 'toy_heads:occupancy_head',
+                                             'use_sim_time': True}),
                           tmp_path / 'params.yaml')
     launch = Launch(launch_site, tmp_path, params_file=params, node_name=NODE_NAME,
-                    back_features_topic='/typo',
+                    use_sim_time='false', back_features_topic='/typo',
                     **{arg: topic for arg, (topic, _) in {**REMAPPED, **OUTPUTS}.items()})
     probe = Probe(features=False)
     try:
@@ -305,13 +307,14 @@ def test_xml_launch_with_autoware_arguments_managed_autostart(launch_site, tmp_p
     from autoware_internal_debug_msgs.msg import Float64Stamped
     from lifecycle_msgs.msg import Transition
     from sensor_msgs.msg import Image
-    params = write_params(small_params(0, **{'diagnostics.period_s': 0.2}),
+    # use_sim_time from the params file alone (no argument): a stack's /** section sets it.
+    params = write_params(small_params(0, **{'diagnostics.period_s': 0.2, 'use_sim_time': True}),
                           tmp_path / 'params.yaml')
     topics = {'input/pointcloud': CLOUD_TOPIC,
               'output/bev_features': '/perception/bev/features',
               'debug/processing_time_ms': '/perception/bev/debug/processing_time_ms'}
     launch = Launch(launch_site, tmp_path, file='jax_perception.launch.xml', param_file=params,
-                    node_name=NODE_NAME, use_sim_time='true', managed='true', **topics)
+                    node_name=NODE_NAME, managed='true', **topics)
     probe = Probe(features=False)
     try:
         cloud_pub = cloud_publisher(probe)
