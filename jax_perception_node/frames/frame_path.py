@@ -193,6 +193,11 @@ class FramePath(TfCalibration):
                 self.odometry.child_frame_id = cfg.grid.frame_id
                 self.cfg = cfg
 
+    @property
+    def cameras_with_info(self) -> frozenset[str]:
+        """Return the cameras a CameraInfo has been taken from (one that was not refused)."""
+        return frozenset(self._info_frames)
+
     def apply_camera_info(self, name: str, msg):
         """
         Set camera ``name``'s intrinsics and lens from a CameraInfo, scaled to its feature map.

@@ -28,9 +28,9 @@ from tf2_msgs.msg import TFMessage
 from .frame_warnings import InputWarnings, ready_line, warn_frame
 from .frame_worker import FrameWorker
 from .health import assess, CloudTimes, count_names, frame_counts, RecentLatency
+from .input_graph import InputGraph
 from .node_outputs import FrameOutputs
-from .node_params import (declare_parameters, qos_overrides_unapplied, read_parameters,
-                          refusal_reason)
+from .node_params import declare_parameters, read_parameters, refusal_reason
 from .sensor_inputs import subscribe_cameras, subscribe_lidars, subscribe_tf
 from ..core.pipeline import BevPipeline
 from ..frames.camera_decode_pool import CameraDecodePool
@@ -68,7 +68,7 @@ class PerceptionCore:
         self._pending = None
         self._sets: LidarSets | None = None  # with lidars.names: the sets being collected
         self._wake = threading.Event()
-        self._worker = self._timer = self._decoders = None
+        self._worker = self._timer = self._decoders = self._graph = None
         self._subscriptions, self._tf_subscriptions, self._diagnostics_pub = [], [], None
         self._warnings = InputWarnings()
 
@@ -121,6 +121,7 @@ class PerceptionCore:
         undone (``deactivate``) before it is raised: nothing is left half started.
         """
         try:
+            self._graph = InputGraph(self.node, self.path)     # its first check: subscribed
             self._timer = self._make_timer(self.cfg.diagnostics.period_s)
             self._subscriptions = subscribe_lidars(
                 self.node, () if self._sets is None else self._sets.names, self._on_cloud,
@@ -129,9 +130,6 @@ class PerceptionCore:
                 self.node, self.pipe.camera_names, self.cfg.camera_images, self._on_features,
                 self._on_camera_info)
             self._subscribe_tf()
-            unapplied = qos_overrides_unapplied(self.node)
-            if unapplied:
-                self.log.warning(unapplied)
             with self._lock:
                 self._times = CloudTimes()    # the LiDAR timeout counts from these clouds
                 self._stale, self._period = (), dict.fromkeys(self._period, 0)  # none of the last
@@ -444,6 +442,8 @@ class PerceptionCore:
                     for k, v in health.values.items()])
 
     def _publish_diagnostics(self) -> None:
+        for line in self._graph.check(self._subscriptions + self._tf_subscriptions):
+            self.log.warning(line)
         array = DiagnosticArray()
         array.header.stamp = self.node.get_clock().now().to_msg()
         array.status.append(self.diagnostic_status())

@@ -321,36 +321,50 @@ def test_node_applies_camera_info_without_a_compile(running, scaled_reference):
 
 
 def test_a_latched_camera_info_is_received_with_qos_overrides(tmp_path):
-    # A driver that publishes its CameraInfo once, latched (transient local), before the node
-    # subscribes: only a subscription made transient local by qos_overrides receives it.
+    # Drivers that publish their CameraInfo once, latched (transient local), before the node
+    # subscribes: only a subscription made transient local by qos_overrides receives it (the
+    # front camera's); the rear camera's, without them, is named with the override to set.
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-    from sensor_msgs.msg import CameraInfo
-    topic = bagio.camera_info_topic('front')
-    prefix = f'qos_overrides.{topic}.subscription.'
-    unknown = ('qos_overrides./jax_perception/input/camera/rear/camera_info.subscription.depth',
+    from sensor_msgs.msg import CameraInfo, Image
+    topics = {name: bagio.camera_info_topic(name) for name in ('front', 'rear')}
+    prefix = f'qos_overrides.{topics["front"]}.subscription.'
+    unknown = ('qos_overrides./jax_perception/input/camera/left/camera_info.subscription.depth',
                'qos_overrides./jax_perception/output/objects.publisher.reliability')
-    params = small_params(1, **{'diagnostics.period_s': 0.2,
+    params = small_params(2, **{'diagnostics.period_s': 0.2,
                                 'diagnostics.lidar_timeout_s': 60.0,
                                 prefix + 'durability': 'transient_local',
                                 prefix + 'reliability': 'reliable',
                                 unknown[0]: 7, unknown[1]: 'best_effort'})
     domain = other_domain(6)     # the module's running node would answer too
-    probe = Probe(cameras=('front',), domain_id=domain)
+    probe = Probe(cameras=('front', 'rear'), domain_id=domain)
     node = None
     try:
-        latched = probe.node.create_publisher(CameraInfo, topic, QoSProfile(
-            depth=1, reliability=ReliabilityPolicy.RELIABLE,
-            durability=DurabilityPolicy.TRANSIENT_LOCAL))
-        latched.publish(ros_camera_info(**IMAGE))
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        for topic in topics.values():
+            probe.node.create_publisher(CameraInfo, topic, latched).publish(
+                ros_camera_info(**IMAGE))
+        # The odometry remapped to a topic where images are published: nothing would arrive.
+        probe.node.create_publisher(Image, '/sensing/camera/front/image_raw', 1)
+        remap = ['-r', '/jax_perception/input/odometry:=/sensing/camera/front/image_raw']
         node = NodeProcess(write_params(params, tmp_path / 'params.yaml'), tmp_path / 'node.log',
-                           domain_id=domain)
+                           remap, domain_id=domain)
         probe.wait_ready(node)
         values = wait_status(probe, lambda v: v['camera_info_applied'] == '1',
                              'the latched CameraInfo applied')
         assert values['rejected_camera_info'] == '0'
-        warning = next(line for line in node.log().splitlines() if 'QoS overrides not' in line)
-        assert all(name in warning for name in unknown) and prefix not in warning
-        assert node.alive()
+        probe.wait_for(lambda: node.log().count('WARN') >= 3, what='the three warnings')
+        warnings = [line for line in node.log().splitlines() if 'WARN' in line]
+        [unapplied] = [line for line in warnings if 'QoS overrides not applied' in line]
+        assert all(name in unapplied for name in unknown) and prefix not in unapplied
+        [wrong_type] = [line for line in warnings if 'publishers send' in line]
+        assert ('/sensing/camera/front/image_raw: its publishers send sensor_msgs/msg/Image, this '
+                'input reads nav_msgs/msg/Odometry') in wrong_type
+        [rear] = [line for line in warnings if 'latches' in line]
+        assert (f'input {topics["rear"]}: its publisher latches' in rear
+                and f'qos_overrides.{topics["rear"]}.subscription.durability: transient_local'
+                in rear)
+        assert node.alive() and len(warnings) == 3, warnings
     finally:
         probe.close()
         if node is not None:
