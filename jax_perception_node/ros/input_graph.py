@@ -3,14 +3,23 @@ What the ROS graph says about inputs that would never arrive: each said once, as
 
 Checked on the diagnostics timer (discovery takes a while): a subscription whose topic has
 publishers, none of them of the type it reads (remapped to the wrong topic), and a camera's
-CameraInfo subscription, volatile, with nothing taken yet, beside a latched (transient local)
-publisher: a CameraInfo published once before the node subscribed never arrives without
-``qos_overrides``. rclpy matches neither case and says nothing.
+CameraInfo subscription, volatile, that took none in :data:`LATCHED_GRACE_S` beside a latched
+(transient local) publisher: a CameraInfo published once before the node subscribed never
+arrives without ``qos_overrides``. rclpy matches neither case and says nothing. The first
+check also names the QoS overrides no subscription took.
 """
+
+import time
 
 from rclpy.qos import DurabilityPolicy
 
 from .node_params import qos_overrides_unapplied
+
+# A latched CameraInfo publisher is named only when nothing was taken this long after it was
+# first seen: a volatile reader misses the latched sample and waits for the next publish, and a
+# slow periodic publisher (0.5 Hz) delivers within it.
+LATCHED_GRACE_S = 5.0
+TF_TOPICS = ('/tf', '/tf_static')
 
 
 def type_name(msg_type) -> str:
@@ -26,6 +35,7 @@ class InputGraph:
         self._node, self._path = node, path
         self._said: set[str] = set()
         self._first = True
+        self._latched: dict[str, float] = {}    # topic -> when a latched publisher was seen
 
     def check(self, subscriptions) -> list[str]:
         """
@@ -36,7 +46,10 @@ class InputGraph:
         lines = []
         if self._first:
             self._first = False
-            lines += filter(None, [qos_overrides_unapplied(self._node)])
+            subscribed = {sub.topic_name for sub in subscriptions}
+            later = tuple(topic for topic in map(self._node.resolve_topic_name, TF_TOPICS)
+                          if topic not in subscribed)
+            lines += filter(None, [qos_overrides_unapplied(self._node, later)])
         waiting = {self._node.resolve_topic_name(f'~/input/camera/{name}/camera_info')
                    for name in self._path.pipe.camera_names
                    if name not in self._path.cameras_with_info}
@@ -47,17 +60,26 @@ class InputGraph:
             if sent and reads not in sent:
                 line = (f'input {topic}: its publishers send {", ".join(sent)}, this input reads '
                         f'{reads}: nothing arrives (remapped to the wrong topic?)')
-            elif (topic in waiting and sub.qos_profile.durability == DurabilityPolicy.VOLATILE
-                  and any(info.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
-                          for info in infos)):
+            elif self._latched_silent(topic in waiting and sub.qos_profile.durability
+                                      == DurabilityPolicy.VOLATILE, topic, infos):
                 line = (f'input {topic}: its publisher latches (transient local) and no '
-                        'CameraInfo has been taken: one published before the node subscribed '
-                        f'never arrives; set qos_overrides.{topic}.subscription.durability: '
-                        'transient_local and ...reliability: reliable (docs/users.md, '
-                        '"QoS overrides")')
+                        f'CameraInfo was taken in {LATCHED_GRACE_S:g} s: one published once, '
+                        'before the node subscribed, never arrives; set '
+                        f'qos_overrides.{topic}.subscription.durability: transient_local and '
+                        '...reliability: reliable (docs/users.md, "QoS overrides")')
             else:
                 continue
             if line not in self._said:
                 self._said.add(line)
                 lines.append(line)
         return lines
+
+    def _latched_silent(self, volatile_waiting: bool, topic: str, infos) -> bool:
+        """Whether a latched publisher has been on ``topic`` LATCHED_GRACE_S with none taken."""
+        if not (volatile_waiting and any(
+                info.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
+                for info in infos)):
+            self._latched.pop(topic, None)
+            return False
+        seen = self._latched.setdefault(topic, time.monotonic())
+        return time.monotonic() - seen >= LATCHED_GRACE_S

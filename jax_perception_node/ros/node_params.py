@@ -40,6 +40,7 @@ _GIVEN = re.compile(r"to '(?P<value>.*)' of type '(?P<type>\w+)'")
 # rclpy's InvalidParameterValueException says "Invalid parameter value (1e+300) ... Reason: ...".
 _REFUSED = re.compile(r'value \((?P<value>.*)\) for parameter\. Reason: (?P<reason>.*)', re.S)
 QOS_OVERRIDES = 'qos_overrides.'     # rclpy's parameters of a subscription's QoS (sensor_inputs)
+_MAX_DEPTH = 2 ** 31 - 1    # rmw_qos_profile_t's depth, as rclpy converts it
 # The enumerated policies a subscription takes overrides of: the values rclpy reads them from.
 _QOS_CHOICES = {policy: [value.name.lower() for value in kind if value.name != 'UNKNOWN']
                 for policy, kind in (('history', HistoryPolicy),
@@ -190,24 +191,27 @@ def check_qos_overrides(values: dict) -> None:
         if not name.startswith(QOS_OVERRIDES) or name.split('.')[-2] != 'subscription':
             continue
         policy = name.rsplit('.', 1)[1]
-        if policy == 'depth' and (type(value) is not int or value < 0):
-            raise ConfigError(f'{name}: must be an integer >= 0 (messages kept), got {value!r}')
+        if policy == 'depth' and (type(value) is not int or not 0 <= value <= _MAX_DEPTH):
+            raise ConfigError(f'{name}: must be an integer from 0 to {_MAX_DEPTH} (messages '
+                              f'kept), got {value!r}')
         choices = _QOS_CHOICES.get(policy)
         if choices is not None and not (isinstance(value, str) and value.lower() in choices):
             raise ConfigError(f'{name}: must be one of {choices}, got {value!r}')
 
 
-def qos_overrides_unapplied(node) -> str | None:
+def qos_overrides_unapplied(node, later: tuple[str, ...] = ()) -> str | None:
     """
     Return a line naming the ``qos_overrides.*`` overrides no subscription took; None if none.
 
     Called once subscribed: each subscription declares its topic's (the resolved name)
     history, depth, reliability and durability. An override of another topic (misspelt, not
     remapped as given, an output: the publishers take none) or policy stays undeclared, and
-    rclpy would ignore it without a word.
+    rclpy would ignore it without a word. ``later``: topics the node may still subscribe
+    (/tf once ``extrinsics.source`` becomes tf), whose overrides are not named.
     """
-    names = sorted(name for name in _overrides(node)
-                   if name.startswith(QOS_OVERRIDES) and not node.has_parameter(name))
+    waiting = tuple(f'{QOS_OVERRIDES}{topic}.' for topic in later)
+    names = sorted(name for name in _overrides(node) if name.startswith(QOS_OVERRIDES)
+                   and not node.has_parameter(name) and not name.startswith(waiting))
     return (f'QoS overrides not applied (no subscription of this node has that topic and '
             f'policy): {", ".join(names)}') if names else None
 

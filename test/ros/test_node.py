@@ -327,7 +327,8 @@ def test_grid_map_and_autoware_timing_arrive(running):
 @pytest.mark.parametrize('policy,value,expected', [
     ('reliability', 'bogus', "must be one of ['system_default', 'reliable', 'best_effort', "
                              "'best_available'], got 'bogus'"),
-    ('depth', -3, 'must be an integer >= 0 (messages kept), got -3')])
+    ('depth', -3, 'must be an integer from 0 to 2147483647 (messages kept), got -3'),
+    ('depth', 2 ** 31, 'must be an integer from 0 to 2147483647 (messages kept), got 2147483648')])
 def test_a_qos_override_rclpy_cannot_apply_exits_with_one_line(tmp_path, policy, value,
                                                                expected):
     # rclpy raised when it made the subscription: a traceback, and activate failed.
