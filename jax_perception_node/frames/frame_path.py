@@ -102,8 +102,7 @@ class FramePath(TfCalibration):
         self._images = None if cfg.image_shape is None else ImageDecoder(*cfg.image_shape[:2])
         self.cameras = cfg.cameras          # the camera calibration in force
         self._from_info: dict[str, tuple] = {}   # camera -> intrinsics a CameraInfo set
-        self._buffer_lock = threading.Lock()
-        self._pipe_lock = threading.Lock()
+        self._buffer_lock, self._pipe_lock = threading.Lock(), threading.Lock()
         self.sync = CameraSync(pipe.camera_names, cfg.max_camera_lidar_delay_s)
         self._shapes = {c.name: (c.height, c.width, c.channels) for c in cfg.cameras}
         self.accumulating = pipe.num_sweeps > 1
@@ -222,6 +221,8 @@ class FramePath(TfCalibration):
         rectified = next(c.rectified for c in self.cfg.cameras if c.name == name)
         intrinsics = scale_camera_info(msg, height, width, rectified)
         self._info_frames[name] = msg.header.frame_id   # with TF: for maps that name none
+        if with_intrinsics(self.cameras, name, intrinsics) is None:
+            return None     # as in force (one beside every image): no wait for a frame's lock
         with self._pipe_lock:
             updated = with_intrinsics(self.cameras, name, intrinsics)
             if updated is None:

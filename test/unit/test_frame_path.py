@@ -278,6 +278,25 @@ def test_feature_maps_are_taken_while_the_pipeline_is_busy(path):
     worker.join()
 
 
+def test_a_camera_info_repeating_the_calibration_is_taken_while_the_pipeline_is_busy(path):
+    """A driver's CameraInfo beside every image does not wait for a frame; a new one does."""
+    path.apply_camera_info('front', bag_messages.camera_info(**IMAGE))
+    done, changed = threading.Event(), threading.Event()
+
+    def feed(event, **info):
+        path.apply_camera_info('front', bag_messages.camera_info(**info))
+        event.set()
+
+    with path._pipe_lock:        # as while a frame computes
+        threading.Thread(target=feed, args=(done,), kwargs=IMAGE, daemon=True).start()
+        assert done.wait(timeout=60.0), 'a repeated CameraInfo waited for the pipeline'
+        threading.Thread(target=feed, args=(changed,), kwargs=dict(IMAGE, fx=20.0),
+                         daemon=True).start()
+        assert not changed.wait(timeout=0.2), 'a new calibration did not wait for the frame'
+    assert changed.wait(timeout=60.0)
+    assert path.cameras[0].fx == pytest.approx(5.0)
+
+
 def test_a_new_path_starts_from_the_parameters_calibration(pipe):
     """A pipeline reused by a new path (replay's next bag) keeps no CameraInfo of the last."""
     first = FramePath(small_config(), pipe)
