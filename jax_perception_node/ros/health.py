@@ -54,13 +54,17 @@ COUNTS = ('received', 'processed', 'dropped', 'rejected', 'feature_maps_received
           'clouds_without_time', 'frames_without_motion', 'lidar_sets_incomplete',
           'late_lidar_clouds', 'frames_failed')
 # Counts also kept since the last report (the same names), for the per-report rules.
-PERIOD_COUNTS = ('processed', 'rejected', 'rejected_feature_maps', 'rejected_camera_info',
-                 'overflowed', 'nonfinite_features', 'nonfinite_objects', 'rejected_odometry',
-                 'frames_without_odometry', 'rejected_transforms', 'frames_without_tf',
-                 'cameras_without_tf', 'cameras_over_slots', 'empty_clouds',
+PERIOD_COUNTS = ('processed', 'dropped', 'rejected', 'rejected_feature_maps',
+                 'rejected_camera_info', 'overflowed', 'nonfinite_features', 'nonfinite_objects',
+                 'rejected_odometry', 'frames_without_odometry', 'rejected_transforms',
+                 'frames_without_tf', 'cameras_without_tf', 'cameras_over_slots', 'empty_clouds',
                  'clouds_without_intensity', 'clouds_off_intensity_scale', 'clouds_without_time',
                  'frames_without_motion', 'late_lidar_clouds', 'frames_failed')
 
+# Clouds (frames with several LiDARs) replaced unserved by a newer one since the last report,
+# over those served or dropped, above which the node says it is slower than its LiDAR(s):
+# latest wins drops one now and then (two clouds delivered together), a slow node steadily.
+DROPPED_SHARE = 0.2
 # Per-report WARNs: count name -> message after the number.
 _PERIOD_WARNINGS = (
     ('empty_clouds', 'clouds without a single valid point (all NaN, out of range or empty)'),
@@ -220,11 +224,16 @@ def _cloud_problems(period, times: CloudTimes, now: float, timeout_s: float,
         rejected = (times.valid is None or times.last > times.valid) and (
             now - times.last <= timeout_s)
         problems.append((ERROR, f'no valid point cloud for {silent:.1f} s (lidar_timeout_s '
-                                f'{timeout_s:g})' + ('; clouds arrive but are rejected or '
-                                                     'hold no valid point' if rejected else '')))
+                                f'{timeout_s:g})' + ('; clouds arrive but none is served with a '
+                                                     'valid point (rejected, skipped for want '
+                                                     'of TF, or all NaN)' if rejected else '')))
     elif times.valid is None:
         problems.append((WARN, 'no valid point cloud yet'))
-    rejected, processed = period['rejected'], period['processed']
+    rejected, processed, dropped = period['rejected'], period['processed'], period['dropped']
+    if dropped > DROPPED_SHARE * (dropped + processed):
+        unit = 'frames' if sets else 'clouds'
+        problems.append((WARN, f'{dropped} of {dropped + processed} {unit} dropped since the '
+                               'last report: the node is slower than the LiDAR (latest wins)'))
     if rejected and not processed:
         problems.append((ERROR, f'all {rejected} clouds since the last report rejected'))
     elif rejected and sets:     # processed counts frames, each of several clouds

@@ -150,7 +150,7 @@ def test_clouds_in_another_frame_are_rejected_and_do_not_reset_the_timeout(lidar
 
     def rejected_only(values, status):
         return (status.level == status.ERROR and 'no valid point cloud for' in status.message
-                and 'clouds arrive but are rejected' in status.message)
+                and 'clouds arrive but none is served' in status.message)
     # One cloud in the wrong frame per report, until the timeout (2 s) counts them out.
     while not rejected_only(status(probe), probe.last_status()):
         assert sent < 100, f'no timeout ERROR after {sent} rejected clouds'
