@@ -17,6 +17,7 @@ from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
+from .node_params import emptied_lists
 from .serving import PerceptionCore
 from ..settings.parameters import ConfigError
 
@@ -75,7 +76,7 @@ def run(program: str, make_node, args=None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        node = make_node()
+        node = make_node(parameter_overrides=emptied_lists(sys.argv if args is None else args))
     except (ConfigError, ParameterException) as exc:
         # ParameterException: rclpy's own checks (type, descriptor range) of the overrides.
         print(f'{program}: bad parameter {" ".join(str(exc).split())}', file=sys.stderr)

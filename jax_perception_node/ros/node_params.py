@@ -21,7 +21,7 @@ from rclpy.exceptions import (InvalidParameterTypeException, InvalidParameterVal
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, ReliabilityPolicy
 
-from ..settings.live_params import plain
+from ..settings.live_params import is_ours, plain
 from ..settings.param_checks import check_value, ros_type_error, unknown_key
 from ..settings.parameters import (camera_keys, ConfigError, is_camera_name, is_foreign,
                                    lidar_keys, NODE_KEYS, ParamSpec, spec_for)
@@ -214,6 +214,25 @@ def qos_overrides_unapplied(node, later: tuple[str, ...] = ()) -> str | None:
                    and not node.has_parameter(name) and not name.startswith(waiting))
     return (f'QoS overrides not applied (no subscription of this node has that topic and '
             f'policy): {", ".join(names)}') if names else None
+
+
+def emptied_lists(args: list[str]) -> list[Parameter]:
+    """
+    Return a NOT_SET override of each of the node's keys a ``-p key:=[]`` in ``args`` empties.
+
+    rcl gives ``[]`` no type, and where a params file sets the key it keeps the file's list:
+    ``-p cameras.names:=[]`` beside the shipped file left the four cameras. Given to the node's
+    constructor (which wins over rcl's overrides), NOT_SET declares the key's typed empty
+    array, as ``[]`` does where no file sets it. ``args``: the process's (its ROS arguments
+    between ``--ros-args`` and ``--``).
+    """
+    keys, ros = [], False
+    for flag, value in zip(args, args[1:] + ['']):
+        ros = flag == '--ros-args' or (ros and flag != '--')
+        key, given, text = value.partition(':=')
+        if ros and flag in ('-p', '--param') and given and text.replace(' ', '') == '[]':
+            keys += [key] if is_ours(key) else []
+    return [Parameter(key) for key in keys]
 
 
 def read_parameters(node) -> dict:

@@ -339,3 +339,18 @@ def test_a_qos_override_rclpy_cannot_apply_exits_with_one_line(tmp_path, policy,
     assert node.proc.returncode == 1
     assert node.log().strip() == f'jax_perception_node: bad parameter {key}: {expected}'
     node.stop()
+
+
+def test_an_empty_list_given_with_p_overrides_the_params_files(tmp_path):
+    # rcl keeps a file's list where -p gives [] (no type): the camera stayed, silently. Taken,
+    # the front camera's block is left without its name, which is one line (users.md).
+    params = write_params(small_params(1), tmp_path / 'params.yaml')
+    node = NodeProcess(params, tmp_path / 'node.log', ['-p', 'cameras.names:=[]'])
+    try:
+        node.proc.wait(timeout=60)
+    finally:
+        node.stop()
+    assert node.proc.returncode == 1
+    assert re.fullmatch(r"jax_perception_node: bad parameter cameras\.front\.\w+: 'front' is not "
+                        r'in cameras\.names \[\]: add it, or remove the cameras\.front block',
+                        node.log().strip()), node.log()
