@@ -43,9 +43,11 @@ def private_cache_dir(path: str) -> Path | None:
     key = 'compilation_cache_dir'
     directory = Path(os.path.expanduser(path))
     try:
-        if not directory.exists():
+        try:
             directory.mkdir(mode=0o700, parents=True)
-            directory.chmod(0o700)
+            directory.chmod(0o700)      # ours, just made: mkdir's mode is masked by the umask
+        except FileExistsError:         # there already, or a sibling node made it meanwhile
+            pass
         info = directory.stat()
     except OSError as exc:
         raise ConfigError(f'{key}: cannot create {directory}: {exc.strerror or exc}') from None
@@ -137,6 +139,7 @@ class ExecutableCache:
         self.hits = self.misses = self.damaged = self.write_errors = 0
         self.refused: list[str] = []
         self._reported = set()
+        self._refusal: tuple[Path, str] | None = None    # the entry get() just refused
         device = jax.devices()[0]
         self._machine = '|'.join((
             jax.__version__, jaxlib.__version__, device.platform, device.device_kind,
@@ -158,9 +161,10 @@ class ExecutableCache:
             file_name = f'{name}-{key[:40]}.xla'
             try:
                 store = self._open_store()
-            except OSError:
-                unavailable = True
+            except OSError as exc:
+                unavailable = exc.strerror or str(exc)
         try:
+            self._refusal = None
             if store is not None:
                 compiled = self._load(store, file_name, key, specs, out_tree)
                 if compiled is not None:
@@ -168,13 +172,23 @@ class ExecutableCache:
                     return compiled
             self.misses += 1
             compiled = jitted.lower(*specs).compile()
-            if unavailable or (store is not None
-                               and not self._store(store, file_name, key, compiled)):
-                self.write_errors += 1
+            failure = unavailable or (store and self._store(store, file_name, key, compiled))
+            self.write_errors += bool(failure)
+            self._report_outcome(failure)
             return compiled
         finally:
             if store is not None:
                 os.close(store[0])
+
+    def _report_outcome(self, failure: str | None) -> None:
+        """Report an entry refused (replaced or not), or the first entry that failed to write."""
+        if self._refusal is not None:
+            path, reason = self._refusal
+            self._report(path, f'{path} {reason}: refused and recompiled, ' + (
+                f'not replaced ({failure}): remove it' if failure else 'replaced'))
+        elif failure:
+            self._report(self.root, f'{self.directory}: an executable could not be written '
+                                    f'({failure}); it is compiled at every start until it can')
 
     def _report(self, path: Path, message: str):
         """Keep a refusal, once per path."""
@@ -323,18 +337,19 @@ class ExecutableCache:
         return compiled
 
     def _refuse_entry(self, path: Path, reason: str):
+        """Count an entry refused; ``get`` reports it once it knows whether it was replaced."""
         self.damaged += 1
-        self._report(path, f'{path} {reason}: refused, recompiled and replaced')
+        self._refusal = (path, reason)
         return None
 
     @staticmethod
-    def _store(store, file_name: str, key: str, compiled) -> bool:
-        """Write a signed entry atomically; False when the file system or pickle refused."""
+    def _store(store, file_name: str, key: str, compiled) -> str | None:
+        """Write a signed entry atomically; None, or why the file system or pickle refused."""
         folder_fd, secret = store
         try:
             payload = serialize(compiled)[0]
-        except Exception:    # noqa: B902 - a host callback (jax.debug.print) cannot pickle
-            return False     # the executable serves; only its next warm-up compiles again
+        except Exception as exc:    # noqa: B902 - a host callback (jax.debug.print) cannot
+            return f'not serializable: {type(exc).__name__}'     # pickle; the executable serves
         data = seal_entry(secret, key, describe(jax.tree.leaves(compiled.out_info)), payload)
         tmp = f'.{file_name}.{secrets.token_hex(8)}.tmp'
         try:
@@ -348,10 +363,10 @@ class ExecutableCache:
                 f.flush()
                 os.fsync(fd)
             os.replace(tmp, file_name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
-            return True
-        except OSError:
+            return None
+        except OSError as exc:
             try:
                 os.unlink(tmp, dir_fd=folder_fd)
             except OSError:
                 pass
-            return False
+            return exc.strerror or str(exc)

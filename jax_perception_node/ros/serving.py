@@ -94,8 +94,9 @@ class PerceptionCore:
         times = pipe.warmup()
         self.log.info('warm-up: ' + ', '.join(f'{k} {v * 1e3:.0f} ms' for k, v in times.items())
                       + f'; total {time.perf_counter() - started:.2f} s'
-                      + (f', cache {pipe.cache_dir}' if pipe.cache_dir else ', no cache'))
-        for refusal in pipe.store.refused:   # an entry or folder someone else could write
+                      + (f', cache {pipe.cache_dir} ({pipe.store.hits} loaded, '
+                         f'{pipe.store.misses} compiled)' if pipe.cache_dir else ', no cache'))
+        for refusal in pipe.store.refused:   # entries or folders refused, an unwritable store
             self.log.warning(f'executable store: {refusal}')
         self.values, self.cfg, self.pipe = values, cfg, pipe
         self.path = FramePath(cfg, pipe)
@@ -444,7 +445,6 @@ class PerceptionCore:
     def _publish_diagnostics(self) -> None:
         for line in self._graph.check(self._subscriptions + self._tf_subscriptions):
             self.log.warning(line)
-        array = DiagnosticArray()
+        array = DiagnosticArray(status=[self.diagnostic_status()])
         array.header.stamp = self.node.get_clock().now().to_msg()
-        array.status.append(self.diagnostic_status())
         self._diagnostics_pub.publish(array)

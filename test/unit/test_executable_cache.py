@@ -1,6 +1,7 @@
 """The executable store: what its key holds, hits and misses, damage, and concurrent writers."""
 
 import os
+from pathlib import Path
 import platform
 import shutil
 import stat
@@ -205,6 +206,21 @@ def test_an_unwritable_store_still_returns_the_executable(tmp_path):
     x = np.arange(8, dtype=np.float32)
     np.testing.assert_array_equal(np.asarray(fetch(store)(x)), x * 2 + 1)
     assert counts(store) == (0, 1, 0, 1)
+    # Said once (a full disk, a read-only mount): every start compiles, and the log says why.
+    fetch(store, shape=(4,))
+    assert counts(store) == (0, 2, 0, 2)
+    assert store.refused == [f'{tmp_path / "aot"}: an executable could not be written (is not '
+                             'a directory); it is compiled at every start until it can']
+
+
+def test_a_store_folder_a_sibling_makes_meanwhile_is_taken(tmp_path, monkeypatch):
+    # Nodes started together: one checked that the folder was absent, another made it, and
+    # the first's mkdir failed with "File exists": exit 1, "bad parameter". Made by the other,
+    # the folder is checked like any that was there.
+    target = tmp_path / 'cache' / 'xla'
+    target.mkdir(mode=0o700, parents=True)
+    monkeypatch.setattr(Path, 'exists', lambda self: False)    # as just before it was made
+    assert private_cache_dir(str(target)) == target
 
 
 WARMER = textwrap.dedent("""

@@ -103,13 +103,25 @@ def test_a_planted_entry_is_never_unpickled_and_is_replaced(store, case):
     assert not marker.exists()
     assert counts(cache) == (0, 1, 1, 0)
     (message,) = cache.refused
-    assert str(entry) in message and 'recompiled and replaced' in message
+    assert str(entry) in message and 'refused and recompiled, replaced' in message
     info = entry.lstat()
     assert stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600
     assert info.st_uid == os.geteuid()
     healed = ExecutableCache(root)
     computes(fetch(healed))
     assert counts(healed) == (1, 0, 0, 0) and healed.refused == []
+
+
+def test_a_folder_at_an_entry_is_refused_and_said_not_replaced(store):
+    # os.replace cannot put a file over a folder: the message said "replaced", at every start.
+    root, entry, _ = store
+    entry.unlink()
+    entry.mkdir()
+    cache = ExecutableCache(root)
+    computes(fetch(cache))
+    assert counts(cache) == (0, 1, 1, 1)
+    assert cache.refused == [f'{entry} is not a regular file: refused and recompiled, not '
+                             'replaced (Is a directory): remove it']
 
 
 def unsafe_folder(case, root, entry):
