@@ -22,6 +22,7 @@ from .compile_counter import compile_count, install_compile_counter
 from .executable_cache import ExecutableCache, private_cache_dir
 from .frame_result import class_thresholds, FrameResult, PendingFrame, result_placement
 from .kernel_inputs import calibration_arrays, calibration_vector, SweepHistory
+from .memory_refusal import refused_out_of_memory
 from .plugin_weights import EncoderWeights, HeadWeights
 from .staging import CameraStaging, DoubleBuffer
 from ..detection.head import HeadInput, load_head
@@ -43,10 +44,11 @@ class BevPipeline(HeadWeights, EncoderWeights):
 
     Raises
     ------
-    ConfigError: unreadable fusion weights, a head or image encoder that cannot be loaded.
+    ConfigError: unreadable fusion weights, a head or encoder that cannot be loaded, no memory.
 
     """
 
+    @refused_out_of_memory
     def __init__(self, cfg: PipelineConfig):
         self.cfg = cfg
         self.cache_dir = private_cache_dir(cfg.compilation_cache_dir)
@@ -71,12 +73,10 @@ class BevPipeline(HeadWeights, EncoderWeights):
         # The batch that crosses to the device: the maps, or the images the encoder reads.
         self._staging = None if not n else CameraStaging(self.camera_names, *(
             (cfg.image_shape, np.uint8) if self.encoder else (self._map_shape,)))
-        # count of real rows, a flag per camera, the first row of each further LiDAR: the
-        # per-frame scalars in one transfer
+        # per frame, in one transfer: the real rows, a flag per camera, each further LiDAR's start
         self._scalars = DoubleBuffer((n + self.lidar_count,), np.int32)
         self._motion = DoubleBuffer((MOTION_SIZE,))      # the deskew twist, per frame
-        self._camera_valid = np.zeros(n, bool)
-        self._features_device = None
+        self._camera_valid, self._features_device = np.zeros(n, bool), None
         self.head_input = HeadInput(    # what a head reads: train checks its checkpoints by it
             self.height, self.width, self.output_channels, grid.resolution, projected_channels(
                 self.output_channels) if self.projected else self.lidar_channels
@@ -110,8 +110,7 @@ class BevPipeline(HeadWeights, EncoderWeights):
         self._executables: dict[int, jax.stages.Compiled] = {}
         self.store = ExecutableCache(self.cache_dir)
         self.lift_slots = 0          # static, set by warmup() (0 without cameras)
-        self._counts = self._geometry = self._tables = None
-        self._calibration_device = None
+        self._counts = self._geometry = self._tables = self._calibration_device = None
         self._calibration = (tuple(lidar.pose for lidar in cfg.lidar_sensors), cfg.cameras)
         self._baseline: int | None = None
         self.compile_seconds: dict[str, float] = {}
@@ -131,6 +130,7 @@ class BevPipeline(HeadWeights, EncoderWeights):
 
     # -- start-up ----------------------------------------------------------------------------
 
+    @refused_out_of_memory
     def warmup(self) -> dict[str, float]:
         """
         Compile (or load) the calibration functions and every bucket, and run each once.

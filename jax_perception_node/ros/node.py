@@ -6,6 +6,7 @@ messages into NumPy and results into messages. This plain node configures and ac
 start-up; the managed variant (lifecycle_node.py) runs the same core on lifecycle transitions.
 """
 
+import os
 import signal
 import sys
 import threading
@@ -55,13 +56,23 @@ class JaxPerceptionNode(Node):
         super().destroy_node()
 
 
+class StoppedStarting(BaseException):
+    """SIGINT or SIGTERM while the node is made (its warm-up): unwinds it, as Ctrl-C does."""
+
+
+def _stop_starting(signum, frame):
+    raise StoppedStarting()
+
+
 def run(program: str, make_node, args=None) -> int:
     """
     Create the node with ``make_node()`` and spin it until SIGINT / SIGTERM or ``node.done``.
 
     Returns 1 with one line on stderr, and no traceback, for a bad parameter (the config
     layer's checks, rclpy's type and range checks, a period no timer can wait) or a params
-    file rcl cannot parse. The worker finishes its frame and stops before the context shuts
+    file rcl cannot parse. SIGINT or SIGTERM while the node is made ends the process at once
+    (exit 0, one line): the warm-up is left, not finished. The worker finishes its frame and
+    stops before the context shuts
     down (waited for up to ``frame_worker.JOIN_S``; one still running then is logged, and its
     publish fails with a logged error, never a crash).
     """
@@ -74,7 +85,7 @@ def run(program: str, make_node, args=None) -> int:
         return 1
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, _stop_starting)   # a warm-up can take a minute: leave it
     try:
         node = make_node(parameter_overrides=emptied_lists(sys.argv if args is None else args))
     except (ConfigError, ParameterException) as exc:
@@ -82,6 +93,14 @@ def run(program: str, make_node, args=None) -> int:
         print(f'{program}: bad parameter {" ".join(str(exc).split())}', file=sys.stderr)
         rclpy.try_shutdown()
         return 1
+    except StoppedStarting:
+        print(f'{program}: stopped while starting (warm-up not finished)', file=sys.stderr)
+        sys.stderr.flush()
+        # XLA's threads may still compile on buffers the interpreter's shutdown would free
+        # under them (the CLI's interrupts.exit_interrupted): leave at once.
+        os._exit(0)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     done = getattr(node, 'done', None)

@@ -1,6 +1,8 @@
 """The node through real rclpy: a separate process, real DDS on loopback, real messages."""
 
+from pathlib import Path
 import re
+import signal
 import time
 
 from configs import small_config, small_params
@@ -354,3 +356,26 @@ def test_an_empty_list_given_with_p_overrides_the_params_files(tmp_path):
     assert re.fullmatch(r"jax_perception_node: bad parameter cameras\.front\.\w+: 'front' is not "
                         r'in cameras\.names \[\]: add it, or remove the cameras\.front block',
                         node.log().strip()), node.log()
+
+
+def test_sigterm_during_the_warm_up_stops_the_node_before_it_serves(tmp_path):
+    # The warm-up can take a minute (many lift slots): SIGTERM was held until it ended, and
+    # the node then subscribed and said ready before it stopped.
+    params = small_params(1, buckets=[64 * 2 ** k for k in range(12)])
+    node = NodeProcess(write_params(params, tmp_path / 'params.yaml'), tmp_path / 'node.log')
+    try:
+        status = Path(f'/proc/{node.proc.pid}/status')
+        deadline = time.monotonic() + 60
+        while node.alive() and time.monotonic() < deadline:     # until its handler is set
+            caught = next(line for line in status.read_text().splitlines()
+                          if line.startswith('SigCgt:'))
+            if int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1:
+                break
+            time.sleep(0.01)
+        node.proc.send_signal(signal.SIGTERM)
+        node.proc.wait(timeout=60)
+    finally:
+        node.stop()
+    assert node.proc.returncode == 0
+    assert node.log().strip().splitlines() == [
+        'jax_perception_node: stopped while starting (warm-up not finished)'], node.log()
