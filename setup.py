@@ -33,8 +33,8 @@ setup(
     license='Apache-2.0',
     entry_points={
         'console_scripts': [
-            'jax_perception_node = jax_perception_node.ros.node:main',
-            'jax_perception_lifecycle_node = jax_perception_node.ros.lifecycle_node:main',
+            'jax_perception_node = jax_perception_node.ros.node_console:node',
+            'jax_perception_lifecycle_node = jax_perception_node.ros.node_console:lifecycle_node',
             'jax-perception = jax_perception_node.tools.console:main',
         ],
     },

@@ -21,7 +21,7 @@ from rclpy.exceptions import (InvalidParameterTypeException, InvalidParameterVal
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, ReliabilityPolicy
 
-from ..settings.live_params import is_ours, plain
+from ..settings.live_params import plain
 from ..settings.param_checks import check_value, ros_type_error, unknown_key
 from ..settings.parameters import (camera_keys, ConfigError, is_camera_name, is_foreign,
                                    lidar_keys, NODE_KEYS, ParamSpec, spec_for)
@@ -218,7 +218,7 @@ def qos_overrides_unapplied(node, later: tuple[str, ...] = ()) -> str | None:
 
 def emptied_lists(args: list[str]) -> list[Parameter]:
     """
-    Return a NOT_SET override of each of the node's keys a ``-p key:=[]`` in ``args`` empties.
+    Return a NOT_SET override of each list key of the node whose last ``-p`` in ``args`` is [].
 
     rcl gives ``[]`` no type, and where a params file sets the key it keeps the file's list:
     ``-p cameras.names:=[]`` beside the shipped file left the four cameras. Given to the node's
@@ -226,13 +226,14 @@ def emptied_lists(args: list[str]) -> list[Parameter]:
     array, as ``[]`` does where no file sets it. ``args``: the process's (its ROS arguments
     between ``--ros-args`` and ``--``).
     """
-    keys, ros = [], False
+    last, ros = {}, False
     for flag, value in zip(args, args[1:] + ['']):
         ros = flag == '--ros-args' or (ros and flag != '--')
         key, given, text = value.partition(':=')
-        if ros and flag in ('-p', '--param') and given and text.replace(' ', '') == '[]':
-            keys += [key] if is_ours(key) else []
-    return [Parameter(key) for key in keys]
+        if ros and flag in ('-p', '--param') and given:
+            last[key] = text.replace(' ', '')       # the last -p of a key wins, as in rcl
+    return [Parameter(key) for key, text in last.items()
+            if text == '[]' and (spec := spec_for(key)) and spec.ros_type.endswith('_array')]
 
 
 def read_parameters(node) -> dict:
