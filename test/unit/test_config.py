@@ -169,7 +169,7 @@ def test_launch_file_names_installed_executable_and_params():
     consts = {n.targets[0].id: n.value.value for n in tree.body
               if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)}
     setup = (REPO / 'setup.py').read_text()
-    assert f"'{consts['EXECUTABLE']} = jax_perception_node.ros.node:main'" in setup
+    assert f"'{consts['EXECUTABLE']} = jax_perception_node.ros.node_console:node'" in setup
     assert consts['PACKAGE'] == 'jax_perception_node'
     assert (REPO / 'config' / 'jax_perception.param.yaml').exists()
     assert "os.path.join('config', 'jax_perception.param.yaml')" in source
