@@ -6,8 +6,11 @@ depth, reliability, durability; ``<topic>`` the resolved name, after remapping),
 nodes and tf2_ros' listener do: read once when it is made, read-only after.
 """
 
+import copy
+
 from nav_msgs.msg import Odometry
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSPolicyKind, QoSProfile, ReliabilityPolicy
+from rclpy.qos import (DurabilityPolicy, qos_profile_sensor_data, QoSPolicyKind, QoSProfile,
+                       ReliabilityPolicy)
 from rclpy.qos_overriding_options import QoSOverridingOptions
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from tf2_msgs.msg import TFMessage
@@ -22,11 +25,9 @@ OVERRIDABLE = QoSOverridingOptions((QoSPolicyKind.HISTORY, QoSPolicyKind.DEPTH,
 
 
 def sensor_qos() -> QoSProfile:
-    """Return rclpy's sensor-data profile (best effort, volatile, depth 5), a fresh one."""
-    # Fresh per subscription: rclpy writes the overrides into the profile it is given.
-    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=5,
-                      reliability=ReliabilityPolicy.BEST_EFFORT,
-                      durability=DurabilityPolicy.VOLATILE)
+    """Return rclpy's sensor-data profile (best effort, volatile, depth 5), a fresh copy."""
+    # A copy per subscription: rclpy writes the overrides into the profile it is given.
+    return copy.copy(qos_profile_sensor_data)
 
 
 def tf_qos(static: bool) -> QoSProfile:
