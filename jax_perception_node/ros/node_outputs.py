@@ -38,26 +38,26 @@ from vision_msgs.msg import (BoundingBox3D, Detection3D, Detection3DArray, Objec
                              ObjectHypothesisWithPose)
 from visualization_msgs.msg import Marker, MarkerArray, MeshFile
 
+from .message_constructors import message_constructors
 from .timing import AutowareTiming, float64_stamped, TIMING_TOPICS
 from ..frames.frame_path import Frame, FramePath, rgb_image_fields
 from ..frames.latency import format_value, FRAME_KEYS
 from ..outputs.detected_objects import detected_objects_message
-from ..outputs.grid_map import grid_map_message, GridMapLayers, types_by_name
+from ..outputs.grid_map import grid_map_message, GridMapLayers
 from ..outputs.object_markers import markers_message
 from ..outputs.objects import detections_message
 from ..sensors.camera import byte_array, features_image_fields
 from ..settings.config import OutputConfig
 
 # rclpy's classes of the messages the ROS-free builders make (grid_map.py, timing.py,
-# objects.py, detected_objects.py, object_markers.py).
-MESSAGE_TYPES = types_by_name(GridMap, GridMapInfo, Header, Time, Pose, Point, Quaternion,
-                              Float32MultiArray, MultiArrayLayout, MultiArrayDimension,
-                              Float64Stamped, Detection3DArray, Detection3D, BoundingBox3D,
-                              ObjectHypothesisWithPose, ObjectHypothesis, PoseWithCovariance,
-                              Vector3, MarkerArray, Marker, MeshFile, CompressedImage, ColorRGBA,
-                              Duration, DetectedObjects, DetectedObject, ObjectClassification,
-                              DetectedObjectKinematics, Shape, TwistWithCovariance, Twist,
-                              Polygon)
+# objects.py, detected_objects.py, object_markers.py), built without their defaults.
+MESSAGE_TYPES = message_constructors(
+    GridMap, GridMapInfo, Header, Time, Pose, Point, Quaternion, Float32MultiArray,
+    MultiArrayLayout, MultiArrayDimension, Float64Stamped, Detection3DArray, Detection3D,
+    BoundingBox3D, ObjectHypothesisWithPose, ObjectHypothesis, PoseWithCovariance, Vector3,
+    MarkerArray, Marker, MeshFile, CompressedImage, ColorRGBA, Duration, DetectedObjects,
+    DetectedObject, ObjectClassification, DetectedObjectKinematics, Shape, TwistWithCovariance,
+    Twist, Polygon)
 # output.objects_type -> the message class of ~/output/objects
 OBJECTS_CLASSES = {'vision_msgs': Detection3DArray, 'autoware': DetectedObjects}
 
