@@ -2,9 +2,11 @@
 The node's log lines: about a processed frame, a refused input, and that the node is ready.
 
 A frame's lines say what it lacked, or what was left out of it. No ROS import: the node passes
-its logger. Each frame warning has its own line of code, since rclpy throttles per call site;
-the same warning every frame would be noise, so each is throttled. Refused inputs share one
-call site, so :class:`InputWarnings` throttles them per input instead (one camera's refusals
+its logger. The same warning every frame would be noise, so each is throttled, by
+:class:`LogThrottle` before the logger is called: rclpy's own ``throttle_duration_sec`` finds
+its call site with ``inspect`` on every call, logged or not (about 0.25 ms a frame in the node
+while a cloud lacked its time field, measured with py-spy on this project's 2-core AMD EPYC),
+and would throttle refused inputs, which share one call site, as one (one camera's refusals
 would hide another's). A warning about a LiDAR's fields names its parameter:
 ``lidar.intensity_field`` for the one LiDAR, ``lidars.<name>.intensity_field`` for one of
 several (``Frame.intensity_key``, ``Frame.time_key``).
@@ -20,21 +22,28 @@ from ..settings.config import PipelineConfig
 THROTTLE_S = 2.0        # a refused input's reason is logged at most this often, per input
 
 
-class InputWarnings:
+class LogThrottle:
     """
-    The WARN lines of refused inputs: at most one each ``THROTTLE_S`` per input (``what``).
+    The node's throttled log lines: at most one per key in each period (monotonic time).
 
-    Called from the executor and the image-decode threads: a race at worst logs a line twice.
+    Called from the executor, the frame and the image-decode threads: a race at worst logs a
+    line twice.
     """
 
     def __init__(self):
         self._last: dict[str, float] = {}
 
+    def due(self, key: str, period_s: float) -> bool:
+        """Return whether ``key`` may log now (not in the last ``period_s``); if so, note it."""
+        now = time.monotonic()
+        if now - self._last.get(key, -math.inf) >= period_s:
+            self._last[key] = now
+            return True
+        return False
+
     def refused(self, log, what: str, reason) -> None:
         """Log ``what: reason`` unless ``what`` was logged in the last ``THROTTLE_S``."""
-        now = time.monotonic()
-        if now - self._last.get(what, -math.inf) >= THROTTLE_S:
-            self._last[what] = now
+        if self.due(what, THROTTLE_S):
             log.warning(f'{what}: {reason}')
 
     def once(self, log, what: str, reason) -> None:
@@ -64,39 +73,39 @@ def _pose_source(cfg: PipelineConfig) -> str:
     return f'poses from TF ({cfg.accumulation.fixed_frame} -> {cfg.grid.frame_id})'
 
 
-def warn_frame(log, cfg: PipelineConfig, frame: Frame) -> None:
+def warn_frame(log, cfg: PipelineConfig, frame: Frame, throttle: LogThrottle) -> None:
     """Log what ``frame`` lacked on ``log`` (an rclpy logger), under the configuration ``cfg``."""
     if frame.stamps_jumped:
         log.info('LiDAR stamp went backwards (bag loop?): camera buffers reset')
-    if frame.lidars_refused:
+    if frame.lidars_refused and throttle.due('lidars refused', 2.0):
         log.warning('point cloud rejected, left out of its set: '
-                    + '; '.join(f'LiDAR {reason}' for reason in frame.lidars_refused),
-                    throttle_duration_sec=2.0)
+                    + '; '.join(f'LiDAR {reason}' for reason in frame.lidars_refused))
     by_key = {lidar.key: lidar for lidar in cfg.lidar_sensors}
-    if frame.fields_without_intensity:
+    if frame.fields_without_intensity and throttle.due('no intensity', 10.0):
         lidar = by_key[frame.intensity_key]
         log.warning(f'point cloud has no field "{lidar.intensity_field}" '
                     f'({lidar.key}.intensity_field): intensity read as 0; its fields are '
-                    f'{list(frame.fields_without_intensity)}', throttle_duration_sec=10.0)
-    if frame.off_scale is not None:
+                    f'{list(frame.fields_without_intensity)}')
+    if frame.off_scale is not None and throttle.due('off scale', 10.0):
         log.warning('point cloud intensities read off the scale the head was trained on: '
-                    + frame.off_scale.advice(), throttle_duration_sec=10.0)
+                    + frame.off_scale.advice())
     lidar = by_key.get(frame.time_key)
     timing = lidar.timing if frame.fields_without_time else None
     if timing is not None and timing.field in frame.fields_without_time:
-        read = 'offsets from the stamp' if timing.reference == 'stamp' else 'absolute'
-        log.warning(f'point cloud "{timing.field}" times ({timing.unit}, {read}) are no '
-                    f"sweep's (not {SWEEP_SHARE:.0%} of them within {MAX_SWEEP_S:g} s of the "
-                    f'stamp, or all equal): check {lidar.key}.time_reference and '
-                    f'{lidar.key}.time_unit, or that the driver fills it; not deskewed',
-                    throttle_duration_sec=10.0)
+        if throttle.due('no sweep times', 10.0):
+            read = 'offsets from the stamp' if timing.reference == 'stamp' else 'absolute'
+            log.warning(f'point cloud "{timing.field}" times ({timing.unit}, {read}) are no '
+                        f"sweep's (not {SWEEP_SHARE:.0%} of them within {MAX_SWEEP_S:g} s of "
+                        f'the stamp, or all equal): check {lidar.key}.time_reference and '
+                        f'{lidar.key}.time_unit, or that the driver fills it; not deskewed')
     elif timing is not None:
-        log.warning(f'point cloud has no field "{timing.field}" ({lidar.key}.time_field): '
-                    f'not deskewed; its fields are {list(frame.fields_without_time)}',
-                    throttle_duration_sec=10.0)
-    elif frame.without_motion:
+        if throttle.due('no time field', 10.0):
+            log.warning(f'point cloud has no field "{timing.field}" ({lidar.key}.time_field): '
+                        f'not deskewed; its fields are {list(frame.fields_without_time)}')
+    elif frame.without_motion and throttle.due('no ego motion', 10.0):
         log.warning(f'no ego motion at the cloud stamp from {cfg.accumulation.pose_source} '
-                    '(accumulation.pose_source): not deskewed', throttle_duration_sec=10.0)
-    if frame.slots_refusal:       # once per refused set of poses; a moving edge: throttled
+                    '(accumulation.pose_source): not deskewed')
+    # Once per refused set of poses; a moving edge: throttled.
+    if frame.slots_refusal and throttle.due('slots refused', 5.0):
         log.warning(f'TF poses of {", ".join(frame.cameras_over_slots)} not applied, '
-                    f'cameras masked: {frame.slots_refusal}', throttle_duration_sec=5.0)
+                    f'cameras masked: {frame.slots_refusal}')

@@ -25,7 +25,7 @@ from sensor_msgs.msg import CameraInfo, PointCloud2
 from std_msgs.msg import Header
 from tf2_msgs.msg import TFMessage
 
-from .frame_warnings import InputWarnings, ready_line, warn_frame
+from .frame_warnings import LogThrottle, ready_line, warn_frame
 from .frame_worker import FrameWorker
 from .health import assess, CloudTimes, count_names, frame_counts, RecentLatency
 from .input_graph import InputGraph
@@ -65,12 +65,11 @@ class PerceptionCore:
         self._times = CloudTimes()
         self._stale: tuple[tuple[str, str], ...] = ()   # (camera, why) masked last frame
         self._lock = threading.Lock()        # counts, times, pending cloud, LiDAR sets, window
-        self._pending = None
         self._sets: LidarSets | None = None  # with lidars.names: the sets being collected
         self._wake = threading.Event()
-        self._worker = self._timer = self._decoders = self._graph = None
+        self._pending = self._worker = self._timer = self._decoders = self._graph = None
         self._subscriptions, self._tf_subscriptions, self._diagnostics_pub = [], [], None
-        self._warnings = InputWarnings()
+        self._warnings = LogThrottle()
 
     @property
     def log(self):
@@ -376,7 +375,8 @@ class PerceptionCore:
                     self._process(*item)
                 except Exception as exc:    # noqa: B902 - a bug must not kill the node silently
                     self._count('frames_failed')
-                    self.log.error(f'frame failed: {exc!r}', throttle_duration_sec=2.0)
+                    if self._warnings.due('frame failed', 2.0):
+                        self.log.error(f'frame failed: {exc!r}')
 
     def _wait_s(self) -> float:
         """Return how long the worker may wait: until the pending set's deadline at most."""
@@ -397,14 +397,14 @@ class PerceptionCore:
         except CloudFormatError as exc:
             with self._lock:
                 self._bump('rejected', len(clouds.clouds) if several else 1)
-            self.log.warning(f'{"LiDAR set" if several else "point cloud"} rejected: {exc}',
-                             throttle_duration_sec=2.0)
+            self._warnings.refused(self.log, 'LiDAR set rejected' if several else
+                                   'point cloud rejected', exc)
             return
         except TransformError as exc:
             self._count('frames_without_tf')
-            self.log.warning(f'point cloud skipped: {exc}', throttle_duration_sec=2.0)
+            self._warnings.refused(self.log, 'point cloud skipped', exc)
             return
-        warn_frame(self.log, self.cfg, frame)
+        warn_frame(self.log, self.cfg, frame, self._warnings)
         header = Header(frame_id=frame.grid.frame_id)
         header.stamp.sec, header.stamp.nanosec = split_ns(frame.stamp_ns)
         record = self.outputs.publish(frame, header, arrived, frame.grid, self.node.get_clock(),

@@ -130,8 +130,9 @@ def byte_array(data) -> array.array:
     """
     Bytes-like ``data`` -> ``array.array('B')``, the type rclpy stores message data as.
 
-    One memcpy; rclpy keeps an ``array.array('B')`` as is, where it would convert other
-    sequences one element at a time.
+    One memcpy; rclpy's setter converts other sequences one element at a time. It keeps an
+    ``array.array('B')`` as is when the message checks its fields (``check_fields=True``),
+    and copies it once more (a memcpy) when not, its default.
     """
     if isinstance(data, np.ndarray):
         # Flat bytes: memoryview cannot cast a view with a zero in its shape (an empty cloud).

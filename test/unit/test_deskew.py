@@ -261,7 +261,8 @@ def test_frame_path_deskews_with_odometry_and_says_when_it_cannot(lidar_pipe):
     assert not off.deskewed and not off.without_motion and not off.fields_without_time
 
 
-def test_times_read_with_the_wrong_reference_are_not_a_sweep_and_said_so(lidar_pipe):
+def test_times_read_with_the_wrong_reference_are_not_a_sweep_and_said_so(lidar_pipe,
+                                                                         monkeypatch):
     """
     A driver's absolute times read as offsets (``time_reference: stamp``) lie ~1.7e9 s away.
 
@@ -269,7 +270,7 @@ def test_times_read_with_the_wrong_reference_are_not_a_sweep_and_said_so(lidar_p
     as measured, not counted as deskewed, and the warning names the two parameters to check.
     """
     from types import SimpleNamespace
-    from jax_perception_node.ros.frame_warnings import warn_frame
+    from jax_perception_node.ros import frame_warnings
     path, cloud, times, want = timed_scene(lidar_pipe)
     drive(path, 0, 12)
     measured = voxelize_ref(cloud, path.cfg)
@@ -283,13 +284,19 @@ def test_times_read_with_the_wrong_reference_are_not_a_sweep_and_said_so(lidar_p
         assert frame.fields_without_time == ('x', 'y', 'z', 'intensity', 'time')
         np.testing.assert_allclose(frame.result.features[..., :6], measured, rtol=1e-4,
                                    atol=1e-4)
-    lines = []
-    warn_frame(SimpleNamespace(info=lines.append, warning=lambda text, **_: lines.append(text)),
-               path.cfg, frame)
-    assert lines == ['point cloud "time" times (s, offsets from the stamp) are no sweep\'s (not '
-                     '90% of them within 0.3 s of the stamp, or all equal): check '
-                     'lidar.time_reference and lidar.time_unit, or that the driver fills it; '
-                     'not deskewed']
+    lines, clock = [], [100.0]
+    monkeypatch.setattr(frame_warnings.time, 'monotonic', lambda: clock[0])
+    log, throttle = SimpleNamespace(info=lines.append, warning=lines.append), \
+        frame_warnings.LogThrottle()
+    line = ('point cloud "time" times (s, offsets from the stamp) are no sweep\'s (not 90% of '
+            'them within 0.3 s of the stamp, or all equal): check lidar.time_reference and '
+            'lidar.time_unit, or that the driver fills it; not deskewed')
+    # Once in 10 s, throttled before the logger is called (rclpy's throttle inspects the
+    # caller's source on every call, ~0.25 ms a frame).
+    for step in (0.0, 0.5, 9.0, 0.5):
+        clock[0] += step
+        frame_warnings.warn_frame(log, path.cfg, frame, throttle)
+    assert lines == [line, line]
     # Nine in ten of the sampled times within the sweep are enough (the stride is 9 here: 1 of
     # the 56 sampled is not); one in ten is not (12 of 56).
     some = np.where(np.arange(len(times)) % 128 == 0, np.float32(5.0), times)

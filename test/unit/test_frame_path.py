@@ -9,7 +9,7 @@ from jax_perception_node.core.pipeline import compile_count
 from jax_perception_node.frames import frame_path
 from jax_perception_node.frames.frame_path import FramePath
 from jax_perception_node.geometry.transforms import TransformError
-from jax_perception_node.ros.frame_warnings import warn_frame
+from jax_perception_node.ros.frame_warnings import LogThrottle, warn_frame
 from jax_perception_node.ros.health import assess, CloudTimes, COUNTS, PERIOD_COUNTS, WARN
 from jax_perception_node.sensors.camera import CameraInfoError, FeatureMapError
 from jax_perception_node.sensors.cloud import CloudFormatError
@@ -165,8 +165,8 @@ def test_a_cloud_off_the_heads_intensity_scale_is_named_with_the_scale_to_set(wa
     assert (off.key, off.p99) == ('lidar', pytest.approx(np.percentile(sample, 99.0)))
     assert off.suggested == float(f'{0.5 * 255.0 / off.p99:.2g}')
     lines = []
-    warn_frame(SimpleNamespace(info=lines.append, warning=lambda text, **_: lines.append(text)),
-               cfg, frame)
+    warn_frame(SimpleNamespace(info=lines.append, warning=lines.append), cfg, frame,
+               LogThrottle())
     assert lines == ['point cloud intensities read off the scale the head was trained on: 99 % '
                      f'of them under {off.p99:.4g}: set lidar.intensity_scale to about '
                      f"{off.suggested:g} (0.125 for an Ouster's signal, 255 for a 0-1 "

@@ -342,7 +342,7 @@ def test_refused_inputs_are_logged_per_input_not_one_for_all(monkeypatch):
 
         def info(self, text):
             self.lines.append(('INFO', text))
-    log, warnings = Log(), frame_warnings.InputWarnings()
+    log, warnings = Log(), frame_warnings.LogThrottle()
     # rclpy throttles per call site: rear's refusals every 50 ms hid front's reason.
     for _ in range(3):
         warnings.refused(log, 'camera rear: image rejected', 'encoding 8UC3')
