@@ -23,11 +23,11 @@ class NodeProcess:
     """jax_perception_node started through its console script, output captured to a file."""
 
     def __init__(self, params_file: Path, log_path: Path, extra_args=(), domain_id=None,
-                 executable: str = 'jax_perception_node'):
+                 executable: str = 'jax_perception_node', env=None):
         exe = console_script(executable)
         self.log_path = log_path
         self._log = open(log_path, 'w')
-        env = dict(os.environ, PYTHONUNBUFFERED='1')
+        env = dict(os.environ, PYTHONUNBUFFERED='1', **(env or {}))
         if domain_id is not None:
             env['ROS_DOMAIN_ID'] = str(domain_id)
         self.proc = subprocess.Popen(

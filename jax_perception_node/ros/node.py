@@ -13,11 +13,12 @@ import threading
 
 import rclpy
 from rclpy.exceptions import ParameterException
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
+from .executors import check_executor, make_executor
 from .node_params import emptied_lists
 from .serving import PerceptionCore
 from ..settings.parameters import ConfigError
@@ -32,6 +33,7 @@ class JaxPerceptionNode(Node):
         super().__init__(NODE_NAME, **kwargs)
         self.core = PerceptionCore(self, self.create_publisher, self.destroy_publisher)
         self.core.declare()
+        check_executor(self.get_parameter('executor').value)    # before the warm-up
         self.core.configure()
         self.core.activate()
 
@@ -88,6 +90,7 @@ def run(program: str, make_node, args=None) -> int:
         signal.signal(signum, _stop_starting)   # a warm-up can take a minute: leave it
     try:
         node = make_node(parameter_overrides=emptied_lists(sys.argv if args is None else args))
+        executor = make_executor(node.get_parameter('executor').value)
     except (ConfigError, ParameterException) as exc:
         # ParameterException: rclpy's own checks (type, descriptor range) of the overrides.
         print(f'{program}: bad parameter {" ".join(str(exc).split())}', file=sys.stderr)
@@ -101,7 +104,6 @@ def run(program: str, make_node, args=None) -> int:
         os._exit(0)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    executor = SingleThreadedExecutor()
     executor.add_node(node)
     done = getattr(node, 'done', None)
     try:

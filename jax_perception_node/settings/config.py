@@ -162,6 +162,7 @@ class PipelineConfig:
     max_lidar_delay_s: float = 0.05          # with lidars: a set's wait for its other clouds
     lidar_stamp_tolerance_s: float = 0.05    # with lidars: the stamps of one set
     encoder: EncoderConfig = EncoderConfig()
+    executor: str = 'events'                 # the node's rclpy executor (ros/executors.py)
 
     @property
     def camera_images(self) -> bool:
@@ -284,7 +285,8 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
             'enabled', 'heartbeat_period_s', 'heartbeat_timeout_s')}),
         lidars=lidar_blocks(v, names, _pose), max_lidar_delay_s=v['sync.max_lidar_delay_s'],
         lidar_stamp_tolerance_s=v['sync.lidar_stamp_tolerance_s'],
-        encoder=EncoderConfig(**{f: v[f'encoder.{f}'] for f in ('module', 'weights', 'stride')}))
+        encoder=EncoderConfig(**{f: v[f'encoder.{f}'] for f in ('module', 'weights', 'stride')}),
+        executor=v['executor'])
     check_encoder(cameras, cfg.encoder)
     if fusion.weights_file:
         load_fusion_weights(cfg)   # validate now, not on the first frame

@@ -25,6 +25,7 @@ LIDAR_PREFIX = 'lidars.<name>.'
 SHAPES = 'changes array shapes'
 COMPILED = 'compiled into the executables'
 BUILT = 'fixed when the pipeline is built'
+STARTED = 'chosen when the node starts'
 
 SCALAR_TYPES = ('bool', 'integer', 'double', 'string')
 ARRAY_TYPES = ('integer_array', 'double_array', 'string_array')
@@ -301,6 +302,11 @@ SCHEMA: tuple[ParamSpec, ...] = (
        0.0, 0.5),
     _p('compilation_cache_dir', 'string', '~/.cache/jax_perception_node/xla',
        "persistent XLA cache, created 0700; '' disables it", static=BUILT),
+    _p('executor', 'string', 'events',
+       "the rclpy executor that spins the node: events (rclpy's EventsExecutor, in C++; "
+       'rclpy >= 7.1.4) or single_threaded (its SingleThreadedExecutor, in Python, which '
+       'took more CPU per message: docs/performance.md)', choices=('events', 'single_threaded'),
+       static=STARTED),
     _p('head.module', 'string', '',
        "learned head on the fused BEV, 'package.module:factory' (a CenterPoint-style head, "
        "docs/design.md); '' for none", static=COMPILED),

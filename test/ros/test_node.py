@@ -404,3 +404,34 @@ def test_only_a_list_keys_last_p_empties_it():
         'cameras.front.translation']
     assert emptied('-p', 'cameras.names:=[]') == []      # not a ROS argument
     assert emptied('--ros-args', '-r', '__ns:=/a', '--', '-p', 'cameras.names:=[]') == []
+
+
+def test_the_single_threaded_executor_serves_too(tmp_path):
+    """``executor: single_threaded``: every other node test runs the default, ``events``."""
+    domain = other_domain(8)
+    params = small_params(cameras=0, executor='single_threaded')
+    with serving_node(params, tmp_path, domain_id=domain) as (node, probe):
+        points = np.random.default_rng(3).normal(scale=5.0, size=(300, 4)).astype(np.float32)
+        probe.cloud_pub.publish(make_cloud(points, T0))
+        probe.wait_for(lambda: any(stamp_of(m) == T0 for m in probe.latency), what='a frame')
+        values = status_values(probe.latency[-1].status[0])
+        assert (values['num_points'], values['compiles_after_warmup']) == ('300', '0')
+        assert node.alive()
+
+
+def test_an_rclpy_without_the_events_executor_exits_with_one_line(tmp_path):
+    """Refused before the warm-up, naming the parameter and the way out."""
+    site = tmp_path / 'site'
+    site.mkdir()
+    # An rclpy older than 7.1.4 has no rclpy.experimental: this one is made to look so.
+    (site / 'sitecustomize.py').write_text('import sys\n'
+                                           "sys.modules['rclpy.experimental'] = None\n")
+    params = write_params(small_params(cameras=0), tmp_path / 'p.yaml')
+    node = NodeProcess(params, tmp_path / 'n.log', env={'PYTHONPATH': str(site)})
+    node.proc.wait(timeout=60)
+    assert node.proc.returncode == 1
+    assert node.log().strip() == (
+        'jax_perception_node: bad parameter executor: events needs '
+        'rclpy.experimental.EventsExecutor (rclpy >= 7.1.4), which this rclpy lacks; set '
+        'executor: single_threaded')
+    node.stop()

@@ -66,7 +66,8 @@ def test_schema_entries_are_consistent():
             'bool', 'integer', 'double', 'string', 'integer_array', 'double_array',
             'string_array'), spec.key
         assert spec.static in (None, 'changes array shapes', 'compiled into the executables',
-                               'fixed when the pipeline is built'), spec.key
+                               'fixed when the pipeline is built',
+                               'chosen when the node starts'), spec.key
         if spec.key.startswith(TEMPLATES) and spec.default is None:
             # Calibrations have no sensible default; only the frame and distortion have one.
             assert spec.key.split('.')[-1] not in OPTIONAL_CAMERA_KEYS, spec.key
