@@ -7,12 +7,14 @@ quaternion and size either way), so a message built from its fields also builds 
 sub-message it then throws away. The ROS-free builders of ``outputs/`` pass every field (the
 ``rosbags`` classes they also serve require them all), so the node hands them
 :class:`MessageConstructor` s: the message is made without ``__init__`` and each field set
-through its own setter, which checks it exactly as ``__init__`` would (under
-``ROS_PYTHON_CHECK_FIELDS=1``). Measured on this project's 2-core AMD EPYC (2026-12-06), 31
+through its own setter, which checks it as ``__init__`` would (under
+``ROS_PYTHON_CHECK_FIELDS=1``), a numeric sequence made an ``array.array`` first as
+``__init__`` makes it. Measured on this project's 2-core AMD EPYC (2026-12-06), 31
 boxes: a Detection3DArray 1.40 -> 0.64 ms, Autoware's DetectedObjects 1.93 -> 0.87 ms, the
 messages equal.
 """
 
+import array
 import sys
 
 from ..outputs.grid_map import types_by_name
@@ -21,7 +23,7 @@ from ..outputs.grid_map import types_by_name
 class MessageConstructor:
     """Call as the rclpy message class ``cls``; its other attributes are the class's."""
 
-    __slots__ = ('cls', 'fields', 'module')
+    __slots__ = ('cls', 'fields', 'module', 'arrays')
 
     def __init__(self, cls: type):
         """Wrap the rclpy message class ``cls``."""
@@ -30,6 +32,11 @@ class MessageConstructor:
         self.fields = frozenset(cls.get_fields_and_field_types()) if (
             '_check_fields' in cls.__slots__) else None
         self.module = sys.modules[cls.__module__]
+        # Numeric sequences, which __init__ hands to their setter as array.array(typecode, v):
+        # checked, the setter takes nothing else (an empty NumPy array would fail).
+        default = cls()
+        self.arrays = {name: value.typecode for name in self.fields or ()
+                       if isinstance(value := getattr(default, name), array.array)}
 
     def __call__(self, **fields):
         """Return ``cls(**fields)``: built without its defaults when ``fields`` holds them all."""
@@ -39,6 +46,10 @@ class MessageConstructor:
         # What __init__ reads: ROS_PYTHON_CHECK_FIELDS when the generated module was imported.
         msg._check_fields = self.module.ros_python_check_fields == '1'
         for name, value in fields.items():
+            code = self.arrays.get(name)
+            if code is not None and not (isinstance(value, array.array)
+                                         and value.typecode == code):
+                value = array.array(code, value)
             setattr(msg, name, value)
         return msg
 

@@ -24,7 +24,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, ReliabilityPolicy
 from ..settings.live_params import plain
 from ..settings.param_checks import check_value, ros_type_error, unknown_key
 from ..settings.parameters import (camera_keys, ConfigError, is_camera_name, is_foreign,
-                                   lidar_keys, NODE_KEYS, ParamSpec, spec_for)
+                                   lidar_keys, NODE_KEYS, ParamSpec, spec_for, STARTED)
 
 ROS_TYPES = {
     'bool': Parameter.Type.BOOL, 'integer': Parameter.Type.INTEGER,
@@ -55,11 +55,17 @@ def descriptor(spec: ParamSpec) -> ParameterDescriptor:
         constraints.append(f'unit {spec.unit}')
     if spec.bounds_text():
         constraints.append(spec.bounds_text())
-    constraints.append(f'static ({spec.static}): read at configure, a restart is needed to '
-                       f'change it' if spec.static else 'live: applied at once, without a compile')
+    if spec.static == STARTED:
+        constraints.append(f'read-only ({spec.static}): set it when the node starts')
+    else:
+        constraints.append(f'static ({spec.static}): read at configure, a restart is needed to '
+                           f'change it' if spec.static else
+                           'live: applied at once, without a compile')
+    # Read-only: the managed node takes static keys while unconfigured, not this one.
     described = ParameterDescriptor(type=ROS_TYPES[spec.ros_type].value,
                                     description=spec.summary,
-                                    additional_constraints=', '.join(constraints))
+                                    additional_constraints=', '.join(constraints),
+                                    read_only=spec.static == STARTED)
     bounded = spec.minimum is not None and spec.maximum is not None
     if bounded and spec.ros_type == 'double':
         described.floating_point_range = [FloatingPointRange(

@@ -108,6 +108,11 @@ def test_failed_configure_reports_the_reason_and_cleanup_releases(managed):
         probe.wait_for(future.done, what='set_parameters')
         return future.result().results[0]
 
+    # The executor spins the process from its start: read-only, unconfigured too (accepted
+    # before, it read single_threaded while the events executor spun).
+    refused = set_param('executor', 'single_threaded')
+    assert (refused.successful, refused.reason) == (
+        False, 'Trying to set a read-only parameter: executor.')
     # Unconfigured, a static key may change: configure reads it (and here refuses it: within
     # the parameter's range, 0.3 m cells do not divide the 16 m x range).
     assert set_param('grid.resolution', 0.3).successful
