@@ -66,37 +66,52 @@ def markers_message(types: Mapping[str, type], boxes: np.ndarray, classes: Seque
     """
     boxes, index = box_rows(boxes, classes)
     stamped = header(types, stamp_ns, frame_id)
-    markers = [_marker(types, stamped, '', 0, CUBE, DELETEALL, (0.0, 0.0, 0.0), 0.0,
-                       (1.0, 1.0, 1.0), (0.0, 0.0, 0.0, 0.0))]
+    marker = _Markers(types, stamped)
+    markers = [marker('', 0, CUBE, DELETEALL, (0.0, 0.0, 0.0), 0.0, (1.0, 1.0, 1.0),
+                      (0.0, 0.0, 0.0, 0.0))]
     for n, (row, k) in enumerate(zip(boxes.tolist(), index.tolist())):
         x, y, z, length, width, height, yaw, score = row[:8]
-        markers.append(_marker(types, stamped, NAMESPACE, n, CUBE, ADD, (x, y, z), yaw,
-                               (length, width, height), (*class_colour(k), ALPHA)))
-        markers.append(_marker(types, stamped, TEXT_NAMESPACE, n, TEXT_VIEW_FACING, ADD,
-                               (x, y, z + 0.5 * height + TEXT_LIFT_M), 0.0,
-                               (TEXT_HEIGHT_M, TEXT_HEIGHT_M, TEXT_HEIGHT_M),
-                               (1.0, 1.0, 1.0, 1.0), f'{classes[k]} {score:.2f}'))
+        markers.append(marker(NAMESPACE, n, CUBE, ADD, (x, y, z), yaw, (length, width, height),
+                              (*class_colour(k), ALPHA)))
+        markers.append(marker(TEXT_NAMESPACE, n, TEXT_VIEW_FACING, ADD,
+                              (x, y, z + 0.5 * height + TEXT_LIFT_M), 0.0,
+                              (TEXT_HEIGHT_M, TEXT_HEIGHT_M, TEXT_HEIGHT_M),
+                              (1.0, 1.0, 1.0, 1.0), f'{classes[k]} {score:.2f}'))
     return types[MARKER_ARRAY_TYPE](markers=markers)
 
 
-def _marker(types, header, ns: str, ident: int, kind: int, action: int, centre, yaw: float,
-            scale, rgba, text: str = ''):
-    """One Marker with every field set (a ``rosbags`` class takes no defaults)."""
-    qx, qy, qz, qw = yaw_quaternion(yaw)
-    point, vector = types['geometry_msgs/msg/Point'], types['geometry_msgs/msg/Vector3']
-    empty = np.zeros(0, np.uint8)
-    return types['visualization_msgs/msg/Marker'](
-        header=header, ns=ns, id=ident, type=kind, action=action,
-        pose=types['geometry_msgs/msg/Pose'](
-            position=point(x=float(centre[0]), y=float(centre[1]), z=float(centre[2])),
-            orientation=types['geometry_msgs/msg/Quaternion'](x=qx, y=qy, z=qz, w=qw)),
-        scale=vector(x=float(scale[0]), y=float(scale[1]), z=float(scale[2])),
-        color=types['std_msgs/msg/ColorRGBA'](r=rgba[0], g=rgba[1], b=rgba[2], a=rgba[3]),
-        lifetime=types['builtin_interfaces/msg/Duration'](sec=int(LIFETIME_S), nanosec=int(
-            round(LIFETIME_S % 1 * 1e9))),
-        frame_locked=False, points=[], colors=[], texture_resource='',
-        texture=types['sensor_msgs/msg/CompressedImage'](header=header, format='',
-                                                         data=empty),
-        uv_coordinates=[], text=text, mesh_resource='',
-        mesh_file=types['visualization_msgs/msg/MeshFile'](filename='', data=empty),
-        mesh_use_embedded_materials=False)
+class _Markers:
+    """
+    Makes the Markers of one array, every field set (a ``rosbags`` class takes no defaults).
+
+    The fields no marker of ours uses (its lifetime, texture and mesh) are one message each,
+    shared by the array's markers: built per marker they were half of a MarkerArray's time.
+    """
+
+    def __init__(self, types, header):
+        self.types, self.header = types, header
+        empty = np.zeros(0, np.uint8)
+        self.unused = {
+            'lifetime': types['builtin_interfaces/msg/Duration'](
+                sec=int(LIFETIME_S), nanosec=int(round(LIFETIME_S % 1 * 1e9))),
+            'frame_locked': False, 'points': [], 'colors': [], 'texture_resource': '',
+            'texture': types['sensor_msgs/msg/CompressedImage'](header=header, format='',
+                                                                data=empty),
+            'uv_coordinates': [], 'mesh_resource': '',
+            'mesh_file': types['visualization_msgs/msg/MeshFile'](filename='', data=empty),
+            'mesh_use_embedded_materials': False}
+
+    def __call__(self, ns: str, ident: int, kind: int, action: int, centre, yaw: float, scale,
+                 rgba, text: str = ''):
+        """Return one Marker."""
+        types = self.types
+        qx, qy, qz, qw = yaw_quaternion(yaw)
+        point, vector = types['geometry_msgs/msg/Point'], types['geometry_msgs/msg/Vector3']
+        return types['visualization_msgs/msg/Marker'](
+            header=self.header, ns=ns, id=ident, type=kind, action=action,
+            pose=types['geometry_msgs/msg/Pose'](
+                position=point(x=float(centre[0]), y=float(centre[1]), z=float(centre[2])),
+                orientation=types['geometry_msgs/msg/Quaternion'](x=qx, y=qy, z=qz, w=qw)),
+            scale=vector(x=float(scale[0]), y=float(scale[1]), z=float(scale[2])),
+            color=types['std_msgs/msg/ColorRGBA'](r=rgba[0], g=rgba[1], b=rgba[2], a=rgba[3]),
+            text=text, **self.unused)

@@ -40,14 +40,18 @@ def bev_to_rgb(features: np.ndarray, z_min: float, z_max: float) -> np.ndarray:
     Occupied cells take a colour from their z_max; empty cells covered by a camera are grey,
     the rest black.
     """
-    occupancy, z_top, coverage = features[..., 0], features[..., 2], features[..., -1]
-    level = np.clip((z_top - z_min) / max(z_max - z_min, 1e-6), 0.0, 1.0) * (len(RAMP) - 1)
+    rgb = np.zeros(features.shape[:2] + (3,), np.uint8)
+    cells = forward_up(rgb)         # cells[i, j] is rgb's pixel of grid cell (i, j)
+    cells[features[..., -1] > 0] = 48
+    # Only the occupied cells are coloured: over the whole grid, with a trailing axis of 3,
+    # this took 6-10 ms of a 256 x 256 frame in the node.
+    occupied = features[..., 0] > 0
+    level = np.clip((features[..., 2][occupied] - z_min) / max(z_max - z_min, 1e-6), 0.0,
+                    1.0) * (len(RAMP) - 1)
     low = np.minimum(level.astype(np.int32), len(RAMP) - 2)
-    frac = (level - low)[..., None]
-    colour = RAMP[low] * (1 - frac) + RAMP[low + 1] * frac
-    rgb = np.where(coverage[..., None] > 0, 48.0, 0.0) * np.ones(3, np.float32)
-    rgb = np.where(occupancy[..., None] > 0, colour, rgb)
-    return np.ascontiguousarray(forward_up(rgb).astype(np.uint8))
+    frac = (level - low)[:, None]
+    cells[occupied] = (RAMP[low] * (1 - frac) + RAMP[low + 1] * frac).astype(np.uint8)
+    return rgb
 
 
 def class_caption(classes: Sequence[str]) -> str:

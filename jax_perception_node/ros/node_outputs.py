@@ -50,14 +50,15 @@ from ..sensors.camera import byte_array, features_image_fields
 from ..settings.config import OutputConfig
 
 # rclpy's classes of the messages the ROS-free builders make (grid_map.py, timing.py,
-# objects.py, detected_objects.py, object_markers.py), built without their defaults.
+# objects.py, detected_objects.py, object_markers.py) and the images, built without their
+# defaults.
 MESSAGE_TYPES = message_constructors(
     GridMap, GridMapInfo, Header, Time, Pose, Point, Quaternion, Float32MultiArray,
     MultiArrayLayout, MultiArrayDimension, Float64Stamped, Detection3DArray, Detection3D,
     BoundingBox3D, ObjectHypothesisWithPose, ObjectHypothesis, PoseWithCovariance, Vector3,
     MarkerArray, Marker, MeshFile, CompressedImage, ColorRGBA, Duration, DetectedObjects,
     DetectedObject, ObjectClassification, DetectedObjectKinematics, Shape, TwistWithCovariance,
-    Twist, Polygon)
+    Twist, Polygon, Image)
 # output.objects_type -> the message class of ~/output/objects
 OBJECTS_CLASSES = {'vision_msgs': Detection3DArray, 'autoware': DetectedObjects}
 
@@ -192,8 +193,7 @@ class FrameOutputs:
 
 
 def _image(header, fields: dict) -> Image:
-    msg = Image(header=header, height=fields['height'], width=fields['width'],
-                encoding=fields['encoding'], is_bigendian=fields['is_bigendian'],
-                step=fields['step'])
-    msg.data = byte_array(fields['data'])
-    return msg
+    return MESSAGE_TYPES['sensor_msgs/msg/Image'](
+        header=header, height=fields['height'], width=fields['width'],
+        encoding=fields['encoding'], is_bigendian=fields['is_bigendian'], step=fields['step'],
+        data=byte_array(fields['data']))

@@ -1,5 +1,7 @@
 """The node's message constructors: rclpy's messages, equal, without the discarded defaults."""
 
+import array
+
 from geometry_msgs.msg import _point, Point
 from jax_perception_node.outputs.detected_objects import detected_objects_message
 from jax_perception_node.outputs.grid_map import grid_map_message, GridMapLayers
@@ -98,3 +100,23 @@ def test_some_fields_or_other_names_are_left_to_the_class():
     assert point(x=1.0, y=2.0, w=3.0) == Point(x=1.0, y=2.0)
     shape = MESSAGE_TYPES['autoware_perception_msgs/msg/Shape']
     assert shape.BOUNDING_BOX == shape.cls.BOUNDING_BOX
+
+
+@pytest.mark.parametrize('check_fields', ['', '1'])
+def test_a_numeric_sequence_is_an_array_kept_as_given(check_fields, monkeypatch):
+    from std_msgs.msg import _float32_multi_array
+    monkeypatch.setattr(_float32_multi_array, 'ros_python_check_fields', check_fields)
+    build = MESSAGE_TYPES['std_msgs/msg/Float32MultiArray']
+    layout = MESSAGE_TYPES['std_msgs/msg/MultiArrayLayout'](dim=[], data_offset=0)
+    given = array.array('f', [1.5, 2.5])
+    # The unchecked setter copied it: 3.9 MB of features a frame, a GridMap's every layer.
+    assert build(layout=layout, data=given).data is given
+    for other in ([1.5, 2.5], np.array([1.5, 2.5], np.float32), array.array('d', [1.5, 2.5])):
+        msg = build(layout=layout, data=other)
+        assert isinstance(msg.data, array.array) and msg.data == given
+        assert msg == plain_classes()['std_msgs/msg/Float32MultiArray'](layout=layout, data=other)
+    image = np.arange(24, dtype=np.uint8)
+    fields = {'header': Header(frame_id='base_link'), 'height': 2, 'width': 4,
+              'encoding': 'rgb8', 'is_bigendian': 0, 'step': 12}
+    assert MESSAGE_TYPES['sensor_msgs/msg/Image'](**fields, data=array.array('B', image)) == \
+        plain_classes()['sensor_msgs/msg/Image'](**fields, data=image.tolist())
