@@ -84,8 +84,9 @@ class _Markers:
     """
     Makes the Markers of one array, every field set (a ``rosbags`` class takes no defaults).
 
-    The fields no marker of ours uses (its lifetime, texture and mesh) are one message each,
-    shared by the array's markers: built per marker they were half of a MarkerArray's time.
+    The fields no marker of ours uses (its lifetime, texture and mesh, and its empty points,
+    colours and uv lists) are one object each, shared by the array's markers: built per marker
+    they were half of a MarkerArray's time. So a caller must not edit one marker's in place.
     """
 
     def __init__(self, types, header):
