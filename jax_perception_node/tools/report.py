@@ -78,11 +78,18 @@ def detection_line(detection: Mapping) -> str:
             f'{detection["max_range_m"]:g} m, recall {number(detection["recall"])} '
             f'({detection["ground_truth"]} {detection.get("class", "object")} boxes in the '
             f'ground truth, {detection["predictions"]} predicted)'
-            + (f'; {detection["frames_without_output"]} frames with ground truth had no output '
-               '(their boxes count as missed)' if detection.get('frames_without_output') else '')
+            + _without_output(detection.get('frames_without_output', 0))
             + error_text
             + (f'; ground truth of classes the head does not know, left out: {others}'
                if others else ''))
+
+
+def _without_output(frames: int) -> str:
+    """Name the frames that had ground truth and no output (dropped or failed), if any."""
+    if not frames:
+        return ''
+    return (f'; {frames} frame{"s" if frames != 1 else ""} with ground truth had no output '
+            '(their boxes count as missed)')
 
 
 def pyplot():
