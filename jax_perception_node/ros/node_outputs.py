@@ -155,14 +155,20 @@ class FrameOutputs:
         # back since the cloud arrived (not minus the loop's length).
         age_ms = (now_ns - frame.stamp_ns) / 1e6 if now_ns and now_ns >= arrived_ns else None
         record = FramePath.finish(frame, publish_start, arrived, age_ms)
-        latency = DiagnosticArray(header=header)
-        latency.status.append(DiagnosticStatus(
-            level=DiagnosticStatus.OK, name='jax_perception: frame', hardware_id=header.frame_id,
-            values=[KeyValue(key=k, value=format_value(record[k])) for k in FRAME_KEYS]))
-        pubs['latency'].publish(latency)
+        # Volatile topics: a message built while nobody is subscribed reaches nobody (0.08 ms
+        # a frame for these four, built and published, against 0.004 ms for the checks).
+        if pubs['latency'].get_subscription_count() > 0:
+            latency = DiagnosticArray(header=header)
+            latency.status.append(DiagnosticStatus(
+                level=DiagnosticStatus.OK, name='jax_perception: frame',
+                hardware_id=header.frame_id,
+                values=[KeyValue(key=k, value=format_value(record[k])) for k in FRAME_KEYS]))
+            pubs['latency'].publish(latency)
+        timing = self._timing.frame(record, frame.started, arrived)   # the cycle counts on
         now_ns = clock.now().nanoseconds or frame.stamp_ns
-        for key, value in self._timing.frame(record, frame.started, arrived).items():
-            pubs[key].publish(float64_stamped(MESSAGE_TYPES, now_ns, value))
+        for key, value in timing.items():
+            if pubs[key].get_subscription_count() > 0:
+                pubs[key].publish(float64_stamped(MESSAGE_TYPES, now_ns, value))
         return record
 
     def _publish_objects(self, frame: Frame, frame_id: str) -> None:

@@ -140,7 +140,9 @@ def check_formed(node, probe, manager) -> str:
                and m.heartbeat_timeout == pytest.approx(TIMEOUT_S) for _, m in beats)
     gaps = np.diff([t for t, _ in beats])
     assert 0.5 * PERIOD_S < statistics.median(gaps) < 2 * PERIOD_S, gaps
-    assert max(gaps) < TIMEOUT_S / 2, gaps
+    # The contract: no gap the manager would take for a death (a loaded machine stalls a
+    # timer for a few hundred ms; the median above says the period is kept).
+    assert max(gaps) < TIMEOUT_S, gaps
     return instance
 
 
@@ -153,7 +155,7 @@ def check_manager_silence(node, probe, manager, instance) -> None:
     probe.wait_for(lambda: logged(node, text), timeout=TIMEOUT_S + 10, what='silence noticed')
     noticed = logged(node, text) - last_beat
     # Not before the timeout; after it, within a heartbeat period and a busy machine's slack.
-    assert TIMEOUT_S - 0.05 < noticed < TIMEOUT_S + PERIOD_S + 0.75, noticed
+    assert TIMEOUT_S - 0.05 < noticed < TIMEOUT_S + PERIOD_S + 1.5, noticed
     with probe.lock:
         count = len(manager.from_instance(instance))
     serve_one(probe, 1_700_000_000 * 10**9)
@@ -236,7 +238,7 @@ def test_bond_with_a_lifecycle_manager(managed):
         assert beats[-1][1].active          # no break: the process died
         assert manager.died_at - beats[-1][0] > TIMEOUT_S
         # The node's heartbeats lasted to its death and the timeout bounds the detection.
-        assert manager.died_at - killed < TIMEOUT_S + MANAGER_PERIOD_S + 0.75
+        assert manager.died_at - killed < TIMEOUT_S + MANAGER_PERIOD_S + 1.5
 
 
 def test_the_managers_break_is_answered_and_shutdown_breaks_the_bond(managed):

@@ -321,7 +321,14 @@ def test_grid_map_and_autoware_timing_arrive(running):
     # bev_image pixel (r, c): the same point as in the picture test lights (13, 24) only.
     lit = np.argwhere(np.asarray(occupancy.data, np.float32).reshape(w, h).T > 0)
     assert [tuple(p) for p in lit] == [(13, 24)]
-    probe.wait_for(lambda: all(timing.values()), what='the three timing topics')
+    # Each reader is matched on its own: frames go on until all three timing topics have one.
+    deadline, stamp = time.monotonic() + 60.0, T0 + 290 * 10**9
+    while not all(timing.values()):
+        assert time.monotonic() < deadline, 'no timing messages within 60 s of subscribing'
+        stamp += 10**8
+        probe.cloud_pub.publish(make_cloud(np.array([[1.2, 0.3, 0.5, 1.0]], np.float32), stamp))
+        probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.latency), what='a frame')
+        time.sleep(0.1)     # its timing messages follow its latency message
     with probe.lock:
         values = {name: [m.data for m in store] for name, store in timing.items()}
     assert all(v > 0 and np.isfinite(v) for vs in values.values() for v in vs)
