@@ -204,7 +204,11 @@ sys.stdin.readline()
 for k in range({count}):
     pub.publish(make_cloud(np.ones((40, 4), np.float32), {t0} + k * 10**8))
     time.sleep(0.1)
-time.sleep(0.3)
+# The writer goes only once the newest cloud is served (latest wins keeps it, whatever was
+# dropped before it): a writer destroyed with a sample still in flight would lose it.
+deadline = time.monotonic() + 60
+while {t0} + ({count} - 1) * 10**8 not in served and time.monotonic() < deadline:
+    rclpy.spin_once(node, timeout_sec=0.02)
 node.destroy_node()
 rclpy.shutdown()
 """
