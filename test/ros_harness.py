@@ -192,8 +192,13 @@ class Probe:
             time.sleep(0.002)
         raise AssertionError(f'timed out after {timeout} s waiting for {what}')
 
-    def wait_ready(self, node_proc: NodeProcess, timeout: float = 90.0) -> None:
-        """Until the node subscribes to the cloud topic (it does so only after warm-up)."""
+    def wait_ready(self, node_proc: NodeProcess, timeout: float = 180.0) -> None:
+        """
+        Until the node subscribes to the cloud topic (it does so only after warm-up).
+
+        The shipped parameters' warm-up takes 6-8 s on this project's machine; 180 s leaves
+        room for a CI machine several times slower with the other test worker compiling.
+        """
         deadline = time.monotonic() + timeout
         while self.cloud_pub.get_subscription_count() == 0:
             if not node_proc.alive():

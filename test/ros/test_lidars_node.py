@@ -54,7 +54,7 @@ def offline(running):
     return cfg, FramePath(cfg, pipe)
 
 
-def wait_ready(node, probe, pubs, timeout: float = 90.0) -> None:
+def wait_ready(node, probe, pubs, timeout: float = 180.0) -> None:
     """Until the node reads every LiDAR topic (only after warm-up) and the probe sees outputs."""
     deadline = time.monotonic() + timeout
     topics = [f'{NS}/debug/latency', f'{NS}/output/bev_features']
@@ -84,10 +84,12 @@ def image_array(msg) -> np.ndarray:
 
 def send(pubs, clouds: dict, stamps: dict, frames: dict | None = None) -> float:
     """Publish sensor-frame clouds (name -> points) at their stamps; return when (monotonic)."""
+    # Built first, then published back to back: a set must reach the node within its wait.
+    messages = {name: make_cloud(points, stamps[name], (frames or {}).get(name, f'lidar_{name}'))
+                for name, points in clouds.items()}
     sent = time.monotonic()
-    for name, points in clouds.items():
-        pubs[name].publish(make_cloud(points, stamps[name], (frames or {}).get(
-            name, f'lidar_{name}')))
+    for name, msg in messages.items():
+        pubs[name].publish(msg)
     return sent
 
 
