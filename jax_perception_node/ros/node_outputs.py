@@ -2,8 +2,10 @@
 The node's per-frame outputs: features, objects, picture, GridMap, latency, Autoware timing.
 
 ``FrameOutputs`` owns the publishers of one configured node and turns a processed
-``frame_path.Frame`` into messages. The picture, the GridMap and the objects' markers are built
-only while someone subscribes; the rest is published every frame: ``~/output/bev_features``
+``frame_path.Frame`` into messages. The picture, the GridMap, the objects' markers, the latency
+record and the three timing topics are built only while someone subscribes (volatile: nobody
+else could receive them; the cyclic time still counts every frame); the rest is published
+every frame: ``~/output/bev_features``
 while ``output.bev_features`` is true (live), ``~/output/objects`` whenever a head is
 configured (an empty array when it finds nothing; no such publisher without a head), as
 vision_msgs/Detection3DArray or autoware_perception_msgs/DetectedObjects

@@ -154,8 +154,13 @@ def check_manager_silence(node, probe, manager, instance) -> None:
     text = f'bond "{NODE}": no heartbeat from the lifecycle manager ({manager.instance_id})'
     probe.wait_for(lambda: logged(node, text), timeout=TIMEOUT_S + 10, what='silence noticed')
     noticed = logged(node, text) - last_beat
-    # Not before the timeout; after it, within a heartbeat period and a busy machine's slack.
+    # Not before the timeout; after it, within a heartbeat period and a busy machine's slack
+    # (wall clock, across two processes).
     assert TIMEOUT_S - 0.05 < noticed < TIMEOUT_S + PERIOD_S + 1.5, noticed
+    # The node's own count of the silence, which no probe delay stretches: the timeout, a
+    # check period and at most a short stall of the node's timer.
+    silent = float(re.search(r'for (\d+\.\d) s \(timeout', node.log()).group(1))
+    assert TIMEOUT_S <= silent <= TIMEOUT_S + PERIOD_S + 0.5, silent
     with probe.lock:
         count = len(manager.from_instance(instance))
     serve_one(probe, 1_700_000_000 * 10**9)

@@ -403,3 +403,22 @@ def test_objects_type_and_published_time_on_request():
     outputs.update(None, True, OutputConfig('autoware', (('bus', 'BUS'),)))
     publish(outputs, fake_frame(boxes, None))
     assert [o.classification[0].label for o in objects.sent[-1].objects] == [0, 3]
+
+
+def test_latency_and_timing_are_built_only_while_subscribed_and_the_cycle_counts_on():
+    import time
+    from jax_perception_node.ros.timing import TIMING_TOPICS
+    outputs, pubs = fake_outputs(())
+    latency, timing = pubs['~/debug/latency'], {k: pubs[t] for k, t in TIMING_TOPICS.items()}
+    publish(outputs, fake_frame(None, None))
+    time.sleep(0.3)
+    publish(outputs, fake_frame(None, None))
+    assert latency.sent == [] and all(pub.sent == [] for pub in timing.values())  # nobody asked
+    latency.subscribers = timing['cyclic_time_ms'].subscribers = 1
+    time.sleep(0.6)
+    publish(outputs, fake_frame(None, None))
+    assert len(latency.sent) == 1 and len(timing['cyclic_time_ms'].sent) == 1
+    assert timing['processing_time_ms'].sent == timing['pipeline_latency_ms'].sent == []
+    # The cycle counted the frames nobody received: the time since the frame before (0.6 s),
+    # not since the node started (0.9 s and more).
+    assert 600 <= timing['cyclic_time_ms'].sent[0].data < 850

@@ -232,6 +232,10 @@ def test_ground_truth_of_a_frame_never_served_counts_as_missed(tmp_path, head_cf
     assert detection['recall'] is None or detection['recall'] <= 0.5
     assert '; 2 frames with ground truth had no output (their boxes count as missed)' in (
         detection_line(detection))
+    # One such frame is 'frame'; none, no clause at all.
+    assert '; 1 frame with ground truth had no output (' in detection_line(
+        dict(detection, frames_without_output=1))
+    assert 'had no output' not in detection_line(dict(detection, frames_without_output=0))
 
 
 def test_ground_truth_is_read_when_the_head_shares_a_class_with_it(tmp_path):
