@@ -10,6 +10,7 @@ from cloud_reference import (as_flavour, encode, Field, FLOAT32, FLOAT64, INT16,
                              reference_decode, reference_rows, sample_values, standard_cloud,
                              UINT8)
 from configs import small_config
+from contextlib import contextmanager
 from hypothesis import given, HealthCheck, settings
 from hypothesis import strategies as st
 import jax
@@ -191,21 +192,28 @@ def test_device_put_aliases_the_bucket_buffer_on_the_cpu(pipe):
     assert jax.device_put(unaligned).unsafe_buffer_pointer() != unaligned.ctypes.data
 
 
-@CPU_ONLY
-def test_the_executable_gets_the_staged_host_arrays_themselves_on_the_cpu(pipe):
-    """No device_put on the CPU: the aligned host arrays go to the executable as they are."""
-    padded = pipe.decode(message(cloud_in_grid(200, 5)))
-    compiled, calls = pipe._executables[padded.bucket], []
+@contextmanager
+def executable_calls(pipe, bucket: int):
+    """Yield the list of the arguments each call of ``bucket``'s executable gets meanwhile."""
+    compiled, calls = pipe._executables[bucket], []
 
     def recording(args):
         calls.append(args)
         return compiled(args)
 
-    pipe._executables[padded.bucket] = recording
+    pipe._executables[bucket] = recording
     try:
-        result = pipe.dispatch(padded).result()
+        yield calls
     finally:
-        pipe._executables[padded.bucket] = compiled
+        pipe._executables[bucket] = compiled
+
+
+@CPU_ONLY
+def test_the_executable_gets_the_staged_host_arrays_themselves_on_the_cpu(pipe):
+    """No device_put on the CPU: the aligned host arrays go to the executable as they are."""
+    padded = pipe.decode(message(cloud_in_grid(200, 5)))
+    with executable_calls(pipe, padded.bucket) as calls:
+        result = pipe.dispatch(padded).result()
     (args,) = calls
     assert args.points is padded.buffer and isinstance(args.points, np.ndarray)
     assert args.points.ctypes.data % ALIGNMENT == 0
@@ -247,17 +255,8 @@ def test_the_executable_gets_the_staged_camera_batch_itself_on_the_cpu(pipe):
     """A changed batch goes to the executable as the aligned host array it was staged in."""
     rng = np.random.default_rng(6)
     padded = pipe.padder.pad(np.zeros((0, 4), np.float32))
-    compiled, calls = pipe._executables[padded.bucket], []
-
-    def recording(args):
-        calls.append(args)
-        return compiled(args)
-
-    pipe._executables[padded.bucket] = recording
-    try:
+    with executable_calls(pipe, padded.bucket) as calls:
         result = pipe.process(padded, {'front': rng.normal(size=MAP).astype(np.float32)})
-    finally:
-        pipe._executables[padded.bucket] = compiled
     assert result.cameras_sent
     (args,) = calls
     staged = pipe._staging.batches.current
