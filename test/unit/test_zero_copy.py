@@ -6,11 +6,12 @@ executable as it is (what the pipeline does there); the tests of that are about 
 and say so. Double-buffering is checked on any backend.
 """
 
+from contextlib import contextmanager
+
 from cloud_reference import (as_flavour, encode, Field, FLOAT32, FLOAT64, INT16, Invalid,
                              reference_decode, reference_rows, sample_values, standard_cloud,
                              UINT8)
 from configs import small_config
-from contextlib import contextmanager
 from hypothesis import given, HealthCheck, settings
 from hypothesis import strategies as st
 import jax
