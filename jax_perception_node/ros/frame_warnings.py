@@ -77,7 +77,7 @@ def warn_frame(log, cfg: PipelineConfig, frame: Frame, throttle: LogThrottle) ->
     """Log what ``frame`` lacked on ``log`` (an rclpy logger), under the configuration ``cfg``."""
     if frame.stamps_jumped:
         log.info('LiDAR stamp went backwards (bag loop?): camera buffers reset')
-    if frame.lidars_refused and throttle.due('lidars refused', 2.0):
+    if frame.lidars_refused and throttle.due('lidars refused', THROTTLE_S):
         log.warning('point cloud rejected, left out of its set: '
                     + '; '.join(f'LiDAR {reason}' for reason in frame.lidars_refused))
     by_key = {lidar.key: lidar for lidar in cfg.lidar_sensors}

@@ -25,7 +25,7 @@ from sensor_msgs.msg import CameraInfo, PointCloud2
 from std_msgs.msg import Header
 from tf2_msgs.msg import TFMessage
 
-from .frame_warnings import LogThrottle, ready_line, warn_frame
+from .frame_warnings import LogThrottle, ready_line, THROTTLE_S, warn_frame
 from .frame_worker import FrameWorker
 from .health import assess, CloudTimes, count_names, frame_counts, RecentLatency
 from .input_graph import InputGraph
@@ -375,7 +375,7 @@ class PerceptionCore:
                     self._process(*item)
                 except Exception as exc:    # noqa: B902 - a bug must not kill the node silently
                     self._count('frames_failed')
-                    if self._warnings.due('frame failed', 2.0):
+                    if self._warnings.due('frame failed', THROTTLE_S):
                         self.log.error(f'frame failed: {exc!r}')
 
     def _wait_s(self) -> float:
