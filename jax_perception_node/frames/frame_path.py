@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from .camera_info_calibration import CameraInfoCalibration
 from .intensity_scale import cloud_off_scale, OffScale
 from .lidar_input import blank_lidars, check_clouds, decode_clouds, lacking_fields
 from .sync import CameraSync
@@ -24,7 +25,7 @@ from ..geometry.odometry import OdometryBuffer, TransformPoses
 from ..geometry.stamps import stamp_ns, stamp_refused
 from ..geometry.transforms import TransformBuffer
 from ..outputs.render import bev_to_rgb
-from ..sensors.camera import FeatureMapError, read_features, scale_camera_info, with_intrinsics
+from ..sensors.camera import FeatureMapError, read_features, with_intrinsics
 from ..sensors.camera_image import ImageDecoder
 from ..sensors.cloud import CloudFormatError, has_valid_point
 from ..settings.config import GridConfig, PipelineConfig
@@ -71,7 +72,7 @@ class Frame:
     stale_reasons: tuple[str, ...] = ()     # one per camera of ``stale`` (sync.Pairing)
 
 
-class FramePath(TfCalibration):
+class FramePath(CameraInfoCalibration, TfCalibration):
     """
     Decode, pair, process and describe frames for one warmed pipeline; see the module doc.
 
@@ -112,6 +113,8 @@ class FramePath(TfCalibration):
         self.transforms = TransformBuffer()
         self._map_frames: dict[str, str] = {}        # camera -> frame of its newest map
         self._info_frames: dict[str, str] = {}       # camera -> frame of its newest CameraInfo
+        # camera -> (the calibration in force, the fields of the CameraInfo found to match it)
+        self._info_seen: dict[str, tuple] = {}
         self._tf_applied: dict[str, np.ndarray] = {}  # sensor -> the TF pose in force
         self._tf_refused: dict[str, np.ndarray] = {}  # the camera poses the slots last refused
         self.tf_calibrations = 0                     # TF poses applied (each without a compile)
@@ -191,47 +194,6 @@ class FramePath(TfCalibration):
                 self.odometry.set_max_gap(cfg.accumulation.max_odometry_gap_s)
                 self.odometry.child_frame_id = cfg.grid.frame_id
                 self.cfg = cfg
-
-    @property
-    def cameras_with_info(self) -> frozenset[str]:
-        """Return the cameras a CameraInfo has been taken from (one that was not refused)."""
-        return frozenset(self._info_frames)
-
-    def apply_camera_info(self, name: str, msg):
-        """
-        Set camera ``name``'s intrinsics and lens from a CameraInfo, scaled to its feature map.
-
-        Args
-        ----
-        name: the camera (one of ``cameras.names``).
-        msg: a sensor_msgs/CameraInfo (rclpy or rosbags), K (or, with
-            ``cameras.<name>.rectified``, P) at image resolution.
-
-        Returns
-        -------
-        The ``camera.Intrinsics`` applied, or None when they equal those in force.
-
-        Raises
-        ------
-        CameraInfoError: a bad CameraInfo; ConfigError: more lift samples than the slots fixed
-        at warm-up. Either way the calibration in force is kept.
-
-        """
-        height, width, _ = self._shapes[name]
-        rectified = next(c.rectified for c in self.cfg.cameras if c.name == name)
-        intrinsics = scale_camera_info(msg, height, width, rectified)
-        self._info_frames[name] = msg.header.frame_id   # with TF: for maps that name none
-        if with_intrinsics(self.cameras, name, intrinsics) is None:
-            return None     # as in force (one beside every image): no wait for a frame's lock
-        with self._pipe_lock:
-            updated = with_intrinsics(self.cameras, name, intrinsics)
-            if updated is None:
-                return None
-            self.pipe.set_calibration(cameras=updated)
-            self.cameras = updated
-            self._from_info[name] = intrinsics
-            self._tf_refused = {}     # new intrinsics: a refused TF pose may fit now
-        return intrinsics
 
     # -- inputs --------------------------------------------------------------------------------
 

@@ -67,10 +67,14 @@ def plausible_motion(before: np.ndarray, after: np.ndarray, seconds: float) -> b
     anything more is a jump to another timeline (a bag loop, a re-initialised localization, a
     teleported simulator), across which no motion can be measured.
     """
-    dt = max(abs(seconds), JUMP_MIN_DT_S)
     distance = float(np.linalg.norm(after[:3, 3] - before[:3, 3]))
     cos = (float(np.trace(before[:3, :3].T @ after[:3, :3])) - 1.0) / 2.0
-    angle = math.acos(min(1.0, max(-1.0, cos)))
+    return _within_reach(distance, math.acos(min(1.0, max(-1.0, cos))), seconds)
+
+
+def _within_reach(distance: float, angle: float, seconds: float) -> bool:
+    """Return whether ``distance`` (m) and ``angle`` (rad) are reachable in ``seconds``."""
+    dt = max(abs(seconds), JUMP_MIN_DT_S)
     return (distance <= MAX_SPEED_MPS * dt + JUMP_SLACK_M
             and angle <= MAX_TURN_RATE_RPS * dt + JUMP_SLACK_RAD)
 
@@ -93,20 +97,21 @@ def read_odometry(msg, child_frame_id: str | None = None) -> Sample:
                             f'>= 0 and nanoseconds in [0, {NS_PER_S})')
     pose = msg.pose.pose
     p, o = pose.position, pose.orientation
-    position = np.array([p.x, p.y, p.z], np.float64)
-    quaternion = np.array([o.x, o.y, o.z, o.w], np.float64)
-    if not np.isfinite(position).all():
-        raise OdometryError(f'pose.position is not finite: {position.tolist()}')
-    if np.abs(position).max() > MAX_POSITION_M:
-        raise OdometryError(f'pose.position {position.tolist()} m: a coordinate is beyond '
+    # Python floats, not NumPy: checked at the odometry's rate, 3 and 4 values.
+    position = [float(p.x), float(p.y), float(p.z)]
+    quaternion = [float(o.x), float(o.y), float(o.z), float(o.w)]
+    if not all(map(math.isfinite, position)):
+        raise OdometryError(f'pose.position is not finite: {position}')
+    if max(map(abs, position)) > MAX_POSITION_M:
+        raise OdometryError(f'pose.position {position} m: a coordinate is beyond '
                             f'{MAX_POSITION_M:.0e} m')
-    if not np.isfinite(quaternion).all():
-        raise OdometryError(f'pose.orientation is not finite: {quaternion.tolist()}')
-    with np.errstate(over='ignore'):
-        norm = float(np.linalg.norm(quaternion))
+    if not all(map(math.isfinite, quaternion)):
+        raise OdometryError(f'pose.orientation is not finite: {quaternion}')
+    norm = math.sqrt(sum(v * v for v in quaternion))     # inf when the squares overflow
     if not MIN_QUATERNION_NORM <= norm < math.inf:
         raise OdometryError(f'pose.orientation has norm {norm:.3g}: not a rotation')
-    return Sample(sec * NS_PER_S + nanosec, position, quaternion / norm)
+    return Sample(sec * NS_PER_S + nanosec, np.array(position),
+                  np.array(quaternion) / norm)
 
 
 def sweep_transform(current: np.ndarray, past: np.ndarray, lidar: np.ndarray) -> np.ndarray:
@@ -165,9 +170,11 @@ class OdometryBuffer:
         samples, stamp = self._samples, sample.stamp_ns
         if not samples or stamp > samples[-1].stamp_ns:
             newest = samples[-1] if samples else None
-            jumped = newest is not None and not plausible_motion(
-                transform_matrix(newest.position, newest.quaternion),
-                transform_matrix(sample.position, sample.quaternion),
+            # plausible_motion from the samples themselves: the angle between unit
+            # quaternions is 2 acos|q1 . q2| (no 4 x 4 matrices at the odometry's rate).
+            jumped = newest is not None and not _within_reach(
+                math.dist(newest.position, sample.position),
+                2.0 * math.acos(min(1.0, abs(float(newest.quaternion @ sample.quaternion)))),
                 (stamp - newest.stamp_ns) / NS_PER_S)
             if jumped:
                 samples.clear()

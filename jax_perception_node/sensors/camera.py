@@ -344,6 +344,23 @@ def scale_camera_info(msg, map_height: int, map_width: int,
                       (cy + 0.5) * scale_y - 0.5, model, distortion)
 
 
+def camera_info_fields(msg) -> tuple | None:
+    """
+    Return what ``scale_camera_info`` reads of a CameraInfo, and its frame, as one tuple.
+
+    Equal tuples scale to equal intrinsics, so a driver's CameraInfo repeated beside every
+    image need not be checked again. None when a field is no number (``scale_camera_info``
+    then names it).
+    """
+    roi = getattr(msg, 'roi', None)
+    try:
+        return (msg.header.frame_id, int(msg.width), int(msg.height), str(msg.distortion_model),
+                int(roi.x_offset), int(roi.y_offset), int(roi.width), int(roi.height),
+                *(tuple(float(v) for v in getattr(msg, name)) for name in 'kprd'))
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        return None
+
+
 def with_intrinsics(cameras: Sequence[CameraConfig], name: str,
                     intrinsics: Sequence) -> tuple[CameraConfig, ...] | None:
     """

@@ -6,11 +6,12 @@ from types import SimpleNamespace
 import bag_messages
 from configs import camera_params, FRONT, REAR, small_config
 from jax_perception_node.core.pipeline import compile_count
-from jax_perception_node.frames import frame_path
+from jax_perception_node.frames import camera_info_calibration, frame_path
 from jax_perception_node.frames.frame_path import FramePath
 from jax_perception_node.geometry.transforms import TransformError
 from jax_perception_node.ros.frame_warnings import LogThrottle, warn_frame
 from jax_perception_node.ros.health import assess, CloudTimes, COUNTS, PERIOD_COUNTS, WARN
+from jax_perception_node.sensors import camera
 from jax_perception_node.sensors.camera import CameraInfoError, FeatureMapError
 from jax_perception_node.sensors.cloud import CloudFormatError
 from jax_perception_node.settings.parameters import ConfigError
@@ -218,6 +219,42 @@ def test_camera_info_is_applied_once_and_a_bad_one_changes_nothing(path, warmed)
         path.apply_camera_info('front', bag_messages.camera_info(80, 48, 0.0, 28.0, 35.5, 19.5))
     np.testing.assert_array_equal(run_frame(path, T0 + 2 * 10**9), after)
     assert (path.cameras[0].fx, path.cameras[0].cy) == (6.0, 4.5)
+
+
+def test_a_repeated_camera_info_is_checked_once_until_it_or_the_calibration_changes(
+        path, monkeypatch):
+    checked = []
+
+    def counting(*args, **kwargs):
+        checked.append(args[0].k[0])
+        return camera.scale_camera_info(*args, **kwargs)
+    monkeypatch.setattr(camera_info_calibration, 'scale_camera_info', counting)
+    other = dict(IMAGE, fx=20.0)
+    assert path.apply_camera_info('front', bag_messages.camera_info(**IMAGE)) is not None
+    assert path.apply_camera_info('front', bag_messages.camera_info(**IMAGE)) is None
+    assert checked == [24.0]
+    with pytest.raises(CameraInfoError, match='fx'):     # refused: the calibration stays
+        path.apply_camera_info('front', bag_messages.camera_info(**dict(IMAGE, fx=0.0)))
+    assert path.apply_camera_info('front', bag_messages.camera_info(**IMAGE)) is None
+    assert path.apply_camera_info('front', bag_messages.camera_info(**other)).fx == 5.0
+    assert path.apply_camera_info('front', bag_messages.camera_info(**IMAGE)).fx == 6.0
+    assert checked == [24.0, 0.0, 20.0, 24.0]
+    moved = bag_messages.camera_info(**IMAGE)
+    moved.header.frame_id = 'camera_optical'
+    assert path.apply_camera_info('front', moved) is None and checked[-1] == 24.0
+    assert len(checked) == 5
+    # The parameters set front's intrinsics: the same CameraInfo is the newest word again.
+    path.update(small_config(**camera_params('front', fx=5.0)), {'front'})
+    assert path.cameras[0].fx == 5.0
+    assert path.apply_camera_info('front', moved).fx == 6.0
+    assert path.cameras[0].fx == 6.0 and len(checked) == 6
+
+
+def test_camera_info_fields_are_none_for_a_field_that_is_no_number():
+    msg = bag_messages.camera_info(**IMAGE)
+    assert camera.camera_info_fields(msg)[:4] == ('camera', 80, 48, 'plumb_bob')
+    msg.k = ['fx', 0, 0, 0, 0, 0, 0, 0, 1]
+    assert camera.camera_info_fields(msg) is None
 
 
 def test_update_keeps_camera_info_until_the_parameters_set_those_intrinsics(path, warmed):

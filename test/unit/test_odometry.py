@@ -3,6 +3,7 @@
 import math
 
 from bag_messages import odometry, yaw_quaternion
+from jax_perception_node.geometry import odometry as odometry_module
 from jax_perception_node.geometry.odometry import (MAX_POSITION_M, OdometryBuffer, OdometryError,
                                                    read_odometry)
 from jax_perception_node.geometry.rotations import quaternion_matrix, slerp
@@ -221,3 +222,43 @@ def test_earlier_sweeps_and_a_deskew_twist_across_a_pose_jump_are_left_out():
     assert twist_at(Poses(), T0 + 40_000_000) is not None
     assert twist_at(Poses(), T0 + 80_000_000) is None
     assert twist_at(Poses(), T0 + 200_000_000) is not None
+
+
+def test_the_buffer_judges_a_jump_as_plausible_motion_does_on_4x4_poses():
+    """The buffer's check from quaternions agrees with the 4 x 4 one, near both bounds."""
+    rng = np.random.default_rng(5)
+    disagreements, outcomes = [], set()
+    for _ in range(400):
+        dt = float(rng.choice([0.001, 0.05, 0.1, 0.3]))
+        reach = odometry_module.MAX_SPEED_MPS * max(dt, odometry_module.JUMP_MIN_DT_S)
+        turn = odometry_module.MAX_TURN_RATE_RPS * max(dt, odometry_module.JUMP_MIN_DT_S)
+        axis = rng.normal(size=3)
+        axis /= np.linalg.norm(axis)
+        # Within a few percent of either bound, or clearly inside or out.
+        angle = (turn + odometry_module.JUMP_SLACK_RAD) * rng.uniform(0.9, 1.1)
+        distance = (reach + odometry_module.JUMP_SLACK_M) * rng.uniform(0.9, 1.1)
+        if rng.uniform() < 0.5:
+            angle *= rng.uniform(0.0, 0.9)
+        else:
+            distance *= rng.uniform(0.0, 0.9)
+        start_q = rng.normal(size=4)
+        start_q /= np.linalg.norm(start_q)
+        turn_q = np.append(axis * math.sin(angle / 2), math.cos(angle / 2))
+        x, y, z, w = start_q
+        a, b, c, d = turn_q      # start_q * turn_q (Hamilton, x y z w)
+        end_q = np.array([w * a + x * d + y * c - z * b, w * b - x * c + y * d + z * a,
+                          w * c + x * b - y * a + z * d, w * d - x * a - y * b - z * c])
+        end_q *= rng.choice([1.0, -1.0])        # q and -q: the same rotation
+        start_p = rng.uniform(-1e3, 1e3, 3)
+        end_p = start_p + axis[::-1] * distance
+        buffer = OdometryBuffer(1.0)
+        buffer.add(odometry(T0, start_p, start_q))
+        jumped = buffer.add(odometry(T0 + round(dt * 1e9), end_p, end_q))
+        before = np.eye(4)
+        before[:3, :3], before[:3, 3] = quat_matrix(start_q), start_p
+        after = np.eye(4)
+        after[:3, :3], after[:3, 3] = quat_matrix(end_q), end_p
+        if jumped == odometry_module.plausible_motion(before, after, dt):
+            disagreements.append((dt, angle, distance))
+        outcomes.add(jumped)
+    assert not disagreements and outcomes == {True, False}
