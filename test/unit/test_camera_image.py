@@ -476,3 +476,12 @@ def test_constants_and_bad_targets():
     for height, width in ((0, 10), (10, 70000), (2.5, 4)):
         with pytest.raises(ValueError, match='must be an integer in 1..65536'):
             ImageDecoder(height, width)
+
+
+def test_the_scan_count_finds_ff_da_at_every_offset_as_bytes_count_does():
+    rng = np.random.default_rng(8)
+    for size in list(range(1, 12)) + [99, 1000]:
+        for _ in range(40):
+            data = rng.choice(np.array([0xFF, 0xDA, 0x00, 0xD9], np.uint8), size=size)
+            # bytes.count counts non-overlapping pairs; FF DA cannot overlap itself.
+            assert camera_image._scan_markers(data) == data.tobytes().count(b'\xff\xda')
