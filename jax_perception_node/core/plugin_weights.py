@@ -6,6 +6,8 @@ the encoder's of every frame executable, so a live ``head.weights`` or ``encoder
 change puts new parameters on the device for the next frame, without a compile.
 """
 
+from contextlib import contextmanager
+
 import jax
 
 from .box_decode import param_leaves
@@ -39,6 +41,21 @@ class HeadWeights:
     def use_head_weights(self, target, params) -> None:
         """Put checked parameters (``read_head_weights``) on the device for the next frame."""
         self._head_params, self.head_weights = param_leaves(params), target
+
+    @contextmanager
+    def head_paused(self):
+        """
+        Dispatch the frames started inside without the head (``objects`` None), then restore it.
+
+        The same executables, buffers and calibration with the head and without it, so what
+        the head adds to a frame is timed alone (``bench`` part 'head'). No compile. Not for a
+        pipeline that another thread dispatches frames on meanwhile.
+        """
+        executable, self._head_executable = self._head_executable, None
+        try:
+            yield
+        finally:
+            self._head_executable = executable
 
 
 class EncoderWeights:

@@ -227,6 +227,25 @@ def test_features_stay_unfetched_when_not_asked_for(head_pipe):
     np.testing.assert_array_equal(full.objects, first.objects)
 
 
+def test_a_frame_with_the_head_paused_has_no_objects_and_the_same_bev(head_pipe):
+    cloud = cluster_cloud(np.random.default_rng(9), [[2.0, 3.0, 0.0], [-4.0, 5.0, 0.0]])
+    before = compile_count()
+    with_head = head_pipe.process(cloud)
+    with head_pipe.head_paused():
+        paused = head_pipe.dispatch(cloud)
+        also = head_pipe.process(cloud)
+    # Started inside, fetched outside: the frame was dispatched without the head.
+    assert paused.result().objects is None and also.objects is None
+    np.testing.assert_array_equal(also.features, with_head.features)
+    again = head_pipe.process(cloud)
+    assert len(with_head.objects) >= 1
+    np.testing.assert_array_equal(again.objects, with_head.objects)
+    with pytest.raises(RuntimeError), head_pipe.head_paused():
+        raise RuntimeError('a frame failed')
+    assert head_pipe.process(cloud).objects is not None      # restored on an error too
+    assert compile_count() == before
+
+
 def test_two_classes_keep_their_own_peaks(warmed):
     pipe = warmed(head_config('toy_heads:two_class_head', **{'head.score_threshold': 0.0}))
     assert pipe.head_classes == ('car', 'pedestrian')

@@ -377,7 +377,10 @@ def _head_part(results: dict) -> list[str]:
         '9. The learned head (its executable after the BEV, on the device)',
         f'{head["points"]} points, {head["cameras"]} cameras, the shipped config with and '
         f'without `{head["head"]}` (top {head["max_objects"]} peaks decoded on the device), '
-        f'on {head["device"]}; the two pipelines take turns on every frame. compute = '
+        f'on {head["device"]}; ' + ('one pipeline, the head paused on every other frame, '
+                                    'the two kinds taking turns' if head.get('one_pipeline')
+                                    else 'the two pipelines take turns on every frame')
+        + '. compute = '
         "transfer, device, fetch of the BEV; head = the head's executable after the BEV and "
         'the fetch of its boxes; frame = compute + head.',
         '| pipeline | compute p50 ms | head p50 ms | frame p50 ms | frame p99 ms | '
