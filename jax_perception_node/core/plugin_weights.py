@@ -48,8 +48,10 @@ class HeadWeights:
         Dispatch the frames started inside without the head (``objects`` None), then restore it.
 
         The same executables, buffers and calibration with the head and without it, so what
-        the head adds to a frame is timed alone (``bench`` part 'head'). No compile. Not for a
-        pipeline that another thread dispatches frames on meanwhile.
+        the head adds to a frame is timed alone (``bench`` part 'head', on the CPU). The BEV
+        keeps the placement a head gives it (device memory, where a pipeline without a head
+        writes pinned host memory: a fetch on a GPU). No compile. Not for a pipeline that
+        another thread dispatches frames on meanwhile.
         """
         executable, self._head_executable = self._head_executable, None
         try:

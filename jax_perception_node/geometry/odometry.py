@@ -98,8 +98,8 @@ def read_odometry(msg, child_frame_id: str | None = None) -> Sample:
     pose = msg.pose.pose
     p, o = pose.position, pose.orientation
     # Python floats, not NumPy: checked at the odometry's rate, 3 and 4 values.
-    position = [float(p.x), float(p.y), float(p.z)]
-    quaternion = [float(o.x), float(o.y), float(o.z), float(o.w)]
+    position = _floats('pose.position', p.x, p.y, p.z)
+    quaternion = _floats('pose.orientation', o.x, o.y, o.z, o.w)
     if not all(map(math.isfinite, position)):
         raise OdometryError(f'pose.position is not finite: {position}')
     if max(map(abs, position)) > MAX_POSITION_M:
@@ -112,6 +112,14 @@ def read_odometry(msg, child_frame_id: str | None = None) -> Sample:
         raise OdometryError(f'pose.orientation has norm {norm:.3g}: not a rotation')
     return Sample(sec * NS_PER_S + nanosec, np.array(position),
                   np.array(quaternion) / norm)
+
+
+def _floats(field: str, *values) -> list[float]:
+    """Return ``values`` as Python floats; OdometryError naming ``field`` for one that is none."""
+    try:
+        return [float(v) for v in values]
+    except (TypeError, ValueError, OverflowError):
+        raise OdometryError(f'{field} is not numbers: {list(values)!r}') from None
 
 
 def sweep_transform(current: np.ndarray, past: np.ndarray, lidar: np.ndarray) -> np.ndarray:

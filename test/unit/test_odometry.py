@@ -89,6 +89,17 @@ def test_bad_messages_are_refused_naming_the_field(what, msg, named):
     assert buf.pose_at(T0) is None
 
 
+def test_a_field_that_is_no_number_is_refused_naming_it():
+    msg = odometry(T0)
+    msg.pose.pose.position.x = None      # a hand-built message; ROS and rosbags give floats
+    with pytest.raises(OdometryError, match=r'pose\.position is not numbers: \[None'):
+        read_odometry(msg)
+    msg = odometry(T0)
+    msg.pose.pose.orientation.w = 'one'
+    with pytest.raises(OdometryError, match=r'pose\.orientation is not numbers'):
+        read_odometry(msg)
+
+
 def test_large_map_coordinates_are_fine_in_float64():
     # UTM-sized positions: the difference between two poses keeps its millimetres.
     buf = OdometryBuffer(max_gap_s=0.2)

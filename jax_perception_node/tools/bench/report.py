@@ -377,10 +377,7 @@ def _head_part(results: dict) -> list[str]:
         '9. The learned head (its executable after the BEV, on the device)',
         f'{head["points"]} points, {head["cameras"]} cameras, the shipped config with and '
         f'without `{head["head"]}` (top {head["max_objects"]} peaks decoded on the device), '
-        f'on {head["device"]}; ' + ('one pipeline, the head paused on every other frame, '
-                                    'the two kinds taking turns' if head.get('one_pipeline')
-                                    else 'the two pipelines take turns on every frame')
-        + '. compute = '
+        f'on {head["device"]}; ' + _head_method(head) + '. compute = '
         "transfer, device, fetch of the BEV; head = the head's executable after the BEV and "
         'the fetch of its boxes; frame = compute + head.',
         '| pipeline | compute p50 ms | head p50 ms | frame p50 ms | frame p99 ms | '
@@ -394,6 +391,16 @@ def _head_part(results: dict) -> list[str]:
                     f'(target <= {_fmt(head["budget"])}); '
                     f'{_fmt(head["objects_per_frame"], 1)} boxes per frame; compiles during '
                     f'the timed frames: {head["compiles_during_frames"]}.']
+
+
+def _head_method(head: dict) -> str:
+    """How part 9 ran its two kinds of frame (results before 'block' took turns frame by frame)."""
+    if 'block' not in head:
+        return ('one pipeline, the head paused on every other frame, the two kinds taking turns'
+                if head.get('one_pipeline') else 'the two pipelines take turns on every frame')
+    return (f'blocks of {head["block"]} frames of one kind (ABBA, the first frame of each '
+            'untimed), ' + ('one pipeline, the head paused for the frames without it'
+                            if head['one_pipeline'] else 'a second pipeline without a head'))
 
 
 def _device_part(results: dict) -> list[str]:
