@@ -269,10 +269,12 @@ def latency_of(probe, stamp: int, what: str, timeout: float = 60.0) -> dict:
         try:
             probe.wait_for(lambda: any(stamp_of(m) == stamp for m in probe.latency),
                            timeout=1.0, what=what)
-            return status_values(next(m for m in probe.latency if stamp_of(m) == stamp).status[0])
         except AssertionError:
             if time.monotonic() > deadline:
                 raise
+            continue
+        with probe.lock:
+            return status_values(next(m for m in probe.latency if stamp_of(m) == stamp).status[0])
 
 
 def send_until_published(probe, store: list, first_stamp: int, what: str):
