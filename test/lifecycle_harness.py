@@ -1,12 +1,8 @@
 """The managed node as its own process, and a lifecycle_msgs client on a test probe."""
 
 from pathlib import Path
-import time
 
-from ros_harness import NodeProcess
-
-NO_TRANSITION = 99      # a transition id no state offers: refused, nothing changes
-RETRY_S = 2.0           # wait_for_services: a call unanswered this long is sent again
+from ros_harness import NodeProcess, wait_answering
 
 
 class LifecycleProcess(NodeProcess):
@@ -27,33 +23,15 @@ class LifecycleClient:
         self._get = probe.node.create_client(GetState, f'{node}/get_state')
 
     def wait_for_services(self, process=None, timeout: float = 60.0) -> None:
-        """
-        Until both services answer (the node finished its constructor).
-
-        Ready is not enough: the node sends a response only once it has matched this client's
-        response reader, and gives up after a short wait ("failed to send response (timeout)"
-        from rmw_fastrtps), which discovery on a loaded machine can outlast (a clean clone's
-        run, 2026-12-07: the first change_state was never answered). So each service is called
-        until it answers: get_state, and change_state with a transition no state offers
-        (refused: nothing changes, one log line each time).
-        """
-        from lifecycle_msgs.srv import GetState
-        deadline = time.monotonic() + timeout
+        """Until both services answer (the node finished its constructor): wait_answering."""
         for client in (self._get, self._change):
             self.probe.wait_for(lambda: client.service_is_ready()
                                 or (process is not None and not process.alive()),
                                 timeout=timeout, what=f'service {client.srv_name}')
-        for call in (lambda: self._get.call_async(GetState.Request()),
-                     lambda: self.request(NO_TRANSITION)):
-            while not (process is not None and not process.alive()):
-                try:
-                    self.probe.wait_for(call().done, timeout=RETRY_S, what='an answer')
-                    break
-                except AssertionError:
-                    if time.monotonic() > deadline:
-                        raise
         if process is not None and not process.alive():
             raise AssertionError(f'node exited:\n{process.log()}')
+        for client in (self._get, self._change):
+            wait_answering(self.probe, client, timeout)
 
     def state(self) -> str:
         """Return the current state's label: unconfigured, inactive, active, finalized."""

@@ -123,6 +123,7 @@ def status_values(status) -> dict:
 MAP_COUNTS = ('feature_maps_received', 'rejected_feature_maps')
 ODOMETRY_COUNTS = ('odometry_received', 'rejected_odometry')
 RESEND_S = 5.0      # publish_taken: far beyond a taken message's report (diagnostics.period_s)
+RETRY_S = 2.0       # wait_answering: a call unanswered this long is sent again
 
 
 class Probe:
@@ -294,6 +295,29 @@ def serving_node(params: dict, folder: Path, cameras=(), domain_id=None, odometr
     finally:
         probe.close()
         node.stop()
+
+
+def wait_answering(probe, client, timeout: float = 60.0) -> None:
+    """
+    Until ``client``'s service answers its default request, which changes nothing.
+
+    (No parameter to set or get; a lifecycle transition no state offers, refused with a log
+    line.) Ready is not enough: a server sends a response only once it has matched the
+    client's response reader, and gives up after a short wait ("failed to send response
+    (timeout)" from rmw_fastrtps), which discovery on a loaded machine can outlast (a clean
+    clone's run, 2026-12-07: a first change_state never answered). Unanswered, the request is
+    sent again after ``RETRY_S``.
+    """
+    deadline = time.monotonic() + timeout
+    probe.wait_for(client.service_is_ready, timeout=timeout, what=f'service {client.srv_name}')
+    while True:
+        future = client.call_async(client.srv_type.Request())
+        try:
+            probe.wait_for(future.done, timeout=RETRY_S, what=f'an answer of {client.srv_name}')
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
 
 
 def set_parameters(probe, setter, **values):

@@ -5,7 +5,8 @@ import math
 from configs import small_params
 import numpy as np
 import pytest
-from ros_harness import make_cloud, serving_node, set_parameters, stamp_of, status_values
+from ros_harness import (make_cloud, serving_node, set_parameters, stamp_of, status_values,
+                         wait_answering)
 from sweep_scenes import (accumulating_config, check_lidar_block, drive, DT, expected_channels,
                           expected_drive, SWEEPS, T0)
 
@@ -114,7 +115,7 @@ def test_node_applies_the_accumulation_limits_live(node, pipe):
     from rcl_interfaces.srv import SetParameters
     proc, probe = node
     setter = probe.node.create_client(SetParameters, '/jax_perception/set_parameters')
-    assert setter.wait_for_service(timeout_sec=10)
+    wait_answering(probe, setter)
     results = set_parameters(probe, setter, accumulation__max_sweep_age_s=0.05,
                              accumulation__max_odometry_gap_s=0.15)
     assert all(r.successful for r in results), [r.reason for r in results]

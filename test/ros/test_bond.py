@@ -18,7 +18,7 @@ from configs import small_params
 from lifecycle_harness import LifecycleClient, LifecycleProcess
 import numpy as np
 import pytest
-from ros_harness import make_cloud, Probe, set_parameters, stamp_of, write_params
+from ros_harness import make_cloud, Probe, set_parameters, stamp_of, wait_answering, write_params
 
 PERIOD_S, TIMEOUT_S = 0.05, 1.0
 MANAGER_PERIOD_S = 0.1          # Nav2's manager: setHeartbeatPeriod(0.10)
@@ -211,7 +211,7 @@ def test_bond_with_a_lifecycle_manager(managed):
     # bond.enabled false (static: set while unconfigured): active without a bond.
     assert client.transition(t.TRANSITION_CLEANUP)
     setter = probe.node.create_client(SetParameters, f'/{NODE}/set_parameters')
-    assert setter.wait_for_service(timeout_sec=10)
+    wait_answering(probe, setter)
     assert set_parameters(probe, setter, bond__enabled=False)[0].successful
     activate(probe, client, t)
     with probe.lock:

@@ -22,7 +22,7 @@ from configs import REPO, small_params
 from lifecycle_harness import LifecycleClient
 import numpy as np
 import pytest
-from ros_harness import make_cloud, make_features, Probe, stamp_of, write_params
+from ros_harness import make_cloud, make_features, Probe, stamp_of, wait_answering, write_params
 
 SHARED = Path(__file__).resolve().parents[3] / 'shared'
 VENDOR = SHARED / 'vendor' / 'ros2-launch-jazzy'
@@ -229,7 +229,7 @@ def get_use_sim_time(probe, node: str = 'jax_perception') -> bool:
     from rcl_interfaces.srv import GetParameters
     from rclpy.parameter import parameter_value_to_python
     client = probe.node.create_client(GetParameters, f'/{node}/get_parameters')
-    assert client.wait_for_service(timeout_sec=10)
+    wait_answering(probe, client)
     future = client.call_async(GetParameters.Request(names=['use_sim_time']))
     probe.wait_for(future.done, what='get_parameters')
     return parameter_value_to_python(future.result().values[0])

@@ -13,7 +13,7 @@ from lidar_scenes import base_link_points, into_sensor, NAMES, POSES
 import numpy as np
 import pytest
 from ros_harness import (make_cloud, NodeProcess, other_domain, Probe, set_parameters, stamp_of,
-                         status_values, write_params)
+                         status_values, wait_answering, write_params)
 
 MAX_DELAY_S = 0.3
 PARAMS = small_params(cameras=0, **{
@@ -158,7 +158,7 @@ def test_a_live_delay_applies_to_the_next_set(running, offline):
     from rcl_interfaces.srv import SetParameters
     node, probe, pubs = running
     setter = probe.node.create_client(SetParameters, f'{NS}/set_parameters')
-    assert setter.wait_for_service(timeout_sec=10)
+    wait_answering(probe, setter)
     assert set_parameters(probe, setter, sync__max_lidar_delay_s=0.8)[0].successful
     stamp = T0 + 2 * 10**9
     sent = send(pubs, {'top': np.ones((5, 4), np.float32)}, {'top': stamp})

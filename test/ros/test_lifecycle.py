@@ -7,7 +7,7 @@ from jax_perception_node.core.pipeline import BevPipeline
 from lifecycle_harness import LifecycleClient, LifecycleProcess
 import numpy as np
 import pytest
-from ros_harness import make_cloud, Probe, stamp_of, status_values, write_params
+from ros_harness import make_cloud, Probe, stamp_of, status_values, wait_answering, write_params
 
 T0 = 1_700_000_000 * 10**9
 PARAMS = small_params(0, **{'diagnostics.period_s': 0.2, 'diagnostics.lidar_timeout_s': 60.0})
@@ -100,7 +100,7 @@ def test_failed_configure_reports_the_reason_and_cleanup_releases(managed):
     from rcl_interfaces.srv import SetParameters
     from rclpy.parameter import Parameter
     setter = probe.node.create_client(SetParameters, '/jax_perception/set_parameters')
-    assert setter.wait_for_service(timeout_sec=10)
+    wait_answering(probe, setter)
 
     def set_param(name, value):
         future = setter.call_async(SetParameters.Request(

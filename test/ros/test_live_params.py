@@ -10,7 +10,7 @@ from jax_perception_node.settings.parameters import ConfigError
 import numpy as np
 import pytest
 from ros_harness import (make_cloud, make_features, serving_node, set_parameters, stamp_of,
-                         status_values)
+                         status_values, wait_answering)
 
 T0 = 1_700_000_000 * 10**9
 
@@ -69,7 +69,8 @@ def running(tmp_path_factory):
     with serving_node(params, tmp, ('front',)) as (node, probe):
         setter = probe.node.create_client(SetParameters, '/jax_perception/set_parameters')
         getter = probe.node.create_client(GetParameters, '/jax_perception/get_parameters')
-        assert setter.wait_for_service(timeout_sec=10) and getter.wait_for_service(timeout_sec=10)
+        wait_answering(probe, setter)
+        wait_answering(probe, getter)
         yield node, probe, setter, getter
 
 
@@ -277,7 +278,7 @@ def test_one_request_for_every_parameter_gets_every_value(running):
     from rclpy.parameter import parameter_value_to_python
     node, probe, setter, getter = running
     lister = probe.node.create_client(ListParameters, '/jax_perception/list_parameters')
-    assert lister.wait_for_service(timeout_sec=10)
+    wait_answering(probe, lister)
     future = lister.call_async(ListParameters.Request())
     probe.wait_for(future.done, what='list_parameters')
     names = list(future.result().result.names)

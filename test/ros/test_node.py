@@ -12,7 +12,7 @@ from jax_perception_node.ros.node_params import emptied_lists
 import numpy as np
 import pytest
 from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, Probe, serving_node,
-                         stamp_of, status_values, write_params)
+                         stamp_of, status_values, wait_answering, write_params)
 
 PARAMS = small_params(**{'diagnostics.period_s': 0.2, 'diagnostics.lidar_timeout_s': 30.0})
 T0 = 1_700_000_000 * 10**9
@@ -212,7 +212,7 @@ def test_parameters_are_declared_with_types_and_descriptions(running):
     node, probe = running
     from rcl_interfaces.srv import DescribeParameters
     client = probe.node.create_client(DescribeParameters, '/jax_perception/describe_parameters')
-    assert client.wait_for_service(timeout_sec=10)
+    wait_answering(probe, client)
     names = ['grid.resolution', 'buckets', 'cameras.names', 'cameras.front.fx']
     future = client.call_async(DescribeParameters.Request(names=names))
     probe.wait_for(future.done, what='describe_parameters')

@@ -23,7 +23,8 @@ from jax_perception_node.outputs.objects import boxes_from_detections
 from jax_perception_node.settings.config import config_from_parameters
 import numpy as np
 import pytest
-from ros_harness import make_cloud, serving_node, set_parameters, stamp_of, status_values
+from ros_harness import (make_cloud, serving_node, set_parameters, stamp_of, status_values,
+                         wait_answering)
 
 T0 = 1_700_000_000 * 10**9
 NS = '/jax_perception'
@@ -71,7 +72,7 @@ def running(tmp_path_factory):
         probe.wait_for(lambda: probe.node.count_publishers(f'{NS}/output/objects') > 0,
                        what='the objects publisher')
         setter = probe.node.create_client(SetParameters, f'{NS}/set_parameters')
-        assert setter.wait_for_service(timeout_sec=10)
+        wait_answering(probe, setter)
         yield node, probe, setter
     finally:
         context.__exit__(None, None, None)

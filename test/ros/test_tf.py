@@ -16,7 +16,8 @@ from jax_perception_node.core.pipeline import BevPipeline, compile_count
 import numpy as np
 import pytest
 from reference import lift_ref, voxelize_ref
-from ros_harness import make_cloud, make_features, serving_node, stamp_of, status_values
+from ros_harness import (make_cloud, make_features, serving_node, stamp_of, status_values,
+                         wait_answering)
 from tf_messages import rclpy_tf_types, tf_message, transform
 
 T0 = 1_700_000_000 * 10**9
@@ -161,7 +162,7 @@ def test_a_live_switch_to_tf_subscribes_and_back_checks_frames_again(latched, tm
               'diagnostics.period_s': 0.2}
     with serving_node(small_params(1, **params), tmp_path, cameras=['front']) as (node, probe):
         setter = probe.node.create_client(SetParameters, '/jax_perception/set_parameters')
-        assert setter.wait_for_service(timeout_sec=10)
+        wait_answering(probe, setter)
         probe.wait_for(lambda: len(probe.diagnostics) > 1, what='diagnostics')
         # Parameters: no TF is taken; a velodyne cloud is rejected by the frame check.
         assert status_values(probe.diagnostics[-1].status[0])['transforms_received'] == '0'
