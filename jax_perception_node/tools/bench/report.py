@@ -396,8 +396,7 @@ def _head_part(results: dict) -> list[str]:
 def _head_method(head: dict) -> str:
     """How part 9 ran its two kinds of frame (results before 'block' took turns frame by frame)."""
     if 'block' not in head:
-        return ('one pipeline, the head paused on every other frame, the two kinds taking turns'
-                if head.get('one_pipeline') else 'the two pipelines take turns on every frame')
+        return 'the two pipelines take turns on every frame'
     return (f'blocks of {head["block"]} frames of one kind (ABBA, the first frame of each '
             'untimed), ' + ('one pipeline, the head paused for the frames without it'
                             if head['one_pipeline'] else 'a second pipeline without a head'))
