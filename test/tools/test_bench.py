@@ -241,11 +241,11 @@ def test_bench_tiny_run(tmp_path, capsys):
         assert row['missed'] == row['published'] - row['received']
     assert ros_part['peak_rate_hz'] == ros.peak_rate(ros_part['rows'])
     runs = ros_part['overhead_ms_runs']
-    assert len(runs) == ros.OVERHEAD_RUNS and all(_number(v) for v in runs), runs
+    assert len(runs) == tiny.overhead_runs and all(_number(v) for v in runs), runs
     assert runs[0] == next(r['overhead_ms'] for r in ros_part['rows'] if r['rate_hz'] == 10.0)
     assert ros_part['overhead_ms'] == pytest.approx(float(np.median(runs)), abs=1e-3)
     assert ros_part['overhead_ms_range'] == [min(runs), max(runs)]
-    assert f'median of {ros.OVERHEAD_RUNS} runs' in printed
+    assert f'median of {tiny.overhead_runs} runs' in printed
 
     start = results['startup']
     assert _number(start['cold_s']) and _number(start['warm_s'])

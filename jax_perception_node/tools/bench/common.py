@@ -46,6 +46,7 @@ class Plan:
     ros_points: int | None         # points of the ROS cloud (None: one full synthetic sweep)
     ros_gap_s: float = 1.0         # s of silence before each rate, so no backlog carries over
     ros_warmup_s: float = 1.0      # s published (not counted) first; longer until outputs flow
+    overhead_runs: int = 3         # node and floor streams at the main rate: overhead_ms's median
     tiny: bool = False             # small grid and cameras (the test)
 
 
@@ -55,7 +56,7 @@ FULL = Plan('full', 200, (32768, 65536, 131072, 262144), (70000,), (0, 1, 6), 21
 QUICK = replace(FULL, name='quick', recompile_frames=40, reps=5, ros_seconds=3.0,
                 peak_seconds=2.0, ros_gap_s=0.5)
 TINY = Plan('tiny', 6, (256, 1024), (700,), (0, 6), 2, (10.0,), 1.0, (10.0, 20.0), 1.0, 1000,
-            ros_gap_s=0.3, ros_warmup_s=0.5, tiny=True)
+            ros_gap_s=0.3, ros_warmup_s=0.5, overhead_runs=2, tiny=True)
 PLANS = {plan.name: plan for plan in (FULL, QUICK, TINY)}
 
 # The test's small world: a 32 x 48 grid and 12 x 20 x 3 feature maps (compiles in ~1 s).

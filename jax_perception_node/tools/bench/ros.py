@@ -23,8 +23,6 @@ from .common import (bench_params, BenchError, DROP_LIMIT_PCT, Inputs, MAIN_ROS_
                      ROS_SWEEP_T, rounded)
 from .ros_stats import parse_warmup_log, peak_rate, stream_stats
 
-OVERHEAD_RUNS = 3    # node and floor streams at the main rate: overhead_ms is their median
-
 
 class RosBench:
     """
@@ -217,7 +215,7 @@ class RosBench:
 
     def overhead_run(self, run: int, schedule, inputs_file: Path) -> list[dict]:
         """One more node stream and floor stream (``schedule``: the main rate): their rows."""
-        self.log(f'ROS: overhead run {run + 1} of {OVERHEAD_RUNS} (node, then floor)')
+        self.log(f'ROS: overhead run {run + 1} of {self.plan.overhead_runs} (node, then floor)')
         node, _, _ = self.start_node(f'node_run{run + 1}.log')
         node_rows = self.stream(f'node_run{run + 1}', schedule, inputs_file)
         self.stop(node)
@@ -292,7 +290,8 @@ def bench_ros(plan: Plan, work: Path, logs: Path, log: Callable[[str], None]) ->
         floor_rows = rb.stream('floor', floor_schedule, inputs_file)
         rb.stop(echo)
         main = [s for s in floor_schedule if s[1] == _main_rate(plan)]
-        repeats = [rb.overhead_run(run, main, inputs_file)[0] for run in range(1, OVERHEAD_RUNS)]
+        repeats = [rb.overhead_run(run, main, inputs_file)[0]
+                   for run in range(1, plan.overhead_runs)]
         startup['profile'] = rb.startup_profile()
 
     rows = _with_overhead(schedule, node_rows, floor_rows)
