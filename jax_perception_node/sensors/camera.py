@@ -288,7 +288,7 @@ def scale_camera_info(msg, map_height: int, map_width: int,
     CameraInfo describes by P (fx' 0 cx' 0; 0 fy' cy' 0; 0 0 1 0) and R: P's intrinsics are
     scaled, with no distortion (K and D are not read). A P of a stereo pair's second camera
     (Tx, Ty not 0), an R that is not the identity (the rectified image turned against the
-    camera frame) or an ROI (a window of the raw image) is refused.
+    camera frame) or an ROI smaller than the image (a window of the raw image) is refused.
 
     With s_x = W_f / W and s_y = H_f / H: fx_f = fx s_x, cx_f = (cx + 0.5) s_x - 0.5, the same
     for y (pixel centres stay at integer coordinates at both resolutions). With a region of
@@ -328,7 +328,10 @@ def scale_camera_info(msg, map_height: int, map_width: int,
     if rectified:
         # K and D describe the raw image, which the maps do not come from: neither is read (a
         # lens model the node lacks, rational_polynomial's 14 coefficients, is no obstacle).
-        if x_offset or y_offset or int(msg.roi.width):
+        # An ROI of the whole image is no window (image_proc's crop_decimate writes one
+        # even when it crops nothing); _checked_size has checked it lies in the image.
+        window = (int(msg.roi.width), int(msg.roi.height))
+        if x_offset or y_offset or window not in ((0, 0), (int(msg.width), int(msg.height))):
             raise CameraInfoError('roi: a window of the raw image cannot describe the '
                                   'rectified one (cameras.<name>.rectified)')
         (fx, fy, cx, cy), model, distortion = _checked_p(msg), 'none', ()

@@ -130,6 +130,20 @@ def test_a_rectified_camera_takes_p_without_distortion_and_a_raw_one_k_and_d():
     assert scale_camera_info(msg, MAP_H, MAP_W, rectified=True) == rect
 
 
+def test_a_rectified_camera_takes_an_roi_of_the_whole_image_and_refuses_a_window():
+    # image_proc's crop_decimate writes the whole image as its ROI when it crops nothing.
+    msg = rectified_info()
+    msg.roi.width, msg.roi.height = IMAGE['width'], IMAGE['height']
+    assert scale_camera_info(msg, MAP_H, MAP_W, rectified=True) == scale_camera_info(
+        rectified_info(), MAP_H, MAP_W, rectified=True)
+    for x_offset, y_offset, width, height in ((0, 0, 40, 24), (5, 3, 75, 45)):
+        msg.roi.x_offset, msg.roi.y_offset = x_offset, y_offset
+        msg.roi.width, msg.roi.height = width, height
+        scale_camera_info(msg, MAP_H, MAP_W)      # a window of the raw image: K applies
+        with pytest.raises(CameraInfoError, match='roi: a window of the raw image'):
+            scale_camera_info(msg, MAP_H, MAP_W, rectified=True)
+
+
 def test_the_path_reads_a_camera_info_as_its_cameras_rectified_says(warmed):
     from jax_perception_node.frames.frame_path import FramePath
     path = FramePath(small_config(1, **{'cameras.front.rectified': True}),
