@@ -237,7 +237,10 @@ class TransformPoses:
     ``pose_at(stamp)`` is the 4 x 4 pose of ``child_frame_id`` in ``fixed_frame`` at ``stamp``
     (interpolated by the buffer), or None where TF has none, or, as for odometry, where a
     dynamic edge's transforms about the stamp are further apart than ``max_gap_ns`` (tf2
-    would interpolate across a bag loop's seam or a localization's outage).
+    would interpolate across a bag loop's seam or a localization's outage), or where the
+    stamp lies outside a dynamic edge's samples: the buffer's extrapolation allowance would
+    hold its newest pose unmoved up to 10 ms past it (0.2 m at 20 m/s), where
+    ``ego_motion.pose_at`` carries it forward by the twist.
     """
 
     def __init__(self, transforms, fixed_frame: str, child_frame_id: str,
@@ -250,7 +253,7 @@ class TransformPoses:
         """Return the 4 x 4 pose at ``stamp`` (ns), or None."""
         try:
             return self.transforms.lookup(self.fixed_frame, self.child_frame_id, stamp,
-                                          self.max_gap_ns)
+                                          self.max_gap_ns, tolerance_ns=0)
         except TransformError:
             return None
 

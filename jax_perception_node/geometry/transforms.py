@@ -262,14 +262,15 @@ class TransformBuffer:
                 edge.samples.clear()
         self.resets += 1
 
-    def lookup(self, target: str, source: str, stamp_ns: int,
-               max_gap_ns: int | None = None) -> np.ndarray:
+    def lookup(self, target: str, source: str, stamp_ns: int, max_gap_ns: int | None = None,
+               tolerance_ns: int | None = None) -> np.ndarray:
         """
         Return the float64[4, 4] transform of points in ``source`` into ``target`` at a stamp.
 
         Raises TransformError naming both frames: an unknown frame, no path between them (two
-        trees), an edge without a transform near ``stamp_ns`` (extrapolation), or, with
-        ``max_gap_ns``, a dynamic edge whose samples about it are further apart. A leading
+        trees), an edge without a transform within ``tolerance_ns`` of ``stamp_ns``
+        (extrapolation; None: the buffer's ``tolerance_s``), or, with ``max_gap_ns``, a
+        dynamic edge whose samples about it are further apart. A leading
         '/' is dropped, as from the transforms stored (tf2 does the same): a cloud framed
         "/lidar" finds "lidar".
         """
@@ -290,8 +291,11 @@ class TransformBuffer:
                 raise TransformError(f'cannot transform "{source}" into "{target}": no path, '
                                      f'their trees have the roots "{up_source[-1]}" and '
                                      f'"{up_target[-1]}"')
-            from_source = self._compose(up_source, common, stamp_ns, source, target, max_gap_ns)
-            from_target = self._compose(up_target, common, stamp_ns, source, target, max_gap_ns)
+            tolerance = self.tolerance_ns if tolerance_ns is None else tolerance_ns
+            from_source = self._compose(up_source, common, stamp_ns, source, target, max_gap_ns,
+                                        tolerance)
+            from_target = self._compose(up_target, common, stamp_ns, source, target, max_gap_ns,
+                                        tolerance)
         return invert(from_target) @ from_source
 
     def latest_ns(self, target: str, source: str) -> int | None:
@@ -325,12 +329,13 @@ class TransformBuffer:
             chain.append(self._edges[chain[-1]].parent)
         return chain
 
-    def _compose(self, chain, common, stamp, source, target, max_gap_ns=None) -> np.ndarray:
+    def _compose(self, chain, common, stamp, source, target, max_gap_ns,
+                 tolerance_ns) -> np.ndarray:
         """Return the transform from ``chain[0]`` into its ancestor ``common`` at ``stamp``."""
         m = np.eye(4)
         for child in chain[:chain.index(common)]:
             edge = self._edges[child]
-            step = edge.matrix_at(stamp, self.tolerance_ns, max_gap_ns) if edge.stamps else \
+            step = edge.matrix_at(stamp, tolerance_ns, max_gap_ns) if edge.stamps else \
                 'no transform since the last reset'
             if isinstance(step, str):
                 raise TransformError(f'cannot transform "{source}" into "{target}" at '

@@ -723,3 +723,25 @@ def test_tf_poses_are_not_interpolated_across_a_gap_longer_than_the_odometry_gap
     # tf2's own lookups interpolate, as before.
     np.testing.assert_allclose(buffer.lookup('odom', 'base_link', T0 + 6 * 10**8)[:3, 3],
                                [-19.5, 0.0, 0.0])
+
+
+def test_a_stamp_just_past_the_newest_tf_pose_is_carried_forward_like_odometry():
+    from jax_perception_node.geometry.ego_motion import MAX_TWIST_LEAD_NS, pose_at, twist_at
+    from jax_perception_node.geometry.odometry import TransformPoses
+    from jax_perception_node.geometry.transforms import TransformBuffer
+    # 20 m/s straight on, /tf at 50 Hz; a cloud stamped 5 ms after the newest pose, within
+    # the buffer's 10 ms extrapolation allowance, which held that pose unmoved (0.1 m short).
+    buffer, speed, lead = TransformBuffer(), 20.0, 2 * 10**8
+    for k in range(50):
+        buffer.add_message(tf_message(transform('odom', 'base_link', T0 + k * 20_000_000,
+                                                (speed * k * 0.02, 0.0, 0.0))), static=False)
+    poses = TransformPoses(buffer, 'odom', 'base_link', max_gap_ns=lead)
+    newest = T0 + 49 * 20_000_000
+    stamp = newest + 5_000_000
+    assert poses.newest_ns() == newest and poses.pose_at(stamp) is None
+    np.testing.assert_allclose(buffer.lookup('odom', 'base_link', stamp)[:3, 3],
+                               [speed * 0.98, 0.0, 0.0])     # extrinsics keep the allowance
+    np.testing.assert_allclose(pose_at(poses, stamp, lead)[:3, 3],
+                               [speed * (stamp - T0) / 1e9, 0.0, 0.0], atol=1e-6)
+    np.testing.assert_allclose(twist_at(poses, stamp, min(lead, MAX_TWIST_LEAD_NS)),
+                               [speed, 0.0, 0.0, 0.0, 0.0, 0.0], atol=1e-6)
