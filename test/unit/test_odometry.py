@@ -89,6 +89,13 @@ def test_bad_messages_are_refused_naming_the_field(what, msg, named):
     assert buf.pose_at(T0) is None
 
 
+def test_a_child_frame_with_a_leading_slash_is_the_grid_frame_as_in_tf_lookups():
+    msg = odometry(T0, (1.0, 2.0, 0.0), child='/base_link')
+    np.testing.assert_allclose(read_odometry(msg, 'base_link').position, [1.0, 2.0, 0.0])
+    with pytest.raises(OdometryError, match='child_frame_id'):
+        read_odometry(odometry(T0, child='/imu_link'), 'base_link')
+
+
 def test_a_field_that_is_no_number_is_refused_naming_it():
     msg = odometry(T0)
     msg.pose.pose.position.x = None      # a hand-built message; ROS and rosbags give floats
