@@ -27,6 +27,7 @@ from rosbags.serde import SerdeError
 from rosbags.typesys import get_typestore, Stores
 import yaml
 
+from .bag_metadata import custom_data, embedded_info, sibling_info  # noqa: F401
 from .message_types import register_interface_types, share_folders
 from .topics import (BagTopics, camera_compressed_topic, camera_image_topic,  # noqa: F401
                      camera_info_topic, camera_topic, DIAGNOSTICS_TOPIC, FEATURES_TOPIC,
@@ -73,8 +74,10 @@ def open_reader(path: str | Path) -> Reader:
     """
     Open a rosbag2 directory or a bare .mcap / .db3 file for reading.
 
-    BagError for a file whose folder's metadata.yaml compresses its messages: read on its own
-    every message would be a zstd frame (each refused as a corrupt message); the folder reads.
+    BagError for a file whose folder's metadata.yaml compresses its messages, or, named away
+    from its folder, whose own bag information does (``bag_metadata.embedded_info``): read on
+    its own every message would be a zstd frame (each refused as a corrupt message); the
+    folder reads.
     """
     path = Path(path)
     if not path.exists():
@@ -89,11 +92,8 @@ def open_reader(path: str | Path) -> Reader:
         raise BagError(f'{path}: not a regular file (a FIFO or a device is no bag)')
     if path.is_dir():
         _check_metadata(path)
-    info = _sibling_info(path.resolve()) if path.is_file() else None
-    mode = str((info or {}).get('compression_mode') or 'none').lower()
-    if mode not in ('none', ''):
-        raise BagError(f'{path}: the metadata.yaml of its folder compresses it '
-                       f'(compression_mode {mode}): name the folder {path.resolve().parent}')
+    if path.is_file():
+        _check_file_compression(path.resolve())
     try:
         reader = Reader(path)
         reader.open()
@@ -105,42 +105,22 @@ def open_reader(path: str | Path) -> Reader:
     return reader
 
 
-def custom_data(reader: Reader) -> dict[str, str]:
-    """
-    Return the bag's rosbag2 ``custom_data`` (its folder's metadata.yaml), values as text.
-
-    A bag file named on its own reads the metadata.yaml beside it when that lists the file,
-    so naming a folder's .mcap instead of the folder finds the same record; a bare .mcap
-    elsewhere reads the copy rosbag2 writes into the file itself (its ``rosbag2`` metadata
-    record), so a drive copied out of its folder keeps its seed; a bare .db3 has none.
-    """
-    custom = getattr(getattr(reader.storage, 'metadata', None), 'custom', None)
-    path = Path(reader.path).resolve()      # a link to a folder's .mcap: that folder's record
-    if custom is None and path.is_file():
-        custom = _sibling_custom_data(path)
-    if custom is None and path.is_file() and path.suffix == '.mcap':
-        custom = _mcap_custom_data(path)
-    # YAML as written, unchecked by rosbags: keep only a mapping, its values as text.
-    return {str(k): str(v) for k, v in custom.items()} if isinstance(custom, dict) else {}
-
-
-def _mcap_custom_data(path: Path):
-    """``custom_data`` of the rosbag2 metadata record inside .mcap file ``path``, if any."""
-    try:
-        from mcap.reader import make_reader     # the tools' extra: without it, no record
-        with open(path, 'rb') as stream:
-            for record in make_reader(stream).iter_metadata():
-                if record.name == 'rosbag2':
-                    info = yaml.safe_load(record.metadata['serialized_metadata'])
-                    return info.get('custom_data') if isinstance(info, dict) else None
-    except Exception:       # noqa: B902 - any failure here only means: no record to read
-        return None
-    return None
-
-
-def _sibling_custom_data(path: Path):
-    """``custom_data`` of the metadata.yaml beside bag file ``path``, if it lists that file."""
-    return (_sibling_info(path) or {}).get('custom_data')
+def _check_file_compression(path: Path) -> None:
+    """Refuse bag file ``path`` when its bag information says its messages are compressed."""
+    beside = sibling_info(path)
+    if beside is not None:
+        mode = str(beside.get('compression_mode') or 'none').lower()
+        if mode not in ('none', ''):
+            raise BagError(f'{path}: the metadata.yaml of its folder compresses it '
+                           f'(compression_mode {mode}): name the folder {path.parent}')
+        return
+    # The file's own copy: 'file' compression is undone already when the .mcap can be named.
+    mode = str((embedded_info(path) or {}).get('compression_mode') or 'none').lower()
+    if mode == 'message':
+        raise BagError(
+            f'{path}: its messages are compressed one by one (compression_mode message, as '
+            'the bag information in the file says), which only its bag folder (with that '
+            'metadata.yaml) reads: name the folder, or write it uncompressed (ros2 bag convert)')
 
 
 def _check_metadata(folder: Path) -> None:
@@ -155,18 +135,6 @@ def _check_metadata(folder: Path) -> None:
                                                   dict)):
         raise BagError(f'{folder}: its metadata.yaml holds no rosbag2_bagfile_information '
                        'mapping (empty, or not a rosbag2 bag)')
-
-
-def _sibling_info(path: Path) -> dict | None:
-    """Return the bag information of the metadata.yaml beside bag file ``path`` if it lists it."""
-    try:
-        info = yaml.safe_load((path.parent / 'metadata.yaml').read_text())
-        info = info['rosbag2_bagfile_information']
-        if path.name in info.get('relative_file_paths', ()):
-            return info
-    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError):
-        pass    # no readable metadata.yaml beside it: a bare file
-    return None
 
 
 def message_class(msgtype: str):
@@ -382,15 +350,27 @@ def writing_bag(dst: str | Path) -> Iterator[Path]:
         shutil.rmtree(partial, ignore_errors=True)
 
 
+def canonical_type(msgtype: str) -> str:
+    """Return ``pkg/msg/Name`` for ``pkg/Name`` (ROS 1's spelling, kept by some tools)."""
+    parts = msgtype.split('/')
+    return f'{parts[0]}/msg/{parts[1]}' if len(parts) == 2 else msgtype
+
+
+def read_connections(reader: Reader, topics) -> list:
+    """Return the connections of ``topics`` that ``iter_messages`` reads (``topic_types``)."""
+    types = topic_types(reader)
+    return [c for c in reader.connections
+            if c.topic in topics and canonical_type(c.msgtype) == types[c.topic]]
+
+
 def iter_messages(reader: Reader, topics: list[str]) -> Iterator[tuple[str, int, bytes, str]]:
     """
     Yield (topic, bag time ns, raw CDR, msgtype) for ``topics`` in bag-time order.
 
+    The msgtype is spelled ``pkg/msg/Name`` (``canonical_type``), however the bag spells it.
     Raises BagError when the bag cannot be read on (a corrupt chunk, a file cut short).
     """
-    types = topic_types(reader)
-    conns = [c for c in reader.connections if c.topic in topics and c.msgtype == types[c.topic]]
-    messages = reader.messages(connections=conns)
+    messages = reader.messages(connections=read_connections(reader, topics))
     while True:
         try:
             conn, timestamp, raw = next(messages)
@@ -399,17 +379,22 @@ def iter_messages(reader: Reader, topics: list[str]) -> Iterator[tuple[str, int,
         except Exception as exc:    # noqa: B902 - storage plugins and codecs raise many kinds
             raise BagError(f'{reader.path}: cannot read bag: {type(exc).__name__}: '
                            f'{exc}') from None
-        yield conn.topic, timestamp, raw, conn.msgtype
+        yield conn.topic, timestamp, raw, canonical_type(conn.msgtype)
 
 
 def topic_types(reader: Reader) -> dict[str, str]:
-    """Topic -> the msgtype it is read as (:data:`READ_TYPES`), of every topic in the bag."""
+    """
+    Topic -> the msgtype it is read as (:data:`READ_TYPES`), of every topic in the bag.
+
+    Spelled ``pkg/msg/Name`` (``canonical_type``): a bag merged from tools that spell one type
+    two ways reads every message of it.
+    """
     rank = {t: k for k, t in enumerate(READ_TYPES)}
     types: dict[str, str] = {}
     for c in reader.connections:
-        held = types.get(c.topic)
-        if held is None or rank.get(c.msgtype, len(rank)) <= rank.get(held, len(rank)):
-            types[c.topic] = c.msgtype
+        held, msgtype = types.get(c.topic), canonical_type(c.msgtype)
+        if held is None or rank.get(msgtype, len(rank)) <= rank.get(held, len(rank)):
+            types[c.topic] = msgtype
     return types
 
 

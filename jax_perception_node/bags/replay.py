@@ -222,7 +222,7 @@ def cloud_count(reader, types: dict[str, str], topics: bagio.BagTopics, src,
     except bagio.BagError as exc:
         raise bagio.BagError(f'{src}: {exc}') from None
     clouds = topics.clouds(lidars)
-    count = sum(c.msgcount for c in reader.connections if c.topic in clouds)
+    count = sum(c.msgcount for c in bagio.read_connections(reader, clouds))
     if count == 0:
         raise bagio.BagError(f'{src}: no message on the LiDAR topic {", ".join(clouds)}')
     return count

@@ -84,9 +84,10 @@ def read_odometry(msg, child_frame_id: str | None = None) -> Sample:
     Check and convert a nav_msgs/Odometry message into a Sample; raises OdometryError.
 
     Refused, naming the field: a ``child_frame_id`` other than ``child_frame_id`` (when both
-    are set; a leading '/' is dropped from both, as TF lookups drop it); a ``header.stamp`` with negative seconds or nanoseconds outside [0, 1e9); a
-    position that is not finite or has a coordinate beyond ``MAX_POSITION_M``; an orientation
-    that is not finite or whose norm is ~0 or overflows (others are normalised).
+    are set; a leading '/' is dropped from both, as TF lookups drop it); a ``header.stamp``
+    with negative seconds or nanoseconds outside [0, 1e9); a position that is not finite or
+    has a coordinate beyond ``MAX_POSITION_M``; an orientation that is not finite or whose
+    norm is ~0 or overflows (others are normalised).
     """
     if (child_frame_id and msg.child_frame_id
             and msg.child_frame_id.lstrip('/') != child_frame_id.lstrip('/')):

@@ -97,7 +97,7 @@ def lidar_frames(bag: Path, topics: dict[str, str]) -> int:
     except bagio.BagError:
         return 0
     try:
-        return sum(c.msgcount for c in reader.connections if c.topic in topics)
+        return sum(c.msgcount for c in bagio.read_connections(reader, topics))
     finally:
         reader.close()
 

@@ -31,11 +31,13 @@ RESTAMP_SEAM_S = 1.0    # (0.2 s by default) on, never across the seam
 def ros_type(msgtype: str):
     """Return the rclpy message class of 'pkg/msg/Name'; BagError when it is not installed."""
     if msgtype not in _ROS_TYPES:
-        package, _, name = msgtype.split('/')
+        package, _, name = bagio.canonical_type(msgtype).partition('/msg/')
         try:
+            if not package or '/' in name:
+                raise ImportError
             module = __import__(f'{package}.msg', fromlist=[name])
             _ROS_TYPES[msgtype] = getattr(module, name)
-        except (ImportError, AttributeError):
+        except (ImportError, AttributeError, ValueError):
             raise bagio.BagError(f'message type {msgtype} is not installed') from None
     return _ROS_TYPES[msgtype]
 

@@ -11,10 +11,11 @@ from rosbags.typesys import get_typestore, Stores
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 
 
-def write_bag(path, compress: bool) -> None:
+def write_bag(path, compress: bool, storage=StoragePlugin.SQLITE3) -> None:
     """Write three std_msgs/String messages, each zstd-compressed when ``compress``."""
     string = TYPESTORE.types['std_msgs/msg/String']
-    writer = Writer(path, version=8)
+    writer = Writer(path, version=8 if storage == StoragePlugin.SQLITE3 else 9,
+                    storage_plugin=storage)
     if compress:
         writer.set_compression(CompressionMode.MESSAGE, CompressionFormat.ZSTD)
     writer.open()
@@ -48,6 +49,71 @@ def test_a_folders_file_is_read_alone_only_when_its_messages_are_not_compressed(
     with pytest.raises(bagio.BagError, match=f'compression_mode message\\): name the folder '
                                              f'{tmp_path / "bag"}'):
         bagio.open_reader(file)
+
+
+@pytest.mark.parametrize('storage', [StoragePlugin.SQLITE3, StoragePlugin.MCAP])
+@pytest.mark.parametrize('compress', [False, True])
+def test_a_file_copied_out_of_its_folder_says_itself_whether_its_messages_are_compressed(
+        tmp_path, storage, compress):
+    # rosbag2 keeps its bag information in the file too (an .mcap's rosbag2 record, a .db3's
+    # metadata table): alone, a message-compressed file is refused in one line, not read as
+    # zstd frames; an uncompressed one reads.
+    write_bag(tmp_path / 'bag', compress, storage)
+    file, = [f for f in (tmp_path / 'bag').iterdir() if f.name != 'metadata.yaml']
+    (tmp_path / 'elsewhere').mkdir()
+    bare = tmp_path / 'elsewhere' / f'copied{file.suffix}'
+    shutil.copy(file, bare)
+    if not compress:
+        assert messages(bagio.open_reader(bare)) == ['hi 0', 'hi 1', 'hi 2']
+        return
+    with pytest.raises(bagio.BagError, match='compressed one by one .compression_mode message, '
+                                             'as the bag information in the file says.'):
+        bagio.open_reader(bare)
+
+
+def test_a_topic_recorded_under_both_spellings_of_its_type_reads_every_message(tmp_path):
+    # A bag merged from tools that spell the type pkg/Type and pkg/msg/Type: one type.
+    from jax_perception_node.tools.live import ros_type
+    string = TYPESTORE.types['std_msgs/msg/String']
+    writer = Writer(tmp_path / 'bag', version=9, storage_plugin=StoragePlugin.MCAP)
+    writer.open()
+    try:
+        msgdef, _ = TYPESTORE.generate_msgdef(string.__msgtype__, ros_version=2)
+        both = [writer.add_connection('/chatter', string.__msgtype__, typestore=TYPESTORE),
+                writer.add_connection('/chatter', 'std_msgs/String', msgdef=msgdef,
+                                      rihs01=TYPESTORE.hash_rihs01(string.__msgtype__))]
+        for k in range(4):
+            writer.write(both[k % 2], k, TYPESTORE.serialize_cdr(string(data=f'hi {k}'),
+                                                                 string.__msgtype__))
+    finally:
+        writer.close()
+    reader = bagio.open_reader(tmp_path / 'bag')
+    try:
+        assert bagio.topic_types(reader) == {'/chatter': 'std_msgs/msg/String'}
+        read = [(bagio.deserialize(raw, msgtype).data, msgtype)
+                for _, _, raw, msgtype in bagio.iter_messages(reader, ['/chatter'])]
+        assert sum(c.msgcount for c in bagio.read_connections(reader, ['/chatter'])) == 4
+    finally:
+        reader.close()
+    assert read == [(f'hi {k}', 'std_msgs/msg/String') for k in range(4)]
+    assert ros_type('std_msgs/String') is ros_type('std_msgs/msg/String')   # play: one class
+    for name in ('std_msgs', 'no_such_pkg/Thing', 'std_msgs/msg/Nothing'):
+        with pytest.raises(bagio.BagError, match=f'message type {name} is not installed'):
+            ros_type(name)
+
+
+def test_a_bare_db3_keeps_its_custom_data_too(tmp_path):
+    writer = Writer(tmp_path / 'bag', version=9, storage_plugin=StoragePlugin.SQLITE3)
+    writer.set_custom_data(bagio.SAMPLE_SEED_KEY, '7')
+    writer.open()
+    writer.close()
+    bare = tmp_path / 'drive.db3'
+    shutil.copy(next((tmp_path / 'bag').glob('*.db3')), bare)
+    reader = bagio.open_reader(bare)
+    try:
+        assert bagio.custom_data(reader) == {bagio.SAMPLE_SEED_KEY: '7'}
+    finally:
+        reader.close()
 
 
 def test_an_odometry_topic_named_must_be_there_as_odometry():
