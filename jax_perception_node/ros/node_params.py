@@ -15,9 +15,11 @@ are in its description and checked by the config layer.
 
 import re
 
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
+                                ParameterValue)
+from rcl_interfaces.srv import GetParameters
 from rclpy.exceptions import (InvalidParameterTypeException, InvalidParameterValueException,
-                              ParameterUninitializedException)
+                              ParameterNotDeclaredException, ParameterUninitializedException)
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, ReliabilityPolicy
 
@@ -182,6 +184,32 @@ def declare_parameters(node) -> None:
             "parameters of no group of this node, ignored (another node's, from a /** "
             f'section?): {", ".join(foreign)}')
     node.add_pre_set_parameters_callback(_typed_empty_arrays(node))
+    _answer_unset_parameters(node)
+
+
+def _answer_unset_parameters(node) -> None:
+    """
+    Make GetParameters answer PARAMETER_NOT_SET for a declared key without a value.
+
+    rclpy answers an empty list to a request that names one (a camera's fx not yet given to
+    the managed node), and ``ros2 param dump``, rqt and Foxglove ask for every name at once:
+    they showed no parameter at all just when an operator looks for the missing one. A name
+    that is not declared still gets rclpy's empty answer.
+    """
+    def answer(request, response):
+        for name in request.names:
+            try:
+                value = node.get_parameter(name).get_parameter_value()
+            except ParameterUninitializedException:
+                value = ParameterValue()        # type PARAMETER_NOT_SET
+            except ParameterNotDeclaredException:
+                response.values = []
+                return response
+            response.values.append(value)
+        return response
+    for service in node.services:
+        if service.srv_type is GetParameters:
+            service.callback = answer
 
 
 def check_qos_overrides(values: dict) -> None:

@@ -348,3 +348,37 @@ def test_a_sim_clock_gone_back_since_a_cloud_arrived_neither_refuses_it_nor_ages
         assert counts == [(1, 0), (1, 1)]
         assert len(records) == 1 and records[0]['age_ms'] == records[0]['total_ms'] > 0
         node.trigger_deactivate()
+
+
+def test_a_dump_of_a_node_left_without_a_required_key_shows_every_parameter(tmp_path):
+    # A managed node takes an incomplete file (it is checked at configure): GetParameters for
+    # every name, as `ros2 param dump`, rqt and Foxglove ask, answered nothing at all while
+    # one named a key without a value. Now that key answers NOT_SET and the others theirs.
+    from rcl_interfaces.msg import ParameterType
+    from rcl_interfaces.srv import GetParameters, ListParameters
+    from rclpy.parameter import parameter_value_to_python
+    params = small_params(1)
+    del params['cameras.front.fx']
+    node = LifecycleProcess(write_params(params, tmp_path / 'params.yaml'), tmp_path / 'n.log')
+    probe = Probe()
+    try:
+        LifecycleClient(probe).wait_for_services(node)
+        lister = probe.node.create_client(ListParameters, '/jax_perception/list_parameters')
+        getter = probe.node.create_client(GetParameters, '/jax_perception/get_parameters')
+        for client in (lister, getter):
+            wait_answering(probe, client)
+        future = lister.call_async(ListParameters.Request())
+        probe.wait_for(future.done, what='list_parameters')
+        names = list(future.result().result.names)
+        future = getter.call_async(GetParameters.Request(names=names))
+        probe.wait_for(future.done, what='get_parameters')
+        values = dict(zip(names, future.result().values))
+        assert len(future.result().values) == len(names)
+        assert values['cameras.front.fx'].type == ParameterType.PARAMETER_NOT_SET
+        assert parameter_value_to_python(values['cameras.front.fy']) == 8.0
+        future = getter.call_async(GetParameters.Request(names=['cameras.front.fy', 'nope']))
+        probe.wait_for(future.done, what='get_parameters of an undeclared name')
+        assert list(future.result().values) == []       # rclpy's answer, unchanged
+    finally:
+        probe.close()
+        node.stop()
