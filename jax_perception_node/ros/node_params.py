@@ -184,7 +184,33 @@ def declare_parameters(node) -> None:
             "parameters of no group of this node, ignored (another node's, from a /** "
             f'section?): {", ".join(foreign)}')
     node.add_pre_set_parameters_callback(_typed_empty_arrays(node))
+    node.add_post_set_parameters_callback(_blocks_follow_names(node))
     _answer_unset_parameters(node)
+
+
+_BLOCKS = (('cameras.names', camera_keys), ('lidars.names', lidar_keys))
+
+
+def _blocks_follow_names(node):
+    """
+    Return a post-set callback declaring the blocks of names newly set in ``*.names``.
+
+    ``cameras.names`` and ``lidars.names`` change only while the managed node is unconfigured
+    (the set callback refuses them otherwise): a new name's keys are then settable at once, as
+    a block given in the file is, and a name taken out loses its block (a ``ros2 param dump``
+    of it would be a file the node refuses).
+    """
+    def follow(params: list) -> None:
+        named = [p for p in params if p.name in dict(_BLOCKS)]
+        for param in named:
+            keys, kept = dict(_BLOCKS)[param.name], set(param.value or [])
+            for name in node.list_parameters([param.name.split('.')[0]], 0).names:
+                block = name.split('.')[1]
+                if block not in kept and name in keys(block):
+                    node.undeclare_parameter(name)
+        if named:
+            read_parameters(node)      # declares the new names' blocks
+    return follow
 
 
 def _answer_unset_parameters(node) -> None:
@@ -278,7 +304,7 @@ def read_parameters(node) -> dict:
     a default (poses, intrinsics) as required.
     """
     keys = list(NODE_KEYS)
-    for names, block_keys in (('cameras.names', camera_keys), ('lidars.names', lidar_keys)):
+    for names, block_keys in _BLOCKS:
         for name in _value(node, names) or []:
             if not is_camera_name(name):
                 continue    # not a valid parameter name part: the config layer names the problem

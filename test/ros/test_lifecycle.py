@@ -7,7 +7,8 @@ from jax_perception_node.core.pipeline import BevPipeline
 from lifecycle_harness import LifecycleClient, LifecycleProcess
 import numpy as np
 import pytest
-from ros_harness import make_cloud, Probe, stamp_of, status_values, wait_answering, write_params
+from ros_harness import (make_cloud, Probe, set_parameters, stamp_of, status_values,
+                         wait_answering, write_params)
 
 T0 = 1_700_000_000 * 10**9
 PARAMS = small_params(0, **{'diagnostics.period_s': 0.2, 'diagnostics.lidar_timeout_s': 60.0})
@@ -382,3 +383,32 @@ def test_a_dump_of_a_node_left_without_a_required_key_shows_every_parameter(tmp_
     finally:
         probe.close()
         node.stop()
+
+
+def test_a_camera_named_while_unconfigured_takes_its_block_at_once(managed):
+    # Its keys were declared only at configure: setting them first was refused, and the
+    # operator had to run a configure that fails before the block could be set.
+    from rcl_interfaces.srv import ListParameters, SetParameters
+    node, probe, client = managed
+    t = transitions()
+    setter = probe.node.create_client(SetParameters, '/jax_perception/set_parameters')
+    lister = probe.node.create_client(ListParameters, '/jax_perception/list_parameters')
+    for service in (setter, lister):
+        wait_answering(probe, service)
+
+    def listed():
+        future = lister.call_async(ListParameters.Request(prefixes=['cameras']))
+        probe.wait_for(future.done, what='list_parameters')
+        return [n for n in future.result().result.names if n.startswith('cameras.side.')]
+    block = {k.replace('cameras.front.', 'cameras__side__'): v
+             for k, v in small_params(1).items() if k.startswith('cameras.front.')}
+    assert [r.successful for r in set_parameters(probe, setter, cameras__names=['side'])] == [
+        True]
+    assert {k.replace('__', '.') for k in block} < set(listed())      # and the defaulted ones
+    results = set_parameters(probe, setter, **block)
+    assert all(r.successful for r in results), [r.reason for r in results]
+    assert client.transition(t.TRANSITION_CONFIGURE)
+    assert client.transition(t.TRANSITION_CLEANUP)
+    # Taken out again: its block goes, so a dump of the node is a file the node takes.
+    assert set_parameters(probe, setter, cameras__names=[])[0].successful
+    assert listed() == []
