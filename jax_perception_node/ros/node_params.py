@@ -25,6 +25,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, ReliabilityPolicy
 
 from ..settings.live_params import plain
 from ..settings.param_checks import check_value, ros_type_error, unknown_key
+from ..settings.param_file import read_param_file
 from ..settings.parameters import (camera_keys, ConfigError, is_camera_name, is_foreign,
                                    lidar_keys, NODE_KEYS, ParamSpec, spec_for, STARTED)
 
@@ -283,8 +284,10 @@ def emptied_lists(args: list[str]) -> list[Parameter]:
     rcl gives ``[]`` no type, and where a params file sets the key it keeps the file's list:
     ``-p cameras.names:=[]`` beside the shipped file left the four cameras. Given to the node's
     constructor (which wins over rcl's overrides), NOT_SET declares the key's typed empty
-    array, as ``[]`` does where no file sets it. ``args``: the process's (its ROS arguments
-    between ``--ros-args`` and ``--``).
+    array, as ``[]`` does where no file sets it. rcl applies ``-p`` and ``--params-file`` in
+    their order: a later file that sets the key wins over its ``-p`` (launch_ros passes a
+    parent's ``SetParameter`` as ``-p`` before the node's file). ``args``: the process's (its
+    ROS arguments between ``--ros-args`` and ``--``).
     """
     last, ros = {}, False
     for flag, value in zip(args, args[1:] + ['']):
@@ -292,6 +295,12 @@ def emptied_lists(args: list[str]) -> list[Parameter]:
         key, given, text = value.partition(':=')
         if ros and flag in ('-p', '--param') and given:
             last[key] = text.replace(' ', '')       # the last -p of a key wins, as in rcl
+        elif ros and flag == '--params-file' and last:
+            try:
+                for key in read_param_file(value):
+                    last.pop(key, None)
+            except ConfigError:
+                pass        # rcl refuses that file itself, in its own words
     return [Parameter(key) for key, text in last.items()
             if text == '[]' and (spec := spec_for(key)) and spec.ros_type.endswith('_array')]
 

@@ -434,6 +434,23 @@ def test_only_a_list_keys_last_p_empties_it():
     assert emptied('--ros-args', '-r', '__ns:=/a', '--', '-p', 'cameras.names:=[]') == []
 
 
+def test_a_params_file_after_the_empty_p_wins_as_in_rcl(tmp_path):
+    # rcl applies -p and --params-file in their order (launch_ros passes a parent's
+    # SetParameter as -p before the node's file): the later file's list is the value.
+    thresholds = write_params({'head.score_thresholds': [0.4, 0.5, 0.6, 0.7]},
+                              tmp_path / 'thr.yaml')
+    other = write_params({'grid.resolution': 0.5}, tmp_path / 'other.yaml')
+
+    def emptied(*args):
+        return [p.name for p in emptied_lists(['jax_perception_node', '--ros-args', *args])]
+    empty = ('-p', 'head.score_thresholds:=[]')
+    assert emptied(*empty, '--params-file', str(thresholds)) == []
+    assert emptied('--params-file', str(thresholds), *empty) == ['head.score_thresholds']
+    assert emptied(*empty, '--params-file', str(other)) == ['head.score_thresholds']
+    assert emptied(*empty, '--params-file', str(tmp_path / 'missing.yaml')) == [
+        'head.score_thresholds']
+
+
 def test_the_single_threaded_executor_serves_too(tmp_path):
     """``executor: single_threaded``: every other node test runs the default, ``events``."""
     domain = other_domain(8)
