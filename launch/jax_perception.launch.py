@@ -177,7 +177,12 @@ def make_node(context):
 
 
 def autostart(node: LifecycleNode) -> list:
-    """Configure ``node`` when its process starts, activate it when it reaches inactive."""
+    """
+    Configure ``node`` when its process starts, activate it when it first reaches inactive.
+
+    Once: a later configure (a manager's or ``ros2 lifecycle set``, after a cleanup) is left
+    inactive, as asked.
+    """
     def change(transition_id):
         return EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
                                            transition_id=transition_id))
@@ -186,7 +191,7 @@ def autostart(node: LifecycleNode) -> list:
             target_action=node, on_start=[change(Transition.TRANSITION_CONFIGURE)])),
         RegisterEventHandler(OnStateTransition(
             target_lifecycle_node=node, start_state='configuring', goal_state='inactive',
-            entities=[change(Transition.TRANSITION_ACTIVATE)])),
+            entities=[change(Transition.TRANSITION_ACTIVATE)], handle_once=True)),
     ]
 
 

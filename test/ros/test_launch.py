@@ -344,6 +344,11 @@ def test_xml_launch_with_autoware_arguments_managed_autostart(launch_site, tmp_p
         # Autostart activates after configure only: a deactivated node stays inactive.
         assert client.transition(Transition.TRANSITION_DEACTIVATE)
         assert client.state() == 'inactive'
+        # And once: a later configure (a manager's, after a cleanup) is left inactive.
+        assert client.transition(Transition.TRANSITION_CLEANUP)
+        assert client.transition(Transition.TRANSITION_CONFIGURE)
+        time.sleep(2.0)     # launch's activate came within ~0.1 s of reaching inactive
+        assert client.state() == 'inactive'
     except BaseException:
         launch.stop()       # launch would outlive the test
         raise
