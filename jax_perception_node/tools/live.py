@@ -33,8 +33,6 @@ def ros_type(msgtype: str):
     if msgtype not in _ROS_TYPES:
         package, _, name = bagio.canonical_type(msgtype).partition('/msg/')
         try:
-            if not package or '/' in name:
-                raise ImportError
             module = __import__(f'{package}.msg', fromlist=[name])
             _ROS_TYPES[msgtype] = getattr(module, name)
         except (ImportError, AttributeError, ValueError):
