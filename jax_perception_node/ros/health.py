@@ -234,13 +234,16 @@ def _cloud_problems(period, times: CloudTimes, now: float, timeout_s: float,
         unit = 'frames' if sets else 'clouds'
         problems.append((WARN, f'{dropped} of {dropped + processed} {unit} dropped since the '
                                'last report: the node is slower than the LiDAR (latest wins)'))
-    if rejected and not processed:
+    # The clouds taken besides the rejected: served, replaced unserved, skipped for want of
+    # TF, or failed. Only when there is none was every cloud rejected.
+    others = processed + dropped + period['frames_without_tf'] + period['frames_failed']
+    if rejected and not others:
         problems.append((ERROR, f'all {rejected} clouds since the last report rejected'))
     elif rejected and sets:     # processed counts frames, each of several clouds
         problems.append((WARN, f'{rejected} clouds rejected since the last report '
                                f'({processed} frames processed)'))
     elif rejected:
-        problems.append((WARN, f'{rejected} of {rejected + processed} clouds since the last '
+        problems.append((WARN, f'{rejected} of {rejected + others} clouds since the last '
                                'report rejected'))
     return problems
 

@@ -106,6 +106,14 @@ def test_share_of_rejected_clouds_since_the_last_report(rejected, processed, lev
     assert (result.level, result.message) == (level, message)
 
 
+@pytest.mark.parametrize('others', [{'dropped': 9}, {'frames_without_tf': 9}])
+def test_one_rejected_cloud_among_clouds_dropped_or_skipped_is_not_all_rejected(others):
+    # Nothing processed in the period, but only one cloud of ten was rejected.
+    result = run(period={'rejected': 1, **others})
+    assert 'all 1 clouds' not in result.message
+    assert '1 of 10 clouds since the last report rejected' in result.message.split('; ')
+
+
 def test_a_frame_that_failed_since_the_last_report_is_an_error():
     result = run(period={'processed': 9, 'frames_failed': 1})
     assert (result.level, result.message) == (
