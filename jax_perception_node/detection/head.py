@@ -204,6 +204,7 @@ def fits(name: str, spec: HeadSpec, bev: HeadInput, path, shipped: bool,
                               f'{advice}')
         count, names = trained_channels(arrays, spec, path)
         if count is None:
+            _check_resolution(arrays, bev, prefix, how)
             if shipped:
                 _check_shipped_shapes(arrays, spec, f'{prefix} that', advice,
                                       describe_channels(bev.channels, ours))

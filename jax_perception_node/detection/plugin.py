@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 import re
 import secrets
+import sys
 from typing import Any, Callable, Mapping
 
 import jax
@@ -72,8 +73,11 @@ def source_digest(module) -> str:
 
     A plug-in's network may live in other modules of its package than the factory's, and its
     factory may read data files of the package (a table of sizes, a config): any of them can
-    change what is traced. Compiled ``__pycache__`` is left out. A module without a source file
-    gets a digest of its own each time (its executable is never reused).
+    change what is traced. Compiled ``__pycache__`` is left out. A top-level module keys its
+    own file and those of the top-level modules loaded from its folder (``my_head.py`` with
+    the ``my_layers.py`` it imports; its folder may be site-packages, never hashed whole). A
+    module without a source file gets a digest of its own each time (its executable is never
+    reused).
     """
     path = getattr(module, '__file__', None)
     if not path:
@@ -83,16 +87,25 @@ def source_digest(module) -> str:
     # (one level above it was the folder holding the package: a checkout, site-packages).
     depth = len(module.__name__.split('.')) - (1 if here.name == '__init__.py' else 2)
     root = here.parents[depth] if depth >= 0 else here.parent
-    # A top-level module alone in its folder (site-packages, a checkout) is its own file; a
-    # package's __init__ (``head.module: mypkg:factory``) keys the whole package.
+    # A package's __init__ (``head.module: mypkg:factory``) keys the whole package.
     package = '.' in module.__name__ or here.name == '__init__.py'
     files = (sorted(p for p in root.rglob('*') if '__pycache__' not in p.parts)
-             if package else [here])
+             if package else sorted({here} | _loaded_beside(here)))
     digest = hashlib.sha256()
     for source in files:
         if source.is_file():    # a folder or a dangling link is no source
             digest.update(str(source.relative_to(root)).encode() + b'\0' + source.read_bytes())
     return digest.hexdigest()
+
+
+def _loaded_beside(here: Path) -> set[Path]:
+    """Return the files of the top-level modules now loaded from ``here``'s folder."""
+    files = set()
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, '__file__', None)
+        if '.' not in name and path and Path(path).resolve().parent == here.parent:
+            files.add(Path(path).resolve())
+    return files
 
 
 def leaf_names(tree) -> list[str]:
@@ -184,8 +197,12 @@ def load_weights(path: str | os.PathLike, template,
     names = leaf_names(template)
     leaves, treedef = jax.tree_util.tree_flatten(template)
     limits = {name: np.asarray(leaf).nbytes for name, leaf in zip(names, leaves)}
-    arrays = read_npz(path, key, {**limits, CHANNELS_KEY: _CHANNELS_BYTES,
-                                  ENCODER_KEY: _CHANNELS_BYTES, RESOLUTION_KEY: 8})
+    records = {CHANNELS_KEY: _CHANNELS_BYTES, ENCODER_KEY: _CHANNELS_BYTES, RESOLUTION_KEY: 8}
+    if fit is not None:
+        # The records first: weights of another layout are refused by it, naming what to do,
+        # not by the size of an array that layout makes larger than this head's.
+        fit(read_npz(path, key, records, others=True))
+    arrays = read_npz(path, key, {**limits, **records})
     if fit is not None:
         fit(arrays)
     values = []

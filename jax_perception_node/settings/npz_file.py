@@ -23,8 +23,8 @@ _HEADER_TEXT = NPY_HEADER_BYTES - 12
 _METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
 
 
-def read_npz(path: str | os.PathLike, key: str,
-             limits: Mapping[str, int]) -> dict[str, np.ndarray]:
+def read_npz(path: str | os.PathLike, key: str, limits: Mapping[str, int],
+             others: bool = False) -> dict[str, np.ndarray]:
     """
     Return the arrays of the .npz at ``path`` (``~`` expanded), read with no pickle.
 
@@ -40,7 +40,8 @@ def read_npz(path: str | os.PathLike, key: str,
     would block the reader, a live parameter's callback with it), a .npy or text file under
     another name, a damaged zip, a member not in ``limits`` (or twice in the zip), larger than
     its bound, compressed otherwise than np.savez and np.savez_compressed do, that does not
-    inflate, is no .npy or holds pickled objects; the member is named.
+    inflate, is no .npy or holds pickled objects; the member is named. With ``others`` a member
+    not in ``limits`` is passed over, unread (a checkpoint's records read before its arrays).
     """
     path = os.path.expanduser(path)
     try:
@@ -61,13 +62,13 @@ def read_npz(path: str | os.PathLike, key: str,
             raise ConfigError(f'{key}: cannot read {path} as an .npz: '
                               f'{type(exc).__name__}: {exc}') from None
         with archive:
-            members = _members(archive, path, key, limits)
+            members = _members(archive, path, key, limits, others)
             return {name: _read_member(archive, info, limits[name], path, key)
                     for name, info in members.items()}
 
 
-def _members(archive: zipfile.ZipFile, path: str, key: str,
-             limits: Mapping[str, int]) -> dict[str, zipfile.ZipInfo]:
+def _members(archive: zipfile.ZipFile, path: str, key: str, limits: Mapping[str, int],
+             others: bool = False) -> dict[str, zipfile.ZipInfo]:
     """Check every member's name, method and declared size, inflating nothing: name -> info."""
     members = {}
     for info in archive.infolist():
@@ -76,6 +77,8 @@ def _members(archive: zipfile.ZipFile, path: str, key: str,
             raise ConfigError(f'{key}: cannot read {path} as an .npz: its member {member} is '
                               f'not an .npy array')
         name = member[:-len('.npy')]
+        if name not in limits and others:
+            continue
         if name not in limits:
             known = sorted(limits)
             raise ConfigError(f'{key}: {path} has an array it does not take: {name} (member '

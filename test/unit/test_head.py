@@ -642,6 +642,29 @@ def test_the_heads_store_key_covers_its_input_and_its_packages_data_files(tmp_pa
     assert source_digest(single) == digests[0] and source_digest(inner) != digests[1]
 
 
+def test_a_single_file_heads_key_covers_the_modules_it_imports_from_its_folder(
+        tmp_path, monkeypatch):
+    # head.module: my_head:factory with my_layers.py beside it: an edit to my_layers.py
+    # loaded the old executable from the store (only my_head.py was hashed).
+    import importlib
+    import sys
+    from jax_perception_node.detection.plugin import source_digest
+    (tmp_path / 'my_layers.py').write_text('BIAS = -3.0\n')
+    (tmp_path / 'my_head.py').write_text('import my_layers\n')
+    (tmp_path / 'unrelated.py').write_text('X = 1\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        module = importlib.import_module('my_head')
+        before = source_digest(module)
+        (tmp_path / 'unrelated.py').write_text('X = 2\n')      # never imported: not its code
+        assert source_digest(module) == before
+        (tmp_path / 'my_layers.py').write_text('BIAS = 3.0\n')
+        assert source_digest(module) != before
+    finally:
+        for name in ('my_head', 'my_layers'):
+            sys.modules.pop(name, None)
+
+
 def test_a_head_with_a_host_callback_serves_though_the_store_cannot_keep_it(
         monkeypatch, tmp_path):
     # jax.debug.print in apply: the executable holds a Python callback, which cannot be

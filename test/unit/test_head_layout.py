@@ -224,6 +224,28 @@ def test_a_head_weights_file_trained_for_other_channels_is_refused_naming_it(tmp
     assert target == head.weights_path and params.mean.shape == (7,)
 
 
+def test_weights_trained_for_many_more_channels_are_refused_by_their_layout(tmp_path):
+    # Their first layer is larger than this head's by more than the .npy slack: the file was
+    # refused by that array's size in bytes, naming neither layout nor what to do.
+    wide = tuple(f'feature_{k}' for k in range(40))
+    path = trained_for(tmp_path, wide)
+    assert refused(lambda: load_head(REFERENCE_HEAD, str(path), bev(SHIPPED))) == (
+        f'head.weights: {path} holds weights trained for {describe_channels(40, wide)}, this '
+        f'configuration has {SHIPPED_TEXT}; set head.weights to weights trained for these '
+        "channels (jax-perception train), or head.module: '' for no head")
+
+
+def test_a_cell_size_recorded_without_channel_names_is_still_checked(tmp_path):
+    # A head without checkpoint_channels and a file without names: the count is unknown, and
+    # the check returned before the cell size was looked at.
+    params = toy_heads.occupancy_head(bev(SHIPPED)).params
+    save_weights(tmp_path / 'bare.npz', jax.tree.map(np.asarray, params), resolution=0.2)
+    text = refused(lambda: load_head('toy_heads:occupancy_head', str(tmp_path / 'bare.npz'),
+                                     bev(SHIPPED)))
+    assert text.startswith(f'head.weights: {tmp_path / "bare.npz"} holds weights trained on a '
+                           'grid of 0.2 m cells, this configuration has grid.resolution 0.4 m')
+
+
 def test_a_live_swap_to_the_shipped_weights_that_do_not_fit_names_head_module(
         tmp_path, no_lidar_weights):
     head = load_head(REFERENCE_HEAD, str(trained_for(tmp_path, LIDAR_ONLY)), bev(LIDAR_ONLY))
