@@ -198,11 +198,14 @@ def load_weights(path: str | os.PathLike, template,
     leaves, treedef = jax.tree_util.tree_flatten(template)
     limits = {name: np.asarray(leaf).nbytes for name, leaf in zip(names, leaves)}
     records = {CHANNELS_KEY: _CHANNELS_BYTES, ENCODER_KEY: _CHANNELS_BYTES, RESOLUTION_KEY: 8}
-    if fit is not None:
-        # The records first: weights of another layout are refused by it, naming what to do,
-        # not by the size of an array that layout makes larger than this head's.
-        fit(read_npz(path, key, records, others=True))
-    arrays = read_npz(path, key, {**limits, **records})
+    try:
+        arrays = read_npz(path, key, {**limits, **records})
+    except ConfigError:
+        if fit is not None:
+            # Weights of another layout are refused by it, naming what to do, not by the size
+            # of an array that layout makes larger than this head's: its records alone.
+            fit(read_npz(path, key, records, others=True))
+        raise
     if fit is not None:
         fit(arrays)
     values = []

@@ -189,7 +189,7 @@ def declare_parameters(node) -> None:
     _answer_unset_parameters(node)
 
 
-_BLOCKS = (('cameras.names', camera_keys), ('lidars.names', lidar_keys))
+_BLOCKS = {'cameras.names': camera_keys, 'lidars.names': lidar_keys}
 
 
 def _blocks_follow_names(node):
@@ -202,9 +202,9 @@ def _blocks_follow_names(node):
     of it would be a file the node refuses).
     """
     def follow(params: list) -> None:
-        named = [p for p in params if p.name in dict(_BLOCKS)]
+        named = [p for p in params if p.name in _BLOCKS]
         for param in named:
-            keys, kept = dict(_BLOCKS)[param.name], set(param.value or [])
+            keys, kept = _BLOCKS[param.name], set(param.value or [])
             for name in node.list_parameters([param.name.split('.')[0]], 0).names:
                 block = name.split('.')[1]
                 if block not in kept and name in keys(block):
@@ -313,7 +313,7 @@ def read_parameters(node) -> dict:
     a default (poses, intrinsics) as required.
     """
     keys = list(NODE_KEYS)
-    for names, block_keys in _BLOCKS:
+    for names, block_keys in _BLOCKS.items():
         for name in _value(node, names) or []:
             if not is_camera_name(name):
                 continue    # not a valid parameter name part: the config layer names the problem
