@@ -196,9 +196,17 @@ class BucketPadder:
         return PaddedCloud(buffer, start, bucket, n - start, n, all(s[2] for s in lidars),
                            times, timed, tuple(starts[1:]), tuple(lidars)), refused
 
-    def pad(self, points: np.ndarray, times: np.ndarray | None = None) -> PaddedCloud:
-        """Copy ``points`` float32[N, 4] (and ``times`` float32[N], s) into the next buffers."""
+    def pad(self, points: np.ndarray, times: np.ndarray | None = None,
+            intensity_scale: float = 1.0) -> PaddedCloud:
+        """
+        Copy ``points`` float32[N, 4] (and ``times`` float32[N], s) into the next buffers.
+
+        The copied intensity is multiplied by ``intensity_scale``, as ``decode``'s is. Raises
+        ValueError for ``times`` of another length, before any buffer is touched.
+        """
         n = points.shape[0]
+        if times is not None and times.shape != (n,):
+            raise ValueError(f'times must be float32[{n}], one per point, got {times.shape}')
         bucket = self.bucket_for(n)
         buffer, stamps = self._buffers[bucket].swap(), self._times[bucket].swap()
         kept = min(n, bucket)
@@ -210,6 +218,7 @@ class BucketPadder:
                 target[:kept] = source[rows]
             else:
                 np.take(source, rows, axis=0, out=target)
+        _scale_intensity(buffer[:kept], intensity_scale)
         if times is not None:
             _clean_times(stamps[:kept])
         return PaddedCloud(buffer, kept, bucket, n - kept, n, True, stamps, times is not None)

@@ -98,8 +98,7 @@ class BevPipeline(HeadWeights, EncoderWeights):
         self._frame_jit = jax.jit(functools.partial(
             kernels.bev_frame, height=self.height, width=self.width,
             activation=cfg.fusion.activation, encode=self.encoder and self.encoder.spec.apply),
-            donate_argnums=(1,) if past else (),
-            out_shardings=shardings)
+            donate_argnums=(1,) if past else (), out_shardings=shardings)
         self._head_executable = None
         # Accumulation state: the device ring, and what each slot holds on the host.
         self._ring = None
@@ -309,19 +308,21 @@ class BevPipeline(HeadWeights, EncoderWeights):
         """XLA compiles in this process since warmup() finished (0 is the only good value)."""
         return 0 if self._baseline is None else compile_count() - self._baseline
 
-    def decode(self, msg, intensity_field: str = 'intensity',
+    def decode(self, msg, intensity_field: str | None = None,
                time: tuple[str, str, str] | None = None,
-               intensity_scale: float = 1.0) -> PaddedCloud:
+               intensity_scale: float | None = None) -> PaddedCloud:
         """
         Decode a PointCloud2 straight into its bucket's next host buffers, for ``process``.
 
         ``time``: (field, unit, reference) of the per-point times, None for none;
-        ``intensity_scale`` multiplies the intensity (``lidar.intensity_scale``). Pass the
-        result to ``process`` or ``dispatch`` before the next decode: a bucket has two buffers,
-        and the one after next is this one again. Raises CloudFormatError
+        ``intensity_field``, ``intensity_scale`` (a multiplier): None takes ``lidar.*``'s. Pass
+        the result to ``process`` or ``dispatch`` before the next decode: a bucket has two
+        buffers, and the one after next is this one again. Raises CloudFormatError
         (``cloud.read_points``) before any buffer is touched.
         """
-        return self.padder.decode(msg, intensity_field, time, intensity_scale)
+        field, scale = self.lidar_filter.intensity_field, self.lidar_filter.intensity_scale
+        return self.padder.decode(msg, field if intensity_field is None else intensity_field,
+                                  time, scale if intensity_scale is None else intensity_scale)
 
     def decode_set(self, clouds: tuple[SetCloud | None, ...]):
         """Decode several LiDARs' clouds into one bucket (``BucketPadder.decode_set``)."""
@@ -353,8 +354,7 @@ class BevPipeline(HeadWeights, EncoderWeights):
         FrameResult with the features float32[H, W, C_out] and the frame's statistics.
 
         """
-        return self.dispatch(points, cameras, num_points, stamp_ns, pose, times,
-                             motion).result()
+        return self.dispatch(points, cameras, num_points, stamp_ns, pose, times, motion).result()
 
     def dispatch(self, points: np.ndarray | PaddedCloud,
                  cameras: Mapping[str, np.ndarray | None] | None = None,
@@ -377,7 +377,7 @@ class BevPipeline(HeadWeights, EncoderWeights):
             if points.ndim != 2 or points.shape[1] != 4:
                 raise ValueError(f'points must be (N, 4), got {points.shape}')
             padded = self.padder.pad(points, None if times is None else np.asarray(
-                times, np.float32).reshape(-1))
+                times, np.float32).reshape(-1), self.lidar_filter.intensity_scale)
         total = padded.num_points if num_points is None else max(num_points, padded.num_points)
         nonfinite, changed = self.stage_cameras(cameras or {})
         used = 1

@@ -102,8 +102,8 @@ class CameraStaging:
             fmap = cameras.get(name)
             if fmap is None:
                 continue
-            if fmap.shape != self.map_shape:
-                raise ValueError(f'camera {name!r}: {fmap.shape}, expected {self.map_shape}')
+            if np.shape(fmap) != self.map_shape:     # np.shape: a nested list has no .shape
+                raise ValueError(f'camera {name!r}: {np.shape(fmap)}, expected {self.map_shape}')
             if held.dtype == np.uint8 and np.asarray(fmap).dtype != np.uint8:
                 # A 16-bit image copied in would wrap to its low byte (mostly 0): refused.
                 raise ValueError(f'camera {name!r}: an image of {np.asarray(fmap).dtype}, '

@@ -13,10 +13,11 @@ The definition (``evaluate``):
 - per frame, predictions are matched greedily in descending score: each takes the nearest
   ground-truth box (BEV centre distance) not yet taken, if that is at most ``match_m`` away (a
   true positive); otherwise it is a false positive (a duplicate of a taken box is one too);
-- AP: all predictions of all frames sorted by score (descending; ties in frame, then score
-  order), precision and recall after each, precision made monotone (each point takes the best
-  precision at its recall or beyond), and the area under that curve from recall 0 (VOC's
-  all-point interpolation, as nuScenes' centre-distance AP without its 10 % cut-offs);
+- AP: all predictions of all frames sorted by score (descending), precision and recall after
+  each score (predictions of equal score are one threshold, whatever their frames' order),
+  precision made monotone (each point takes the best precision at its recall or beyond), and
+  the area under that curve from recall 0 (VOC's all-point interpolation, as nuScenes'
+  centre-distance AP without its 10 % cut-offs);
 - recall = true positives / ground truth, precision = true positives / predictions, over the
   predictions given (those at or above the score threshold in force);
 - box errors, over the true positives and the ground-truth box each matched: the mean absolute
@@ -110,11 +111,17 @@ def average_precision(scores: np.ndarray, hits: np.ndarray, ground_truth: int) -
     Area under the monotone precision-recall curve (VOC all-point) of scored predictions.
 
     scores (n,), hits (n,) bool: each prediction's score and whether it is a true positive;
-    ground_truth > 0: how many boxes there are to find. Sorted by descending score (stable).
+    ground_truth > 0: how many boxes there are to find. Predictions of equal score are one
+    threshold, one point of the curve, so the AP does not depend on their order.
     """
-    order = np.argsort(-np.asarray(scores, np.float64), kind='stable')
-    tp = np.cumsum(np.asarray(hits, bool)[order])
-    precision = tp / np.arange(1, len(order) + 1)
+    scores = np.asarray(scores, np.float64)
+    if not len(scores):
+        return 0.0
+    order = np.argsort(-scores, kind='stable')
+    ranked = scores[order]
+    last = np.append(ranked[1:] != ranked[:-1], True)
+    tp = np.cumsum(np.asarray(hits, bool)[order])[last]
+    precision = tp / np.arange(1, len(order) + 1)[last]
     recall = tp / ground_truth
     # Monotone precision: the best precision at this recall or beyond.
     precision = np.maximum.accumulate(precision[::-1])[::-1]
@@ -154,11 +161,9 @@ def evaluate(frames: Iterable[tuple[np.ndarray, np.ndarray]], max_range_m: float
     for predicted, truth in frames:
         predicted = _select(_rows(predicted, 'predictions'), max_range_m, class_index)
         truth = _select(_rows(truth, 'ground truth'), max_range_m, class_index)
-        # Frame order, then score order: ties across frames resolve the same way every time.
-        order = np.argsort(-predicted[:, SCORE], kind='stable')
         matched = match_frame(predicted, truth, match_m)
-        scores.append(predicted[order, SCORE])
-        hits.append(matched[order] >= 0)
+        scores.append(predicted[:, SCORE])
+        hits.append(matched >= 0)
         errors.append(box_errors(predicted[matched >= 0], truth[matched[matched >= 0]]))
         ground_truth += len(truth)
     scores = np.concatenate(scores) if scores else np.zeros(0)

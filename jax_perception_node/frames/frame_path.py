@@ -301,10 +301,11 @@ class FramePath(CameraInfoCalibration, TfCalibration):
                 map_frames = dict(self._map_frames)
                 poses = self._poses()
                 self._forget_old_timeline(poses, stamp)
-                # The newest pose may trail the stamp (accumulation.max_odometry_gap_s at most).
-                lead = self.odometry.max_gap_ns
+                # The newest pose may trail the stamp, by max_odometry_gap_s and 0.2 s at most:
+                # a twist held longer moves the frame metres off when the vehicle brakes.
+                lead = min(self.odometry.max_gap_ns, MAX_TWIST_LEAD_NS)
                 pose = pose_at(poses, stamp, lead) if self.accumulating else None
-                twist = twist_at(poses, stamp, min(lead, MAX_TWIST_LEAD_NS)) if deskew else None
+                twist = twist_at(poses, stamp, lead) if deskew else None
             maps, without_tf, over_slots = pairing.maps, (), ((), '')
             if taken.tf_poses is not None and self.cfg.extrinsics_source == 'tf':
                 maps, without_tf, over_slots = self._apply_tf_poses(taken.tf_poses, maps,
@@ -316,10 +317,9 @@ class FramePath(CameraInfoCalibration, TfCalibration):
             self._posed_ns = stamp if pose is not None else self._posed_ns
             # While the frame runs: the rows are only read, by both.
             off = cloud_off_scale(cfg.lidar_sensors, padded, self._intensity_top)
+            picture = picture and not self.pipe.projected    # a projection has no picture
             result = pending.result(features=features or picture)
-        rgb = None
-        if picture and not self.pipe.projected:
-            rgb = bev_to_rgb(result.features, cfg.grid.z_min, cfg.grid.z_max)
+        rgb = bev_to_rgb(result.features, cfg.grid.z_min, cfg.grid.z_max) if picture else None
         (intensity_key, no_intensity), (time_key, no_time) = lacking_fields(cfg, taken, padded)
         missing = taken.missing + tuple(r.split(':', 1)[0] for r in taken.refused) + blank
         return Frame(stamp, result, rgb, frame_record(result, (decoded - started) * 1e3),

@@ -65,9 +65,9 @@ class LidarSets:
        within that of the clock. Without it, with three LiDARs or more, one runs ahead when its
        newest stamp lies more than ``JUMP_BACK_NS`` above ``AHEAD_SETS`` fresh clouds in a row
        of every other LiDAR (no latency explains a second), and comes back when stamped within
-       a second of their newest. Its pending cloud is dropped and the sets it opened are
-       forgotten, so the others' clouds count against their own last ones again (the set
-       stamps step back once, from its stamps to theirs); its clouds are then dropped as late,
+       a second of their newest. Its pending cloud is dropped (counted late) and the sets it
+       opened are forgotten, so the others' clouds count against their own last ones again (the
+       set stamps step back once, from its stamps to theirs); its clouds are then dropped as late,
        the others form the sets and it is named missing, as a LiDAR running behind is.
        ``take_news`` says when it is left out and when it is back.
     4. The cloud joins the pending set when within the tolerance of its reference and its sensor
@@ -258,6 +258,7 @@ class LidarSets:
         self.ahead[name] = by_ns
         self._below = {pair: n for pair, n in self._below.items() if name not in pair}
         if self._clouds.pop(name, None) is not None:
+            self.late += 1              # dropped as its next clouds will be: counted alike
             self._ref_ns = min((s for s, _ in self._clouds.values()), default=None)
         # The others' clouds are late against their own last ones again, not against its sets.
         self._last_stamps = {n: s for n, s in self._newest.items() if n != name}

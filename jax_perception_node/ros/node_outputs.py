@@ -65,6 +65,20 @@ MESSAGE_TYPES = message_constructors(
 OBJECTS_CLASSES = {'vision_msgs': Detection3DArray, 'autoware': DetectedObjects}
 
 
+def published_time_topic(objects_topic: str, resolve_topic_name=None) -> str:
+    """
+    Return the topic of the objects' PublishedTime: the objects' own, remapped or not, + suffix.
+
+    Autoware's PublishedTimePublisher names it after the objects publisher's topic, so a
+    remapped ``~/output/objects`` takes it along; a remap of its own name wins.
+    """
+    own = '~/output/objects/debug/published_time'
+    if resolve_topic_name is not None and (
+            resolve_topic_name(own) != resolve_topic_name(own, only_expand=True)):
+        return own
+    return objects_topic + '/debug/published_time'
+
+
 class FrameOutputs:
     """
     Publishers and message building for processed frames (one configured pipeline).
@@ -78,8 +92,14 @@ class FrameOutputs:
     """
 
     def __init__(self, create_publisher, layers: GridMapLayers, classes: tuple[str, ...] = (),
-                 bev_features: bool = True, output: OutputConfig = OutputConfig()):
-        """Create the publishers with ``create_publisher`` (the node's or lifecycle node's)."""
+                 bev_features: bool = True, output: OutputConfig = OutputConfig(),
+                 resolve_topic_name=None):
+        """
+        Create the publishers with ``create_publisher`` (the node's or lifecycle node's).
+
+        ``resolve_topic_name``: the node's, to tell a remapped PublishedTime topic (None: not
+        remapped).
+        """
         reliable = QoSProfile(depth=5)
         self.layers, self.bev_features, self.classes = layers, bev_features, tuple(classes)
         self.output = output
@@ -102,7 +122,8 @@ class FrameOutputs:
                 MarkerArray, '~/output/objects_markers', reliable)
             # Autoware's PublishedTimePublisher: QoS depth 1, reliable, volatile.
             self.publishers['published_time'] = create_publisher(
-                PublishedTime, '~/output/objects/debug/published_time', QoSProfile(depth=1))
+                PublishedTime, published_time_topic(self.publishers['objects'].topic_name,
+                                                    resolve_topic_name), QoSProfile(depth=1))
 
     def update(self, layers: GridMapLayers, bev_features: bool,
                output: OutputConfig | None = None) -> None:

@@ -109,7 +109,8 @@ class PerceptionCore:
             self._period = {**dict.fromkeys(per_report, 0), **self._period}
         self.window = LatencyWindow(cfg.diagnostics.window, cfg.diagnostics.latency_window_s)
         self.outputs = FrameOutputs(self._create_publisher, layers, pipe.head_classes,
-                                    cfg.output_bev_features, cfg.output)
+                                    cfg.output_bev_features, cfg.output,
+                                    self.node.resolve_topic_name)
         self._diagnostics_pub = self._create_publisher(DiagnosticArray, '/diagnostics',
                                                        QoSProfile(depth=5))
 
@@ -429,8 +430,7 @@ class PerceptionCore:
             counts, period, times = dict(self.counts), self._period, self._times
             self._period = dict.fromkeys(self._period, 0)
             latency = {key: self.window.stats(key) for key in ('total_ms', 'age_ms')}
-            recent = RecentLatency(self.window.recent('total_ms', now)['p99'],
-                                   self.window.seconds)
+            recent = RecentLatency(self.window.recent('total_ms', now)['p99'], self.window.seconds)
             stale = self._stale
         health = assess(counts, period, times, now, latency, stale,
                         self.pipe.compiles_after_warmup, self.pipe.padder.capacity,

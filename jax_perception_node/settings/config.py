@@ -238,6 +238,7 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
     for lo, hi in (('x_min', 'x_max'), ('y_min', 'y_max'), ('z_min', 'z_max')):
         if getattr(grid, hi) <= getattr(grid, lo):
             raise ConfigError(f'grid.{hi}: must be greater than grid.{lo}')
+    _check_fixed_frame(v)
     for axis, cells in (('x', grid.height), ('y', grid.width)):
         span = getattr(grid, f'{axis}_max') - getattr(grid, f'{axis}_min')
         if cells < 1 or abs(cells * grid.resolution - span) > 1e-6 * max(1.0, span):
@@ -292,6 +293,16 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
         load_fusion_weights(cfg)   # validate now, not on the first frame
     _check_head_keys(cfg.head)
     return cfg
+
+
+def _check_fixed_frame(v: dict) -> None:
+    """Refuse, with pose_source tf, the grid frame as the fixed frame: no motion, silently."""
+    fixed = v['accumulation.fixed_frame']
+    if (v['accumulation.pose_source'] == 'tf'
+            and fixed.lstrip('/') == v['grid.frame_id'].lstrip('/')):
+        raise ConfigError(f'accumulation.fixed_frame: {fixed!r} is grid.frame_id, which never '
+                          "moves in itself; name the frame the vehicle moves in ('odom' or "
+                          "'map')")
 
 
 def _check_head_keys(head: HeadConfig) -> None:

@@ -280,7 +280,8 @@ SCHEMA: tuple[ParamSpec, ...] = (
        'an earlier sweep older than this (from the current stamp) is left out', 1e-3, DAY_S),
     _s('accumulation.max_odometry_gap_s', 0.2,
        'poses (odometry, TF) bracketing a cloud stamp further apart than this do not count; '
-       'deskew holds the newest twist up to this long (at most 0.2 s) after the newest pose',
+       'a cloud after the newest pose takes it moved on by its twist, up to this long (at '
+       'most 0.2 s)',
        1e-3, DAY_S),
     _p('accumulation.pose_source', 'string', 'odometry',
        'ego motion between sweeps: odometry (~/input/odometry) or tf (the pose of '

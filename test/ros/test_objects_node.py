@@ -23,8 +23,8 @@ from jax_perception_node.outputs.objects import boxes_from_detections
 from jax_perception_node.settings.config import config_from_parameters
 import numpy as np
 import pytest
-from ros_harness import (make_cloud, serving_node, set_parameters, stamp_of, status_values,
-                         wait_answering)
+from ros_harness import (make_cloud, other_domain, serving_node, set_parameters, stamp_of,
+                         status_values, wait_answering)
 
 T0 = 1_700_000_000 * 10**9
 NS = '/jax_perception'
@@ -311,12 +311,41 @@ def test_autoware_labels_change_live(running):
 class FakePublisher:
     def __init__(self, topic, msg_type=None):
         self.topic, self.msg_type, self.sent, self.subscribers = topic, msg_type, [], 0
+        self.topic_name = topic
 
     def get_subscription_count(self):
         return self.subscribers
 
     def publish(self, msg):
         self.sent.append(msg)
+
+
+@pytest.mark.parametrize('rules, objects, published_time', [
+    ((), '/jax_perception/output/objects',
+     '/jax_perception/output/objects/debug/published_time'),
+    # As Autoware's PublishedTimePublisher: after the objects' topic, wherever it is remapped.
+    (('~/output/objects:=/perception/objects',), '/perception/objects',
+     '/perception/objects/debug/published_time'),
+    # Its own remap wins.
+    (('~/output/objects:=/perception/objects',
+      '~/output/objects/debug/published_time:=/timing/objects'), '/perception/objects',
+     '/timing/objects'),
+])
+def test_published_time_follows_the_objects_topic_as_remapped(rules, objects, published_time):
+    import rclpy
+    from jax_perception_node.ros.node_outputs import FrameOutputs
+    context = rclpy.Context()
+    args = ['--ros-args', *(arg for rule in rules for arg in ('-r', rule))]
+    rclpy.init(args=args, context=context, domain_id=other_domain(7))
+    node = rclpy.create_node('jax_perception', context=context)
+    try:
+        outputs = FrameOutputs(node.create_publisher, None, ('car',),
+                               resolve_topic_name=node.resolve_topic_name)
+        assert outputs.publishers['objects'].topic_name == objects
+        assert outputs.publishers['published_time'].topic_name == published_time
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)
 
 
 def fake_outputs(classes, bev_features=True, **output):

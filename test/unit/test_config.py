@@ -361,6 +361,8 @@ def test_tf_sources_and_channel_names_default_and_override():
     ({'accumulation.pose_source': 'gps'},
      'accumulation.pose_source: expected one of odometry | tf'),
     ({'accumulation.fixed_frame': ''}, 'accumulation.fixed_frame: must not be empty'),
+    ({'accumulation.pose_source': 'tf', 'accumulation.fixed_frame': '/base_link'},
+     "accumulation.fixed_frame: '/base_link' is grid.frame_id, which never moves in itself"),
     ({'cameras.channel_names': ['a', 'b']},
      'cameras.channel_names: 2 names for 3 camera feature channels'),
     ({'cameras.channel_names': ['a', 'b', 'a']}, 'cameras.channel_names: duplicate names'),

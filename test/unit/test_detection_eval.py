@@ -75,6 +75,20 @@ def test_ranking_order_matters():
     assert evaluate([(good, truth)])['ap'] == pytest.approx(1.0)
 
 
+def test_equal_scores_are_one_threshold_whatever_their_order():
+    # A TP and an FP of the same score, in two frames, 2 ground truth boxes: one point of the
+    # curve, recall 1/2 at precision 1/2, AP 1/4 in either frame order (a stable sort gave
+    # 1/2 with the TP's frame first, 1/4 with the other).
+    found = (rows(box(10, 0, 1.0)), rows(box(10, 0)))
+    missed = (rows(box(20, 0, 1.0)), rows(box(30, 0)))
+    assert evaluate([found, missed])['ap'] == pytest.approx(0.25)
+    assert evaluate([missed, found])['ap'] == pytest.approx(0.25)
+    # A lower score after the tie adds its own point: of 3 boxes, recall 1/3 at precision 1/2,
+    # then 2/3 at 2/3; the monotone envelope lifts the first to 2/3: AP = 2 * 1/3 * 2/3.
+    late = (rows(box(-5, 0, 0.5)), rows(box(-5, 0)))
+    assert evaluate([missed, found, late])['ap'] == pytest.approx(4 / 9)
+
+
 def test_greedy_matching_in_score_order():
     # Ground truth at x = 0 and x = 3; p (1.4, 0) 0.9 takes the nearer x = 0 (1.4 m vs 1.6 m);
     # q (0.2, 0) 0.8 then only has x = 3 at 2.8 m: FP. Reversed scores: q takes 0, p takes 3.

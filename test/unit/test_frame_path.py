@@ -179,6 +179,18 @@ def test_a_cloud_off_the_heads_intensity_scale_is_named_with_the_scale_to_set(wa
     assert path.process(cloud_of(signal, T0 + 3 * 10**8)).off_scale is None
 
 
+def test_with_a_projection_a_picture_asked_for_is_neither_built_nor_fetched(warmed, tmp_path):
+    # What the node asks while only ~/output/bev_image is subscribed, output.bev_features off:
+    # the projected channels have no picture, so the BEV stays on the device.
+    weights = tmp_path / 'projection.npz'
+    fused = small_config(cameras=0).fused_channels
+    np.savez(weights, W=np.ones((fused, 2), np.float32), b=np.zeros(2, np.float32))
+    cfg = small_config(cameras=0, **{'fusion.weights_file': str(weights)})
+    frame = FramePath(cfg, warmed(cfg)).process(cloud(), picture=True, features=False)
+    assert frame.rgb is None and frame.result.features is None
+    assert FramePath(cfg, warmed(cfg)).process(cloud(T0 + 10**8)).result.features.shape[-1] == 2
+
+
 def test_the_lidar_frame_is_the_parameter(pipe):
     cfg = small_config(**{'lidar.frame_id': 'velodyne'})
     path = FramePath(cfg, pipe)
@@ -597,6 +609,21 @@ def test_a_cloud_whose_odometry_arrives_after_it_still_accumulates(warmed):
     assert [f.result.sweeps_used for f in frames['trailing']] == [1, 2, 2]
     for got, want in zip(frames['trailing'], frames['exact']):
         np.testing.assert_allclose(got.result.features, want.result.features, atol=1e-4)
+
+
+def test_a_pose_is_carried_forward_0_2_s_at_most_however_long_the_odometry_gap(warmed):
+    # A 1.5 s gap allowed (a 1 Hz localization): a cloud 0.15 s past the newest odometry takes
+    # it carried forward; one 0.5 s past it has no pose (a held twist drifts metres when the
+    # vehicle brakes), and says so.
+    cfg = small_config(cameras=0, **{'accumulation.num_sweeps': 2,
+                                     'accumulation.max_odometry_gap_s': 1.5})
+    path = FramePath(cfg, warmed(cfg))
+    path.pipe.reset_sweeps()
+    for k in range(-10, 1):
+        t = T0 + k * 20 * 10**6
+        path.add_odometry(bag_messages.odometry(t, (5.0 * (t - T0) / 1e9, 0.0, 0.0)))
+    assert not path.process(cloud(T0 + 15 * 10**7)).without_odometry
+    assert path.process(cloud(T0 + 5 * 10**8)).without_odometry
 
 
 def test_pose_source_tf_gives_the_sweeps_the_odometry_would(warmed):

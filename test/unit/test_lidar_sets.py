@@ -260,10 +260,14 @@ def test_a_lidar_whose_clock_runs_ahead_is_left_out_and_the_others_make_the_fram
     assert all(a.stamp_ns < b.stamp_ns for a, b in zip(later, later[1:]))
     assert later[-1].stamp_ns == T + 1100 * MS
     # Its clock set right again: stamped with the others, it is back in the frames.
-    out = clock_drift(sets, {}, 4, first='top', start=12)[-3:]
-    assert all(len(s.clouds) == 3 for s in out) and sets.ahead == {}
+    back = clock_drift(sets, {}, 4, first='top', start=12)
+    assert all(len(s.clouds) == 3 for s in back[-3:]) and sets.ahead == {}
     assert sets.take_news() == ['LiDAR left: stamped with the other LiDARs again, back in the '
                                 'frames']
+    # Every cloud sent is in one set or counted late.
+    rest = [s for s in (sets.flush(10.0),) if s is not None]
+    grouped = [msg for s in out + back + rest for msg in s.clouds.values()]
+    assert len(grouped) == len(set(grouped)) and len(grouped) + sets.late == 16 * len(NAMES)
 
 
 def test_without_a_clock_only_a_lidar_a_second_ahead_is_found():
@@ -310,6 +314,19 @@ def test_a_lidar_whose_clouds_arrive_sooner_is_not_judged_ahead(hz, lag_s):
         sets.due(now)
         sets.add(name, stamp, name, now, T + int(round(now * 1e9)))
     assert sets.ahead == {} and sets.take_news() == []
+
+
+def test_the_cloud_pending_when_a_lidar_is_left_out_is_counted_late():
+    # left's first cloud, 0.5 s ahead, waits in a set of its own; its next, a second and more
+    # ahead, has it left out at once: both are dropped, and both counted (the pending one was
+    # in no set and no count before).
+    two = LidarSets(('top', 'left'), 0.05, 10.0)
+    out = two.add('top', T, 'top', 0.0, T)
+    out += two.add('left', T + 500 * MS, 'left 1', 0.1, T)
+    out += two.add('left', T + 1600 * MS, 'left 2', 0.2, T + 100 * MS)
+    out += [s for s in (two.flush(0.3),) if s is not None]
+    assert 'left' in two.ahead
+    assert [s.clouds for s in out] == [{'top': 'top'}] and two.late == 2
 
 
 def test_two_lidars_the_clock_says_which_runs_ahead():

@@ -99,6 +99,25 @@ def test_precut_cloud_reports_original_count(pipe):
     assert (result.num_points, result.overflow_points) == (9000, 9000 - 1024)
 
 
+def test_the_python_api_applies_the_configs_intensity_scale_and_field(warmed):
+    # lidar.intensity_scale and intensity_field reach process(points) and decode(msg) as they
+    # reach the node's frames (before, the array path and decode's defaults ignored them).
+    cfg = small_config(cameras=0, **{'lidar.intensity_scale': 0.125,
+                                     'lidar.intensity_field': 'signal'})
+    pipe = warmed(cfg)
+    points = np.random.default_rng(5).uniform([-6, -9, -1.5, 0], [6, 9, 3.5, 2000], (200, 4))
+    points = points.astype(np.float32)
+    want = voxelize_ref(points, cfg)
+    assert want[..., 5].max() < 250       # scaled: 2000 * 0.125
+    np.testing.assert_allclose(pipe.process(points).features[..., :6], want, atol=1e-4)
+    msg = bag_messages.cloud(points, 0)
+    next(f for f in msg.fields if f.name == 'intensity').name = 'signal'
+    np.testing.assert_allclose(pipe.process(pipe.decode(msg)).features[..., :6], want,
+                               atol=1e-4)
+    with pytest.raises(ValueError, match=r'times must be float32\[200\], one per point'):
+        pipe.process(points, times=np.zeros(150, np.float32))
+
+
 def test_nonfinite_features_are_zeroed_and_counted(pipe):
     fmap = np.ones((12, 20, 3), np.float32)
     fmap[0, 0, 0] = np.nan
@@ -123,6 +142,8 @@ def test_wrong_camera_inputs_are_rejected_by_name(pipe):
         pipe.process(np.zeros((0, 4), np.float32), {'side': np.zeros((12, 20, 3), np.float32)})
     with pytest.raises(ValueError, match='front'):
         pipe.process(np.zeros((0, 4), np.float32), {'front': np.zeros((2, 2, 3), np.float32)})
+    with pytest.raises(ValueError, match=r"camera 'front': \(2, 3\), expected"):
+        pipe.process(np.zeros((0, 4), np.float32), {'front': [[0.0] * 3] * 2})
 
 
 def test_compilation_cache_dir_is_private(tmp_path):

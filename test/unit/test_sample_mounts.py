@@ -17,7 +17,9 @@ from jax_perception_node.settings.config import load_config, Pose
 from jax_perception_node.tools.cli import main
 from jax_perception_node.tools.synthetic_drive import (draw_variation, POINT_DTYPE,
                                                        SyntheticDrive, write_sample_bag)
+from jax_perception_node.tools.synthetic_drive.camera_render import camera_rays
 from jax_perception_node.tools.synthetic_drive.mounts import body_tilted, mounted, tilted_boxes
+from jax_perception_node.tools.synthetic_drive.scene import GROUND
 import numpy as np
 import pytest
 
@@ -160,6 +162,22 @@ def test_body_tilt_tilts_the_ground_and_the_labels_not_tf(bags, cfg, name, tilt)
     assert ground_slope(base_link_cloud(bags['plain'])) == pytest.approx((0.0, 0.0), abs=0.05)
     assert_objects_unchanged(bags[name], bags['plain'], cfg, tilt)
     assert record(bags[name])['body_tilt_deg'] == ','.join(f'{v:g}' for v in tilt)
+
+
+@pytest.mark.parametrize('tilt', [(2.0, 0.0), (0.0, -1.5)])
+def test_the_cameras_turn_with_the_body_as_the_lidar_does(cfg, tilt):
+    # Seen through their nominal poses (what the node has), the cameras' ground is the plane
+    # the tilted LiDAR's is: the two stay in register. Before, the cameras stayed level.
+    drives = {tilt: SyntheticDrive(cfg, seed=SEED, camera_tilt=tilt),
+              (0.0, 0.0): SyntheticDrive(cfg, seed=SEED)}
+    for want, drive in drives.items():
+        xyz = []
+        for cam in drive.cameras:
+            seen = drive.camera_surfaces(cam.name, 0.0, scale=2)
+            ground = seen.cls == GROUND
+            xyz.append(np.array(cam.pose.translation)
+                       + camera_rays(cam, 2)[ground] * seen.depth[ground, None])
+        assert ground_slope(np.concatenate(xyz)) == pytest.approx(want, abs=0.1)
 
 
 def test_tilted_boxes_turn_centres_and_headings_by_the_inverse_tilt():

@@ -7,6 +7,7 @@ import numpy as np
 
 from .camera_render import camera_rays, check_scale, image, pinhole, render, Surfaces, trace
 from .lidar_model import LidarModel
+from .mounts import tilt_rotation
 from .road_users import People, people_at, Traffic
 from .scene import (BCLS, BHX, BHY, BHZ, box_hits, BRHO, BVX, BVY, BX, BY, BYAW, BZ, CAMERA_VIEW_M,
                     CCLS, CR, CRHO, CVX, CVY, CX, CY, cylinder_hits, CZ0, CZ1, EGO_LANE_Y,
@@ -28,13 +29,15 @@ class SyntheticDrive:
     stamp, from where the sensor is then into the scene as it is then, and every point's time
     is 0 (the reference a deskewed sweep is compared with); the rays and the noise and
     detection draws are the real sweep's. ``noise_stream`` > 0 gives a second or third LiDAR
-    on the vehicle draws of its own (0: the drive's single LiDAR).
+    on the vehicle draws of its own (0: the drive's single LiDAR). ``camera_tilt``: the body's
+    (pitch, roll) in degrees (``mounts.tilt_rotation``), which the cameras turn with about
+    base_link's origin as the LiDAR's ``mount`` already has; None: level.
     """
 
     def __init__(self, cfg: PipelineConfig, seed: int = 0, num_cameras: int | None = None,
                  lidar: LidarModel = LidarModel(), ego_speed: float = EGO_SPEED,
                  instant_sweep: bool = False, mount: Pose | None = None,
-                 noise_stream: int = 0):
+                 noise_stream: int = 0, camera_tilt=None):
         """Set up the sensors; raises ValueError for a bad seed, camera count or speed."""
         available = len(cfg.cameras)
         if num_cameras is None:
@@ -61,8 +64,9 @@ class SyntheticDrive:
         self.instant_sweep = bool(instant_sweep)
         self.mount = cfg.lidar if mount is None else mount
         self._noise_key = [self.seed, 2] if noise_stream == 0 else [self.seed, 2, 5, noise_stream]
+        self._body = None if camera_tilt is None else tilt_rotation(camera_tilt)
         self._setup_rays()
-        # (name, scale) -> the camera's rays and their pixel grid, made on first use.
+        # (name, scale) -> the camera's rays, their pixel grid and its offset, made on first use.
         self._camera_grids: dict[tuple[str, int], tuple] = {}
         self._tiles: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         # Traffic and cyclists with the speeds of this drive (see the class docstring), people.
@@ -428,9 +432,14 @@ class SyntheticDrive:
             raise ValueError(f'unknown camera {name!r}; this drive has '
                              f'{[c.name for c in self.cameras]}')
         if (name, scale) not in self._camera_grids:
-            self._camera_grids[name, scale] = camera_rays(cam, scale), pinhole(cam, scale)
-        rays, view = self._camera_grids[name, scale]
-        origin = self.ego_position(t) + np.array(cam.pose.translation)
+            rays, view, offset = camera_rays(cam, scale), pinhole(cam, scale), cam.pose.translation
+            if self._body is not None:      # turned with the body about base_link's origin
+                rays = rays @ self._body.T
+                view = view._replace(rotation=self._body @ view.rotation)
+                offset = self._body @ offset
+            self._camera_grids[name, scale] = rays, view, np.array(offset, float)
+        rays, view, offset = self._camera_grids[name, scale]
+        origin = self.ego_position(t) + offset
         boxes, cylinders = self.scene(origin[0] - CAMERA_VIEW_M, origin[0] + CAMERA_VIEW_M, t)
-        # Ego heading 0: base_link axes are world axes, so the rays need no rotation.
+        # Ego heading 0: base_link axes are world axes, so the rays need no further rotation.
         return cam, rays, view, origin, boxes, cylinders

@@ -20,7 +20,8 @@ is the rotation ``tilt_rotation`` = R_y(pitch) R_x(roll), applied in base_link.
   sees, as a dataset's labels in the vehicle frame are. Against the level boxes, a centre at
   horizontal range r moves r (1 - cos a) in xy (a: the tilt; 0.03 m at 50 m for 2 deg) and
   r sin a in z (1.7 m at 50 m for 2 deg); the boxes stay upright (sizes and yaw only).
-  The cameras stay level: their maps are rendered from the parameters' camera poses.
+  The cameras turn with the body (``SyntheticDrive(camera_tilt=...)``), their /tf_static
+  poses nominal as the LiDARs' are: on a vehicle every sensor moves with the body.
 
 ``draw_variation``: ``sample-bag --randomize``'s draws, from the seed but from a generator of
 their own (:data:`VARIATION_STREAM`), so the drive's objects and noise draws are unchanged.

@@ -129,11 +129,12 @@ def _drives(cfg: PipelineConfig, mounts, body_tilt, num_cameras, **drive) -> lis
     """
     Return one SyntheticDrive per LiDAR of ``mounts``, cast from the body turned by ``body_tilt``.
 
-    The first carries the cameras and the single LiDAR's draws, as a one-LiDAR drive.
-    /tf_static has the mounts, untilted.
+    The first carries the cameras (turned with the body too) and the single LiDAR's draws, as
+    a one-LiDAR drive. /tf_static has the mounts, untilted.
     """
     return [SyntheticDrive(cfg, num_cameras=num_cameras if i == 0 else 0, lidar=mount.model,
-                           mount=body_tilted(mount.pose, body_tilt), noise_stream=i, **drive)
+                           mount=body_tilted(mount.pose, body_tilt), noise_stream=i,
+                           camera_tilt=body_tilt if i == 0 else None, **drive)
             for i, mount in enumerate(mounts)]
 
 
