@@ -33,16 +33,19 @@ is inactive, the launch_ros way (ChangeState events, OnStateTransition); autosta
 it unconfigured for a lifecycle manager (Nav2's lifecycle_manager, ``ros2 lifecycle set``).
 Autostart lives here rather than in the node so that the node never transitions itself: a
 lifecycle manager that owns it sees only the transitions it asked for, and a failed configure
-(bad parameter, logged) leaves the node unconfigured instead of activating anything.
+(bad parameter, logged) leaves the node unconfigured instead of activating anything. With
+autostart, a node whose process exits before its first configure has ended (a parameter the
+node refuses at start-up, a crash) ends the launch, including a launch that includes this one.
 """
 
 import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
-from launch.event_handlers import OnProcessStart
-from launch.events import matches_action
+from launch.actions import (DeclareLaunchArgument, EmitEvent, LogInfo, OpaqueFunction,
+                            RegisterEventHandler)
+from launch.event_handlers import OnProcessExit, OnProcessStart
+from launch.events import matches_action, Shutdown
 import launch.logging
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
@@ -178,20 +181,35 @@ def make_node(context):
 
 def autostart(node: LifecycleNode) -> list:
     """
-    Configure ``node`` when its process starts, activate it when it first reaches inactive.
+    Configure ``node`` when its process starts, activate it if that configure succeeds.
 
-    Once: a later configure (a manager's or ``ros2 lifecycle set``, after a cleanup) is left
-    inactive, as asked.
+    Once: a later configure (a manager's or ``ros2 lifecycle set``, after a failed first one or
+    a cleanup) is left inactive, as asked. A process that exits before its first configure has
+    ended (a bad parameter, a crash in warm-up) shuts the launch down: launch_ros would wait
+    for its configure service for ever.
     """
+    configured = []         # the goal state of the first configure, once it has ended
+
     def change(transition_id):
         return EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
                                            transition_id=transition_id))
+
+    def first_configure_ended(context):
+        configured.append(context.locals.event.goal_state)
+        return [change(Transition.TRANSITION_ACTIVATE)] if configured[0] == 'inactive' else []
+
+    def exited(event, context):
+        if configured:
+            return None
+        why = f'{event.action.name} exited (code {event.returncode}) before it was configured'
+        return [LogInfo(msg=f'{why}: the launch ends'), EmitEvent(event=Shutdown(reason=why))]
     return [
         RegisterEventHandler(OnProcessStart(
             target_action=node, on_start=[change(Transition.TRANSITION_CONFIGURE)])),
         RegisterEventHandler(OnStateTransition(
-            target_lifecycle_node=node, start_state='configuring', goal_state='inactive',
-            entities=[change(Transition.TRANSITION_ACTIVATE)], handle_once=True)),
+            target_lifecycle_node=node, start_state='configuring',
+            entities=[OpaqueFunction(function=first_configure_ended)], handle_once=True)),
+        RegisterEventHandler(OnProcessExit(target_action=node, on_exit=exited)),
     ]
 
 

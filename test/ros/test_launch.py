@@ -22,7 +22,8 @@ from configs import REPO, small_params
 from lifecycle_harness import LifecycleClient
 import numpy as np
 import pytest
-from ros_harness import make_cloud, make_features, Probe, stamp_of, wait_answering, write_params
+from ros_harness import (make_cloud, make_features, Probe, set_parameters, stamp_of,
+                         wait_answering, write_params)
 
 SHARED = Path(__file__).resolve().parents[3] / 'shared'
 VENDOR = SHARED / 'vendor' / 'ros2-launch-jazzy'
@@ -355,6 +356,46 @@ def test_xml_launch_with_autoware_arguments_managed_autostart(launch_site, tmp_p
     finally:
         probe.close()
     assert 'jax_perception_lifecycle_node' in assert_clean_exit(launch)
+
+
+def test_autostart_after_a_failed_configure_and_a_node_that_dies_before_one(launch_site,
+                                                                            tmp_path):
+    from lifecycle_msgs.msg import Transition
+    from rcl_interfaces.srv import SetParameters
+    # A configure refused (x_min above x_max): the node stays unconfigured, and the one the
+    # operator asks for once the parameter is right is left inactive, as asked (before, the
+    # activate of autostart was still armed and fired).
+    params = write_params(small_params(0, **{'grid.x_min': 10.0}), tmp_path / 'params.yaml')
+    launch = Launch(launch_site, tmp_path, params_file=params, managed='true')
+    probe = Probe(features=False)
+    try:
+        client = LifecycleClient(probe)
+        client.wait_for_services(timeout=120.0)
+        probe.wait_for(lambda: "Failed to make transition 'TRANSITION_CONFIGURE'" in launch.log(),
+                       what='the refused configure', timeout=120.0)
+        assert client.state() == 'unconfigured'
+        setter = probe.node.create_client(SetParameters, '/jax_perception/set_parameters')
+        wait_answering(probe, setter)
+        assert set_parameters(probe, setter, grid__x_min=-8.0)[0].successful
+        assert client.transition(Transition.TRANSITION_CONFIGURE)
+        time.sleep(2.0)     # launch's activate came within ~0.1 s of reaching inactive
+        assert client.state() == 'inactive'
+    except BaseException:
+        launch.stop()
+        raise
+    finally:
+        probe.close()
+    assert_clean_exit(launch)
+    # A parameter the node refuses at start-up: it exits before any configure, and the launch
+    # ends with it (before, launch_ros waited for its configure service until Ctrl-C).
+    params = write_params(small_params(0, **{'grid.resolution': 0.0}), tmp_path / 'bad.yaml')
+    launch = Launch(launch_site, tmp_path / 'bad', params_file=params, managed='true')
+    try:
+        launch.proc.wait(timeout=120)
+    finally:
+        launch.stop()
+    assert ('jax_perception_lifecycle_node-1 exited (code 1) before it was configured: the '
+            'launch ends') in launch.log()
 
 
 def test_launch_managed_without_autostart_waits_unconfigured(launch_site, tmp_path):
