@@ -102,6 +102,10 @@ def open_reader(path: str | Path) -> Reader:
         raise BagError(f'{path}: cannot read bag: {" ".join(str(exc).split())}') from None
     except (OverflowError, MemoryError):    # a corrupt record length, used before any check
         raise BagError(f'{path}: cannot read bag: a record length is corrupt') from None
+    except Exception as exc:    # noqa: B902 - a truncated zstd file, a metadata field of a type
+        # rosbags does not check: the storage plugins and codecs raise many kinds
+        raise BagError(f'{path}: cannot read bag: {type(exc).__name__}: '
+                       f'{" ".join(str(exc).split())}') from None
     return reader
 
 
@@ -361,6 +365,16 @@ def read_connections(reader: Reader, topics) -> list:
     types = topic_types(reader)
     return [c for c in reader.connections
             if c.topic in topics and canonical_type(c.msgtype) == types[c.topic]]
+
+
+def message_count(reader: Reader, topics) -> int:
+    """Return how many messages of ``topics`` the bag information lists; BagError if no number."""
+    found = read_connections(reader, topics)
+    for c in found:
+        if not isinstance(c.msgcount, int):
+            raise BagError(f'{reader.path}: cannot read bag: the message count of {c.topic} '
+                           f'is {c.msgcount!r}, not a number')
+    return sum(c.msgcount for c in found)
 
 
 def iter_messages(reader: Reader, topics: list[str]) -> Iterator[tuple[str, int, bytes, str]]:

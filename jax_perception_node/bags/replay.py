@@ -196,9 +196,9 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
                 replay.run(reader, types, topics, progress)
                 if -1 in snapshot_frames and replay.last is not None:
                     result.snapshots[result.frames - 1] = replay.last.copy()
-        if truth is not None:
-            result.detection = detection_summary(replay.objects, truth, pipe.head_classes,
-                                                 other_classes)
+            if truth is not None:       # before the bag is renamed: Ctrl-C leaves no OUT
+                result.detection = detection_summary(replay.objects, truth, pipe.head_classes,
+                                                     other_classes)
         result.compiles_after_warmup = pipe.compiles_after_warmup
         return result
     finally:
@@ -222,7 +222,7 @@ def cloud_count(reader, types: dict[str, str], topics: bagio.BagTopics, src,
     except bagio.BagError as exc:
         raise bagio.BagError(f'{src}: {exc}') from None
     clouds = topics.clouds(lidars)
-    count = sum(c.msgcount for c in bagio.read_connections(reader, clouds))
+    count = bagio.message_count(reader, clouds)
     if count == 0:
         raise bagio.BagError(f'{src}: no message on the LiDAR topic {", ".join(clouds)}')
     return count

@@ -177,6 +177,7 @@ def _checked_size(msg, map_height: int, map_width: int) -> tuple[float, float, i
     if width <= 0 or height <= 0 or max(width, height) > MAX_IMAGE_SIZE:
         raise CameraInfoError(f'width {width}, height {height}: the image size must be in '
                               f'1..{MAX_IMAGE_SIZE}')
+    size = f'width {width}, height {height}'
     roi = msg.roi
     x_offset, y_offset = int(roi.x_offset), int(roi.y_offset)
     if int(roi.width) or int(roi.height) or x_offset or y_offset:
@@ -186,15 +187,16 @@ def _checked_size(msg, map_height: int, map_width: int) -> tuple[float, float, i
                 f'roi: x_offset {x_offset}, y_offset {y_offset}, width {int(roi.width)}, '
                 f'height {int(roi.height)} is not a window of the {width} x {height} image')
         width, height = int(roi.width), int(roi.height)
+        size = f'roi.width {width}, roi.height {height}'    # the fields the size came from
     if width < map_width or height < map_height:
-        raise CameraInfoError(f'width {width}, height {height}: smaller than the '
-                              f'{map_width} x {map_height} feature map')
+        raise CameraInfoError(f'{size}: smaller than the {map_width} x {map_height} feature '
+                              'map')
     scale_x, scale_y = map_width / width, map_height / height
     if abs(scale_x - scale_y) > SCALE_TOLERANCE * max(scale_x, scale_y):
         raise CameraInfoError(
-            f'width {width}, height {height}: scales to the {map_width} x {map_height} '
-            f'feature map by {scale_x:.4g} in x but {scale_y:.4g} in y (cameras.<name>.width '
-            "and height must have the image's aspect ratio)")
+            f'{size}: scales to the {map_width} x {map_height} feature map by '
+            f'{scale_x:.4g} in x but {scale_y:.4g} in y (cameras.<name>.width and height must '
+            "have the image's aspect ratio)")
     return scale_x, scale_y, x_offset, y_offset
 
 
@@ -335,11 +337,13 @@ def scale_camera_info(msg, map_height: int, map_width: int,
             raise CameraInfoError('roi: a window of the raw image cannot describe the '
                                   'rectified one (cameras.<name>.rectified)')
         (fx, fy, cx, cy), model, distortion = _checked_p(msg), 'none', ()
+        names = ('p[0] (fx)', 'p[5] (fy)')
     else:
         fx, fy, cx, cy = _checked_k(msg)
         cx, cy = cx - x_offset, cy - y_offset
         model, distortion = _distortion(msg)
-    for name, value in (('k[0] (fx)', fx * scale_x), ('k[4] (fy)', fy * scale_y)):
+        names = ('k[0] (fx)', 'k[4] (fy)')
+    for name, value in zip(names, (fx * scale_x, fy * scale_y)):
         if value < MIN_FOCAL_PX:
             raise CameraInfoError(f'{name}: {value:.3g} px at feature-map resolution, below '
                                   f'{MIN_FOCAL_PX:g} px')

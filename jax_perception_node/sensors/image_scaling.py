@@ -18,8 +18,9 @@ __all__ = ['area_float', 'fit_array']
 def _block_mean(src: np.ndarray, factor_y: int, factor_x: int) -> np.ndarray:
     """uint8[H, W, C] (any strides) -> uint8[H / fy, W / fx, C] block means, half rounded up."""
     count = factor_y * factor_x
-    # uint16 holds a block's sum up to 257 pixels; larger blocks (rare) sum in uint32.
-    wide = np.uint16 if count * 255 < 1 << 16 else np.uint32
+    # uint16 holds a block's sum, and the half added to round it, up to 256 pixels; larger
+    # blocks (rare) sum in uint32.
+    wide = np.uint16 if count * 255 + count // 2 < 1 << 16 else np.uint32
     # Rows first (whole contiguous rows added), then columns: a few passes over the data,
     # where one sum over a 5-D strided view is ten times slower.
     rows = src[0::factor_y].astype(wide)

@@ -186,15 +186,20 @@ def _replay_one(args, cfg, topics: BagTopics) -> int:
     from .report import progress_bar, replay_lines
     result = replay_bag(args.input[0], args.out, cfg, topics, snapshot_frames=(0, -1),
                         progress=progress_bar())
-    summary = result.summary()
-    for line in result.warnings():
-        print(line, file=sys.stderr)
-    print('\n' + '\n'.join(replay_lines(result, summary, cfg)))
-    print(f'wrote {args.out}')
-    if args.json:
-        write_json(args.json, summary)
-    if args.png:
-        write_pictures(Path(args.png), result, cfg)
+    try:
+        summary = result.summary()
+        for line in result.warnings():
+            print(line, file=sys.stderr)
+        print('\n' + '\n'.join(replay_lines(result, summary, cfg)))
+        print(f'wrote {args.out}')
+        if args.json:
+            write_json(args.json, summary)
+        if args.png:
+            write_pictures(Path(args.png), result, cfg)
+    except (KeyboardInterrupt, Terminated) as exc:    # the output bag is whole by now
+        unwritten = ' and '.join(o for o in ('--json', '--png') if getattr(args, o[2:]))
+        cut = f'; {unwritten} may be missing or cut short' if unwritten else ''
+        raise type(exc)(f'{args.out} is complete{cut}') from None
     if result.frames == 0:      # written and summarized, but "nothing served" is no success
         print('jax-perception: replay: no cloud of the bag became a frame (the rejected: lines '
               'above say why)', file=sys.stderr)
@@ -256,6 +261,10 @@ def cmd_bench(args) -> int:
     check_writable(args.out, '--out', folder=True)
     if args.json:
         check_writable(args.json, '--json', folder=False)
+        own = {Path(args.out, name).resolve() for name in ('', 'bench.md', 'bench.png', 'logs')}
+        if Path(args.json).resolve() in own:
+            raise UsageError(f'--json {args.json}: --out {args.out} is that or writes it; name '
+                             'another file')
     parts = ('device',) if args.device else None
     return run_benchmarks(quick=args.quick, json_path=args.json, out_dir=args.out, parts=parts,
                           check=args.check)
@@ -266,8 +275,12 @@ def cmd_demo(args) -> int:
     from .demo import run_demo
     number(args.seconds, '--seconds', 0.0, MAX_DRIVE_S, low_open=True, unit=' s')
     check_writable(args.out, '--out', folder=True)
-    with sigterm_raises():      # the node, player and recorder are stopped on the way out
-        return run_demo(Path(args.out), args.params, args.seconds, images=not args.feature_maps)
+    try:
+        with sigterm_raises():      # the node, player and recorder are stopped on the way out
+            return run_demo(Path(args.out), args.params, args.seconds,
+                            images=not args.feature_maps)
+    except OSError as exc:      # a file where the demo writes, a full disk: one line
+        raise UsageError(f'demo: {exc}') from None
 
 
 def _with_topics(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -418,10 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         print(f'jax-perception: {exc}', file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return exit_interrupted('interrupted', 130, script)
-    except Terminated:
-        return exit_interrupted('terminated (SIGTERM)', 128 + signal.SIGTERM, script)
+    except KeyboardInterrupt as exc:     # its text, if any, says what was left written
+        return exit_interrupted(': '.join(['interrupted', *exc.args]), 130, script)
+    except Terminated as exc:
+        return exit_interrupted(': '.join(['terminated (SIGTERM)', *exc.args]),
+                                128 + signal.SIGTERM, script)
     except ImportError as exc:
         # rclpy's native module, interrupted while it loads, says it is missing instead.
         if not interrupted_import(exc):

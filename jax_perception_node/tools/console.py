@@ -7,11 +7,12 @@ Ctrl-C then would be a traceback. This module imports nothing but the standard l
 
 import sys
 
-from .interrupts import exit_interrupted     # the standard library's only
+from .interrupts import exit_interrupted, keep_interrupts     # the standard library's only
 
 
 def main() -> int:
     """Run ``cli.main`` on the process's arguments; exit 130 on a Ctrl-C while importing it."""
+    keep_interrupts()
     try:
         from .cli import main as cli_main
     except KeyboardInterrupt:

@@ -31,6 +31,7 @@ from jax_perception_node.outputs.objects import GROUND_TRUTH_TOPIC
 from jax_perception_node.settings.config import default_params_file, load_config
 from jax_perception_node.settings.param_file import read_param_file, write_param_file
 
+from .arguments import UsageError
 from .processes import console_script, local_ros_env, stop_process
 
 # The learned encoder, whose shipped weights were trained end to end with a shipped head.
@@ -50,6 +51,37 @@ def recorded_topics(cfg) -> dict[str, str]:
     head = {bagio.OBJECTS_TOPIC: bagio.OBJECTS_TYPES[cfg.output.objects_type],
             GROUND_TRUTH_TOPIC: bagio.DETECTIONS_TYPE}
     return {**RECORDED_TOPICS, **(head if cfg.head.module else {})}
+
+
+# What the demo writes in its --out (and replaces when run again): a folder of anything else is
+# not its to write in. MARKER says a folder is a demo's.
+MARKER = '.jax-perception-demo'
+OWN_FILES = ('report.md', 'bev.png', 'latency.png', 'node.log', 'params.yaml',
+             'params_images.yaml')
+OWN_FOLDERS = ('recording', 'sample_drive_*')
+
+
+def claim_out(out: Path) -> None:
+    """
+    Make ``out`` the demo's folder, or refuse it (UsageError) when it holds what another wrote.
+
+    A new or empty folder, or one marked by an earlier demo (or holding only what a demo
+    writes, as before the mark), is the demo's: its outputs there are replaced.
+    """
+    try:
+        if out.exists() and not out.is_dir():
+            raise UsageError(f'--out: {out} is a file; the demo writes a folder')
+        entries = list(out.iterdir()) if out.exists() else []
+        own = [e for e in entries if (e.name in OWN_FILES and e.is_file()) or (
+            e.is_dir() and any(e.match(pattern) for pattern in OWN_FOLDERS))]
+        if entries and not (out / MARKER).is_file() and len(own) < len(entries):
+            other = sorted(e.name for e in entries if e not in own)[0]
+            raise UsageError(f'--out: {out} holds {other}, which the demo did not write; name a '
+                             'new or empty folder (the demo replaces its own outputs there)')
+        out.mkdir(parents=True, exist_ok=True)
+        (out / MARKER).touch()
+    except OSError as exc:
+        raise UsageError(f'--out: {out}: {exc.strerror or exc}') from None
 
 
 def sample_bag(out: Path, params: Path, seconds: float) -> Path:
@@ -107,7 +139,7 @@ def run_demo(out: Path, params: str | None = None, seconds: float = 8.0,
     from .recorder import Recorder
     params_file = Path(params) if params else default_params_file()
     load_config(params_file)     # a bad file is refused before anything is made in ``out``
-    out.mkdir(parents=True, exist_ok=True)
+    claim_out(out)
     params_file = demo_params(params_file, out, images)
     cfg = load_config(params_file)
     bag = sample_bag(out, params_file, seconds)

@@ -64,8 +64,8 @@ def expand_inputs(inputs: list[str]) -> list[Path]:
     """
     Turn bags and folders of bags into the list of bags, in the order given (folders sorted).
 
-    Raises FleetError for a missing path, a folder without bags, or two bags that would write
-    the same output name.
+    Raises FleetError for a missing path, a folder without bags or with a bag folder cut short
+    (its files without metadata.yaml), or two bags that would write the same output name.
     """
     bags = []
     for item in inputs:
@@ -75,8 +75,15 @@ def expand_inputs(inputs: list[str]) -> list[Path]:
         if is_bag(path):
             bags.append(path)
             continue
-        inside = sorted(p for p in path.iterdir() if is_bag(p) and not p.name.startswith('.')) \
+        entries = sorted(p for p in path.iterdir() if not p.name.startswith('.')) \
             if path.is_dir() else []
+        inside = [p for p in entries if is_bag(p)]
+        cut = next((p for p in entries if p.is_dir() and not is_bag(p) and any(
+            f.suffix in ('.mcap', '.db3') for f in p.iterdir())), None)
+        if cut is not None:     # passed over in silence before
+            raise FleetError(f'{cut}: a folder of bag files without metadata.yaml is no rosbag2 '
+                             'bag (a recording cut short leaves one): name its files, or '
+                             'rebuild the metadata with ros2 bag reindex')
         if not inside:
             raise FleetError(f'{path}: neither a bag (a rosbag2 folder, .mcap or .db3) nor a '
                              f'folder of bags')
@@ -97,7 +104,9 @@ def lidar_frames(bag: Path, topics: dict[str, str]) -> int:
     except bagio.BagError:
         return 0
     try:
-        return sum(c.msgcount for c in bagio.read_connections(reader, topics))
+        return bagio.message_count(reader, topics)
+    except bagio.BagError:      # its replay says why
+        return 0
     finally:
         reader.close()
 

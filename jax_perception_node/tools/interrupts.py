@@ -5,6 +5,7 @@ A command removes its unfinished outputs as the interrupt unwinds it (``Keyboard
 or ``Terminated`` within ``sigterm_raises``); ``exit_interrupted`` then says so and ends.
 """
 
+import _thread
 import contextlib
 import os
 import signal
@@ -14,6 +15,31 @@ import threading
 
 class Terminated(BaseException):
     """SIGTERM during a command: unwinds like Ctrl-C, so the command removes its temporary."""
+
+
+def keep_interrupts() -> None:
+    """
+    Raise again in the main thread an interrupt that landed where Python cannot raise it.
+
+    Ctrl-C (or SIGTERM within ``sigterm_raises``) during a callback such as JAX's garbage
+    collection hook goes to ``sys.unraisablehook``, which printed a traceback and went on: the
+    interrupt was lost. Installed by the console script for the process.
+    """
+    previous = sys.unraisablehook
+    if getattr(previous, 'keeps_interrupts', False):
+        return
+
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
+            signum = signal.SIGINT if isinstance(unraisable.exc_value, KeyboardInterrupt) \
+                else signal.SIGTERM
+            # As if the signal came again once the hook has returned (raised in the hook, it
+            # would be lost again).
+            threading.Timer(0.01, _thread.interrupt_main, (signum,)).start()
+            return
+        previous(unraisable)
+    hook.keeps_interrupts = True
+    sys.unraisablehook = hook
 
 
 @contextlib.contextmanager

@@ -354,6 +354,8 @@ def cmd_train(args, stream=sys.stderr) -> int:
     """Collect the BEVs of ``args.bags``, train, write the weights and the loss picture."""
     start = time.perf_counter()
     out = Path(args.out)
+    if out.name in ('', '..'):      # '', '.', '/': the other outputs' names derive from it
+        raise UsageError(f'--out {args.out!r}: a file name is needed (WEIGHTS.npz)')
     png = Path(args.png) if args.png else out.with_name(out.stem + '_loss.png')
     cfg = load_config(args.params or default_params_file())
     if cfg.head.module not in ('', REFERENCE_HEAD):

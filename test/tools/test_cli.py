@@ -8,7 +8,7 @@ import pickle
 
 from bag_messages import read_all
 from cli_errors import assert_one_line_error
-from configs import PARAMS_FILE, small_params
+from configs import PARAMS_FILE, REPO, small_params
 from jax_perception_node.bags import bagio
 from jax_perception_node.geometry.stamps import stamp_ns
 from jax_perception_node.settings.config import load_config
@@ -280,6 +280,11 @@ def test_replay_reads_sqlite3_bags_with_renamed_topics(sample, tmp_path):
     (['bench', '--markdown', '{tmp}/notabag.txt'], 'not a bench results file (JSONDecodeError'),
     (['bench', '--markdown', '{tmp}/list.json'], 'not a bench results file (no plan and '
                                                  'machine)'),
+    # Before, the whole run, then a traceback writing the JSON over the folder (or the report).
+    (['bench', '--quick', '--out', '{tmp}/bo', '--json', '{tmp}/bo'],
+     '--json {tmp}/bo: --out {tmp}/bo is that or writes it'),
+    (['bench', '--quick', '--out', '{tmp}/bo', '--json', '{tmp}/bo/bench.md'],
+     '--json {tmp}/bo/bench.md: --out {tmp}/bo is that or writes it'),
     (['replay'], 'the following arguments are required'),
     (['frobnicate'], 'invalid choice'),
 ])
@@ -548,6 +553,15 @@ def test_paths_and_bags_a_crash_or_a_cut_recording_leaves(tmp_path, capsys):
                                                                    'file')):
         assert main(argv) == 1
         assert_one_line_error(capsys, message)
+
+
+def test_a_hand_edited_results_file_is_one_line(tmp_path, capsys):
+    import json
+    results = json.loads((REPO / 'docs' / 'bench.json').read_text())
+    results['images']['decode'] = {}         # a StopIteration traceback before
+    (tmp_path / 'edited.json').write_text(json.dumps(results))
+    assert main(['bench', '--markdown', str(tmp_path / 'edited.json')]) == 1
+    assert_one_line_error(capsys, 'an incomplete bench results file (StopIteration')
 
 
 def test_a_bag_whose_clouds_cannot_all_be_read_or_has_none_is_said(sample, tmp_path, capsys):

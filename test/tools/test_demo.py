@@ -2,6 +2,7 @@
 
 import re
 
+from cli_errors import assert_one_line_error
 from configs import PARAMS_FILE
 from jax_perception_node.settings.param_file import read_param_file, write_param_file
 from jax_perception_node.tools.cli import main
@@ -17,7 +18,8 @@ def test_demo_runs_and_writes_the_report(tmp_path, capsys):
                               tmp_path / 'params.yaml')
     assert main(['demo', '--out', str(out), '--seconds', '1.5', '--params', str(params)]) == 0
     printed = capsys.readouterr().out
-    for name in ('report.md', 'bev.png', 'latency.png', 'recording/metadata.yaml'):
+    for name in ('report.md', 'bev.png', 'latency.png', 'recording/metadata.yaml',
+                 '.jax-perception-demo'):
         assert (out / name).exists(), name
     assert any((tmp_path / 'xla').iterdir())
     report = (out / 'report.md').read_text()
@@ -55,6 +57,35 @@ def test_demo_runs_and_writes_the_report(tmp_path, capsys):
         'recall@2m |' in report
     assert re.search(r'^\| \w+ \| (\d\.\d\d|n/a)( \| (\d\.\d\d|n/a)){4} \| \d+ \| \d+ \| '
                      r'(\d\.\d\d|n/a) \|$', report, re.M), report
+
+
+def test_the_demo_writes_only_in_a_folder_of_its_own(tmp_path, capsys):
+    from jax_perception_node.tools.arguments import UsageError
+    from jax_perception_node.tools.demo import claim_out, MARKER
+    # A new folder, and one holding only what a demo writes (an earlier demo's), are its own.
+    claim_out(tmp_path / 'new')
+    assert (tmp_path / 'new' / MARKER).is_file()
+    earlier = tmp_path / 'earlier'
+    (earlier / 'recording').mkdir(parents=True)
+    (earlier / 'sample_drive_8s_1700000000').mkdir()
+    (earlier / 'report.md').write_text('old')
+    claim_out(earlier)
+    # Once marked, a file of the user's beside its outputs is left alone.
+    (earlier / 'notes.txt').write_text('mine')
+    claim_out(earlier)
+    # Anything else is refused before a file is touched (before, the demo deleted or
+    # overwrote what bore its names and crashed on a file where it wanted a folder).
+    mine = tmp_path / 'mine'
+    (mine / 'sample_drive_mine').mkdir(parents=True)
+    (mine / 'recording').write_text('a file')
+    with pytest.raises(UsageError, match=r'holds recording, which the demo did not write'):
+        claim_out(mine)
+    assert not (mine / MARKER).exists() and (mine / 'recording').read_text() == 'a file'
+    with pytest.raises(UsageError, match=r'is a file; the demo writes a folder'):
+        claim_out(mine / 'recording')
+    # On the command line, one line.
+    assert main(['demo', '--out', str(mine), '--seconds', '1']) == 1
+    assert_one_line_error(capsys, 'holds recording, which the demo did not write')
 
 
 def test_the_report_scores_every_class_seen_on_either_topic():

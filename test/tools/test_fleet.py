@@ -223,6 +223,9 @@ def test_cli_joins_a_running_cluster_by_address(archive, ray_cluster, tmp_path):
     (['{bags}', '--out', '{tmp}/o'], 'is a folder of bags: replay them with --workers'),
     (['{tmp}/plain', '{bags}/drive0', '--out', '{tmp}/o', '--workers', '2'],
      'neither a bag (a rosbag2 folder, .mcap or .db3) nor a folder of bags'),
+    # A bag folder cut short beside a good bag: skipped in silence before.
+    (['{tmp}/archive', '--out', '{tmp}/o', '--workers', '1'],
+     '{tmp}/archive/cut_short: a folder of bag files without metadata.yaml is no rosbag2 bag'),
     (['{bags}', '--out', '{bags}/drive0/outputs', '--workers', '2'],
      '--out {bags}/drive0/outputs: would write inside the bag {bags}/drive0'),
     (['{bags}/drive0', '{bags}/drive0', '--out', '{tmp}/o', '--workers', '2'],
@@ -234,10 +237,14 @@ def test_cli_joins_a_running_cluster_by_address(archive, ray_cluster, tmp_path):
 ])
 def test_user_errors_print_one_line_and_return_1(argv, message, archive, tmp_path, capsys):
     (tmp_path / 'plain').mkdir()
+    (tmp_path / 'archive' / 'cut_short').mkdir(parents=True)
+    os.symlink(archive.bags / 'drive0', tmp_path / 'archive' / 'drive0')
+    [mcap] = (archive.bags / 'drive0').glob('*.mcap')
+    os.symlink(mcap, tmp_path / 'archive' / 'cut_short' / mcap.name)
     argv = ['replay', *(a.format(bags=archive.bags, tmp=tmp_path) for a in argv),
             '--params', str(archive.params)]
     assert main(argv) == 1
-    assert_one_line_error(capsys, message.format(bags=archive.bags))
+    assert_one_line_error(capsys, message.format(bags=archive.bags, tmp=tmp_path))
     assert not (tmp_path / 'o').exists()
 
 

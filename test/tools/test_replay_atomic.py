@@ -320,6 +320,48 @@ def test_a_replay_onto_a_dangling_link_is_refused_before_it_starts(drive, tmp_pa
     assert f'{tmp_path / "out"} exists, not overwriting' in capsys.readouterr().err
 
 
+def test_ctrl_c_after_the_bag_is_whole_says_so(drive, tmp_path, monkeypatch, capsys):
+    # The output bag is renamed into place before the summary is printed and --json / --png
+    # written: interrupted there, the bag stays and the line says what may be missing (before,
+    # "interrupted" alone, as if nothing were left, and the same command then refused OUT).
+    from jax_perception_node.tools import cli
+    _, bag, params = drive
+
+    def interrupt(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, 'write_pictures', interrupt)
+    out = tmp_path / 'out'
+    assert main(['replay', str(bag), '--out', str(out), '--params', str(params), '--json',
+                 str(tmp_path / 'summary.json'), '--png', str(tmp_path / 'png')]) == 130
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (f'jax-perception: interrupted: {out} is complete; --json and --png may be '
+                   'missing or cut short')
+    assert (out / 'metadata.yaml').is_file() and leftovers(tmp_path) == []
+
+
+def test_a_ctrl_c_that_lands_in_a_finalizer_reaches_the_main_thread(monkeypatch):
+    # As in JAX's garbage-collection callback: Python cannot raise it there, so it went to
+    # sys.unraisablehook, a traceback was printed and the command ran on to exit 0.
+    import time
+    from jax_perception_node.tools.interrupts import keep_interrupts
+    reported = []
+    monkeypatch.setattr(sys, 'unraisablehook', reported.append)
+    keep_interrupts()
+    keep_interrupts()           # once is enough: not a chain of hooks
+
+    class Finalized:
+        def __del__(self):
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        Finalized()
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+    Finalized.__del__ = lambda self: 1 / 0      # anything else goes to the hook before
+    Finalized()
+    assert [type(r.exc_value) for r in reported] == [ZeroDivisionError]
+
+
 def test_the_console_script_says_a_ctrl_c_while_importing_the_cli_in_one_line(
         monkeypatch, capsys, tmp_path):
     from jax_perception_node.tools import console

@@ -533,6 +533,8 @@ def test_outputs_on_a_training_bag_or_a_picture_that_is_no_png_are_refused_first
              f'--out {bag / "w.npz"}: would write inside the bag'),
             (['--out', str(mcap / 'w.npz')], f'--out {mcap / "w.npz"}: {mcap} is not a folder'),
             (['--out', str(tmp_path)], f'--out {tmp_path}: exists and is a folder'),
+            (['--out', '.'], "--out '.': a file name is needed"),     # a traceback before
+            (['--out', ''], "--out '': a file name is needed"),
             # The picture's default path, named as such (no --png was given).
             (['--out', str(tmp_path / 'v.npz')], f'the loss picture (WEIGHTS_loss.png) '
                                                  f'{tmp_path / "v_loss.png"}: exists and is a '

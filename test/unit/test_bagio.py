@@ -11,13 +11,14 @@ from rosbags.typesys import get_typestore, Stores
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 
 
-def write_bag(path, compress: bool, storage=StoragePlugin.SQLITE3) -> None:
-    """Write three std_msgs/String messages, each zstd-compressed when ``compress``."""
+def write_bag(path, compress: bool, storage=StoragePlugin.SQLITE3,
+              mode=CompressionMode.MESSAGE) -> None:
+    """Write three std_msgs/String messages, zstd-compressed (each or all) if ``compress``."""
     string = TYPESTORE.types['std_msgs/msg/String']
     writer = Writer(path, version=8 if storage == StoragePlugin.SQLITE3 else 9,
                     storage_plugin=storage)
     if compress:
-        writer.set_compression(CompressionMode.MESSAGE, CompressionFormat.ZSTD)
+        writer.set_compression(mode, CompressionFormat.ZSTD)
     writer.open()
     try:
         connection = writer.add_connection('/chatter', string.__msgtype__, typestore=TYPESTORE)
@@ -69,6 +70,28 @@ def test_a_file_copied_out_of_its_folder_says_itself_whether_its_messages_are_co
     with pytest.raises(bagio.BagError, match='compressed one by one .compression_mode message, '
                                              'as the bag information in the file says.'):
         bagio.open_reader(bare)
+
+
+def test_a_truncated_compressed_bag_file_is_one_line(tmp_path):
+    write_bag(tmp_path / 'bag', True, StoragePlugin.MCAP, CompressionMode.FILE)
+    assert messages(bagio.open_reader(tmp_path / 'bag')) == ['hi 0', 'hi 1', 'hi 2']
+    file, = (tmp_path / 'bag').glob('*.zstd')
+    file.write_bytes(file.read_bytes()[:len(file.read_bytes()) // 2])
+    # An EOFError traceback from the decompressor before.
+    with pytest.raises(bagio.BagError, match=r'cannot read bag: EOFError: '):
+        messages(bagio.open_reader(tmp_path / 'bag'))
+
+
+def test_a_message_count_that_is_no_number_is_one_line(tmp_path):
+    write_bag(tmp_path / 'bag', False, StoragePlugin.MCAP)
+    metadata = tmp_path / 'bag' / 'metadata.yaml'
+    metadata.write_text(metadata.read_text().replace('message_count: 3', "message_count: 'x'"))
+    reader = bagio.open_reader(tmp_path / 'bag')
+    try:    # a TypeError traceback summing the counts before
+        with pytest.raises(bagio.BagError, match=r"the message count of /chatter is 'x', not a"):
+            bagio.message_count(reader, ['/chatter'])
+    finally:
+        reader.close()
 
 
 def test_a_topic_recorded_under_both_spellings_of_its_type_reads_every_message(tmp_path):

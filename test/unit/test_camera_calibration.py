@@ -197,6 +197,30 @@ def test_out_of_range_camera_info_is_refused_naming_the_field(msg, named):
         scale_camera_info(msg, MAP_H, MAP_W)
 
 
+def test_the_field_named_is_the_one_the_value_came_from():
+    # A rectified camera's focal length is P's (the line named K's before); a window's size is
+    # the ROI's (it named the image's width and height with the window's values).
+    tiny_p = camera_info(p0=1.6e-3)
+    with pytest.raises(CameraInfoError, match=r'^p\[0\] \(fx\): 0.0004 px at feature-map'):
+        scale_camera_info(tiny_p, MAP_H, MAP_W, rectified=True)
+    window = camera_info()
+    window.roi.x_offset, window.roi.width, window.roi.height = 8, 16, 10
+    with pytest.raises(CameraInfoError, match=r'^roi.width 16, roi.height 10: smaller than the '
+                                              r'20 x 12 feature map'):
+        scale_camera_info(window, MAP_H, MAP_W)
+    window.roi.width, window.roi.height = 40, 40
+    with pytest.raises(CameraInfoError, match=r'^roi.width 40, roi.height 40: scales to the'):
+        scale_camera_info(window, MAP_H, MAP_W)
+
+
+def test_block_means_of_white_blocks_round_without_overflow():
+    from jax_perception_node.sensors.image_scaling import _block_mean
+    # 257 pixels of 255 sum to 65 535: with the half added to round, past uint16 (0 before).
+    white = np.full((1, 257, 1), 255, np.uint8)
+    assert _block_mean(white, 1, 257).tolist() == [[[255]]]
+    assert _block_mean(np.full((16, 16, 3), 255, np.uint8), 16, 16).tolist() == [[[255] * 3]]
+
+
 def test_with_intrinsics_applies_the_lens_and_ignores_repeats():
     cameras = small_config(2).cameras
     plumb = scale_camera_info(camera_info('plumb_bob', PLUMB), MAP_H, MAP_W)

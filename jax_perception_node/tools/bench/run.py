@@ -124,7 +124,7 @@ def render(json_path: str | os.PathLike, check: bool = False) -> int:
     try:
         results['targets'] = targets(results)
         text = markdown(results)
-    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError, StopIteration) as exc:
         # A results file edited by hand or cut short: name it, no traceback.
         raise BenchError(f'--markdown {json_path}: an incomplete bench results file '
                          f'({type(exc).__name__}: {exc})') from None
