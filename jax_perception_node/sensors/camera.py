@@ -321,9 +321,10 @@ def scale_camera_info(msg, map_height: int, map_width: int,
         ``SCALE_TOLERANCE``, or an ROI that is no window of the image.
 
     """
-    matrix = 'p' if rectified else 'k'
+    matrix, one = ('p', 10) if rectified else ('k', 8)
     # Before the size: camera_info_manager's message without a calibration may have none.
-    if not any(float(v) for v in getattr(msg, matrix)):
+    # Some drivers send K = [0, .., 0, 1] (P alike) instead: no calibration either.
+    if not any(float(v) for i, v in enumerate(getattr(msg, matrix)) if i != one):
         raise UncalibratedCameraInfo(f'{matrix} is all zero: an uncalibrated camera (no '
                                      "calibration file); the parameters' intrinsics stay")
     scale_x, scale_y, x_offset, y_offset = _checked_size(msg, map_height, map_width)

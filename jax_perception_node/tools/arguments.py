@@ -24,6 +24,8 @@ def pairs(values: list[str] | None, option: str, separator: str = '=',
         key, sep, value = pair.partition(separator)
         if not sep or not key or not value:
             raise UsageError(f'{option} expects {form}, got {pair!r}')
+        if mapping.get(key, value) != value:    # the last would win without a word
+            raise UsageError(f'{option} gives {key} twice: {mapping[key]} and {value}')
         mapping[key] = value
     return mapping
 

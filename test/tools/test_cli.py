@@ -204,6 +204,8 @@ def test_replay_reads_sqlite3_bags_with_renamed_topics(sample, tmp_path):
      'grid.resolution: must be'),
     (['replay', '{sample}', '--out', '{tmp}/o', '--camera-topic', 'front'],
      '--camera-topic expects NAME=TOPIC'),
+    (['replay', '{sample}', '--out', '{tmp}/o', '--camera-topic', 'front=/a', '--camera-topic',
+      'front=/b'], '--camera-topic gives front twice: /a and /b'),
     (['replay', '{sample}', '--out', '{sample}'], 'exists, not overwriting'),
     (['replay', '{tmp}/notabag.txt', '--out', '{tmp}/o'], 'cannot read bag'),
     (['sample-bag', '{sample}'], 'exists (use --force'),

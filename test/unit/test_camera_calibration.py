@@ -213,6 +213,22 @@ def test_the_field_named_is_the_one_the_value_came_from():
         scale_camera_info(window, MAP_H, MAP_W)
 
 
+def test_k_of_zeros_but_its_last_one_is_an_uncalibrated_camera():
+    from jax_perception_node.sensors.camera import UncalibratedCameraInfo
+    # Some drivers send K = [0, .., 0, 1] without a calibration (image_geometry's rule: fx 0);
+    # it was rejected as a bad CameraInfo, a WARN at camera rate.
+    homogeneous = camera_info(**{f'k{i}': 0.0 for i in range(8)})
+    with pytest.raises(UncalibratedCameraInfo, match='k is all zero'):
+        scale_camera_info(homogeneous, MAP_H, MAP_W)
+    rectified = camera_info(**{f'p{i}': 0.0 for i in range(12) if i != 10}, p10=1.0)
+    with pytest.raises(UncalibratedCameraInfo, match='p is all zero'):
+        scale_camera_info(rectified, MAP_H, MAP_W, rectified=True)
+    # A zero fx beside a calibration is a bad one, named.
+    with pytest.raises(CameraInfoError, match=r'k\[0\] \(fx\)') as bad:
+        scale_camera_info(camera_info(k0=0.0), MAP_H, MAP_W)
+    assert not isinstance(bad.value, UncalibratedCameraInfo)
+
+
 def test_block_means_of_white_blocks_round_without_overflow():
     from jax_perception_node.sensors.image_scaling import _block_mean
     # 257 pixels of 255 sum to 65 535: with the half added to round, past uint16 (0 before).
