@@ -197,7 +197,8 @@ def _replay_one(args, cfg, topics: BagTopics) -> int:
         if args.png:
             write_pictures(Path(args.png), result, cfg)
     except (KeyboardInterrupt, Terminated) as exc:    # the output bag is whole by now
-        unwritten = ' and '.join(o for o in ('--json', '--png') if getattr(args, o[2:]))
+        unwritten = ' and '.join(o for o, given in (('--json', args.json), ('--png', args.png))
+                                 if given)
         cut = f'; {unwritten} may be missing or cut short' if unwritten else ''
         raise type(exc)(f'{args.out} is complete{cut}') from None
     if result.frames == 0:      # written and summarized, but "nothing served" is no success

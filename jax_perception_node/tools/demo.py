@@ -75,7 +75,7 @@ def claim_out(out: Path) -> None:
         own = [e for e in entries if (e.name in OWN_FILES and e.is_file()) or (
             e.is_dir() and any(e.match(pattern) for pattern in OWN_FOLDERS))]
         if entries and not (out / MARKER).is_file() and len(own) < len(entries):
-            other = sorted(e.name for e in entries if e not in own)[0]
+            other = min(e.name for e in entries if e not in own)
             raise UsageError(f'--out: {out} holds {other}, which the demo did not write; name a '
                              'new or empty folder (the demo replaces its own outputs there)')
         out.mkdir(parents=True, exist_ok=True)
