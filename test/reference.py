@@ -18,12 +18,15 @@ def distort_ref(model: str, d, x: float, y: float) -> tuple[float, float]:
     Distort normalized coordinates by the published lens equations.
 
     plumb_bob: Brown-Conrady as OpenCV and ROS image_geometry write it (k1, k2, p1, p2, k3);
-    equidistant: OpenCV's fisheye model (k1..k4) on theta = atan(r); none: unchanged.
+    rational_polynomial: OpenCV's rational model (k1, k2, p1, p2, k3, k4, k5, k6), the radial
+    factor divided by 1 + k4 r^2 + k5 r^4 + k6 r^6; equidistant: OpenCV's fisheye model
+    (k1..k4) on theta = atan(r); none: unchanged.
     """
-    if model == 'plumb_bob':
-        k1, k2, p1, p2, k3 = d
+    if model in ('plumb_bob', 'rational_polynomial'):
+        k1, k2, p1, p2, k3, k4, k5, k6 = tuple(d) + (0.0,) * (8 - len(d))
         r2 = x ** 2 + y ** 2
-        radial = 1 + k1 * r2 + k2 * r2 ** 2 + k3 * r2 ** 3
+        radial = ((1 + k1 * r2 + k2 * r2 ** 2 + k3 * r2 ** 3)
+                  / (1 + k4 * r2 + k5 * r2 ** 2 + k6 * r2 ** 3))
         return (x * radial + 2 * p1 * x * y + p2 * (r2 + 2 * x ** 2),
                 y * radial + p1 * (r2 + 2 * y ** 2) + 2 * p2 * x * y)
     if model == 'equidistant':
@@ -43,16 +46,32 @@ def fold_radius2_ref(model: str, d: tuple) -> float:
     """
     Return r^2 where the radial mapping first stops increasing, found numerically (or inf).
 
-    Scans the mapping (r -> distorted radius for plumb_bob, theta -> theta_d for equidistant)
-    on a fine geometric grid and bisects the first step that does not increase.
+    Scans the mapping (r -> distorted radius for plumb_bob and rational_polynomial, theta ->
+    theta_d for equidistant) on a fine geometric grid and bisects the first step that does not
+    increase. rational_polynomial's mapping ends where its denominator first reaches 0 (found
+    the same way) if that comes first.
     """
-    if model == 'plumb_bob':
-        k1, k2, _, _, k3 = d
+    if model in ('plumb_bob', 'rational_polynomial'):
+        k1, k2, _, _, k3, k4, k5, k6 = tuple(d) + (0.0,) * (8 - len(d))
 
-        def radial(r):
-            return r * (1 + k1 * r ** 2 + k2 * r ** 4 + k3 * r ** 6)
+        def denominator(r):
+            return 1 + k4 * r ** 2 + k5 * r ** 4 + k6 * r ** 6
 
         grid = np.geomspace(1e-4, 1e4, 40001)
+        below = np.nonzero(denominator(grid) <= 0)[0]
+        if below.size:
+            lo, hi = grid[below[0] - 1], grid[below[0]]
+            for _ in range(200):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if denominator(mid) > 0 else (lo, mid)
+            grid = grid[grid < lo]
+            pole = lo ** 2
+        else:
+            pole = np.inf
+
+        def radial(r):
+            return r * (1 + k1 * r ** 2 + k2 * r ** 4 + k3 * r ** 6) / denominator(r)
+
     elif model == 'equidistant':
         k1, k2, k3, k4 = d
 
@@ -66,14 +85,14 @@ def fold_radius2_ref(model: str, d: tuple) -> float:
     values = radial(grid)
     falls = np.nonzero(np.diff(values) <= 0)[0]
     if falls.size == 0:
-        return np.inf
+        return pole if model != 'equidistant' else np.inf
     lo, hi = grid[max(falls[0] - 1, 0)], grid[falls[0] + 1]
     for _ in range(200):     # the derivative's sign, by a symmetric difference
         mid = (lo + hi) / 2
         h = 1e-7 * mid
         lo, hi = (mid, hi) if radial(mid + h) > radial(mid - h) else (lo, mid)
     turn = (lo + hi) / 2
-    return turn ** 2 if model == 'plumb_bob' else np.tan(turn) ** 2
+    return min(turn ** 2, pole) if model != 'equidistant' else np.tan(turn) ** 2
 
 
 def project_ref(cam, c) -> tuple[float, float] | None:

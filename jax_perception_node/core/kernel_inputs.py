@@ -13,14 +13,16 @@ import math
 from typing import Sequence
 
 import numpy as np
+from numpy.polynomial import Polynomial
 
 from .lift import CameraCalibration, DISTORTION_MODELS, DISTORTION_SIZE
 from ..geometry.odometry import plausible_motion, sweep_transform
+from ..settings.cameras import DISTORTION_COUNTS
 from ..settings.config import CameraConfig, Pose
 from ..settings.parameters import ConfigError
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
-_COEFFICIENTS = {'none': 0, 'plumb_bob': 5, 'equidistant': 4}    # per DISTORTION_MODELS
+_COEFFICIENTS = {'none': 0, **DISTORTION_COUNTS}    # per DISTORTION_MODELS
 
 
 def calibration_vector(lidars: tuple[Pose, ...], crop: np.ndarray,
@@ -47,37 +49,44 @@ def monotonic_radius2(model: str, coefficients: Sequence[float]) -> float:
     That is where the radial mapping stops increasing: beyond it the polynomial folds back
     (OpenCV's does too) and a point far outside the field of view would land inside the image.
     plumb_bob: the smallest r^2 > 0 where d/dr [r (1 + k1 r^2 + k2 r^4 + k3 r^6)] = 0 (the
-    tangential terms are left out). equidistant: the smallest theta > 0 where
+    tangential terms are left out). rational_polynomial: the same for r N(r^2) / D(r^2) with
+    N = 1 + k1 s + k2 s^2 + k3 s^3 and D = 1 + k4 s + k5 s^2 + k6 s^3, or the smallest root of
+    D if that comes first (the mapping's pole). equidistant: the smallest theta > 0 where
     d/dtheta [theta (1 + k1 theta^2 + .. + k4 theta^8)] = 0, as r^2 = tan^2(theta), if below
     90 degrees. ``inf`` when the mapping never turns (none, all-zero coefficients).
     """
     c = [float(v) for v in coefficients]
-    if model == 'plumb_bob':
-        k1, k2, _, _, k3 = c
-        # In s = r^2, highest power first: 7 k3 s^3 + 5 k2 s^2 + 3 k1 s + 1.
-        derivative = [7 * k3, 5 * k2, 3 * k1, 1.0]
-    elif model == 'equidistant':
+    if model in ('plumb_bob', 'rational_polynomial'):
+        k1, k2, _, _, k3, *rest = c
+        # In s = r^2, lowest power first: d/dr [r N / D] = (N D + 2 s (N' D - N D')) / D^2.
+        numerator = Polynomial([1.0, k1, k2, k3])
+        denominator = Polynomial([1.0, *rest] if rest else [1.0])
+        derivative = (numerator * denominator + Polynomial([0.0, 2.0]) * (
+            numerator.deriv() * denominator - numerator * denominator.deriv()))
+        return min(_smallest_positive_root(derivative.coef),
+                   _smallest_positive_root(denominator.coef))
+    if model == 'equidistant':
         k1, k2, k3, k4 = c
-        derivative = [9 * k4, 7 * k3, 5 * k2, 3 * k1, 1.0]    # in t = theta^2
-    else:
-        return math.inf
-    # Solved in u = 1 / s: the same coefficients reversed, led by the constant 1. np.roots
-    # divides by the leading coefficient, and a tiny k (a subnormal k3 from a CameraInfo)
-    # overflowed its companion matrix; reversed, the small roots that matter here are the
-    # large ones, found to full precision. Roots within 1e-12 of u = 0 (k = 0 puts one at
-    # 0; a tiny k puts them where the eigenvalues' error, ~1e-16, decides their sign) turn
-    # beyond s = 1e12, r = 1e6 (89.99994 degrees off axis): never, for any camera.
-    inverse = np.roots(derivative[::-1])
+        turn = _smallest_positive_root([1.0, 3 * k1, 5 * k2, 7 * k3, 9 * k4])  # t = theta^2
+        theta = math.sqrt(turn)
+        return math.tan(theta) ** 2 if theta < math.pi / 2 else math.inf
+    return math.inf
+
+
+def _smallest_positive_root(ascending: Sequence[float]) -> float:
+    """Return the smallest real root s > 0 of a polynomial with constant term 1 (or inf)."""
+    # Solved in u = 1 / s: the coefficients lowest power first are the polynomial in u highest
+    # power first, led by the constant 1. np.roots divides by the leading coefficient, and a
+    # tiny k (a subnormal k3 from a CameraInfo) overflowed its companion matrix; in u, the
+    # small roots that matter here are the large ones, found to full precision. Roots within
+    # 1e-12 of u = 0 (k = 0 puts one at 0; a tiny k puts them where the eigenvalues' error,
+    # ~1e-16, decides their sign) turn beyond s = 1e12, r = 1e6 (89.99994 degrees off axis):
+    # never, for any camera.
+    inverse = np.roots(np.asarray(ascending, np.float64))
     roots = 1.0 / inverse[np.abs(inverse) > 1.0 / FAR_RADIUS2]
     real = roots.real[(np.abs(roots.imag) <= 1e-9 * np.maximum(1.0, np.abs(roots.real)))
                       & (roots.real > 0)]
-    if real.size == 0:
-        return math.inf
-    turn = float(real.min())
-    if model == 'plumb_bob':
-        return turn
-    theta = math.sqrt(turn)
-    return math.tan(theta) ** 2 if theta < math.pi / 2 else math.inf
+    return float(real.min()) if real.size else math.inf
 
 
 def calibration_arrays(cameras: Sequence[CameraConfig]) -> CameraCalibration:
@@ -91,8 +100,8 @@ def calibration_arrays(cameras: Sequence[CameraConfig]) -> CameraCalibration:
     Returns
     -------
     CameraCalibration: intrinsics float32[N, 4] (fx, fy, cx, cy in feature-map pixels),
-    distortion_model int32[N], distortion float32[N, 5] (equidistant's four coefficients then
-    0; zeros for none), max_radius2 float32[N] (``monotonic_radius2``), rotation
+    distortion_model int32[N], distortion float32[N, 8] (the model's coefficients, then 0;
+    zeros for none), max_radius2 float32[N] (``monotonic_radius2``), rotation
     float32[N, 3, 3] and translation float32[N, 3] (m), with p_grid = R p_optical + t.
 
     Raises

@@ -12,6 +12,8 @@ coefficients never compiles), on normalized coordinates (x', y') = (x / z, y / z
 plumb_bob (Brown-Conrady as in OpenCV and ROS image_geometry),
 x'' = x' (1 + k1 r^2 + k2 r^4 + k3 r^6) + 2 p1 x' y' + p2 (r^2 + 2 x'^2),
 y'' = y' (1 + k1 r^2 + k2 r^4 + k3 r^6) + p1 (r^2 + 2 y'^2) + 2 p2 x' y';
+rational_polynomial (OpenCV's rational model), the same with the radial factor divided by
+(1 + k4 r^2 + k5 r^4 + k6 r^6);
 equidistant (OpenCV fisheye), theta = atan(r), x'' = theta (1 + k1 theta^2 + k2 theta^4 +
 k3 theta^6 + k4 theta^8) x' / r; none, x'' = x'. Then u = fx x'' + cx, v = fy y'' + cy.
 Everything is written out elementwise: no dot, so no backend may lower the float32 precision.
@@ -25,9 +27,10 @@ import jax.numpy as jnp
 
 MIN_DEPTH_M = 0.1
 
-DISTORTION_MODELS = ('none', 'plumb_bob', 'equidistant')   # index = the traced model id
-NONE, PLUMB_BOB, EQUIDISTANT = range(3)
-DISTORTION_SIZE = 5
+# index = the traced model id
+DISTORTION_MODELS = ('none', 'plumb_bob', 'equidistant', 'rational_polynomial')
+NONE, PLUMB_BOB, EQUIDISTANT, RATIONAL_POLYNOMIAL = range(4)
+DISTORTION_SIZE = 8
 
 
 class CameraCalibration(NamedTuple):
@@ -37,8 +40,9 @@ class CameraCalibration(NamedTuple):
     intrinsics: float32[N, 4] (fx, fy, cx, cy) at feature-map resolution, pixel centres at
     integer coordinates.
     distortion_model: int32[N] index into ``DISTORTION_MODELS``.
-    distortion: float32[N, 5] the model's coefficients in normalized image coordinates:
-    plumb_bob (k1, k2, p1, p2, k3), equidistant (k1, k2, k3, k4, 0), none all 0.
+    distortion: float32[N, 8] the model's coefficients in normalized image coordinates:
+    rational_polynomial (k1, k2, p1, p2, k3, k4, k5, k6), plumb_bob the same with k4..k6 0,
+    equidistant (k1, k2, k3, k4, 0, 0, 0, 0), none all 0.
     max_radius2: float32[N] the squared undistorted radius x'^2 + y'^2 up to which the model's
     radial mapping is monotonic; samples beyond it are invalid (inf: no limit).
     rotation: float32[N, 3, 3] and translation: float32[N, 3] map each optical frame (z
@@ -76,10 +80,14 @@ class LiftTables(NamedTuple):
 
 def _distort(x, y, model, coefficients):
     """Apply each camera's model to normalized coordinates [N, K, H*W]; returns x'', y'', r^2."""
-    c0, c1, c2, c3, c4 = (coefficients[:, i, None, None] for i in range(DISTORTION_SIZE))
+    c0, c1, c2, c3, c4, c5, c6, c7 = (coefficients[:, i, None, None]
+                                      for i in range(DISTORTION_SIZE))
     r2 = x * x + y * y
-    # plumb_bob, Brown-Conrady as in OpenCV: (k1, k2, p1, p2, k3) = (c0, c1, c2, c3, c4).
-    radial = 1.0 + r2 * (c0 + r2 * (c1 + r2 * c4))
+    # plumb_bob, Brown-Conrady as in OpenCV: (k1, k2, p1, p2, k3) = (c0, c1, c2, c3, c4);
+    # rational_polynomial divides its radial factor by 1 + k4 r^2 + k5 r^4 + k6 r^6 with
+    # (k4, k5, k6) = (c5, c6, c7), which are 0 for plumb_bob: a division by exactly 1.
+    # Within max_radius2 the divisor stays positive (monotonic_radius2).
+    radial = (1.0 + r2 * (c0 + r2 * (c1 + r2 * c4))) / (1.0 + r2 * (c5 + r2 * (c6 + r2 * c7)))
     xy2 = 2.0 * x * y
     brown_x = x * radial + c2 * xy2 + c3 * (r2 + 2.0 * x * x)
     brown_y = y * radial + c2 * (r2 + 2.0 * y * y) + c3 * xy2
@@ -92,8 +100,9 @@ def _distort(x, y, model, coefficients):
     # theta_d / r -> 1 as r -> 0: the centre ray keeps its place.
     scale = jnp.where(r > 0.0, theta_d / jnp.where(r > 0.0, r, 1.0), 1.0)
     model = model[:, None, None]
-    x_d = jnp.where(model == PLUMB_BOB, brown_x, jnp.where(model == EQUIDISTANT, x * scale, x))
-    y_d = jnp.where(model == PLUMB_BOB, brown_y, jnp.where(model == EQUIDISTANT, y * scale, y))
+    brown = (model == PLUMB_BOB) | (model == RATIONAL_POLYNOMIAL)
+    x_d = jnp.where(brown, brown_x, jnp.where(model == EQUIDISTANT, x * scale, x))
+    y_d = jnp.where(brown, brown_y, jnp.where(model == EQUIDISTANT, y * scale, y))
     return x_d, y_d, r2
 
 

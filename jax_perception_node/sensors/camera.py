@@ -147,9 +147,10 @@ class Intrinsics(NamedTuple):
     A camera's intrinsics at feature-map resolution and its lens distortion.
 
     fx, fy, cx, cy in feature-map pixels (pixel centres at integer coordinates);
-    ``distortion_model`` 'none', 'plumb_bob' (k1, k2, p1, p2, k3) or 'equidistant'
-    (k1, k2, k3, k4), the coefficients in normalized image coordinates, so the same at any
-    resolution. The first four fields are the old (fx, fy, cx, cy) tuple.
+    ``distortion_model`` 'none', 'plumb_bob' (k1, k2, p1, p2, k3), 'rational_polynomial'
+    (k1, k2, p1, p2, k3, k4, k5, k6) or 'equidistant' (k1, k2, k3, k4), the coefficients in
+    normalized image coordinates, so the same at any resolution. The first four fields are the
+    old (fx, fy, cx, cy) tuple.
     """
 
     fx: float
@@ -161,7 +162,9 @@ class Intrinsics(NamedTuple):
 
 
 # distortion_model (sensor_msgs/distortion_models.h) -> coefficient counts it may come with.
-_PLUMB_BOB_COUNTS = (5, 8)   # 8: k4..k6 of rational_polynomial, usable only when all zero
+# 8: k4..k6 of rational_polynomial; 14: then OpenCV's s1..s4, tau_x, tau_y (depthai sends
+# 14), usable only when those six are zero.
+_PLUMB_BOB_COUNTS = (5, 8, 14)
 
 
 def _checked_size(msg, map_height: int, map_width: int) -> tuple[float, float, int, int]:
@@ -271,14 +274,17 @@ def _distortion(msg) -> tuple[str, tuple[float, ...]]:
         return 'none', ()          # zero polynomial terms: a pinhole, bit for bit
     if model not in ('plumb_bob', 'rational_polynomial'):
         raise CameraInfoError(f'distortion_model {model!r} is not supported (with d = {d}): '
-                              'use none, plumb_bob or equidistant')
+                              'use none, plumb_bob, rational_polynomial or equidistant')
     if len(d) not in _PLUMB_BOB_COUNTS:
         raise CameraInfoError(f'd has {len(d)} values: distortion_model {model} takes 5 '
-                              '(k1, k2, p1, p2, k3) or 8')
-    if any(d[5:]):
-        raise CameraInfoError(f'distortion_model {model} with k4, k5, k6 = {d[5:]}: the '
-                              'rational polynomial model is not supported')
-    return 'plumb_bob', tuple(d[:5])
+                              '(k1, k2, p1, p2, k3), 8 (then k4, k5, k6) or 14')
+    if any(d[8:]):
+        raise CameraInfoError(f'distortion_model {model} with s1..s4, tau_x, tau_y = {d[8:]}: '
+                              "OpenCV's thin prism and tilted sensor terms are not supported")
+    if any(d[5:8]):
+        # As OpenCV (and so image_geometry) reads 8 coefficients, whatever the name says.
+        return 'rational_polynomial', tuple(d[:8])
+    return 'plumb_bob', tuple(d[:5])     # k4..k6 zero: the same polynomial
 
 
 def scale_camera_info(msg, map_height: int, map_width: int,
@@ -297,9 +303,10 @@ def scale_camera_info(msg, map_height: int, map_width: int,
     interest, W and H are the ROI's and cx, cy are taken from its corner (cx - x_offset); the
     binning needs nothing (K and the ROI are at full resolution, the map covers the same area
     binned or not). The distortion
-    coefficients act on normalized coordinates and are taken as they are: plumb_bob with 5
-    coefficients (or 8 whose k4..k6 are 0, also under rational_polynomial), equidistant
-    with 4; '' or an all-zero plumb_bob is a pinhole ('none').
+    coefficients act on normalized coordinates and are taken as they are: plumb_bob or
+    rational_polynomial with 5 coefficients, 8 (k4..k6 nonzero: rational_polynomial, as
+    OpenCV reads them, else plumb_bob) or 14 whose last six are 0 (as depthai sends them),
+    equidistant with 4; '' or an all-zero plumb_bob is a pinhole ('none').
 
     Args
     ----
@@ -315,9 +322,9 @@ def scale_camera_info(msg, map_height: int, map_width: int,
     UncalibratedCameraInfo: K (rectified: P) all zero, a camera without a calibration.
     CameraInfoError: naming the field, for values outside the module's bounds (not finite,
         tiny or huge focal lengths, a huge image), a K that is not [fx 0 cx; 0 fy cy; 0 0 1],
-        a distortion_model other than plumb_bob / equidistant (rational_polynomial with
-        nonzero k4..k6 included) or the wrong number of coefficients, an image smaller than
-        the map, scale factors that differ between x and y by more than
+        a distortion_model other than plumb_bob / rational_polynomial / equidistant,
+        nonzero thin prism or tilt terms (d[8:]) or the wrong number of coefficients, an
+        image smaller than the map, scale factors that differ between x and y by more than
         ``SCALE_TOLERANCE``, or an ROI that is no window of the image.
 
     """
@@ -330,7 +337,7 @@ def scale_camera_info(msg, map_height: int, map_width: int,
     scale_x, scale_y, x_offset, y_offset = _checked_size(msg, map_height, map_width)
     if rectified:
         # K and D describe the raw image, which the maps do not come from: neither is read (a
-        # lens model the node lacks, rational_polynomial's 14 coefficients, is no obstacle).
+        # lens model the node lacks, OpenCV's thin prism terms, is no obstacle).
         # An ROI of the whole image is no window (image_proc's crop_decimate writes one
         # even when it crops nothing); _checked_size has checked it lies in the image.
         window = (int(msg.roi.width), int(msg.roi.height))

@@ -21,7 +21,8 @@ class CameraConfig:
 
     ``frame_id`` is the frame ``pose`` describes ('' resolves to ``<name>_optical``).
     ``distortion`` holds the coefficients of ``distortion_model``: (k1, k2, p1, p2, k3) for
-    plumb_bob, (k1, k2, k3, k4) for equidistant, () for none.
+    plumb_bob, then k4, k5, k6 for rational_polynomial, (k1, k2, k3, k4) for equidistant, ()
+    for none.
     """
 
     name: str
@@ -135,7 +136,7 @@ def channel_names(names: list[str], cameras: tuple[CameraConfig, ...]) -> tuple[
     return tuple(names)
 
 
-DISTORTION_COUNTS = {'plumb_bob': 5, 'equidistant': 4}
+DISTORTION_COUNTS = {'plumb_bob': 5, 'rational_polynomial': 8, 'equidistant': 4}
 
 
 def _distortion(key: str, model: str, coefficients: list[float]) -> tuple[float, ...]:

@@ -8,10 +8,10 @@ callback asks it which keys need a restart, and
 ``schema/jax_perception.schema.json`` from it (a test checks the shipped YAML against it).
 
 Types are ROS parameter types (``double``, ``integer_array``, ...). A key is *static* when it
-changes array shapes or what the executables were compiled with: a running node refuses to
-change it and says why. Every other key is *live* and applies at once, without a compile.
-Every numeric key has inclusive physical bounds (the constants above :data:`SCHEMA`), which
-the node exports as ROS ranges. ``cameras.<name>.fx`` stands for every name in ``cameras.names``,
+changes array shapes or what the executables were compiled with: a running node refuses to change
+it and says why. Every other key is *live* and applies at once, without a compile. Every numeric
+key has inclusive physical bounds (the constants above :data:`SCHEMA`), which the node exports as
+ROS ranges. ``cameras.<name>.fx`` stands for every name in ``cameras.names``,
 ``lidars.<name>.frame_id`` for every name in ``lidars.names``.
 """
 
@@ -252,15 +252,15 @@ SCHEMA: tuple[ParamSpec, ...] = (
     _p(_C + 'frame_id', 'string', '',
        "frame the camera pose describes; '' for <name>_optical; with extrinsics.source "
        'parameters a feature map stamped with another frame is rejected'),
-    _p(_C + 'distortion_model', 'string', 'none',
-       'lens distortion of the feature map: none, plumb_bob (distortion k1 k2 p1 p2 k3) or '
-       'equidistant (fisheye, k1 k2 k3 k4)', choices=('none', 'plumb_bob', 'equidistant')),
+    _p(_C + 'distortion_model', 'string', 'none', 'lens distortion of the camera image',
+       choices=('none', 'plumb_bob', 'rational_polynomial', 'equidistant')),
     _p(_C + 'rectified', 'bool', False,
        "its images or maps come from the rectified image (image_rect): a CameraInfo's P gives "
        'the intrinsics, without distortion; false: K and D (the raw image)'),
     _p(_C + 'distortion', 'double_array', [],
-       'coefficients of distortion_model, in normalized image coordinates: 5 for plumb_bob, '
-       '4 for equidistant, none: [] or zeros', minimum=-DISTORTION, maximum=DISTORTION),
+       'coefficients of distortion_model, in normalized image coordinates: 5 for plumb_bob '
+       '(k1 k2 p1 p2 k3), 8 for rational_polynomial (then k4 k5 k6), 4 for equidistant '
+       '(fisheye, k1 k2 k3 k4), none: [] or zeros', minimum=-DISTORTION, maximum=DISTORTION),
     _p('fusion.num_heights', 'integer', 4, 'height levels per cell sampled by the camera lift',
        minimum=1, maximum=64, static=SHAPES),
     _p('fusion.max_samples_per_cell', 'integer', 0,

@@ -120,8 +120,9 @@ def test_a_rectified_camera_takes_p_without_distortion_and_a_raw_one_k_and_d():
         with pytest.raises(CameraInfoError, match=named):
             scale_camera_info(msg, MAP_H, MAP_W, rectified=True)
         scale_camera_info(msg, MAP_H, MAP_W)      # K and D: P and R are not read
-    # And the other way round: a lens model the node lacks (depthai's 14 rational_polynomial
-    # coefficients) or a K left zero does not keep a rectified stream from its P.
+    # And the other way round: a lens model the node lacks (OpenCV's thin prism terms in
+    # depthai's 14 rational_polynomial coefficients) or a K left zero does not keep a
+    # rectified stream from its P.
     msg = rectified_info()
     msg.distortion_model, msg.d = 'rational_polynomial', np.full(14, 0.01)
     msg.k = np.zeros(9)

@@ -53,21 +53,24 @@ def test_calibration_arrays_front_camera():
 
 
 def test_calibration_arrays_carry_the_lens_models():
-    plumb = (-0.5, 0.02, 0.001, -0.002, 0.0)
-    fisheye = (-0.2, 0.01, 0.0, 0.0)
-    cameras = [_camera('front', (0.0, 0.0, 0.0, 1.0), (0.0, 0.0, 0.0),
-                       distortion_model='plumb_bob', distortion=plumb),
-               _camera('rear', (0.0, 0.0, 0.0, 1.0), (0.0, 0.0, 0.0),
-                       distortion_model='equidistant', distortion=fisheye)]
+    lenses = {'front': ('plumb_bob', (-0.5, 0.02, 0.001, -0.002, 0.0)),
+              'rear': ('equidistant', (-0.2, 0.01, 0.0, 0.0)),
+              # Its denominator reaches 0 at r^2 = 0.5, before the numerator's turn (1.63).
+              'left': ('rational_polynomial', (-0.1, 0.0, 0.0, 0.001, 0.0, -2.0, 0.0, 0.0)),
+              # A barrel lens whose rational factor turns (at r^2 = 0.49) before any pole.
+              'right': ('rational_polynomial', (-0.6, 0.05, 0.0, 0.0, 0.0, 0.3, 0.0, 0.0))}
+    cameras = [_camera(name, (0.0, 0.0, 0.0, 1.0), (0.0, 0.0, 0.0), distortion_model=model,
+                       distortion=d) for name, (model, d) in lenses.items()]
     arrays = calibration_arrays(cameras)
     assert arrays.distortion_model.dtype == np.int32 and arrays.distortion.dtype == np.float32
-    models = [DISTORTION_MODELS[m] for m in arrays.distortion_model]
-    assert models == ['plumb_bob', 'equidistant']
-    np.testing.assert_array_equal(arrays.distortion, np.float32([plumb, fisheye + (0.0,)]))
+    assert [DISTORTION_MODELS[m] for m in arrays.distortion_model] == [
+        model for model, _ in lenses.values()]
+    np.testing.assert_array_equal(arrays.distortion, np.float32(
+        [d + (0.0,) * (8 - len(d)) for _, d in lenses.values()]))
     # The fold-back radius against the reference's numerical search.
-    np.testing.assert_allclose(arrays.max_radius2, [fold_radius2_ref('plumb_bob', plumb),
-                                                    fold_radius2_ref('equidistant', fisheye)],
-                               rtol=1e-6)
+    np.testing.assert_allclose(arrays.max_radius2, [
+        fold_radius2_ref(model, d) for model, d in lenses.values()], rtol=1e-6)
+    assert arrays.max_radius2[2] == pytest.approx(0.5) and 0.3 < arrays.max_radius2[3] < 0.6
 
 
 def test_calibration_arrays_refuse_an_unknown_lens_naming_the_camera():
@@ -88,8 +91,20 @@ def test_monotonic_radius_by_hand():
         math.tan(math.sqrt(1 / 0.6)) ** 2)
     # k1 = -0.1 would turn at theta = 1.83 rad, beyond the 90 degrees any ray in front has.
     assert monotonic_radius2('equidistant', (-0.1, 0.0, 0.0, 0.0)) == math.inf
-    for model, zeros in (('none', ()), ('plumb_bob', (0.0,) * 5), ('equidistant', (0.0,) * 4)):
+    for model, zeros in (('none', ()), ('plumb_bob', (0.0,) * 5), ('equidistant', (0.0,) * 4),
+                         ('rational_polynomial', (0.0,) * 8)):
         assert monotonic_radius2(model, zeros) == math.inf
+    # rational_polynomial: r / (1 + k4 r^2) turns where 1 - k4 r^2 = 0 (k4 = 0.5: r^2 = 2);
+    # r / (1 - 0.5 r^2) never turns but its pole is at r^2 = 2; r (1 - 0.5 r^2) / (1 - 0.5 r^2)
+    # is r, and its pole is where the mapping ends.
+    assert monotonic_radius2('rational_polynomial', (0, 0, 0, 0, 0, 0.5, 0, 0)) == pytest.approx(2)
+    assert monotonic_radius2('rational_polynomial', (0, 0, 0, 0, 0, -0.5, 0, 0)) == pytest.approx(
+        2)
+    assert monotonic_radius2('rational_polynomial', (-0.5, 0, 0, 0, 0, -0.5, 0, 0)) == (
+        pytest.approx(2))
+    # With k4..k6 zero it is plumb_bob's.
+    assert monotonic_radius2('rational_polynomial', (-0.5, 0, 0, 0, 0, 0, 0, 0)) == (
+        pytest.approx(2 / 3))
     # A subnormal highest coefficient (as a CameraInfo may carry) once overflowed np.roots'
     # companion matrix and stopped the node. 1 + 7 k3 s^3 turns, if at all, at |s| =
     # (1 / 7|k3|)^(1/3) > 1e99: beyond FAR_RADIUS2, never; the other terms decide.
@@ -106,7 +121,7 @@ def test_monotonic_radius_by_hand():
 def test_calibration_arrays_without_cameras():
     arrays = calibration_arrays(())
     assert arrays.intrinsics.shape == (0, 4) and arrays.rotation.shape == (0, 3, 3)
-    assert arrays.translation.shape == (0, 3) and arrays.distortion.shape == (0, 5)
+    assert arrays.translation.shape == (0, 3) and arrays.distortion.shape == (0, 8)
     assert arrays.distortion_model.shape == arrays.max_radius2.shape == (0,)
     assert arrays.intrinsics.dtype == arrays.rotation.dtype == np.float32
 
@@ -135,20 +150,27 @@ def camera_info(model='plumb_bob', d=(0.0,) * 5, **fields):
 
 PLUMB = (-0.31, 0.12, 0.0011, -0.0007, -0.02)
 FISHEYE = (0.05, -0.01, 0.002, -0.0003)
+RATIONAL = (0.42, -0.05, 0.0009, -0.0004, 0.002, 0.75, -0.01, 0.004)   # an OAK-D-like lens
 
 
 @pytest.mark.parametrize('model,d,expected_model,expected_d', [
     ('plumb_bob', PLUMB, 'plumb_bob', PLUMB),
     ('plumb_bob', PLUMB + (0.0, 0.0, 0.0), 'plumb_bob', PLUMB),
     ('rational_polynomial', PLUMB + (0.0, 0.0, 0.0), 'plumb_bob', PLUMB),
+    ('rational_polynomial', RATIONAL, 'rational_polynomial', RATIONAL),
+    # depthai's 14: then OpenCV's thin prism and tilt terms, zero.
+    ('rational_polynomial', RATIONAL + (0.0,) * 6, 'rational_polynomial', RATIONAL),
+    # 8 coefficients are the rational model to OpenCV (and image_geometry), whatever the name.
+    ('plumb_bob', RATIONAL, 'rational_polynomial', RATIONAL),
     ('equidistant', FISHEYE, 'equidistant', FISHEYE),
     ('equidistant', (0.0,) * 4, 'equidistant', (0.0,) * 4),    # an ideal f-theta fisheye
     ('plumb_bob', (0.0,) * 5, 'none', ()),
     ('plumb_bob', (), 'none', ()),
     ('', (), 'none', ()),
     ('', (0.0,) * 5, 'none', ()),
-], ids=['plumb_bob', 'plumb_bob 8', 'rational zero k4-k6', 'equidistant', 'f-theta',
-        'zero plumb_bob', 'empty d', 'no model', 'no model zero d'])
+], ids=['plumb_bob', 'plumb_bob 8', 'rational zero k4-k6', 'rational', 'rational 14',
+        'plumb_bob with k4-k6', 'equidistant', 'f-theta', 'zero plumb_bob', 'empty d',
+        'no model', 'no model zero d'])
 def test_camera_info_distortion_travels_with_the_intrinsics(model, d, expected_model,
                                                             expected_d):
     intrinsics = scale_camera_info(camera_info(model, d), MAP_H, MAP_W)
@@ -161,9 +183,10 @@ def test_camera_info_distortion_travels_with_the_intrinsics(model, d, expected_m
 
 
 @pytest.mark.parametrize('msg,named', [
-    (camera_info('rational_polynomial', PLUMB + (0.01, 0.0, 0.0)),
-     'distortion_model rational_polynomial'),
-    (camera_info('plumb_bob', PLUMB + (0.0, 0.0, 0.2)), 'distortion_model plumb_bob'),
+    (camera_info('rational_polynomial', RATIONAL + (0.0, 0.0, 0.0, 0.001, 0.0, 0.0)),
+     r'distortion_model rational_polynomial with s1\.\.s4, tau_x, tau_y'),
+    (camera_info('rational_polynomial', np.full(14, 0.01)), 'thin prism'),
+    (camera_info('rational_polynomial', RATIONAL + (0.0,) * 4), 'd has 12 values'),
     (camera_info('fisheye', FISHEYE), "distortion_model 'fisheye'"),
     (camera_info('kannala_brandt', (0.0,) * 4), "distortion_model 'kannala_brandt'"),
     (camera_info('', PLUMB), "distortion_model ''"),
@@ -171,7 +194,7 @@ def test_camera_info_distortion_travels_with_the_intrinsics(model, d, expected_m
     (camera_info('plumb_bob', PLUMB[:4]), 'd has 4 values'),
     (camera_info('plumb_bob', (0.1, float('nan'), 0.0, 0.0, 0.0)), r'd\[1\] = nan'),
     (camera_info('equidistant', (1e5, 0.0, 0.0, 0.0)), r'd\[0\] = 100000'),
-], ids=['rational_polynomial', 'plumb_bob k6', 'fisheye', 'kannala_brandt', 'no model',
+], ids=['rational s3', 'depthai 14', 'rational 12', 'fisheye', 'kannala_brandt', 'no model',
         'equidistant 5', 'plumb_bob 4', 'NaN d', 'huge d'])
 def test_unsupported_distortion_is_refused_naming_the_field(msg, named):
     with pytest.raises(CameraInfoError, match=named):

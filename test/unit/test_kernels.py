@@ -334,6 +334,8 @@ def lens(front=('none', []), rear=('none', []), **overrides):
 # and a fisheye: both move most samples by pixels at these maps' edges.
 PLUMB_BOB = ('plumb_bob', (-0.1, 0.01, 0.004, -0.003, 0.001))
 EQUIDISTANT = ('equidistant', (0.08, -0.02, 0.004, -0.0005))
+# A wide lens as OAK-D and Azure Kinect calibrations write it: k4..k6 tame the k1..k3 terms.
+RATIONAL = ('rational_polynomial', (0.6, -0.05, 0.002, -0.001, 0.01, 0.9, 0.05, 0.002))
 
 
 def test_lift_with_lens_models_matches_reference(warmed):
@@ -356,7 +358,7 @@ def test_changing_the_distortion_compiles_nothing(pipe):
     empty = np.zeros((0, 4), np.float32)
     before = pipe.process(empty, maps).features
     count = compile_count()
-    for front, rear in ((PLUMB_BOB, EQUIDISTANT), (EQUIDISTANT, PLUMB_BOB),
+    for front, rear in ((PLUMB_BOB, EQUIDISTANT), (EQUIDISTANT, PLUMB_BOB), (RATIONAL, RATIONAL),
                         (('plumb_bob', (-0.2, 0.03, 0.0, 0.0, 0.0)), ('none', ()))):
         changed = lens(front, rear)
         pipe.set_calibration(cameras=changed.cameras)
@@ -367,6 +369,10 @@ def test_changing_the_distortion_compiles_nothing(pipe):
     assert compile_count() == count
     pipe.set_calibration(cameras=cfg.cameras)
     np.testing.assert_array_equal(pipe.process(empty, maps).features, before)
+    # The rational lens's k4..k6 matter: without them (its plumb_bob part) the lift differs.
+    plumb_part = ('plumb_bob', RATIONAL[1][:5])
+    assert np.abs(lift_ref(lens(RATIONAL, RATIONAL), maps)[0]
+                  - lift_ref(lens(plumb_part, plumb_part), maps)[0]).max() > 0.1
 
 
 def test_all_zero_plumb_bob_is_the_pinhole_bit_for_bit(pipe):

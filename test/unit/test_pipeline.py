@@ -278,6 +278,7 @@ def test_set_calibration_matches_the_reference_on_features():
 @pytest.mark.parametrize('model,d', [
     ('plumb_bob', (-0.12, 0.02, 0.003, -0.002, 0.001)),
     ('equidistant', (0.06, -0.015, 0.003, -0.0004)),
+    ('rational_polynomial', (0.5, -0.04, 0.002, -0.001, 0.01, 0.8, 0.04, 0.002)),
 ])
 def test_camera_info_distortion_reaches_the_lift_without_a_compile(model, d):
     """A CameraInfo with a lens model: the lift equals the reference with that lens."""

@@ -96,7 +96,7 @@ def test_parameter_guide_table_is_the_generated_one():
     assert '| `buckets` | integer[] | `[16384, 32768, 65536, 131072]` | points | 1 .. 16777216 |' \
         in block
     assert ('| `cameras.<name>.distortion_model` | string | `none` |  | none \\| plumb_bob \\| '
-            'equidistant | live |') in block
+            'rational_polynomial \\| equidistant | live |') in block
 
 
 def test_committed_json_schema_is_the_generated_one():
