@@ -513,3 +513,13 @@ def test_three_lidars_one_cloud_each_that_together_cover_the_sides(cfg, tmp_path
     ids = {d.id for d in truth.detections}
     _, top_ids = SyntheticDrive(cfg, num_cameras=0, lidar=top).ground_truth(0.0)
     assert set(top_ids) < ids
+
+
+def test_the_side_lidars_take_the_drives_noise_and_dropout(cfg):
+    from jax_perception_node.tools.synthetic_drive.rig import lidar_rig
+    noisy = LidarModel(beams=16, azimuth_steps=512, rotation_hz=20.0, range_noise_m=0.2,
+                       dropout=0.3)
+    for mount in lidar_rig('three', cfg, noisy):
+        # What the summary and the bag's metadata record for the drive holds for every LiDAR.
+        assert (mount.model.rotation_hz, mount.model.range_noise_m, mount.model.dropout) == (
+            20.0, 0.2, 0.3), mount.name

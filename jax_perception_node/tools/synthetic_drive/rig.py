@@ -54,8 +54,8 @@ def lidar_rig(kind: str, cfg: PipelineConfig, model: LidarModel,
     Return the LiDARs of the rig ``kind`` (:data:`RIGS`), the first at the parameters' mount.
 
     'one': ``model`` at ``cfg.lidar`` in frame ``cfg.lidar_frame_id`` on the node's single
-    input topic. 'three': top (``model`` at ``cfg.lidar``), left and right (VLP-16s at the
-    ``model``'s rotation rate, :func:`side_pose`), in frames ``lidar_<name>`` on
+    input topic. 'three': top (``model`` at ``cfg.lidar``), left and right (VLP-16s with the
+    ``model``'s rotation rate, range noise and dropout, :func:`side_pose`), in frames ``lidar_<name>`` on
     :func:`lidar_topic`. ``top``: the first LiDAR's pose instead of ``cfg.lidar`` (see
     ``mounts.mounted``). ValueError for another kind.
     """
@@ -64,7 +64,9 @@ def lidar_rig(kind: str, cfg: PipelineConfig, model: LidarModel,
         return (LidarMount('lidar', POINTCLOUD_TOPIC, cfg.lidar_frame_id, top, model),)
     if kind != 'three':
         raise ValueError(f'lidars must be one of {", ".join(RIGS)}, got {kind!r}')
-    side = replace(VLP_16, rotation_hz=model.rotation_hz)
+    # The drive's rotation rate, range noise and dropout (summary and metadata record them).
+    side = replace(VLP_16, rotation_hz=model.rotation_hz, range_noise_m=model.range_noise_m,
+                   dropout=model.dropout)
     return (LidarMount('top', lidar_topic('top'), 'lidar_top', top, model),
             LidarMount('left', lidar_topic('left'), 'lidar_left', side_pose(1.0), side),
             LidarMount('right', lidar_topic('right'), 'lidar_right', side_pose(-1.0), side))
