@@ -80,8 +80,8 @@ def _replaceable_bag(out: Path) -> None:
 
 def cmd_sample_bag(args) -> int:
     """Write the synthetic drive as an MCAP bag."""
-    from .synthetic_drive import (EGO_SPEED, MAX_EGO_SPEED, MAX_IMAGE_SCALE, option_variation,
-                                  sensor_model, write_sample_bag)
+    from .synthetic_drive import (check_pinholes, EGO_SPEED, MAX_EGO_SPEED, MAX_IMAGE_SCALE,
+                                  option_variation, sensor_model, write_sample_bag)
     if not args.out:
         raise UsageError('OUT: an empty path')
     out = Path(args.out)
@@ -100,6 +100,7 @@ def cmd_sample_bag(args) -> int:
                                 args.range_noise, args.dropout)
         lidar = sensor_model(args.lidar, args.beams, azimuth_steps=args.azimuth_steps,
                              range_noise_m=vary.pop('range_noise_m'), dropout=vary.pop('dropout'))
+        check_pinholes(cfg.cameras[:args.cameras])
     except ValueError as exc:
         raise UsageError(f'sample-bag: {exc}') from None
     # Everything is checked before an old bag is deleted: a refused run loses nothing.

@@ -474,6 +474,10 @@ def test_sample_bag_force_replaces_a_bag_only_after_every_check(tmp_path, monkey
     assert main(['sample-bag', str(bag), *small, '--seed', '1']) == 0
     mcap = next(bag.glob('*.mcap'))
     before = mcap.read_bytes()
+    # A lens the renderer does not draw: the CameraInfo would carry it, the pictures not.
+    lens = tmp_path / 'lens.yaml'
+    lens.write_text(PARAMS_FILE.read_text().replace('distortion_model: none',
+                                                    'distortion_model: plumb_bob', 1))
     for argv, message in (
             (['sample-bag', '', '--force'], 'OUT: an empty path'),
             (['sample-bag', '.', '--force'], 'is the current folder or holds it'),
@@ -484,7 +488,9 @@ def test_sample_bag_force_replaces_a_bag_only_after_every_check(tmp_path, monkey
             (['sample-bag', str(bag), '--force', '--cameras', '9'], '--cameras 9'),
             (['sample-bag', str(bag), '--force', '--seconds', '-1'], '--seconds must be'),
             (['sample-bag', str(bag), '--force', '--params', str(tmp_path / 'none.yaml')],
-             'params file')):
+             'params file'),
+            (['sample-bag', str(bag), '--force', '--params', str(lens)],
+             'cameras.front.distortion_model is plumb_bob: the sample drive renders pinhole')):
         assert main(argv) == 1, argv
         assert_one_line_error(capsys, message)
         assert (tmp_path / 'notes.txt').read_text() == 'mine'

@@ -82,7 +82,7 @@ Only NumPy and ``rosbags`` are used (vision_msgs' definitions come from the inst
 interfaces): no ROS installation, no JAX.
 """
 
-from .camera_render import MAX_IMAGE_SCALE
+from .camera_render import check_pinholes, MAX_IMAGE_SCALE
 from .drive import SyntheticDrive
 from .lidar_model import LidarModel
 from .lidar_presets import lidar_preset, PRESETS, sensor_model
@@ -92,8 +92,8 @@ from .sample_bag import camera_stamp_offset, write_sample_bag
 from .scene import (CAMERA_CHANNELS, EGO_LANE_Y, EGO_SPEED, EPOCH_NS, LIDAR_FRAME_ID,
                     MAX_EGO_SPEED, ODOMETRY_FRAME_ID, POINT_DTYPE, POINT_FIELDS, POINT_STEP)
 
-__all__ = ['CAMERA_CHANNELS', 'camera_stamp_offset', 'draw_variation', 'EGO_LANE_Y',
-           'EGO_SPEED', 'EPOCH_NS', 'LIDAR_FRAME_ID', 'lidar_preset', 'lidar_rig', 'lidar_topic',
-           'LidarModel', 'MAX_EGO_SPEED', 'MAX_IMAGE_SCALE', 'ODOMETRY_FRAME_ID',
+__all__ = ['CAMERA_CHANNELS', 'camera_stamp_offset', 'check_pinholes', 'draw_variation',
+           'EGO_LANE_Y', 'EGO_SPEED', 'EPOCH_NS', 'LIDAR_FRAME_ID', 'lidar_preset', 'lidar_rig',
+           'lidar_topic', 'LidarModel', 'MAX_EGO_SPEED', 'MAX_IMAGE_SCALE', 'ODOMETRY_FRAME_ID',
            'option_variation', 'POINT_DTYPE', 'POINT_FIELDS', 'POINT_STEP', 'PRESETS', 'RIGS',
            'sensor_model', 'SyntheticDrive', 'VARIATION_KEYS', 'write_sample_bag']

@@ -121,6 +121,17 @@ def check_scale(scale: int) -> int:
     return int(scale)
 
 
+def check_pinholes(cameras) -> None:
+    """Raise ValueError for a camera with a lens model: the renderer casts pinhole rays."""
+    for cam in cameras:
+        # Its CameraInfo would carry the lens and its pictures would not: the node would lift
+        # them out of register with the cloud.
+        if cam.distortion_model != 'none' and not cam.rectified:
+            raise ValueError(f'cameras.{cam.name}.distortion_model is {cam.distortion_model}: '
+                             'the sample drive renders pinhole cameras; set none (or '
+                             f'cameras.{cam.name}.rectified: true)')
+
+
 def pinhole(cam: CameraConfig, scale: int = 1) -> Pinhole:
     """Return the pixel grid of ``cam`` at ``scale`` times its feature map."""
     fx, fy, cx, cy = scaled_intrinsics(cam, scale)

@@ -5,7 +5,8 @@ import math
 from jax_perception_node.settings.config import CameraConfig, PipelineConfig, Pose
 import numpy as np
 
-from .camera_render import camera_rays, check_scale, image, pinhole, render, Surfaces, trace
+from .camera_render import (camera_rays, check_pinholes, check_scale, image, pinhole, render,
+                            Surfaces, trace)
 from .lidar_model import LidarModel
 from .mounts import tilt_rotation
 from .road_users import People, people_at, Traffic
@@ -59,6 +60,7 @@ class SyntheticDrive:
         self.seed = int(seed)
         self.lidar = lidar
         self.cameras: tuple[CameraConfig, ...] = tuple(cfg.cameras[:num_cameras])
+        check_pinholes(self.cameras)
         self.ego_speed = float(ego_speed)
         self.ego_velocity = np.array([self.ego_speed, 0.0])
         self.instant_sweep = bool(instant_sweep)
