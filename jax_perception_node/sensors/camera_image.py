@@ -24,7 +24,9 @@ first bytes must be the named format's signature. The size is read from the file
 checked before anything is decoded (at most ``camera.MAX_IMAGE_SIZE`` a side and ``MAX_PIXELS`` in
 all: a small file can claim a huge image). JPEG is decoded by libjpeg-turbo (simplejpeg), strictly:
 a warning (a scan cut short and closed by an EOI marker, as a dropped packet of an MJPEG camera
-leaves, which libjpeg fills with gray; a corrupt Huffman code) refuses the image. A CMYK or YCCK
+leaves, which libjpeg fills with gray; a corrupt Huffman code) refuses the image, except up to
+``MAX_STRAY_BYTES`` stray bytes before a restart marker or the EOI (as USB webcams write them:
+libjpeg skips them and loses no pixel), which is decoded again leniently. A CMYK or YCCK
 JPEG (no camera sends one) is decoded and converted by Pillow, whose libjpeg only warns. With
 ``scaled`` a JPEG is decoded at 1/2, 1/4 or 1/8 of its size in the DCT: the largest reduction that
 divides both sides and keeps the image at least the target size (a reduction that does not divide a
@@ -40,6 +42,7 @@ else is another camera's image or a wrong pairing. Every unusable message raises
 it was.
 """
 
+import functools
 import io
 import re
 import struct
@@ -99,6 +102,11 @@ _FORMAT_WORD = re.compile(r'(?<![a-z0-9])(jpe?g|png)(?![a-z0-9])')
 _SIGNATURES = {'jpeg': b'\xff\xd8\xff', 'png': b'\x89PNG\r\n\x1a\n'}
 _PIL_FORMATS = {'jpeg': 'JPEG', 'png': 'PNG'}
 _OBJECT_REPR = re.compile(r'<[^<>]* object at 0x[0-9a-fA-F]+>')
+# libjpeg's one warning that loses no pixel: a few stray bytes before a restart marker or the
+# EOI, which libjpeg skips. USB webcams (Logitech C270 and others) write them into most MJPEG
+# frames; many stray bytes are no longer a camera's quirk but damage, and stay refused.
+_STRAY_BYTES = re.compile(r'(\d+) extraneous bytes before marker 0xd[0-79]\b')
+MAX_STRAY_BYTES = 16
 # What Pillow raises for data it cannot read: OSError (truncated, broken data stream,
 # UnidentifiedImageError), SyntaxError (broken PNG chunks, not a JPEG), ValueError, EOFError,
 # struct.error (a header field cut short), DecompressionBombError (its own pixel limit).
@@ -210,15 +218,22 @@ def _decoded_pixels(image: Image.Image, data: np.ndarray, kind: str, target: tup
                   and width // s >= target[1] and height // s >= target[0]), 1)
     scale = scale if kind == 'jpeg' and scaled else 1
     if kind == 'jpeg' and image.mode in ('L', 'RGB'):
+        # Asked for at least 1/scale of each side at a reduction of at least scale: exactly
+        # 1/scale, the pixels Pillow's draft gives (libjpeg-turbo both).
+        decode = functools.partial(simplejpeg.decode_jpeg, data,
+                                   'GRAY' if image.mode == 'L' else 'RGB',
+                                   min_height=height // scale, min_width=width // scale,
+                                   min_factor=scale)
         try:
-            # Asked for at least 1/scale of each side at a reduction of at least scale:
-            # exactly 1/scale, the pixels Pillow's draft gives (libjpeg-turbo both).
-            pixels = simplejpeg.decode_jpeg(data, 'GRAY' if image.mode == 'L' else 'RGB',
-                                            min_height=height // scale,
-                                            min_width=width // scale, min_factor=scale,
-                                            strict=True)
+            pixels = decode(strict=True)
         except ValueError as error:     # libjpeg's error, or in strict mode its warning
-            raise CameraImageError(f'corrupt jpeg: {_reason(error)}') from None
+            stray = _STRAY_BYTES.search(str(error))
+            if stray is None or int(stray.group(1)) > MAX_STRAY_BYTES:
+                raise CameraImageError(f'corrupt jpeg: {_reason(error)}') from None
+            try:
+                pixels = decode(strict=False)
+            except ValueError as error:
+                raise CameraImageError(f'corrupt jpeg: {_reason(error)}') from None
         return pixels[:, :, 0] if image.mode == 'L' else pixels
     if scale > 1:
         # libjpeg scales in the DCT (most of the decode work is never done); asked for exactly

@@ -1,6 +1,7 @@
 """Camera Images and CompressedImages -> encoder-size RGB, against references written here."""
 
 import io
+import re
 import struct
 from types import SimpleNamespace
 import zlib
@@ -200,6 +201,28 @@ def test_a_jpeg_whose_scan_is_cut_short_is_refused(options, kept):
     with pytest.raises(CameraImageError, match='corrupt jpeg: Corrupt JPEG data: premature '
                                                'end of data segment'):
         ImageDecoder(32, 44).decode(compressed(cut, 'jpeg'))
+
+
+@pytest.mark.parametrize('before', ['restart marker', 'EOI'])
+def test_a_webcams_stray_bytes_before_a_marker_lose_no_pixel(before):
+    # USB webcams (Logitech C270 and others) write a few stray bytes before a restart marker
+    # or the EOI into most MJPEG frames. libjpeg skips them with a warning ("N extraneous bytes
+    # before marker") and decodes every pixel; the strict decoder refused every such frame.
+    buffer = io.BytesIO()
+    PilImage.fromarray(photo(128, 176, seed=8)).save(buffer, 'JPEG', quality=90,
+                                                     restart_marker_rows=1)
+    data = buffer.getvalue()
+    at = [m.start() for m in re.finditer(rb'\xff[\xd0-\xd7]', data)][3] \
+        if before == 'restart marker' else len(data) - 2
+    decoder = ImageDecoder(32, 44)
+    clean = decoder.decode(compressed(data, 'jpeg'))
+    for stray in (1, 3, 16):
+        out = decoder.decode(compressed(data[:at] + b'\x12' * stray + data[at:], 'jpeg'))
+        np.testing.assert_array_equal(out, clean)
+    # Many stray bytes are damage, not a camera's habit: still refused, named.
+    with pytest.raises(CameraImageError, match=r'corrupt jpeg: Corrupt JPEG data: \d+ '
+                                               'extraneous bytes before marker'):
+        decoder.decode(compressed(data[:at] + b'\x12' * 40 + data[at:], 'jpeg'))
 
 
 @pytest.mark.parametrize('source, target, drafted', [((256, 704), (64, 176), (176, 64)),
