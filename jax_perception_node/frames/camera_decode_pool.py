@@ -7,14 +7,16 @@ side by side while the ROS executor thread goes on taking messages. Each camera 
 message in its decode: the next one waits in the caller until it is done, so a camera's images
 reach its buffer in arrival order, and a camera that decodes slower than it sends holds the
 caller back as one slow thread would (its subscription's queue then drops the oldest, as before).
-No ROS import.
+A call whose key (the image's stamp) is the one in the camera's decode is skipped without a
+wait: image_transport's raw and compressed copies of one image, back to back, would otherwise
+hold the caller for the first copy's whole decode, camera after camera. No ROS import.
 """
 
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 import os
 import threading
-from typing import Callable
+from typing import Callable, Hashable
 
 
 def cpu_threads() -> int:
@@ -40,24 +42,34 @@ class CameraDecodePool:
         self._pool = ThreadPoolExecutor(threads or cpu_threads(),
                                         thread_name_prefix='camera_decode')
         self._lock = threading.Lock()
-        self._running: dict[str, Future] = {}     # camera -> its newest call
+        self._running: dict[str, tuple[Future, Hashable]] = {}   # camera -> newest call, key
 
-    def submit(self, name: str, take: Callable[[], object]) -> None:
-        """Run ``take()`` on the pool once camera ``name``'s previous call is done (waits)."""
+    def submit(self, name: str, take: Callable[[], object], key: Hashable = None) -> bool:
+        """
+        Run ``take()`` on the pool once camera ``name``'s previous call is done (waits).
+
+        Returns False, at once and without running ``take``, when ``key`` is not None and
+        equals the key of the camera's previous call while that is still running (a second
+        copy of the same image); once it is done, the copy runs (and may be the one taken if
+        the first was refused).
+        """
         with self._lock:
-            previous = self._running.get(name)
+            previous, previous_key = self._running.get(name, (None, None))
+        if key is not None and key == previous_key and not previous.done():
+            return False
         try:
             if previous is not None:
                 previous.result()
         finally:
             future = self._pool.submit(take)
             with self._lock:
-                self._running[name] = future
+                self._running[name] = (future, key)
+        return True
 
     def wait(self) -> None:
         """Return once every call submitted so far is done (a frame pairs what arrived)."""
         with self._lock:
-            running = list(self._running.values())
+            running = [future for future, _ in self._running.values()]
         futures.wait(running)
 
     def close(self) -> None:

@@ -326,7 +326,7 @@ class PerceptionCore:
         if self._decoders is None:
             take()
         else:
-            self._decoders.submit(name, take)
+            self._decoders.submit(name, take, key=(msg.header.stamp.sec, msg.header.stamp.nanosec))
 
     def _take_features(self, path: FramePath, name: str, msg) -> None:
         what = 'image' if path.cfg.camera_images else 'feature map'    # counted as maps

@@ -48,3 +48,29 @@ def test_a_calls_error_comes_out_of_the_cameras_next_submit_not_out_of_wait():
 def test_a_thread_per_cpu_of_the_process_and_at_least_two(monkeypatch, cpus, threads):
     monkeypatch.setattr('os.sched_getaffinity', lambda pid: set(range(cpus)), raising=False)
     assert cpu_threads() == threads
+
+
+def test_a_second_copy_of_the_image_in_decode_is_skipped_without_a_wait():
+    # image_transport's raw and compressed copies of one image arrive back to back: waiting
+    # for the first copy's decode held the executor thread, camera after camera.
+    pool = CameraDecodePool(2)
+    release, taken = threading.Event(), []
+    try:
+        assert pool.submit('front', lambda: (release.wait(5.0), taken.append('raw')), key=7)
+        copy = threading.Thread(target=lambda: taken.append(
+            pool.submit('front', lambda: taken.append('compressed'), key=7)))
+        copy.start()
+        copy.join(1.0)
+        assert not copy.is_alive()          # no wait
+        assert taken == [False]             # and not run
+        release.set()
+        pool.wait()
+        # Once the first copy is done, a copy runs (the first may have been refused); the
+        # camera's next image is not a copy.
+        assert pool.submit('front', lambda: taken.append('copy after'), key=7)
+        assert pool.submit('front', lambda: taken.append('next'), key=8)
+        pool.wait()
+        assert taken == [False, 'raw', 'copy after', 'next']
+    finally:
+        release.set()
+        pool.close()

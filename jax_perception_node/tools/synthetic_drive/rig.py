@@ -55,9 +55,9 @@ def lidar_rig(kind: str, cfg: PipelineConfig, model: LidarModel,
 
     'one': ``model`` at ``cfg.lidar`` in frame ``cfg.lidar_frame_id`` on the node's single
     input topic. 'three': top (``model`` at ``cfg.lidar``), left and right (VLP-16s with the
-    ``model``'s rotation rate, range noise and dropout, :func:`side_pose`), in frames ``lidar_<name>`` on
-    :func:`lidar_topic`. ``top``: the first LiDAR's pose instead of ``cfg.lidar`` (see
-    ``mounts.mounted``). ValueError for another kind.
+    ``model``'s rotation rate, range noise and dropout, :func:`side_pose`), in frames
+    ``lidar_<name>`` on :func:`lidar_topic`. ``top``: the first LiDAR's pose instead of
+    ``cfg.lidar`` (see ``mounts.mounted``). ValueError for another kind.
     """
     top = cfg.lidar if top is None else top
     if kind == 'one':
