@@ -35,34 +35,37 @@ class LatencyWindow:
     """
     The last ``size`` frame records, for rolled-up percentiles, and the frames of a recent time.
 
-    ``stats`` covers the last ``size`` records (the published rolling statistics); ``recent``
-    covers the records added within the last ``seconds`` (monotonic time), which the latency
-    budget rule judges: an outlier (warm-up, new calibration) leaves it ``seconds`` after its
-    frame however many frames the count window holds. ``seconds`` may be changed (live
-    parameter); it applies from the next call.
+    ``stats`` covers the last ``size`` records (the published rolling statistics);
+    ``recent_total`` covers the total_ms of the frames added within the last ``seconds``
+    (monotonic time), which the latency budget rule judges: an outlier (warm-up, new
+    calibration) leaves it ``seconds`` after its frame however many frames the count window
+    holds. ``seconds`` may be changed (live parameter); it applies from the next call. Only
+    (time, total_ms) pairs are kept for it: an hour (the parameter's maximum) at 20 Hz is
+    72 000 pairs, not 72 000 records.
     """
 
     def __init__(self, size: int, seconds: float):
         """Keep ``size`` records for ``stats``, ``seconds`` of them for ``recent``."""
         self.seconds = seconds
         self._records: deque[Mapping[str, float]] = deque(maxlen=size)
-        # (monotonic time added, record), oldest first; bounded by the frame rate x seconds.
-        self._timed: deque[tuple[float, Mapping[str, float]]] = deque()
+        # (monotonic time added, total_ms), oldest first; bounded by the frame rate x seconds.
+        self._timed: deque[tuple[float, float]] = deque()
 
     def add(self, record: Mapping[str, float], now: float) -> None:
         """Append one frame's record (keys from FRAME_KEYS), done at monotonic time ``now``."""
         self._records.append(record)
-        self._timed.append((now, record))
+        if 'total_ms' in record:
+            self._timed.append((now, record['total_ms']))
         self._forget(now)
 
     def stats(self, key: str) -> dict[str, float]:
         """Percentiles of ``key`` over the last ``size`` records."""
         return percentiles(r[key] for r in self._records if key in r)
 
-    def recent(self, key: str, now: float) -> dict[str, float]:
-        """Percentiles of ``key`` over the records added in (now - seconds, now]; 0 when none."""
+    def recent_total(self, now: float) -> dict[str, float]:
+        """Percentiles of total_ms over the frames added in (now - seconds, now]; 0 when none."""
         self._forget(now)
-        return percentiles(r[key] for _, r in self._timed if key in r)
+        return percentiles(total for _, total in self._timed)
 
     def _forget(self, now: float) -> None:
         """Drop the records older than ``seconds`` before ``now``."""

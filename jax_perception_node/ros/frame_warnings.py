@@ -20,6 +20,9 @@ from ..sensors.cloud import MAX_SWEEP_S, SWEEP_SHARE
 from ..settings.config import PipelineConfig
 
 THROTTLE_S = 2.0        # a refused input's reason is logged at most this often, per input
+# The INFO lines of an input's reset (LogThrottle.reset), a camera's after its name.
+RESETS = {'odometry': 'odometry: stamp went backwards or the pose jumped: buffer reset',
+          'camera': 'stamp went backwards, its buffer was reset'}
 
 
 class LogThrottle:
@@ -45,6 +48,12 @@ class LogThrottle:
         """Log ``what: reason`` unless ``what`` was logged in the last ``THROTTLE_S``."""
         if self.due(what, THROTTLE_S):
             log.warning(f'{what}: {reason}')
+
+    def reset(self, log, what: str) -> None:
+        """Log an input's reset ``what`` at INFO unless logged in the last ``THROTTLE_S``."""
+        # A bag loop resets once; two sources on one topic would reset on every other message.
+        if self.due(what, THROTTLE_S):
+            log.info(what)
 
     def once(self, log, what: str, reason) -> None:
         """Log ``what: reason`` at INFO the first time only (a state, not a fault)."""
@@ -76,7 +85,7 @@ def _pose_source(cfg: PipelineConfig) -> str:
 def warn_frame(log, cfg: PipelineConfig, frame: Frame, throttle: LogThrottle) -> None:
     """Log what ``frame`` lacked on ``log`` (an rclpy logger), under the configuration ``cfg``."""
     if frame.stamps_jumped:
-        log.info('LiDAR stamp went backwards (bag loop?): camera buffers reset')
+        throttle.reset(log, 'LiDAR stamp went backwards (bag loop?): camera buffers reset')
     if frame.lidars_refused and throttle.due('lidars refused', THROTTLE_S):
         log.warning('point cloud rejected, left out of its set: '
                     + '; '.join(f'LiDAR {reason}' for reason in frame.lidars_refused))

@@ -25,7 +25,7 @@ from sensor_msgs.msg import CameraInfo, PointCloud2
 from std_msgs.msg import Header
 from tf2_msgs.msg import TFMessage
 
-from .frame_warnings import LogThrottle, ready_line, THROTTLE_S, warn_frame
+from .frame_warnings import LogThrottle, ready_line, RESETS, THROTTLE_S, warn_frame
 from .frame_worker import FrameWorker
 from .health import assess, CloudTimes, count_names, frame_counts, RecentLatency
 from .input_graph import InputGraph
@@ -314,7 +314,7 @@ class PerceptionCore:
     def _on_odometry(self, msg: Odometry) -> None:
         if self._take(lambda: self.path.add_odometry(msg), 'odometry_received',
                       'rejected_odometry', 'odometry rejected', OdometryError):
-            self.log.info('odometry: stamp went backwards or the pose jumped: buffer reset')
+            self._warnings.reset(self.log, RESETS['odometry'])
 
     def _on_transforms(self, msg: TFMessage, static: bool) -> None:
         self._take(lambda: self.path.add_transforms(msg, static), 'transforms_received',
@@ -332,7 +332,7 @@ class PerceptionCore:
         what = 'image' if path.cfg.camera_images else 'feature map'    # counted as maps
         if self._take(lambda: path.add_features(name, msg), 'feature_maps_received',
                       'rejected_feature_maps', f'camera {name}: {what} rejected', FeatureMapError):
-            self.log.info(f'camera {name}: stamp went backwards, its buffer was reset')
+            self._warnings.reset(self.log, f'camera {name}: ' + RESETS['camera'])
 
     def _take(self, accept, taken: str, refused: str, what: str, error: type):
         """Run ``accept()`` and count the message as ``taken``, or as ``refused`` with a log."""
@@ -430,7 +430,7 @@ class PerceptionCore:
             counts, period, times = dict(self.counts), self._period, self._times
             self._period = dict.fromkeys(self._period, 0)
             latency = {key: self.window.stats(key) for key in ('total_ms', 'age_ms')}
-            recent = RecentLatency(self.window.recent('total_ms', now)['p99'], self.window.seconds)
+            recent = RecentLatency(self.window.recent_total(now)['p99'], self.window.seconds)
             stale = self._stale
         health = assess(counts, period, times, now, latency, stale,
                         self.pipe.compiles_after_warmup, self.pipe.padder.capacity,

@@ -41,14 +41,16 @@ def check_update(values: Mapping[str, Any],
     Validate ``changes`` against the running ``values``; return the new values and config.
 
     Keys that are not the node's own are ignored. Raises :class:`ConfigError`: for a static key
-    whose value changes, ``'<key> is static (<why>): restart the node to change it'``; for a bad
-    value, the config layer's message naming the key.
+    whose value changes, ``'<key> is static (<why>): restart the node (a managed node: cleanup,
+    set it, configure) to change it'``; for a bad value, the config layer's message naming the
+    key.
     """
     ours = {key: plain(value) for key, value in changes.items() if is_ours(key)}
     for key, value in ours.items():
         reason = static_reason(key)
         if reason is not None and plain(values.get(key)) != value:
-            raise ConfigError(f'{key} is static ({reason}): restart the node to change it')
+            raise ConfigError(f'{key} is static ({reason}): restart the node (a managed node: '
+                              'cleanup, set it, configure) to change it')
     merged = {**values, **ours}
     return merged, config_from_parameters(merged)
 

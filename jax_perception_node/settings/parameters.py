@@ -366,7 +366,7 @@ SCHEMA: tuple[ParamSpec, ...] = (
        unit='ms', minimum=1e-3, maximum=60000.0),
     _s('diagnostics.latency_window_s', 5.0,
        'the latency rule judges the frames of this recent time: an outlier clears after it',
-       1e-3, DAY_S),
+       1e-3, HOUR_S),
     _s('diagnostics.lidar_timeout_s', 1.0, 'time without a LiDAR frame before ERROR',
        1e-3, DAY_S),
 )

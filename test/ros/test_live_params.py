@@ -39,7 +39,8 @@ def test_check_update_refuses_static_keys_and_bad_values():
     with pytest.raises(ConfigError) as info:
         check_update(values, {'grid.resolution': 0.25})
     assert str(info.value) == ('grid.resolution is static (changes array shapes): '
-                               'restart the node to change it')
+                               'restart the node (a managed node: cleanup, set it, configure) '
+                               'to change it')
     with pytest.raises(ConfigError, match=r'^cameras.front.fx: must be >=? '):
         check_update(values, {'cameras.front.fx': -1.0})
     # Setting a static key to the value it has changes nothing and is fine.
@@ -147,7 +148,8 @@ def test_static_and_bad_values_are_refused_with_a_reason(running):
     results = set_parameters(probe, setter, grid__resolution=0.25)
     assert not results[0].successful
     assert results[0].reason == ('grid.resolution is static (changes array shapes): '
-                                 'restart the node to change it')
+                                 'restart the node (a managed node: cleanup, set it, '
+                                 'configure) to change it')
     assert get_parameter(probe, getter, 'grid.resolution') == 0.5
     results = set_parameters(probe, setter, cameras__front__fx=-2.0)
     # Refused by the descriptor's range (rclpy) or the config layer: the reason names the key.

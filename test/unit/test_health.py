@@ -208,7 +208,7 @@ def test_a_slow_start_warns_until_it_leaves_the_time_window():
             if now - 1 <= added < now:
                 window.add({'total_ms': total, 'age_ms': total + 5.0}, added)
         stats = {key: window.stats(key) for key in ('total_ms', 'age_ms')}
-        recent = RecentLatency(window.recent('total_ms', now)['p99'], window.seconds)
+        recent = RecentLatency(window.recent_total(now)['p99'], window.seconds)
         reports[now] = assess(dict.fromkeys(COUNTS, 0),
                               {**dict.fromkeys(PERIOD_COUNTS, 0), 'processed': 20},
                               CloudTimes(0.0, now - 0.05, now - 0.05), now, stats, (), 0, 1024,
@@ -228,22 +228,22 @@ def test_latency_window_recent_keeps_only_the_last_seconds():
     for total, added in ((100.0, 0.0), (20.0, 0.5), (30.0, 0.9), (40.0, 1.2)):
         window.add({'total_ms': total}, added)
     # (0.2, 1.2]: the frame at 0.0 is gone; at the edge (now - seconds) a frame is out too.
-    assert window.recent('total_ms', 1.2)['max'] == 40.0
-    assert window.recent('total_ms', 1.2)['p50'] == 30.0
-    assert window.recent('total_ms', 1.5)['p50'] == 35.0     # the frame at 0.5 is out at 1.5
-    assert window.recent('total_ms', 2.2)['max'] == 0.0     # none left: all zeros
+    assert window.recent_total(1.2)['max'] == 40.0
+    assert window.recent_total(1.2)['p50'] == 30.0
+    assert window.recent_total(1.5)['p50'] == 35.0    # the frame at 0.5 is out at 1.5
+    assert window.recent_total(2.2)['max'] == 0.0      # none left: all zeros
     # The count window holds the last 4 frames whatever their age.
     assert window.stats('total_ms')['max'] == 100.0
     # diagnostics.latency_window_s is live: a new span applies from the next call.
     window.add({'total_ms': 50.0}, 3.0)
     window.seconds = 0.5
-    assert window.recent('total_ms', 3.4)['max'] == 50.0
-    assert window.recent('total_ms', 3.5)['max'] == 0.0
+    assert window.recent_total(3.4)['max'] == 50.0
+    assert window.recent_total(3.5)['max'] == 0.0
     # More frames than the count window within the seconds: recent keeps them all.
     crowded = LatencyWindow(2, 10.0)
     for k, total in enumerate((90.0, 1.0, 2.0)):
         crowded.add({'total_ms': total}, float(k))
-    assert crowded.recent('total_ms', 2.0)['max'] == 90.0
+    assert crowded.recent_total(2.0)['max'] == 90.0
     assert crowded.stats('total_ms')['max'] == 2.0
 
 
@@ -364,3 +364,16 @@ def test_refused_inputs_are_logged_per_input_not_one_for_all(monkeypatch):
                          ('WARN', 'camera front: image rejected: step 10 < width 80 * 3'),
                          ('WARN', 'camera rear: image rejected: encoding 8UC3'),
                          ('INFO', 'camera rear: CameraInfo: k is all zero')]
+    # Resets are throttled too: two odometry sources on one topic, 50 m apart, reset the buffer
+    # on every message (a line each); a bag loop's one reset is still said.
+    log.lines.clear()
+    for _ in range(12):            # 3 s
+        warnings.reset(log, frame_warnings.RESETS['odometry'])
+        warnings.reset(log, 'camera rear: ' + frame_warnings.RESETS['camera'])
+        clock[0] += 0.25
+    warnings.reset(log, 'camera front: ' + frame_warnings.RESETS['camera'])
+    assert log.lines == [('INFO', frame_warnings.RESETS['odometry']),
+                         ('INFO', 'camera rear: stamp went backwards, its buffer was reset'),
+                         ('INFO', frame_warnings.RESETS['odometry']),
+                         ('INFO', 'camera rear: stamp went backwards, its buffer was reset'),
+                         ('INFO', 'camera front: stamp went backwards, its buffer was reset')]
