@@ -37,6 +37,9 @@ HEAD_OUTPUTS = {'heatmap': None, 'offset': 2, 'z': 1, 'size': 3, 'yaw': 2}
 MAX_CENTRE_VOTES = 8
 
 _RUN_RE = re.compile(r'^(.*?)(\d+)$')
+# The image encoder that computes, from the sample drive's images, the feature maps it sends:
+# shipped weights that record no encoder (trained on those maps) serve it, and no other.
+FEATURE_MAP_ENCODER = 'jax_perception_node.detection.encoders.pooled:appearance'
 
 
 class HeadInput(NamedTuple):
@@ -198,8 +201,12 @@ def fits(name: str, spec: HeadSpec, bev: HeadInput, path, shipped: bool,
 
     def check(arrays: Mapping[str, np.ndarray]) -> None:
         encoder = str(arrays[ENCODER_KEY]) if ENCODER_KEY in arrays else ''
-        if encoder and encoder != bev.encoder:
-            raise ConfigError(f'{prefix} trained with the image encoder {encoder}, this '
+        # Shipped weights of no encoder were trained on the feature maps; another encoder's
+        # channels, however named, carry other features.
+        unknown = shipped and not encoder and bev.encoder not in ('', FEATURE_MAP_ENCODER)
+        if (encoder and encoder != bev.encoder) or unknown:
+            raise ConfigError(f'{prefix} trained with the image encoder '
+                              f'{encoder or FEATURE_MAP_ENCODER + " (feature maps)"}, this '
                               f'configuration has {bev.encoder or "none (feature maps)"}; '
                               f'{advice}')
         count, names = trained_channels(arrays, spec, path)

@@ -7,8 +7,9 @@ from cli_errors import assert_one_line_error
 from configs import PARAMS_FILE, small_params
 import jax
 from jax_perception_node.core.pipeline import BevPipeline
-from jax_perception_node.detection.head import (CHANNELS_KEY, describe_channels, HeadInput,
-                                                load_head, save_weights)
+from jax_perception_node.detection.head import (CHANNELS_KEY, describe_channels,
+                                                FEATURE_MAP_ENCODER, HeadInput, load_head,
+                                                save_weights)
 from jax_perception_node.detection.heads import centerpoint
 from jax_perception_node.detection.heads.centerpoint import object_head, WEIGHTS
 from jax_perception_node.settings.channels import COVERAGE_CHANNEL, lidar_channels
@@ -100,6 +101,22 @@ def test_the_factory_takes_the_checkpoint_of_the_bevs_layout(lidar_weights):
     # Any other layout: the one line, naming the shipped layout with the cameras.
     assert_shipped_refusal(refused(lambda: BevPipeline(config_from_parameters(
         small_params(2, **head_module)))), '10 BEV channels')
+
+
+def test_the_feature_map_weights_serve_no_image_encoder_but_the_one_of_those_maps():
+    # The shipped weights of the camera layout were trained on the sample drive's feature maps:
+    # the appearance encoder computes them from its images; a user's encoder of 8 channels
+    # (named as the shipped ones) computes other features, and was given them without a word.
+    shipped = bev(SHIPPED)
+    for encoder in ('', FEATURE_MAP_ENCODER):
+        assert load_head(REFERENCE_HEAD, '', shipped._replace(encoder=encoder)).weights_path \
+            == WEIGHTS
+    text = refused(lambda: load_head(REFERENCE_HEAD, '', shipped._replace(
+        encoder='my_encoders.resnet:features')))
+    assert text.startswith(f'head.module: {REFERENCE_HEAD} ships weights trained with the image '
+                           f'encoder {FEATURE_MAP_ENCODER} (feature maps), this configuration '
+                           'has my_encoders.resnet:features; '), text
+    assert 'jax-perception train' in text
 
 
 def test_a_damaged_lidar_only_checkpoint_is_no_candidate(tmp_path, monkeypatch):

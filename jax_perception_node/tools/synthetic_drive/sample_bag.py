@@ -79,8 +79,7 @@ def write_sample_bag(path: str | os.PathLike, cfg: PipelineConfig, seconds: floa
     poses. The metadata's custom_data holds the seed (``bagio.SAMPLE_SEED_KEY``: the trainer
     refuses held-out seeds). ``mount_height`` (m) and ``mount_tilt`` (pitch, roll, deg) move
     the top LiDAR, published; ``body_tilt`` (pitch, roll, deg) turns base_link under every
-    LiDAR, unpublished, and the ground truth with it, and the cameras with the body (their
-    /tf_static poses stay nominal, ``mounts.py``).
+    LiDAR and camera, unpublished (``mounts.py``), and the ground truth with it.
     With any of them, summary and custom_data record the variation
     (``mounts.VARIATION_KEYS``), as they record images' camera_images and image_scale. Bag
     time = header stamp = ``EPOCH_NS`` + t. The bytes depend only on the arguments (of the
