@@ -15,7 +15,7 @@ caption.
 """
 
 from collections import Counter
-import os
+import hashlib
 from pathlib import Path
 import re
 import shutil
@@ -88,12 +88,17 @@ def sample_bag(out: Path, params: Path, seconds: float) -> Path:
     """
     Return the cached sample drive for these params and duration (made on first use).
 
-    Cameras that send images (``cameras.<name>.input: image``) get the drive's JPEGs.
+    Cameras that send images (``cameras.<name>.input: image``) get the drive's JPEGs. The
+    cache key is the params' content and the sample drive's source: an edit of either, within
+    the same second too, makes a new drive.
     """
     from .synthetic_drive import write_sample_bag
     cfg = load_config(params)
     images = 'jpeg' if cfg.camera_images else None
-    bag = out / (f'sample_drive_{seconds:g}s_{int(params.stat().st_mtime)}'
+    digest = hashlib.sha256(params.read_bytes())
+    for source in sorted(Path(__file__).with_name('synthetic_drive').glob('*.py')):
+        digest.update(source.read_bytes())
+    bag = out / (f'sample_drive_{seconds:g}s_{digest.hexdigest()[:12]}'
                  + ('_jpeg' if images else ''))
     if not (bag / 'metadata.yaml').exists():
         for old in out.glob('sample_drive_*'):
@@ -113,18 +118,14 @@ def demo_params(params_file: Path, out: Path, images: bool) -> Path:
     jax_perception none of it). With ``images`` (``params_images.yaml``) every camera's
     ``input: image`` and, when the file names no encoder, the learned one
     (``encoders.learned``), whose weights were trained end to end with the head checkpoint
-    ``head.weights: ''`` then takes. Its modification time stays the original's (the sample
-    drive's cache key).
+    ``head.weights: ''`` then takes.
     """
     params = read_param_file(params_file)
     names = params.get('cameras.names') or []
     if images and names and not all(params.get(f'cameras.{n}.input') == 'image' for n in names):
         params.update({f'cameras.{n}.input': 'image' for n in names})
         params['encoder.module'] = params.get('encoder.module') or IMAGE_ENCODER
-    path = write_param_file(params, out / ('params_images.yaml' if images else 'params.yaml'))
-    stat = params_file.stat()
-    os.utime(path, (stat.st_atime, stat.st_mtime))
-    return path
+    return write_param_file(params, out / ('params_images.yaml' if images else 'params.yaml'))
 
 
 def run_demo(out: Path, params: str | None = None, seconds: float = 8.0,

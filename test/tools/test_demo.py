@@ -1,5 +1,6 @@
 """The demo end to end on a short drive: node process, player process, recorder, report."""
 
+import os
 import re
 
 from cli_errors import assert_one_line_error
@@ -223,3 +224,27 @@ def test_the_demos_node_reads_what_the_cli_read_of_a_stack_file(tmp_path):
         got = rcl_overrides(path)
         assert got == read_param_file(path) == read_param_file(stack)
         assert got['grid.resolution'] == 0.8
+
+
+def test_the_cached_sample_drive_follows_the_params_content(tmp_path, monkeypatch):
+    # The cache was keyed by the params' modification time in whole seconds: an edit within
+    # the same second (a script writing its params and running the demo) replayed the old drive.
+    from jax_perception_node.tools import synthetic_drive
+    from jax_perception_node.tools.demo import sample_bag
+    written = []
+
+    def write(bag, cfg, **kwargs):
+        (bag / 'metadata.yaml').parent.mkdir(parents=True)
+        (bag / 'metadata.yaml').write_text('')
+        written.append((bag.name, cfg.lidar.translation[2]))
+    monkeypatch.setattr(synthetic_drive, 'write_sample_bag', write)
+    params = read_param_file(PARAMS_FILE)
+    path = write_param_file(params, tmp_path / 'params.yaml')
+    first = sample_bag(tmp_path, path, 1.0)
+    assert sample_bag(tmp_path, path, 1.0) == first and len(written) == 1     # cached
+    mtime = path.stat().st_mtime_ns
+    write_param_file({**params, 'lidar.translation': [0.0, 0.0, 2.5]}, path)
+    os.utime(path, ns=(mtime, mtime))          # the same second, the same time even
+    second = sample_bag(tmp_path, path, 1.0)
+    assert second != first and written[-1] == (second.name, 2.5)
+    assert [p.name for p in tmp_path.glob('sample_drive_*')] == [second.name]   # old one gone
