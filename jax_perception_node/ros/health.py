@@ -192,7 +192,7 @@ def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTim
     problems += [(WARN, f'camera {name} stale (masked): {why}') for name, why in stale]
     if period['overflowed']:
         problems.append((WARN, f'{period["overflowed"]} clouds above the largest bucket '
-                               f'({capacity} points), subsampled'))
+                               f'({capacity} points), cut to it (overflow_policy)'))
     problems += [(WARN, f'{period[key]} {_spelled(text, lidars)}')
                  for key, text in _PERIOD_WARNINGS if period[key]]
     values = {**{key: counts[key] for key in count_names(lidars)[0]},

@@ -128,7 +128,7 @@ def test_period_warnings_use_one_spelling_per_count():
     result = run(period=period)
     assert result.level == WARN
     assert result.message.split('; ') == [
-        '2 clouds above the largest bucket (1024 points), subsampled',
+        '2 clouds above the largest bucket (1024 points), cut to it (overflow_policy)',
         '8 non-finite or out-of-range feature values zeroed',
         '6 decoded boxes with non-finite values dropped (check head.weights)',
         '1 feature maps rejected',
