@@ -96,6 +96,34 @@ def test_fma32_rounds_once():
     assert peers.fma32(a, a, -1.0) == np.float32(2.0 ** -11 + 2.0 ** -24)   # one, exact
 
 
+@pytest.mark.parametrize('n', range(2, 8))
+def test_balanced_rounds_put_each_call_right_after_every_other_once(n):
+    rounds = common.balanced_rounds(n)
+    assert len(rounds) == n - 1 and all(sorted(r) == list(range(n)) for r in rounds)
+    calls = [i for r in rounds for i in r]
+    # Round after round, the first again after the last: each ordered pair once, no repeat.
+    steps = list(zip(calls, calls[1:] + calls[:1]))
+    assert sorted(steps) == [(a, b) for a in range(n) for b in range(n) if a != b]
+    assert common.balanced_rounds(n) == rounds      # the same orders on every run
+
+
+def test_interleaved_takes_balanced_turns_on_alternating_maps():
+    calls = []
+    maps = ({'front': 0}, {'front': 1})
+    impls = [(name, lambda p, c, name=name: calls.append((name, c['front'])))
+             for name in ('jax', 'numpy', 'jax_nojit', 'torch', 'numba')]
+    times = pipeline_rows._interleaved(impls, None, maps, reps=8)
+    assert all(len(t) == 8 for t in times.values())
+    timed = calls[5:]       # after one untimed call each
+    assert [c for _, c in timed] == [rep % 2 for rep in range(8) for _ in impls]
+    names = [name for name, _ in calls]
+    assert all(a != b for a, b in zip(names, names[1:]))
+    follows = {(a, b): 0 for a in names for b in names if a != b}
+    for a, b in zip(names[4:], names[5:]):      # from the untimed last call on: 2 x 4 rounds
+        follows[a, b] += 1
+    assert set(follows.values()) == {2}
+
+
 def test_peer_geometry_is_the_pipelines_on_the_quick_ring():
     """The quick and full runs' six-camera ring: every cell has the pipeline's valid samples."""
     cfg = config_from_parameters(common.bench_params(common.QUICK, 6, buckets=(1024,)))

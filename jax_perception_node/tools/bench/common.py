@@ -218,6 +218,41 @@ def summary_ms(seconds) -> dict:
             'p99': rounded(np.percentile(a, 99)), 'max': rounded(a.max())}
 
 
+def balanced_rounds(n: int) -> list[tuple[int, ...]]:
+    """
+    Return n - 1 orders of range(n) that balance which call comes right before which.
+
+    Called round after round, the first again after the last, no item follows itself and each
+    follows every other exactly once per n - 1 rounds. A call can run faster or slower for the
+    one before it (caches, allocators, a thread pool still spinning), so side-by-side timings
+    take turns in these orders (a fixed order mirrored every other round runs its first and
+    last items twice in a row, which moved ratios measurably: docs/performance.md). Found by a
+    depth-first search, the same on every run (well under a millisecond up to n = 8).
+    """
+    if n < 2:
+        return [tuple(range(n))]
+    total, sequence, used = n * (n - 1), [0], set()
+
+    def extend() -> bool:
+        if len(sequence) == total:      # the wrap-around from the last item to the first
+            return (sequence[-1], sequence[0]) not in used
+        done = sequence[len(sequence) - len(sequence) % n:]    # this round's items so far
+        for item in range(n):
+            step = (sequence[-1], item)
+            if item in done or step in used:
+                continue
+            sequence.append(item)
+            used.add(step)
+            if extend():
+                return True
+            sequence.pop()
+            used.discard(step)
+        return False
+
+    extend()
+    return [tuple(sequence[k:k + n]) for k in range(0, total, n)]
+
+
 def machine_info() -> dict:
     """CPU count and model, RAM, load, library versions."""
     import jax

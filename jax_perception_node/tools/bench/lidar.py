@@ -20,7 +20,8 @@ from jax_perception_node.geometry.ego_motion import deskew_motion
 from jax_perception_node.settings.config import config_from_parameters, PipelineConfig
 import numpy as np
 
-from .common import bench_params, HEADLINE_POINTS, Plan, rounded, summary_ms, xyzi
+from .common import (balanced_rounds, bench_params, HEADLINE_POINTS, Plan, rounded, summary_ms,
+                     xyzi)
 
 SMEAR_SPEED = 20.0       # m/s, the issue's drive
 # Around a moving vehicle, in m: its own motion over a sweep (up to ~2.5 m at 25 m/s), which
@@ -195,10 +196,11 @@ def three_lidars_cost(single: BevPipeline, plan: Plan) -> dict:
     Time a frame of three LiDARs against one LiDAR's frame of the same total points.
 
     The same headline cloud, split 60/20/20 into the three-LiDAR rig's clouds (as PointCloud2
-    messages in their own frames), against that cloud as one LiDAR's. Two numbers, each from
-    alternated calls: the frame executable alone (one bucket; the three-LiDAR one moves each
-    row by its own pose), and the whole frame path (decode of one message or of three into
-    one bucket, the executable, the result fetched).
+    messages in their own frames), against that cloud as one LiDAR's. Two numbers: the frame
+    executable alone (one bucket; the three-LiDAR one moves each row by its own pose), and the
+    whole frame path (decode of one message or of three into one bucket, the executable, the
+    result fetched). The four take turns in ``balanced_rounds``' orders: none runs twice in a
+    row, each right after every other equally often.
     """
     from jax_perception_node.bags.bagio import TYPESTORE
     from jax_perception_node.frames.frame_path import FramePath
@@ -240,18 +242,23 @@ def three_lidars_cost(single: BevPipeline, plan: Plan) -> dict:
         'one_frame': lambda: paths['one'].process(one, False, True).result.bucket,
         'three_frame': lambda: paths['three'].process(lidar_set, False, True).result.bucket}
     samples = {name: [] for name in runs}
+    names, orders = list(runs), balanced_rounds(len(runs))
     compiles = compile_count()
-    for k in range(max(plan.reps * 10, 20)):
-        for name in sorted(runs, reverse=bool(k % 2)):
+    # Sorted names, reversed every other round, ran 'one' (the ratio's denominator) right
+    # after itself every other round and 'three' never: the ratio read ~0.07 high that way.
+    for k in range(-1, max(plan.reps * 10, 20)):     # round -1: untimed, the last order's
+        for name in (names[i] for i in orders[k % len(orders)]):
             began = time.perf_counter()
             jax.block_until_ready(runs[name]())
-            samples[name].append(time.perf_counter() - began)
+            if k >= 0:
+                samples[name].append(time.perf_counter() - began)
     ms = {name: summary_ms(values) for name, values in samples.items()}
     return {'points': n, 'split': [int(len(p)) for p in parts], 'bucket': padded['one'].bucket,
             'one_ms': ms['one'], 'three_ms': ms['three'],
             'ratio': rounded(ms['three']['p50'] / ms['one']['p50'], 3),
             'one_frame_ms': ms['one_frame'], 'three_frame_ms': ms['three_frame'],
             'frame_ratio': rounded(ms['three_frame']['p50'] / ms['one_frame']['p50'], 3),
+            'order': 'balanced',    # balanced_rounds (runs before 2026-12-07: sorted, mirrored)
             # cells occupied in one BEV only: the same points (moved in float32, a point on a
             # cell edge may cross it)
             'cells_differing': int(np.sum(np.not_equal(*(np.asarray(runs[k]())[..., 0]

@@ -61,7 +61,7 @@ def lidar_part(results: dict) -> list[str]:
                   f'{three["three_ms"]["p50"]} ms against {three["one_ms"]["p50"]} ms '
                   f'({three["ratio"]}x), the whole frame path with decode '
                   f'{three["three_frame_ms"]["p50"]} ms against {three["one_frame_ms"]["p50"]} '
-                  f'ms ({three["frame_ratio"]}x), calls alternated.']
+                  f'ms ({three["frame_ratio"]}x), {_order(three)}.']
     rows = (lidar.get('decode') or {}).get('rows') or []
     if rows:
         lines += ['', 'Decode (`returns` then `read_points` into one buffer), every layout with '
@@ -71,3 +71,11 @@ def lidar_part(results: dict) -> list[str]:
         lines += [f'| {r["layout"]} | {r["point_step"]} | {r["slots"]} | {r["decode_ms"]} | '
                   f'{r["ratio"]} | {r["ratio_organized"] or ""} |' for r in rows]
     return lines
+
+
+def _order(three: dict) -> str:
+    """Say how the three-LiDAR part ordered its calls (older runs: sorted, mirrored by round)."""
+    if three.get('order') == 'balanced':
+        return ('the four calls in a balanced order (none twice in a row, each right after '
+                'every other equally often)')
+    return 'calls alternated'

@@ -4,9 +4,10 @@ Part 2: the pipeline against its peers, per cloud size and camera rig, on the sa
 Implementations: the JAX pipeline (``BevPipeline.process``), the same frame function without
 jit (op by op), and the NumPy, PyTorch and Numba peers (``tools/peers.py``,
 ``tools/numba_peer.py``: the same sparse lift, a CSR matrix per calibration). Every output is
-checked against the pipeline's before anything is timed; implementations run interleaved so
-that machine noise hits all alike. The JAX / Numba rows are repeated in a child process pinned
-to one CPU, so that thread counts cannot decide them.
+checked against the pipeline's before anything is timed; implementations take turns in a
+balanced order (``common.balanced_rounds``) so that machine noise hits all alike, on two sets
+of camera maps that alternate by round. The JAX / Numba rows are repeated in a child process
+pinned to one CPU, so that thread counts cannot decide them.
 """
 
 import functools
@@ -20,15 +21,21 @@ import time
 from typing import Callable
 
 from jax_perception_node import BevPipeline, kernels
+from jax_perception_node.core.staging import CameraStaging
 from jax_perception_node.settings.config import config_from_parameters
 from jax_perception_node.tools import peers
 import numpy as np
 
 from .checks import border_cells, check_equal, edge_cells
-from .common import bench_params, BenchError, HEADLINE_POINTS, Inputs, Plan, PLANS, rounded, RTOL
+from .common import (balanced_rounds, bench_params, BenchError, HEADLINE_POINTS, Inputs, Plan,
+                     PLANS, rounded, RTOL)
 
 NUMBA_POINTS = (32768, 131072)   # the sizes of the speedup_vs_numba target (with 0 and 6 cameras)
 PINNED_TIMEOUT_S = 900           # the one-core child: compiles two rigs, then times them
+# Idle before each timed call: PyTorch's OpenMP threads spin on after its call and took a core
+# from the next implementation (two-threaded JAX 2.6 ms after JAX without jit, 4.8 after Numba
+# following PyTorch); a node's frames are tens of ms apart.
+SETTLE_S = 0.01
 
 
 def bench_pipeline(plan: Plan, use_torch: bool, log: Callable[[str], None],
@@ -55,6 +62,9 @@ def bench_pipeline(plan: Plan, use_torch: bool, log: Callable[[str], None],
         'JAX = BevPipeline.process (pad into the bucket, transfer, AOT executable, fetch); '
         'jax_nojit = the same frame function under jax.disable_jit() (op by op, after a '
         'warm-up call); peers take the cloud unpadded.',
+        'Rounds in a balanced order (none twice in a row, each right after every other '
+        'equally often), on two camera map sets (the maps, the maps + 0.5) alternated by '
+        'round: the pipeline stages its camera batch every frame, as the peers copy theirs.',
     ]
     torch_version = numba_version = None
     if use_torch:
@@ -76,8 +86,8 @@ def bench_pipeline(plan: Plan, use_torch: bool, log: Callable[[str], None],
     for num_cameras in plan.camera_counts:
         cfg = config_from_parameters(bench_params(plan, num_cameras, buckets=plan.sizes))
         profiled = {headline_size(plan)} if num_cameras in (0, max(plan.camera_counts)) else ()
-        rows += _rig_rows(cfg, base.camera_maps(cfg), clouds, names, plan.reps, log,
-                          profile, profiled)
+        rows += _rig_rows(cfg, map_sets(base.camera_maps(cfg)), clouds, names, plan.reps,
+                          log, profile, profiled)
     size = headline_size(plan)
     headline = next(r for r in rows if r['points'] == size and r['cameras'] == 0)
     ring = max(plan.camera_counts)
@@ -110,12 +120,24 @@ def bench_pipeline(plan: Plan, use_torch: bool, log: Callable[[str], None],
     return result
 
 
+def map_sets(maps: dict) -> tuple[dict, dict]:
+    """
+    Return the camera maps and the same maps + 0.5: two sets for the timed rounds to alternate.
+
+    Fed the same maps every frame, the pipeline's staging finds them unchanged and skips the
+    copy, the range check and the transfer that the peers pay every frame and a live node pays
+    whenever a camera sends.
+    """
+    return maps, {name: fmap + np.float32(0.5) for name, fmap in maps.items()}
+
+
 def _rig_rows(cfg, maps, clouds, names, reps: int, log, profile: dict,
               profiled=()) -> list[dict]:
     """
     Rows of one camera rig: the pipeline against the peers ``names`` at every cloud size.
 
-    Adds the stage profile of the sizes in ``profiled`` to ``profile``.
+    ``maps``: the two camera map sets of :func:`map_sets`. Adds the stage profile of the sizes
+    in ``profiled`` to ``profile``.
     """
     pipe = BevPipeline(cfg)
     pipe.warmup()
@@ -198,8 +220,8 @@ def pinned_child() -> None:
     try:
         for num_cameras in sorted({c for _, c in cases}):
             cfg = config_from_parameters(bench_params(plan, num_cameras, buckets=sizes))
-            rows += _rig_rows(cfg, base.camera_maps(cfg), clouds, ('numba',), plan.reps, log,
-                              {})
+            rows += _rig_rows(cfg, map_sets(base.camera_maps(cfg)), clouds, ('numba',),
+                              plan.reps, log, {})
     except BenchError as exc:
         log(f'bench: {exc}')
         sys.exit(1)
@@ -207,34 +229,53 @@ def pinned_child() -> None:
 
 
 def _nojit(pipe: BevPipeline):
-    """Return the pipeline's frame function op by op (``jax.disable_jit``), on its state."""
+    """
+    Return the pipeline's frame function op by op (``jax.disable_jit``), on its state.
+
+    With a camera staging of its own: staged into the pipeline's, a round's maps would be
+    there already when the pipeline's call came after this one, and it would skip staging
+    them. Every call gives every camera's map (the pipeline's flags say all are valid).
+    """
     import jax
     frame = functools.partial(kernels.bev_frame, height=pipe.height, width=pipe.width,
                               activation=pipe.cfg.fusion.activation)
+    staging = CameraStaging(pipe.camera_names, pipe.cfg.map_shape) if pipe.camera_names \
+        else None
 
     def run(points, cameras):
         padded = pipe.padder.pad(points)
-        pipe.stage_cameras(cameras)
+        args = pipe.frame_args(jax.device_put(padded.buffer), padded.count)
+        if staging is not None:
+            staging.stage(cameras)
+            batch = staging.batches.current
+            args = args._replace(features=batch if pipe.host_inputs else jax.device_put(batch))
         with jax.disable_jit():
-            return np.asarray(frame(pipe.frame_args(jax.device_put(padded.buffer),
-                                                    padded.count)))
+            return np.asarray(frame(args))
     return run
 
 
 def _row(impls, pipe, points, maps, border, reps: int, num_cameras: int) -> dict:
-    """Check every implementation against the pipeline on one input, then time them all."""
+    """
+    Check every implementation against the pipeline on one input, then time them all.
+
+    ``maps``: the two map sets the timed rounds alternate; each is checked, every
+    implementation against the pipeline's output for the same set.
+    """
     n = len(points)
-    reference = pipe.process(points, maps).features
     edges = edge_cells(pipe.cfg, points)
     exempt, max_diff = {}, {}
-    for name, fn in impls[1:]:
-        # jax_nojit shares the pipeline's lift geometry: only point borders may differ.
-        mask = edges if name == 'jax_nojit' or border is None else edges | border
-        out = fn(points, maps)
-        exempt[name] = check_equal(f'{name} ({n} points, {num_cameras} cameras)', out,
-                                   reference, mask)
-        close = ~mask[..., None] if mask is not None else True
-        max_diff[name] = float(np.abs(np.where(close, out - reference, 0.0)).max())
+    for k, cameras in enumerate(maps):
+        reference = pipe.process(points, cameras).features
+        for name, fn in impls[1:]:
+            # jax_nojit shares the pipeline's lift geometry: only point borders may differ.
+            mask = edges if name == 'jax_nojit' or border is None else edges | border
+            out = fn(points, cameras)
+            exempt[name] = max(exempt.get(name, 0), check_equal(
+                f'{name} ({n} points, {num_cameras} cameras, map set {k})', out, reference,
+                mask))
+            close = ~mask[..., None] if mask is not None else True
+            max_diff[name] = max(max_diff.get(name, 0.0), float(
+                np.abs(np.where(close, out - reference, 0.0)).max()))
     times, unstable = _timed_row(impls, points, maps, reps)
     p50 = {name: float(np.median(t)) * 1e3 for name, t in times.items()}
     row = {'points': n, 'bucket': pipe.padder.bucket_for(n), 'cameras': num_cameras}
@@ -282,17 +323,30 @@ def _timed_row(impls, points, maps, reps: int, attempts: int = 2):
 
 
 def _interleaved(impls, points, maps, reps: int) -> dict[str, list[float]]:
-    """Seconds per call of each implementation, ``reps`` rounds, ABAB order, gc off."""
-    for _, fn in impls:
-        fn(points, maps)
+    """
+    Return seconds per call of each implementation: ``reps`` rounds, a balanced order, gc off.
+
+    Round k calls each implementation once, in ``balanced_rounds``' order k mod (n - 1) (none
+    twice in a row; each right after every other equally often), all on map set k mod 2 of
+    ``maps``, so that the pipeline stages the camera batch every frame. Each call starts
+    ``SETTLE_S`` after the one before, as a node's frames do.
+    """
+    orders = balanced_rounds(len(impls))
+    # Untimed, on the other map set: the last round's order, so that the first timed call
+    # follows the one the order puts before it.
+    for i in orders[-1]:
+        impls[i][1](points, maps[1])
     times = {name: [] for name, _ in impls}
     gc.collect()
     gc.disable()
     try:
         for rep in range(reps):
-            for name, fn in (impls if rep % 2 == 0 else impls[::-1]):
+            cameras = maps[rep % 2]
+            for i in orders[rep % len(orders)]:
+                name, fn = impls[i]
+                time.sleep(SETTLE_S)
                 began = time.perf_counter()
-                fn(points, maps)
+                fn(points, cameras)
                 times[name].append(time.perf_counter() - began)
     finally:
         gc.enable()
@@ -300,23 +354,27 @@ def _interleaved(impls, points, maps, reps: int) -> dict[str, list[float]]:
 
 
 def _stage_profile(pipe, built: dict, points, maps, reps: int) -> dict:
-    """p50 per stage (ms): the pipeline's pad / transfer / device / fetch, the peers' parts."""
+    """
+    Return p50 per stage (ms): the pipeline's pad / transfer / device / fetch, the peers' parts.
+
+    The two map sets ``maps`` alternate frame by frame, as in the timed rounds.
+    """
     out = {}
-    results = [pipe.process(points, maps) for _ in range(max(reps, 3))]
+    results = [pipe.process(points, maps[k % 2]) for k in range(max(reps, 3))]
     for stage in ('pad', 'transfer', 'device', 'fetch'):
         out[f'jax_{stage}_ms'] = rounded(np.median([getattr(r, f'{stage}_ms') for r in results]))
     for name, peer in built.items():
         if peer is None:
             continue
-        stages = [('voxelize', lambda: peer.voxelize(points))]
+        stages = [('voxelize', lambda k: peer.voxelize(points))]
         if peer.tables is not None:
-            stages.append(('lift', lambda: peer.lift(maps)))
+            stages.append(('lift', lambda k: peer.lift(maps[k % 2])))
         for stage, fn in stages:
-            fn()
+            fn(1)
             samples = []
-            for _ in range(max(reps, 3)):
+            for k in range(max(reps, 3)):
                 began = time.perf_counter()
-                fn()
+                fn(k)
                 samples.append(time.perf_counter() - began)
             out[f'{name}_{stage}_ms'] = rounded(np.median(samples) * 1e3)
     return out
