@@ -37,6 +37,8 @@ With several LiDARs ``processed`` and ``dropped`` count frames (one per set of c
 ``received``, ``rejected`` (a cloud left out of its set, or every cloud of a set refused whole)
 and ``late_lidar_clouds`` count clouds; ``lidar_sets_incomplete`` counts frames without some
 LiDAR and ``lidars.<name>.missing`` (a value per LiDAR) the frames without that one.
+``cameras.<name>.rejected`` (a value per camera) counts that camera's share of
+``rejected_feature_maps``, which the WARN names.
 """
 
 from dataclasses import dataclass
@@ -123,10 +125,16 @@ def missing_key(name: str) -> str:
     return f'lidars.{name}.missing'
 
 
-def count_names(lidars: tuple[str, ...] = ()) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Return (totals, counts kept per report): COUNTS, PERIOD_COUNTS and each LiDAR's."""
-    missing = tuple(missing_key(name) for name in lidars)
-    return COUNTS + missing, PERIOD_COUNTS + missing
+def rejected_key(camera: str) -> str:
+    """Return the count (and /diagnostics value) of camera ``camera``'s rejected maps or images."""
+    return f'cameras.{camera}.rejected'
+
+
+def count_names(lidars: tuple[str, ...] = (), cameras: tuple[str, ...] = ()
+                ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Return (totals, counts kept per report): COUNTS, PERIOD_COUNTS, each LiDAR's, camera's."""
+    own = tuple(missing_key(name) for name in lidars) + tuple(map(rejected_key, cameras))
+    return COUNTS + own, PERIOD_COUNTS + own
 
 
 def frame_counts(frame) -> dict[str, int]:
@@ -164,7 +172,7 @@ def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTim
            stale: tuple[tuple[str, str], ...],
            compiles: int, capacity: int, lidar_timeout_s: float,
            latency_budget_ms: float, recent: RecentLatency = RecentLatency(),
-           lidars: tuple[str, ...] = ()) -> Health:
+           lidars: tuple[str, ...] = (), cameras: tuple[str, ...] = ()) -> Health:
     """
     Apply the module's rules.
 
@@ -174,7 +182,8 @@ def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTim
     ``recent``: what the latency budget rule judges (no recent frame: nothing over budget);
     ``stale``: (camera, why) of each camera masked in the last frame (``sync.Pairing``);
     ``lidars``: ``lidars.names`` (() for one LiDAR), whose ``missing_key`` counts ``counts``
-    and ``period`` then hold too (``count_names``).
+    and ``period`` then hold too (``count_names``), as they hold the ``rejected_key`` count of
+    each of ``cameras`` (the rejected maps' WARN names the cameras).
     """
     problems = []
     if compiles:
@@ -193,9 +202,10 @@ def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTim
     if period['overflowed']:
         problems.append((WARN, f'{period["overflowed"]} clouds above the largest bucket '
                                f'({capacity} points), cut to it (overflow_policy)'))
-    problems += [(WARN, f'{period[key]} {_spelled(text, lidars)}')
+    problems += [(WARN, f'{period[key]} {_spelled(text, lidars)}'
+                        + (_by_camera(period, cameras) if key == 'rejected_feature_maps' else ''))
                  for key, text in _PERIOD_WARNINGS if period[key]]
-    values = {**{key: counts[key] for key in count_names(lidars)[0]},
+    values = {**{key: counts[key] for key in count_names(lidars, cameras)[0]},
               'compiles_after_warmup': compiles,
               'stale_cameras': ' '.join(name for name, _ in stale),
               'seconds_since_cloud': _age(now, times.last),
@@ -206,6 +216,13 @@ def assess(counts: Mapping[str, int], period: Mapping[str, int], times: CloudTim
     values['total_ms_recent_p99'] = recent.p99_ms
     return Health(max((p[0] for p in problems), default=OK),
                   '; '.join(p[1] for p in problems) or 'OK', values)
+
+
+def _by_camera(period: Mapping[str, int], cameras: tuple[str, ...]) -> str:
+    """Return ' (front 3, rear 1)': the cameras whose maps or images were rejected, how many."""
+    named = [f'{name} {period[rejected_key(name)]}' for name in cameras
+             if period.get(rejected_key(name))]
+    return f' ({", ".join(named)})' if named else ''
 
 
 def _spelled(text: str, lidars: tuple[str, ...]) -> str:

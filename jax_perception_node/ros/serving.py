@@ -27,7 +27,7 @@ from tf2_msgs.msg import TFMessage
 
 from .frame_warnings import LogThrottle, ready_line, RESETS, THROTTLE_S, warn_frame
 from .frame_worker import FrameWorker
-from .health import assess, CloudTimes, count_names, frame_counts, RecentLatency
+from .health import assess, CloudTimes, count_names, frame_counts, RecentLatency, rejected_key
 from .input_graph import InputGraph
 from .node_outputs import FrameOutputs
 from .node_params import declare_parameters, read_parameters, refusal_reason
@@ -59,9 +59,7 @@ class PerceptionCore:
         self._create_publisher, self._destroy_publisher = create_publisher, destroy_publisher
         self.values: dict = {}
         self.cfg = self.pipe = self.path = self.window = self.outputs = None
-        totals, per_report = count_names()
-        self.counts = dict.fromkeys(totals, 0)
-        self._period = dict.fromkeys(per_report, 0)    # since the last /diagnostics report
+        self.counts, self._period = (dict.fromkeys(keys, 0) for keys in count_names())   # _bump
         self._times = CloudTimes()
         self._stale: tuple[tuple[str, str], ...] = ()   # (camera, why) masked last frame
         self._lock = threading.Lock()        # counts, times, pending cloud, LiDAR sets, window
@@ -104,7 +102,7 @@ class PerceptionCore:
         with self._lock:
             self._sets = LidarSets(names, cfg.lidar_stamp_tolerance_s,
                                    cfg.max_lidar_delay_s) if names else None
-            totals, per_report = count_names(names)     # counts kept across re-configures
+            totals, per_report = count_names(names, pipe.camera_names)    # kept on re-configure
             self.counts = {**dict.fromkeys(totals, 0), **self.counts}
             self._period = {**dict.fromkeys(per_report, 0), **self._period}
         self.window = LatencyWindow(cfg.diagnostics.window, cfg.diagnostics.latency_window_s)
@@ -331,15 +329,16 @@ class PerceptionCore:
     def _take_features(self, path: FramePath, name: str, msg) -> None:
         what = 'image' if path.cfg.camera_images else 'feature map'    # counted as maps
         if self._take(lambda: path.add_features(name, msg), 'feature_maps_received',
-                      'rejected_feature_maps', f'camera {name}: {what} rejected', FeatureMapError):
+                      ('rejected_feature_maps', rejected_key(name)),
+                      f'camera {name}: {what} rejected', FeatureMapError):
             self._warnings.reset(self.log, f'camera {name}: ' + RESETS['camera'])
 
-    def _take(self, accept, taken: str, refused: str, what: str, error: type):
+    def _take(self, accept, taken: str, refused: str | tuple[str, ...], what: str, error: type):
         """Run ``accept()`` and count the message as ``taken``, or as ``refused`` with a log."""
         try:
             result = accept()
         except error as exc:
-            self._count(refused)
+            self._count(*((refused,) if isinstance(refused, str) else refused))
             self._warnings.refused(self.log, what, exc)
             return None
         except Exception as exc:    # noqa: B902 - a bug taking one message: said, serve on
@@ -354,9 +353,10 @@ class PerceptionCore:
         if key in self._period:
             self._period[key] += n
 
-    def _count(self, key: str) -> None:
+    def _count(self, *keys: str) -> None:
         with self._lock:
-            self._bump(key)
+            for key in keys:
+                self._bump(key)
 
     # -- worker thread -------------------------------------------------------------------------
 
@@ -435,7 +435,7 @@ class PerceptionCore:
         health = assess(counts, period, times, now, latency, stale,
                         self.pipe.compiles_after_warmup, self.pipe.padder.capacity,
                         diagnostics.lidar_timeout_s, diagnostics.latency_budget_ms, recent,
-                        tuple(lidar.name for lidar in self.cfg.lidars))
+                        tuple(lidar.name for lidar in self.cfg.lidars), self.pipe.camera_names)
         return DiagnosticStatus(   # level is a ROS byte field: bytes, not int
             level=bytes([health.level]), name=f'{node_name}: pipeline',
             hardware_id=node_name, message=health.message,

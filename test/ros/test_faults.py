@@ -284,6 +284,10 @@ def test_nan_feature_maps_are_zeroed_counted_and_malformed_maps_rejected(camera_
                    >= int(before['rejected_feature_maps']) + 2, 'rejected feature maps')
     assert int(after['nonfinite_features']) - int(before['nonfinite_features']) == 8
     assert int(after['rejected_feature_maps']) - int(before['rejected_feature_maps']) == 2
+    # Counted per camera too: which camera sends what the node refuses.
+    for camera in ('front', 'rear'):
+        key = f'cameras.{camera}.rejected'
+        assert int(after[key]) - int(before[key]) == 1, key
     assert int(after['feature_maps_received']) - int(before['feature_maps_received']) == 2
     assert 'feature map rejected' in node.log() and 'encoding' in node.log()
 
@@ -306,6 +310,8 @@ def test_a_feature_map_in_another_frame_is_rejected_and_the_camera_masked(camera
     assert values['cameras_used'] == '1'        # front's map never reached the buffer
     after = settle(probe, lambda v, s: 'camera front stale' in s.message, 'front masked')
     assert int(after['rejected_feature_maps']) - int(before['rejected_feature_maps']) == sent
+    assert int(after['cameras.front.rejected']) - int(before['cameras.front.rejected']) == sent
+    assert int(after['cameras.rear.rejected']) == int(before['cameras.rear.rejected'])
     assert int(after['feature_maps_received']) - int(before['feature_maps_received']) == 1
     assert node.alive()
 

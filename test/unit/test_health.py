@@ -138,6 +138,20 @@ def test_period_warnings_use_one_spelling_per_count():
     assert set(PERIOD_COUNTS) <= set(COUNTS)
 
 
+def test_rejected_maps_are_counted_and_named_per_camera():
+    cameras = ('front', 'rear', 'left')
+    totals, per_report = health.count_names((), cameras)
+    assert {'cameras.front.rejected', 'cameras.rear.rejected'} <= set(totals) & set(per_report)
+    counts = {**dict.fromkeys(totals, 0), 'cameras.front.rejected': 7, 'cameras.rear.rejected': 1}
+    period = {**dict.fromkeys(per_report, 0), 'processed': 5, 'rejected_feature_maps': 4,
+              'cameras.front.rejected': 3, 'cameras.rear.rejected': 1}
+    result = health.assess(counts, period, CloudTimes(0.0, 9.5, 9.5), 10.0, {}, (), 0, 1024,
+                           TIMEOUT_S, BUDGET_MS, cameras=cameras)
+    assert result.message == '4 feature maps rejected (front 3, rear 1)'
+    assert (result.values['cameras.front.rejected'], result.values['cameras.rear.rejected'],
+            result.values['cameras.left.rejected']) == (7, 1, 0)
+
+
 def test_clouds_without_their_intensity_field_warn():
     result = run(period={'processed': 5, 'clouds_without_intensity': 5})
     assert (result.level, result.message) == (
