@@ -25,6 +25,7 @@ from rosbags.rosbag2 import CompressionFormat, CompressionMode, Reader, StorageP
 from rosbags.rosbag2.errors import ReaderError, WriterError
 from rosbags.serde import SerdeError
 from rosbags.typesys import get_typestore, Stores
+from rosbags.typesys.base import TypesysError
 import yaml
 
 from .bag_metadata import custom_data, embedded_info, sibling_info  # noqa: F401
@@ -252,7 +253,7 @@ class BagWriter:
         try:
             self._connections[topic] = self._writer.add_connection(
                 topic, msgtype, typestore=TYPESTORE, offered_qos_profiles=list(offered_qos))
-        except (WriterError, OSError) as exc:
+        except (WriterError, OSError, TypesysError) as exc:
             raise BagError(f'{self.path}: cannot write bag: {exc}') from None
 
     def write_raw(self, topic: str, msgtype: str, data: bytes, timestamp: int) -> None:

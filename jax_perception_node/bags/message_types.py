@@ -13,9 +13,11 @@ the packages into it from ``interfaces/``). No ROS import: this is plain file re
 
 import os
 from pathlib import Path
+import re
 import sys
 
 from rosbags.typesys import get_types_from_msg
+from rosbags.typesys.base import TypesysError
 
 # Package -> message names this project reads and writes; a message's dependencies first.
 INTERFACE_MESSAGES = {
@@ -73,3 +75,33 @@ def register_interface_types(typestore) -> list[str]:
     types, missing = interface_types()
     typestore.register(types)
     return missing
+
+
+_UNKNOWN = re.compile(r"Type '([\w/]+)' is unknown")
+MAX_DEPENDENCIES = 64
+
+
+def register_installed(typestore, msgtype: str) -> str | None:
+    """
+    Make ``msgtype`` known to ``typestore``, with what it holds, from installed .msg files.
+
+    A type of rosbags' store or of INTERFACE_MESSAGES is known already; another (a package of a
+    stack, such as an Autoware vehicle message) is read from its installed definition, and so
+    is each message it holds that the store lacks. Returns None when the type is known, else
+    the first type whose definition is not installed (it cannot be written to a bag).
+    """
+    for _ in range(MAX_DEPENDENCIES):
+        try:
+            typestore.generate_msgdef(msgtype)      # walks every message the type holds
+            return None
+        except TypesysError as exc:
+            unknown = _UNKNOWN.search(str(exc))
+            if unknown is None:
+                return msgtype
+            missing = unknown.group(1)
+        package, _, name = missing.partition('/msg/')
+        path = find_definition(package, name) if name else None
+        if path is None:
+            return missing
+        typestore.register(get_types_from_msg(path.read_text(), missing))
+    return msgtype

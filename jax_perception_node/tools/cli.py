@@ -176,7 +176,8 @@ def _replay_fleet(args, cfg, topics: BagTopics) -> int:
     print(f'{totals["bags"] - totals["failed"]}/{totals["bags"]} bags, {totals["frames"]} '
           f'frames in {totals["wall_s"]:.1f} s ({totals["frames_per_s"]:.1f} frames/s) on '
           f'{spawned} worker{"s" * (spawned != 1)}'
-          f'{f" ({idle} never ready)" if idle else ""}; outputs in {args.out}')
+          f'{f" ({idle} never ready)" if idle else ""}; '
+          + (f'outputs in {args.out}' if Path(args.out).is_dir() else 'nothing written'))
     if args.json:
         write_json(args.json, summary)
     return fleet.exit_code(summary)

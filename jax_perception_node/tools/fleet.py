@@ -251,6 +251,8 @@ def replay_fleet(bags: list[Path], out_dir: str | Path, cfg: PipelineConfig, wor
             out_dir.rmdir()     # nothing came of the run: leave no trace of it
         raise
     scheduler.stop()
+    if not any(out_dir.iterdir()):
+        out_dir.rmdir()     # every bag failed: OUT would refuse the same command again
     done = time.perf_counter()
     return FleetResult(outcomes, scheduler.worker_info(), done - started,
                        done - (scheduler.first_ready or done))
@@ -289,7 +291,7 @@ def exit_code(summary: dict) -> int:
 
 
 def fleet_progress_bar(stream=sys.stderr) -> Callable[[FleetProgress], None]:
-    """Return a one-line bar over bags and frames (redrawn only on a terminal)."""
+    """Return a one-line bar over bags and LiDAR clouds (redrawn only on a terminal)."""
     def draw(state: FleetProgress) -> None:
         finished = state.bags_done >= state.bags_total
         if not stream.isatty() and not finished:
@@ -298,7 +300,7 @@ def fleet_progress_bar(stream=sys.stderr) -> Callable[[FleetProgress], None]:
         filled = int(width * state.bags_done / max(state.bags_total, 1))
         stream.write(f'\r[{"#" * filled}{"." * (width - filled)}] {state.bags_done}/'
                      f'{state.bags_total} bags, {state.frames_done}/{state.frames_total} '
-                     f'frames, {len(state.busy)} busy ')
+                     f'clouds, {len(state.busy)} busy ')
         if finished:
             stream.write('\n')
         stream.flush()

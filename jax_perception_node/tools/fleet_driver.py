@@ -173,8 +173,10 @@ class Scheduler:
                 self.polls[actor.status.remote()] = label
 
     def snapshot(self) -> FleetProgress:
-        """Bags and frames done so far, and who is busy with what."""
-        frames = sum(o.summary['frames'] + o.summary['rejected']
+        """Bags done and LiDAR clouds read so far, and who is busy with what."""
+        # Clouds, as the workers count their progress and the totals are counted: with several
+        # LiDARs a frame holds a set of clouds, and the bar fell from 15 of 15 to 5 of 15.
+        frames = sum(o.frames_expected - o.summary.get('clouds_unread', 0)
                      for o in self.outcomes if o.summary)
         busy = []
         for label, _, outcome in self.running.values():

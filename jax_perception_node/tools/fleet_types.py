@@ -48,7 +48,11 @@ class BagOutcome:
 
 @dataclass
 class FleetProgress:
-    """What the driver knows now; ``busy`` lists worker, pid, input, output, done, total."""
+    """
+    What the driver knows now; ``busy`` lists worker, pid, input, output, done, total.
+
+    ``frames_done`` / ``frames_total`` count LiDAR clouds (one per frame with one LiDAR).
+    """
 
     bags_done: int
     bags_total: int

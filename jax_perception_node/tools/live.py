@@ -197,9 +197,11 @@ def play_bag(src, cfg: PipelineConfig, topics: bagio.BagTopics = bagio.BagTopics
 
 @functools.cache
 def _starts_with_header(msgtype: str) -> bool:
-    """Return True when ``msgtype``'s first field is a std_msgs/Header (the type store's)."""
-    fields = bagio.TYPESTORE.fielddefs.get(msgtype, ((), ()))[1]
-    return bool(fields) and fields[0][1][1] == 'std_msgs/msg/Header'
+    """Return True when ``msgtype``'s first field is a std_msgs/Header (its rclpy class's)."""
+    # The rclpy class, which play publishes with: rosbags' store lacks a stack's own types, whose
+    # Header went unshifted.
+    fields = ros_type(msgtype).get_fields_and_field_types()
+    return next(iter(fields.values()), None) == 'std_msgs/Header'
 
 
 def _play(reader, pubs, rate: float, restamp: bool, loop: bool, context, clock, node) -> None:

@@ -10,6 +10,7 @@ import threading
 import time
 
 from jax_perception_node.bags import bagio
+from jax_perception_node.bags.message_types import register_installed
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -90,7 +91,9 @@ def record_topics(dst, topics, seconds: float | None = None, wait_s: float | Non
     Message types and QoS come from the ROS graph, so recording starts once every topic has a
     publisher (``discover``: by default however long that takes, or give up after ``wait_s``).
     The default topics are the node's outputs and /diagnostics. The bag's metadata keeps each
-    topic's offered QoS profiles, one per publisher, as rosbag2 writes them.
+    topic's offered QoS profiles, one per publisher, as rosbag2 writes them. A type beyond
+    rosbags' store is read from its installed .msg (``message_types.register_installed``); one
+    without an installed definition is a BagError naming it, before the bag is created.
     """
     topics = list(topics) or list(DEFAULT_RECORD_TOPICS)
     context = rclpy.Context()
@@ -98,8 +101,15 @@ def record_topics(dst, topics, seconds: float | None = None, wait_s: float | Non
     node = rclpy.create_node('jax_perception_record_discovery', context=context)
     try:
         found = discover(node, topics, wait_s)
-        recorder = Recorder(dst, {t: infos[0].topic_type for t, infos in found.items()},
-                            context, qos={t: recording_qos(i) for t, i in found.items()},
+        types = {t: infos[0].topic_type for t, infos in found.items()}
+        for topic, msgtype in types.items():     # before the bag exists: a refusal leaves none
+            ros_type(msgtype)           # BagError: no rclpy class to subscribe with
+            unknown = register_installed(bagio.TYPESTORE, msgtype)
+            if unknown is not None:
+                raise bagio.BagError(f'{topic}: {msgtype} cannot be recorded: no definition '
+                                     f'of {unknown} is installed (share/<package>/msg)')
+        recorder = Recorder(dst, types, context,
+                            qos={t: recording_qos(i) for t, i in found.items()},
                             offered={t: [bag_qos(i.qos_profile) for i in infos]
                                      for t, infos in found.items()})
         print(f'recording {", ".join(topics)} into {dst} (Ctrl-C to stop)', flush=True)

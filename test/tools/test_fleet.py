@@ -355,3 +355,28 @@ def test_a_signal_inside_rays_wait_ends_the_fleet_as_itself(signal_exception):
                                   'exception set') from exc
     with pytest.raises(raised):
         Scheduler(Ray(), None, None, {}, [], 1).wait(['ref'], 1, 0.1)
+
+
+def test_progress_counts_clouds_on_both_sides_with_several_lidars():
+    # A finished three-LiDAR bag of 15 clouds (5 frames of 3) counted its frames, 5, against
+    # the 15 clouds expected and read by the workers: the bar fell from 15/15 to 5/15.
+    from jax_perception_node.tools.fleet_driver import Scheduler
+    from jax_perception_node.tools.fleet_types import BagOutcome
+    done = BagOutcome(Path('/bags/three'), Path('/out/three'), 15)
+    done.summary = {'frames': 5, 'rejected': 0, 'clouds_unread': 0}
+    cut = BagOutcome(Path('/bags/cut'), Path('/out/cut'), 15)
+    cut.summary = {'frames': 4, 'rejected': 0, 'clouds_unread': 3}     # its index lied
+    state = Scheduler(None, None, None, {}, [done, cut], 1).snapshot()
+    assert (state.frames_done, state.frames_total) == (15 + 12, 30)
+
+
+def test_a_fleet_of_failed_bags_leaves_no_out_folder(archive, ray_cluster, tmp_path, capsys):
+    # Every bag failed: OUT was left as an empty folder, which refused the same command again.
+    out = tmp_path / 'out'
+    code = main(['replay', str(archive.bags / 'garbage.mcap'), '--out', str(out),
+                 '--workers', '1', '--params', str(archive.params)])
+    assert code == 1 and not out.exists()
+    assert '0/1 bags' in capsys.readouterr().out
+    assert main(['replay', str(archive.bags / 'garbage.mcap'), '--out', str(out),
+                 '--workers', '1', '--params', str(archive.params)]) == 1
+    assert 'nothing written' in capsys.readouterr().out

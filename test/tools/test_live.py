@@ -311,6 +311,56 @@ def test_record_waits_for_its_topics_and_keeps_their_offered_qos(tmp_path, stop)
                                                          QosDurability.VOLATILE)
 
 
+def test_record_takes_a_type_beyond_rosbags_store_from_its_installed_definition(tmp_path):
+    """
+    A stack's own message type (here nav_msgs/Goals, which rosbags' store lacks) is recorded.
+
+    Before, record crashed with rosbags' TypesysError and a traceback, and left a bag folder
+    without metadata that refused the next run.
+    """
+    from geometry_msgs.msg import PoseStamped
+    from nav_msgs.msg import Goals
+    import rclpy
+    from rclpy.qos import QoSProfile
+    topic = '/live_test/goals'
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node('live_test_goals_publisher', context=context)
+    pub = node.create_publisher(Goals, topic, QoSProfile(depth=10))
+    stop = threading.Event()
+
+    def publish():
+        while not stop.is_set():
+            goals = Goals(goals=[PoseStamped(), PoseStamped()])
+            goals.header.frame_id = 'map'
+            pub.publish(goals)
+            time.sleep(0.05)
+    sender = threading.Thread(target=publish)
+    sender.start()
+    try:
+        assert live_recorder.record_topics(tmp_path / 'goals', [topic], seconds=1.5,
+                                           wait_s=30.0) == 0
+    finally:
+        stop.set()
+        sender.join()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+    reader = bagio.open_reader(tmp_path / 'goals')
+    try:
+        messages = [bagio.TYPESTORE.deserialize_cdr(raw, conn.msgtype)
+                    for conn, _, raw in reader.messages()]
+    finally:
+        reader.close()
+    assert messages and all(len(m.goals) == 2 and m.header.frame_id == 'map' for m in messages)
+
+
+def test_a_type_without_an_installed_definition_is_named():
+    from jax_perception_node.bags.message_types import register_installed
+    assert register_installed(bagio.TYPESTORE, 'sensor_msgs/msg/Image') is None
+    missing = 'no_such_msgs/msg/Thing'
+    assert register_installed(bagio.TYPESTORE, missing) == missing
+
+
 def test_record_stops_at_a_failed_write_with_one_line(tmp_path):
     """
     A write that fails (here the file size limit; a full disk alike) ends record by itself.
@@ -474,6 +524,15 @@ def test_restamp_at_another_rate_is_refused(tmp_path):
     string = bagio.TYPESTORE.types['std_msgs/msg/String']
     raw = bytes(bagio.TYPESTORE.serialize_cdr(string(data='hello'), 'std_msgs/msg/String'))
     assert live.restamped(raw, 'std_msgs/msg/String', 10**9) == raw
+    # A type with a Header that rosbags' store lacks (a stack's own) is shifted too: its stamp
+    # was left in bag time while every other topic moved to the wall clock.
+    from nav_msgs.msg import Goals
+    from rclpy.serialization import deserialize_message, serialize_message
+    goals = Goals()
+    goals.header.stamp.sec, goals.header.stamp.nanosec = 100, 5
+    moved = deserialize_message(live.restamped(serialize_message(goals), 'nav_msgs/msg/Goals',
+                                               5 * 10**9), Goals)
+    assert (moved.header.stamp.sec, moved.header.stamp.nanosec) == (105, 5)
 
 
 def test_a_new_loops_clock_is_never_followed_by_the_loop_before():
