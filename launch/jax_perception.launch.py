@@ -8,8 +8,10 @@ ros2 launch jax_perception_node jax_perception.launch.py \
     bev_features_topic:=/perception/bev/features objects_topic:=/perception/objects \
     node_name:=bev_fusion use_sim_time:=true
 
-Every topic has an argument, as Autoware launch files pass topics. Inputs: ``pointcloud_topic``,
-``odometry_topic``, for each camera ``<name>`` in the params file's ``cameras.names``
+Every topic has an argument, as Autoware launch files pass topics. Inputs:
+``pointcloud_topic``, ``odometry_topic``, ``tf_topic`` and ``tf_static_topic`` (``tf`` and
+``tf_static`` for a robot whose TF lives in its namespace, as Nav2's multi-robot launch files
+remap it), for each camera ``<name>`` in the params file's ``cameras.names``
 ``<name>_features_topic`` (or, with ``input: image``, ``<name>_image_topic`` and
 ``<name>_compressed_topic``: image_transport's raw and compressed topics, remapped one by
 one as plain ROS remapping does) and ``<name>_camera_info_topic``, and for each LiDAR
@@ -60,8 +62,10 @@ EXECUTABLE = 'jax_perception_node'
 MANAGED_EXECUTABLE = 'jax_perception_lifecycle_node'
 PARAMS_FILE = os.path.join('config', 'jax_perception.param.yaml')
 DEFAULT_NODE_NAME = 'jax_perception'
-# Launch argument -> the node's own input it remaps.
-INPUTS = {'pointcloud_topic': '~/input/pointcloud', 'odometry_topic': '~/input/odometry'}
+# Launch argument -> the node's own input it remaps. TF's topics are absolute, as tf2 names
+# them; a namespaced robot (Nav2's multi-robot launch files) gives tf_topic:=tf.
+INPUTS = {'pointcloud_topic': '~/input/pointcloud', 'odometry_topic': '~/input/odometry',
+          'tf_topic': '/tf', 'tf_static_topic': '/tf_static'}
 # Per-sensor arguments, <name><suffix>: the params file's list of names -> (what the warning
 # calls such a sensor, suffix -> the node's own input of sensor <name>).
 SENSOR_INPUTS = {
@@ -240,6 +244,12 @@ def generate_launch_description():
         DeclareLaunchArgument('odometry_topic', default_value=INPUTS['odometry_topic'],
                               description='nav_msgs/Odometry topic: ego motion for deskew '
                                           '(lidar.time_field) and accumulation'),
+        DeclareLaunchArgument('tf_topic', default_value=INPUTS['tf_topic'],
+                              description='TF topic (extrinsics.source: tf, pose_source: '
+                                          'tf); tf: in the node namespace, as Nav2 remaps it '
+                                          'per robot'),
+        DeclareLaunchArgument('tf_static_topic', default_value=INPUTS['tf_static_topic'],
+                              description='static TF topic; tf_static: in the node namespace'),
         *[DeclareLaunchArgument(arg, default_value=own, description=f'topic of {own}')
           for arg, own in OUTPUTS.items() if arg != 'objects_published_time_topic'],
         DeclareLaunchArgument('objects_published_time_topic', default_value='',

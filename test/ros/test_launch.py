@@ -398,6 +398,29 @@ def test_autostart_after_a_failed_configure_and_a_node_that_dies_before_one(laun
             'launch ends') in launch.log()
 
 
+def test_a_namespaced_robot_reads_tf_in_its_namespace(launch_site, tmp_path):
+    # Nav2's multi-robot launch files remap /tf to tf (and /tf_static to tf_static): each
+    # robot's TF in its namespace. The launch file had no argument for it.
+    params = write_params(small_params(0, **{'extrinsics.source': 'tf'}),
+                          tmp_path / 'params.yaml')
+    launch = Launch(launch_site, tmp_path, params_file=params, namespace='robot1',
+                    tf_topic='tf', tf_static_topic='tf_static')
+    probe = Probe(features=False)
+    try:
+        for topic in ('/robot1/tf', '/robot1/tf_static'):
+            probe.wait_for(lambda: probe.node.count_subscribers(topic) > 0
+                           or not launch.running(), timeout=120.0, what=f'a reader on {topic}')
+            assert launch.running(), launch.log()
+        assert probe.node.count_subscribers('/tf') == 0
+        assert probe.node.count_subscribers('/tf_static') == 0
+    except BaseException:
+        launch.stop()       # launch would outlive the test
+        raise
+    finally:
+        probe.close()
+    assert_clean_exit(launch)
+
+
 def test_launch_managed_without_autostart_waits_unconfigured(launch_site, tmp_path):
     from lifecycle_msgs.msg import Transition
     from sensor_msgs.msg import Image
