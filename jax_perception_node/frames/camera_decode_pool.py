@@ -16,7 +16,7 @@ from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 import os
 import threading
-from typing import Callable, Hashable
+from typing import Callable
 
 
 def cpu_threads() -> int:
@@ -42,16 +42,16 @@ class CameraDecodePool:
         self._pool = ThreadPoolExecutor(threads or cpu_threads(),
                                         thread_name_prefix='camera_decode')
         self._lock = threading.Lock()
-        self._running: dict[str, tuple[Future, Hashable]] = {}   # camera -> newest call, key
+        self._running: dict[str, tuple[Future, object]] = {}   # camera -> newest call, key
 
-    def submit(self, name: str, take: Callable[[], object], key: Hashable = None) -> bool:
+    def submit(self, name: str, take: Callable[[], object], key: object = None) -> bool:
         """
         Run ``take()`` on the pool once camera ``name``'s previous call is done (waits).
 
         Returns False, at once and without running ``take``, when ``key`` is not None and
-        equals the key of the camera's previous call while that is still running (a second
-        copy of the same image); once it is done, the copy runs (and may be the one taken if
-        the first was refused).
+        equals (``==``) the key of the camera's previous call while that is still running (a
+        second copy of the same image: the key is its stamp); once it is done, the copy runs
+        (and may be the one taken if the first was refused).
         """
         with self._lock:
             previous, previous_key = self._running.get(name, (None, None))

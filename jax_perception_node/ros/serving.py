@@ -59,7 +59,7 @@ class PerceptionCore:
         self._create_publisher, self._destroy_publisher = create_publisher, destroy_publisher
         self.values: dict = {}
         self.cfg = self.pipe = self.path = self.window = self.outputs = None
-        self.counts, self._period = (dict.fromkeys(keys, 0) for keys in count_names())   # _bump
+        self.counts, self._period = (dict.fromkeys(keys, 0) for keys in count_names())
         self._times = CloudTimes()
         self._stale: tuple[tuple[str, str], ...] = ()   # (camera, why) masked last frame
         self._lock = threading.Lock()        # counts, times, pending cloud, LiDAR sets, window
@@ -323,8 +323,8 @@ class PerceptionCore:
         take = functools.partial(self._take_features, self.path, name, msg)
         if self._decoders is None:
             take()
-        else:
-            self._decoders.submit(name, take, key=(msg.header.stamp.sec, msg.header.stamp.nanosec))
+        elif not self._decoders.submit(name, take, key=msg.header.stamp):
+            self._count('feature_maps_received')    # the other transport's copy, skipped
 
     def _take_features(self, path: FramePath, name: str, msg) -> None:
         what = 'image' if path.cfg.camera_images else 'feature map'    # counted as maps

@@ -8,10 +8,10 @@ callback asks it which keys need a restart, and
 ``schema/jax_perception.schema.json`` from it (a test checks the shipped YAML against it).
 
 Types are ROS parameter types (``double``, ``integer_array``, ...). A key is *static* when it
-changes array shapes or what the executables were compiled with: a running node refuses to change
-it and says why. Every other key is *live* and applies at once, without a compile. Every numeric
-key has inclusive physical bounds (the constants above :data:`SCHEMA`), which the node exports as
-ROS ranges. ``cameras.<name>.fx`` stands for every name in ``cameras.names``,
+changes array shapes or what the executables were compiled with: a running node refuses to
+change it and says why. Every other key is *live* and applies at once, without a compile.
+Every numeric key has inclusive physical bounds (the constants above :data:`SCHEMA`), which
+the node exports as ROS ranges. ``cameras.<name>.fx`` stands for every name in ``cameras.names``,
 ``lidars.<name>.frame_id`` for every name in ``lidars.names``.
 """
 
