@@ -45,7 +45,7 @@ class LatencyWindow:
     """
 
     def __init__(self, size: int, seconds: float):
-        """Keep ``size`` records for ``stats``, ``seconds`` of them for ``recent``."""
+        """Keep ``size`` records for ``stats``, ``seconds`` of total_ms for ``recent_total``."""
         self.seconds = seconds
         self._records: deque[Mapping[str, float]] = deque(maxlen=size)
         # (monotonic time added, total_ms), oldest first; bounded by the frame rate x seconds.
