@@ -272,7 +272,7 @@ def write_report(out: Path, bag: Path, recording: Path, cfg, startup_s: float) -
         f'| frames out (bev_features) | {len(records)} |',
         f'| dropped (latest wins) | {counts.get("dropped", "?")} |',
         f'| rejected | {counts.get("rejected", "?")} |',
-        f'| overflowed (subsampled) | {counts.get("overflowed", "?")} |',
+        f'| overflowed ({cfg.overflow_policy}) | {counts.get("overflowed", "?")} |',
         f'| compiles after warm-up | {compiles} |',
         f'| start-up to ready | {startup_s:.2f} s |',
         f'| /diagnostics while playing | {_level(playing)} |',
