@@ -167,13 +167,27 @@ def declare_parameters(node) -> None:
 
     Raises :class:`ConfigError` for a value of the wrong type in the parameter overrides, or an
     override of a key the node does not have (a misspelt key, or a block of a camera or LiDAR
-    not named): ``grid.resoluton: unknown parameter``, as the params file reader says.
+    not named): ``grid.resoluton: unknown parameter``, as the params file reader says. The
+    blocks of a list the command line emptied (``-p cameras.names:=[]``, ``emptied_lists``)
+    are left unread with one WARN instead.
     """
     for key in NODE_KEYS:
         _declare(node, key)
     read_parameters(node)
     undeclared = sorted(name for name in _overrides(node) if not node.has_parameter(name))
     unknown = [name for name in undeclared if not is_foreign(name)]
+    # `-p cameras.names:=[]` beside a file of cameras: the file's blocks are left unread (said
+    # once), not refused as a block of a name left out of the file's own list is.
+    emptied = {key.split('.')[0] for key, param in _overrides(node).items()
+               if isinstance(param, CommandLineEmptied) and key in _BLOCKS}
+    left = [name for name in unknown if name.split('.')[0] in emptied
+            and name.count('.') == 2 and spec_for(name) is not None]
+    if left:
+        blocks = sorted({'.'.join(name.split('.')[:2]) for name in left})
+        node.get_logger().warning(f'{" and ".join(sorted(emptied))}.names emptied on the command '
+                                  f'line: the blocks {", ".join(blocks)} of the params file are '
+                                  'left unread')
+        unknown = [name for name in unknown if name not in left]
     if unknown:
         raise unknown_key(unknown[0], {group: _value(node, f'{group}.names') or []
                                        for group in ('cameras', 'lidars')})
@@ -301,8 +315,12 @@ def emptied_lists(args: list[str]) -> list[Parameter]:
                     last.pop(key, None)
             except ConfigError:
                 pass        # rcl refuses that file itself, in its own words
-    return [Parameter(key) for key, text in last.items()
+    return [CommandLineEmptied(key) for key, text in last.items()
             if text == '[]' and (spec := spec_for(key)) and spec.ros_type.endswith('_array')]
+
+
+class CommandLineEmptied(Parameter):
+    """A NOT_SET override from ``emptied_lists``: a list the command line emptied."""
 
 
 def read_parameters(node) -> dict:

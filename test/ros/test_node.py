@@ -374,9 +374,23 @@ def test_a_qos_override_rclpy_cannot_apply_exits_with_one_line(tmp_path, policy,
 
 def test_an_empty_list_given_with_p_overrides_the_params_files(tmp_path):
     # rcl keeps a file's list where -p gives [] (no type): the camera stayed, silently. Taken,
-    # the front camera's block is left without its name, which is one line (users.md).
+    # the front camera's block was left without its name and refused, so a LiDAR-only run
+    # beside a file of cameras needed a file of its own. The blocks are now left, said once.
     params = write_params(small_params(1), tmp_path / 'params.yaml')
     node = NodeProcess(params, tmp_path / 'node.log', ['-p', 'cameras.names:=[]'])
+    try:
+        deadline = time.monotonic() + 120
+        while 'ready:' not in node.log() and node.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        log = node.log()
+    finally:
+        node.stop()
+    assert 'ready: ' in log and 'cameras []' in log, log
+    assert ('cameras.names emptied on the command line: the blocks cameras.front of the params '
+            'file are left unread') in log
+    # Where the file itself leaves a block without its name, it is still refused: a typo.
+    bad = write_params({**small_params(1), 'cameras.names': []}, tmp_path / 'bad.yaml')
+    node = NodeProcess(bad, tmp_path / 'bad.log')
     try:
         node.proc.wait(timeout=60)
     finally:
