@@ -25,9 +25,9 @@ checked before anything is decoded (at most ``camera.MAX_IMAGE_SIZE`` a side and
 all: a small file can claim a huge image). JPEG is decoded by libjpeg-turbo (simplejpeg), strictly:
 a warning (a scan cut short and closed by an EOI marker, as a dropped packet of an MJPEG camera
 leaves, which libjpeg fills with gray; a corrupt Huffman code) refuses the image, except up to
-``MAX_STRAY_BYTES`` stray bytes before a restart marker or the EOI (as USB webcams write them:
-libjpeg skips them and loses no pixel), which is decoded again leniently. A CMYK or YCCK
-JPEG (no camera sends one) is decoded and converted by Pillow, whose libjpeg only warns. With
+``MAX_STRAY_BYTES`` stray bytes before the EOI marker (as USB webcams pad their MJPEG frames),
+libjpeg's first warning only once every block has decoded cleanly: that image is taken. A CMYK
+or YCCK JPEG (no camera sends one) is decoded and converted by Pillow, whose libjpeg only warns. With
 ``scaled`` a JPEG is decoded at 1/2, 1/4 or 1/8 of its size in the DCT: the largest reduction that
 divides both sides and keeps the image at least the target size (a reduction that does not divide a
 side gives a last row or column of a part of a block, which the area mean would stretch: 1600 x 900
@@ -102,10 +102,12 @@ _FORMAT_WORD = re.compile(r'(?<![a-z0-9])(jpe?g|png)(?![a-z0-9])')
 _SIGNATURES = {'jpeg': b'\xff\xd8\xff', 'png': b'\x89PNG\r\n\x1a\n'}
 _PIL_FORMATS = {'jpeg': 'JPEG', 'png': 'PNG'}
 _OBJECT_REPR = re.compile(r'<[^<>]* object at 0x[0-9a-fA-F]+>')
-# libjpeg's one warning that loses no pixel: a few stray bytes before a restart marker or the
-# EOI, which libjpeg skips. USB webcams (Logitech C270 and others) write them into most MJPEG
-# frames; many stray bytes are no longer a camera's quirk but damage, and stay refused.
-_STRAY_BYTES = re.compile(r'(\d+) extraneous bytes before marker 0xd[0-79]\b')
+# libjpeg's one warning that loses no pixel: a few stray bytes before the EOI marker, which
+# USB webcams (Logitech C270 and others) leave in their MJPEG frames. Strict decoding stops at
+# the first warning, so this one, at the very end, means every block decoded cleanly. Before a
+# restart marker it is refused: the lenient decode would hide any later warning (damage after
+# the stray bytes, filled with gray). Many stray bytes are damage, not a camera's habit.
+_STRAY_BYTES = re.compile(r'(\d+) extraneous bytes before marker 0xd9\b')
 MAX_STRAY_BYTES = 16
 # What Pillow raises for data it cannot read: OSError (truncated, broken data stream,
 # UnidentifiedImageError), SyntaxError (broken PNG chunks, not a JPEG), ValueError, EOFError,

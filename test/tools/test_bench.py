@@ -122,6 +122,8 @@ def test_interleaved_takes_balanced_turns_on_alternating_maps():
     for a, b in zip(names[4:], names[5:]):      # from the untimed last call on: 2 x 4 rounds
         follows[a, b] += 1
     assert set(follows.values()) == {2}
+    # A part cycle of the orders would put some pairs once more: rounds go up to whole cycles.
+    assert {len(t) for t in pipeline_rows._interleaved(impls, None, maps, reps=5).values()} == {8}
 
 
 def test_peer_geometry_is_the_pipelines_on_the_quick_ring():

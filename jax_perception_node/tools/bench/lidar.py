@@ -246,7 +246,8 @@ def three_lidars_cost(single: BevPipeline, plan: Plan) -> dict:
     compiles = compile_count()
     # Sorted names, reversed every other round, ran 'one' (the ratio's denominator) right
     # after itself every other round and 'three' never: the ratio read ~0.07 high that way.
-    for k in range(-1, max(plan.reps * 10, 20)):     # round -1: untimed, the last order's
+    rounds = -(-max(plan.reps * 10, 20) // len(orders)) * len(orders)     # whole cycles
+    for k in range(-1, rounds):     # round -1: untimed, the last order's
         for name in (names[i] for i in orders[k % len(orders)]):
             began = time.perf_counter()
             jax.block_until_ready(runs[name]())

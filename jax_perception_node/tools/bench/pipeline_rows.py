@@ -324,7 +324,7 @@ def _timed_row(impls, points, maps, reps: int, attempts: int = 2):
 
 def _interleaved(impls, points, maps, reps: int) -> dict[str, list[float]]:
     """
-    Return seconds per call of each implementation: ``reps`` rounds, a balanced order, gc off.
+    Return seconds per call of each implementation: ``reps`` rounds or more, balanced, gc off.
 
     Round k calls each implementation once, in ``balanced_rounds``' order k mod (n - 1) (none
     twice in a row; each right after every other equally often), all on map set k mod 2 of
@@ -340,7 +340,8 @@ def _interleaved(impls, points, maps, reps: int) -> dict[str, list[float]]:
     gc.collect()
     gc.disable()
     try:
-        for rep in range(reps):
+        # Whole cycles of the orders: a part cycle would put some pairs once more than others.
+        for rep in range(-(-reps // len(orders)) * len(orders)):
             cameras = maps[rep % 2]
             for i in orders[rep % len(orders)]:
                 name, fn = impls[i]
