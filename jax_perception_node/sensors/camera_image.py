@@ -26,9 +26,9 @@ all: a small file can claim a huge image). JPEG is decoded by libjpeg-turbo (sim
 a warning (a scan cut short and closed by an EOI marker, as a dropped packet of an MJPEG camera
 leaves, which libjpeg fills with gray; a corrupt Huffman code) refuses the image, except up to
 ``MAX_STRAY_BYTES`` stray bytes before the EOI marker (as USB webcams pad their MJPEG frames),
-libjpeg's first warning only once every block has decoded cleanly: that image is taken. A CMYK
-or YCCK JPEG (no camera sends one) is decoded and converted by Pillow, whose libjpeg only warns. With
-``scaled`` a JPEG is decoded at 1/2, 1/4 or 1/8 of its size in the DCT: the largest reduction that
+libjpeg's first warning only once every block has decoded cleanly: that image is taken. A
+CMYK or YCCK JPEG (no camera sends one) is decoded and converted by Pillow, whose libjpeg only
+warns. With ``scaled`` a JPEG is decoded at 1/2, 1/4 or 1/8 of its size in the DCT: the largest reduction that
 divides both sides and keeps the image at least the target size (a reduction that does not divide a
 side gives a last row or column of a part of a block, which the area mean would stretch: 1600 x 900
 at 1/8 is 200 x 113, a bar 0.5 output pixels off at the bottom). PNG of any colour type, 16-bit
