@@ -15,20 +15,20 @@ pixel a 2 x 2 tile (so they must be at least twice the target); 4:2:2 YUV (yuv42
 yuv422_yuy2 = YUYV) is converted as OpenCV's BT.601 video range. CompressedImage formats: JPEG or
 PNG, named anywhere in ``format`` as image_transport writes it ('jpeg', 'bgr8; jpeg compressed
 bgr8', 'rgb8; png compressed bgr8'; case-insensitive, 'jpg' too). compressed_image_transport
-converts colour images (rgb, bgr, rgba, bgra) to true colours and compresses mono as it is, so
-the file holds the picture whatever encodings ``format`` names; but it compresses any other
-image as it is too: a Bayer mosaic (``format`` 'bayer_rggb8; jpeg compressed ') is demosaicked
-after decoding as a raw one is (at half size, never DCT-scaled: that would blend the tiles), and
-anything else named before the ';' (a depth 16UC1, 8UC3, yuv422) is refused by name. The file's
-first bytes must be the named format's signature. The size is read from the file's header and
-checked before anything is decoded (at most ``camera.MAX_IMAGE_SIZE`` a side and ``MAX_PIXELS`` in
-all: a small file can claim a huge image). JPEG is decoded by libjpeg-turbo (simplejpeg), strictly:
-a warning (a scan cut short and closed by an EOI marker, as a dropped packet of an MJPEG camera
-leaves, which libjpeg fills with gray; a corrupt Huffman code) refuses the image, except up to
+converts colour images (rgb, bgr, rgba, bgra) to true colours and compresses mono as it is, so the
+file holds the picture whatever encodings ``format`` names; but it compresses any other image as it
+is too: a Bayer mosaic (``format`` 'bayer_rggb8; jpeg compressed ') is demosaicked after decoding
+as a raw one is (at half size, never DCT-scaled: that would blend the tiles), and anything else
+named before the ';' (a depth 16UC1, 8UC3, yuv422) is refused by name. The file's first bytes must
+be the named format's signature. The size is read from the file's header and checked before
+anything is decoded (at most ``camera.MAX_IMAGE_SIZE`` a side and ``MAX_PIXELS`` in all: a small
+file can claim a huge image). JPEG is decoded by libjpeg-turbo (simplejpeg), strictly: a warning (a
+scan cut short and closed by an EOI marker, as a dropped packet of an MJPEG camera leaves, which
+libjpeg fills with gray; a corrupt Huffman code) refuses the image, except up to
 ``MAX_STRAY_BYTES`` stray bytes before the EOI marker (as USB webcams pad their MJPEG frames),
-libjpeg's first warning only once every block has decoded cleanly: that image is taken. A
-CMYK or YCCK JPEG (no camera sends one) is decoded and converted by Pillow, whose libjpeg only
-warns. With ``scaled`` a JPEG is decoded at 1/2, 1/4 or 1/8 of its size in the DCT: the largest reduction that
+libjpeg's first warning only once every block has decoded cleanly: that image is taken. A CMYK or
+YCCK JPEG (no camera sends one) is decoded and converted by Pillow, whose libjpeg only warns. With
+``scaled`` a JPEG is decoded at 1/2, 1/4 or 1/8 of its size in the DCT: the largest reduction that
 divides both sides and keeps the image at least the target size (a reduction that does not divide a
 side gives a last row or column of a part of a block, which the area mean would stretch: 1600 x 900
 at 1/8 is 200 x 113, a bar 0.5 output pixels off at the bottom). PNG of any colour type, 16-bit
