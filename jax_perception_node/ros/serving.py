@@ -311,12 +311,12 @@ class PerceptionCore:
 
     def _on_odometry(self, msg: Odometry) -> None:
         if self._take(lambda: self.path.add_odometry(msg), 'odometry_received',
-                      'rejected_odometry', 'odometry rejected', OdometryError):
+                      ('rejected_odometry',), 'odometry rejected', OdometryError):
             self._warnings.reset(self.log, RESETS['odometry'])
 
     def _on_transforms(self, msg: TFMessage, static: bool) -> None:
         self._take(lambda: self.path.add_transforms(msg, static), 'transforms_received',
-                   'rejected_transforms', '/tf_static' if static else '/tf', TransformError)
+                   ('rejected_transforms',), '/tf_static' if static else '/tf', TransformError)
 
     def _on_features(self, name: str, msg) -> None:
         """Take a feature map, or (decoded on the pool) an Image or CompressedImage."""
@@ -333,12 +333,12 @@ class PerceptionCore:
                       f'camera {name}: {what} rejected', FeatureMapError):
             self._warnings.reset(self.log, f'camera {name}: ' + RESETS['camera'])
 
-    def _take(self, accept, taken: str, refused: str | tuple[str, ...], what: str, error: type):
-        """Run ``accept()`` and count the message as ``taken``, or as ``refused`` with a log."""
+    def _take(self, accept, taken: str, refused: tuple[str, ...], what: str, error: type):
+        """Run ``accept()`` and count the message as ``taken``, or in ``refused`` with a log."""
         try:
             result = accept()
         except error as exc:
-            self._count(*((refused,) if isinstance(refused, str) else refused))
+            self._count(*refused)
             self._warnings.refused(self.log, what, exc)
             return None
         except Exception as exc:    # noqa: B902 - a bug taking one message: said, serve on
