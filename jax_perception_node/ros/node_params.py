@@ -22,6 +22,7 @@ from rclpy.exceptions import (InvalidParameterTypeException, InvalidParameterVal
                               ParameterNotDeclaredException, ParameterUninitializedException)
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, ReliabilityPolicy
+import yaml
 
 from ..settings.live_params import plain
 from ..settings.param_checks import check_value, ros_type_error, unknown_key
@@ -167,26 +168,29 @@ def declare_parameters(node) -> None:
 
     Raises :class:`ConfigError` for a value of the wrong type in the parameter overrides, or an
     override of a key the node does not have (a misspelt key, or a block of a camera or LiDAR
-    not named): ``grid.resoluton: unknown parameter``, as the params file reader says. The
-    blocks of a list the command line emptied (``-p cameras.names:=[]``, ``emptied_lists``)
-    are left unread with one WARN instead.
+    not named): ``grid.resoluton: unknown parameter``, as the params file reader says. Where
+    the command line sets ``cameras.names`` or ``lidars.names`` (``-p cameras.names:=[]`` or
+    ``:=[front]``, ``command_line_lists``), the params file's blocks of the names it leaves
+    out are left unread with one WARN instead.
     """
     for key in NODE_KEYS:
         _declare(node, key)
     read_parameters(node)
     undeclared = sorted(name for name in _overrides(node) if not node.has_parameter(name))
     unknown = [name for name in undeclared if not is_foreign(name)]
-    # `-p cameras.names:=[]` beside a file of cameras: the file's blocks are left unread (said
-    # once), not refused as a block of a name left out of the file's own list is.
-    emptied = {key.split('.')[0] for key, param in _overrides(node).items()
-               if isinstance(param, CommandLineEmptied) and key in _BLOCKS}
-    left = [name for name in unknown if name.split('.')[0] in emptied
+    # `-p cameras.names:=[front]` beside a file of four cameras: the file's other blocks are
+    # left unread (said once), not refused as a block of a name left out of the file's own
+    # list is (a typo there).
+    given = {key.split('.')[0] for key, param in _overrides(node).items()
+             if isinstance(param, CommandLineList) and key in _BLOCKS}
+    left = [name for name in unknown if name.split('.')[0] in given
             and name.count('.') == 2 and spec_for(name) is not None]
     if left:
         blocks = sorted({'.'.join(name.split('.')[:2]) for name in left})
-        node.get_logger().warning(f'{" and ".join(sorted(emptied))}.names emptied on the command '
-                                  f'line: the blocks {", ".join(blocks)} of the params file are '
-                                  'left unread')
+        lists = ', '.join(f'{group}.names {_value(node, f"{group}.names") or []}'
+                          for group in sorted(given))
+        node.get_logger().warning(f'{lists} from the command line: the blocks '
+                                  f'{", ".join(blocks)} of the params file are left unread')
         unknown = [name for name in unknown if name not in left]
     if unknown:
         raise unknown_key(unknown[0], {group: _value(node, f'{group}.names') or []
@@ -291,36 +295,56 @@ def qos_overrides_unapplied(node, later: tuple[str, ...] = ()) -> str | None:
             f'policy): {", ".join(names)}') if names else None
 
 
-def emptied_lists(args: list[str]) -> list[Parameter]:
+def command_line_lists(args: list[str]) -> list[Parameter]:
     """
-    Return a NOT_SET override of each list key of the node whose last ``-p`` in ``args`` is [].
+    Return an override of each list key of the node whose last ``-p`` in ``args`` must be marked.
 
-    rcl gives ``[]`` no type, and where a params file sets the key it keeps the file's list:
-    ``-p cameras.names:=[]`` beside the shipped file left the four cameras. Given to the node's
+    Two kinds, both :class:`CommandLineList`. A list key given ``[]``, NOT_SET: rcl gives
+    ``[]`` no type, and where a params file sets the key it keeps the file's list (``-p
+    cameras.names:=[]`` beside the shipped file left the four cameras); given to the node's
     constructor (which wins over rcl's overrides), NOT_SET declares the key's typed empty
-    array, as ``[]`` does where no file sets it. rcl applies ``-p`` and ``--params-file`` in
-    their order: a later file that sets the key wins over its ``-p`` (launch_ros passes a
-    parent's ``SetParameter`` as ``-p`` before the node's file). ``args``: the process's (its
-    ROS arguments between ``--ros-args`` and ``--``).
+    array, as ``[]`` does where no file sets it. And ``cameras.names`` or ``lidars.names``
+    given names, with the value rcl takes too: marked so that the params file's blocks of the
+    names left out are not refused as a typo (``declare_parameters``). rcl applies ``-p`` and
+    ``--params-file`` in their order: a later file that sets the key wins over its ``-p``
+    (launch_ros passes a parent's ``SetParameter`` as ``-p`` before the node's file).
+    ``args``: the process's (its ROS arguments between ``--ros-args`` and ``--``).
     """
     last, ros = {}, False
     for flag, value in zip(args, args[1:] + ['']):
         ros = flag == '--ros-args' or (ros and flag != '--')
         key, given, text = value.partition(':=')
         if ros and flag in ('-p', '--param') and given:
-            last[key] = text.replace(' ', '')       # the last -p of a key wins, as in rcl
+            last[key] = text        # the last -p of a key wins, as in rcl
         elif ros and flag == '--params-file' and last:
             try:
                 for key in read_param_file(value):
                     last.pop(key, None)
             except ConfigError:
                 pass        # rcl refuses that file itself, in its own words
-    return [CommandLineEmptied(key) for key, text in last.items()
-            if text == '[]' and (spec := spec_for(key)) and spec.ros_type.endswith('_array')]
+    out = []
+    for key, text in last.items():
+        spec = spec_for(key)
+        if text.replace(' ', '') == '[]' and spec and spec.ros_type.endswith('_array'):
+            out.append(CommandLineList(key))
+        elif key in _BLOCKS and (names := _string_list(text)) is not None:
+            out.append(CommandLineList(key, Parameter.Type.STRING_ARRAY, names))
+    return out
 
 
-class CommandLineEmptied(Parameter):
-    """A NOT_SET override from ``emptied_lists``: a list the command line emptied."""
+def _string_list(text: str) -> list[str] | None:
+    """Return the YAML flow list of strings ``text`` (as rcl reads a ``-p``); None otherwise."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
+        return value
+    return None
+
+
+class CommandLineList(Parameter):
+    """An override from ``command_line_lists``: a list key the command line set."""
 
 
 def read_parameters(node) -> dict:

@@ -8,7 +8,7 @@ import time
 from configs import small_config, small_params
 from jax_perception_node.core.pipeline import BevPipeline
 from jax_perception_node.frames.latency import FRAME_KEYS
-from jax_perception_node.ros.node_params import emptied_lists
+from jax_perception_node.ros.node_params import command_line_lists
 import numpy as np
 import pytest
 from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, Probe, serving_node,
@@ -372,12 +372,15 @@ def test_a_qos_override_rclpy_cannot_apply_exits_with_one_line(tmp_path, policy,
     node.stop()
 
 
-def test_an_empty_list_given_with_p_overrides_the_params_files(tmp_path):
-    # rcl keeps a file's list where -p gives [] (no type): the camera stayed, silently. Taken,
-    # the front camera's block was left without its name and refused, so a LiDAR-only run
-    # beside a file of cameras needed a file of its own. The blocks are now left, said once.
-    params = write_params(small_params(1), tmp_path / 'params.yaml')
-    node = NodeProcess(params, tmp_path / 'node.log', ['-p', 'cameras.names:=[]'])
+@pytest.mark.parametrize('names,blocks', [('[]', 'cameras.front, cameras.rear'),
+                                          ('[rear]', 'cameras.front')])
+def test_camera_names_given_with_p_leave_the_files_other_blocks(tmp_path, names, blocks):
+    # rcl keeps a file's list where -p gives [] (no type): the cameras stayed, silently. Taken,
+    # their blocks were left without their names and refused, so a LiDAR-only run (or one
+    # camera fewer: one down) beside a file of cameras needed a file of its own. The blocks
+    # are now left, said once.
+    params = write_params(small_params(2), tmp_path / 'params.yaml')
+    node = NodeProcess(params, tmp_path / 'node.log', ['-p', f'cameras.names:={names}'])
     try:
         deadline = time.monotonic() + 120
         while 'ready:' not in node.log() and node.alive() and time.monotonic() < deadline:
@@ -385,10 +388,14 @@ def test_an_empty_list_given_with_p_overrides_the_params_files(tmp_path):
         log = node.log()
     finally:
         node.stop()
-    assert 'ready: ' in log and 'cameras []' in log, log
-    assert ('cameras.names emptied on the command line: the blocks cameras.front of the params '
-            'file are left unread') in log
-    # Where the file itself leaves a block without its name, it is still refused: a typo.
+    expected = [] if names == '[]' else ['rear']
+    assert 'ready: ' in log and f'cameras {expected}' in log, log
+    assert (f'cameras.names {expected} from the command line: the blocks {blocks} of the '
+            'params file are left unread') in log
+
+
+def test_a_block_the_files_own_names_leave_out_is_refused(tmp_path):
+    # Where the file itself leaves a block without its name, it is refused: a typo.
     bad = write_params({**small_params(1), 'cameras.names': []}, tmp_path / 'bad.yaml')
     node = NodeProcess(bad, tmp_path / 'bad.log')
     try:
@@ -433,19 +440,24 @@ def test_a_signal_while_the_node_starts_stops_it_with_one_line(tmp_path, signum,
     assert line.startswith('jax_perception_node: stopped while starting ('), line
 
 
-def test_only_a_list_keys_last_p_empties_it():
+def test_only_a_list_keys_last_p_is_marked():
     # rcl's own rule is that the last -p of a key wins; a scalar key given [] is not ours to
     # empty (it fell back to its default, silently, under the first version).
-    def emptied(*args):
-        return [p.name for p in emptied_lists(['jax_perception_node', *args])]
-    assert emptied('--ros-args', '-p', 'cameras.names:=[]', '-p', 'cameras.names:=[front]') == []
-    assert emptied('--ros-args', '-p', 'cameras.names:=[front]', '--param',
-                   'cameras.names:=[ ]') == ['cameras.names']
-    assert emptied('--ros-args', '-p', 'grid.resolution:=[]', '-p', 'vehicle_frame:=[]') == []
-    assert emptied('--ros-args', '-p', 'cameras.front.translation:=[]') == [
-        'cameras.front.translation']
-    assert emptied('-p', 'cameras.names:=[]') == []      # not a ROS argument
-    assert emptied('--ros-args', '-r', '__ns:=/a', '--', '-p', 'cameras.names:=[]') == []
+    def marked(*args):
+        return [(p.name, p.value) for p in command_line_lists(['jax_perception_node', *args])]
+    assert marked('--ros-args', '-p', 'cameras.names:=[]', '-p', 'cameras.names:=[front]') == [
+        ('cameras.names', ['front'])]
+    assert marked('--ros-args', '-p', 'cameras.names:=[front]', '--param',
+                  'cameras.names:=[ ]') == [('cameras.names', None)]
+    assert marked('--ros-args', '-p', 'grid.resolution:=[]', '-p', 'vehicle_frame:=[]') == []
+    assert marked('--ros-args', '-p', 'cameras.front.translation:=[]') == [
+        ('cameras.front.translation', None)]
+    # Names are marked in YAML's reading, as rcl's; a list of other things is rcl's to refuse.
+    assert marked('--ros-args', '-p', 'lidars.names:=[top, "left"]', '-p', 'cameras.names:=[1]',
+                  '-p', 'buckets:=[64, 128]') == [('lidars.names', ['top', 'left'])]
+    assert marked('--ros-args', '-p', 'cameras.names:=front') == []
+    assert marked('-p', 'cameras.names:=[]') == []      # not a ROS argument
+    assert marked('--ros-args', '-r', '__ns:=/a', '--', '-p', 'cameras.names:=[]') == []
 
 
 def test_a_params_file_after_the_empty_p_wins_as_in_rcl(tmp_path):
@@ -456,7 +468,8 @@ def test_a_params_file_after_the_empty_p_wins_as_in_rcl(tmp_path):
     other = write_params({'grid.resolution': 0.5}, tmp_path / 'other.yaml')
 
     def emptied(*args):
-        return [p.name for p in emptied_lists(['jax_perception_node', '--ros-args', *args])]
+        args = ['jax_perception_node', '--ros-args', *args]
+        return [p.name for p in command_line_lists(args)]
     empty = ('-p', 'head.score_thresholds:=[]')
     assert emptied(*empty, '--params-file', str(thresholds)) == []
     assert emptied('--params-file', str(thresholds), *empty) == ['head.score_thresholds']
