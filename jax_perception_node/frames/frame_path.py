@@ -22,7 +22,7 @@ from ..core.frame_result import class_thresholds
 from ..core.pipeline import BevPipeline, FrameResult
 from ..geometry.ego_motion import deskew_motion, MAX_TWIST_LEAD_NS, pose_at, twist_at
 from ..geometry.odometry import OdometryBuffer, TransformPoses
-from ..geometry.stamps import stamp_ns, stamp_refused
+from ..geometry.stamps import stamp_fields_error, stamp_ns, stamp_refused
 from ..geometry.transforms import TransformBuffer
 from ..outputs.render import bev_to_rgb
 from ..sensors.camera import FeatureMapError, read_features, with_intrinsics
@@ -206,12 +206,18 @@ class FramePath(CameraInfoCalibration, TfCalibration):
         an image of a stamp the camera's buffer holds already (its other transport's copy) is
         skipped undecoded.
         Raises FeatureMapError for a map or image in another frame than
-        ``cameras.<name>.frame_id`` (only with ``extrinsics.source: parameters``), or of the
-        wrong shape or encoding (CameraImageError, a FeatureMapError, for images).
+        ``cameras.<name>.frame_id`` (only with ``extrinsics.source: parameters``), with a
+        malformed stamp, or of the wrong shape or encoding (CameraImageError, a
+        FeatureMapError, for images).
         """
+        malformed = stamp_fields_error(msg.header.stamp)
+        if malformed is not None:
+            raise FeatureMapError(malformed)
         expected = self._camera_frame(name)
-        # With TF extrinsics any frame will do: its pose is looked up at each frame.
-        if self.cfg.extrinsics_source != 'tf' and msg.header.frame_id != expected:
+        # With TF extrinsics any frame will do: its pose is looked up at each frame. A leading
+        # '/' names the same frame, as in tf2.
+        if (self.cfg.extrinsics_source != 'tf'
+                and msg.header.frame_id.lstrip('/') != expected.lstrip('/')):
             raise FeatureMapError(
                 f'header.frame_id "{msg.header.frame_id}" is not camera {name}\'s frame '
                 f'"{expected}" (parameter cameras.{name}.frame_id): camera messages must be in '

@@ -15,7 +15,7 @@ from .lidar_sets import LidarSet
 from ..core.buckets import PaddedCloud, SetCloud
 from ..core.pipeline import BevPipeline
 from ..geometry.rotations import pose_matrix
-from ..geometry.stamps import NS_PER_S, stamp_ns
+from ..geometry.stamps import NS_PER_S, stamp_fields_error, stamp_ns
 from ..geometry.transforms import TransformBuffer, TransformError
 from ..sensors.cloud import CloudFormatError, has_valid_point
 from ..settings.config import LidarConfig, PipelineConfig
@@ -70,11 +70,14 @@ def check_clouds(cfg: PipelineConfig, clouds, transforms: TransformBuffer,
 
 def _check(cfg: PipelineConfig, lidar: LidarConfig, msg, transforms: TransformBuffer,
            use_tf: bool) -> np.ndarray | None:
-    """Return the TF pose of a cloud (None without TF); raise for a cloud in another frame."""
+    """Return the TF pose of a cloud (None without TF); raise for another frame or a bad stamp."""
+    malformed = stamp_fields_error(msg.header.stamp)
+    if malformed is not None:
+        raise CloudFormatError(malformed)
     frame = msg.header.frame_id
     if use_tf:
         return transforms.lookup(cfg.grid.frame_id, frame, stamp_ns(msg.header.stamp))
-    if frame != lidar.frame_id:
+    if frame.lstrip('/') != lidar.frame_id.lstrip('/'):     # as tf2 names frames
         raise CloudFormatError(
             f'header.frame_id "{frame}" is not the LiDAR frame "{lidar.frame_id}" (parameter '
             f'{lidar.key}.frame_id): clouds must be in the configured frame')

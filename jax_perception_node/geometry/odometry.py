@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from .rotations import interpolate_pose, transform_matrix
-from .stamps import NS_PER_S
+from .stamps import NS_PER_S, stamp_fields_error, stamp_ns
 from .transforms import CLOCK_JUMP_S, TransformError
 
 HISTORY = 200               # samples kept (4 s at 50 Hz)
@@ -93,10 +93,9 @@ def read_odometry(msg, child_frame_id: str | None = None) -> Sample:
             and msg.child_frame_id.lstrip('/') != child_frame_id.lstrip('/')):
         raise OdometryError(f'child_frame_id is {msg.child_frame_id!r}, the grid frame is '
                             f'{child_frame_id!r}')
-    sec, nanosec = int(msg.header.stamp.sec), int(msg.header.stamp.nanosec)
-    if sec < 0 or not 0 <= nanosec < NS_PER_S:
-        raise OdometryError(f'header.stamp is sec {sec}, nanosec {nanosec}: seconds must be '
-                            f'>= 0 and nanoseconds in [0, {NS_PER_S})')
+    malformed = stamp_fields_error(msg.header.stamp)
+    if malformed is not None:
+        raise OdometryError(malformed)
     pose = msg.pose.pose
     p, o = pose.position, pose.orientation
     # Python floats, not NumPy: checked at the odometry's rate, 3 and 4 values.
@@ -112,8 +111,7 @@ def read_odometry(msg, child_frame_id: str | None = None) -> Sample:
     norm = math.sqrt(sum(v * v for v in quaternion))     # inf when the squares overflow
     if not MIN_QUATERNION_NORM <= norm < math.inf:
         raise OdometryError(f'pose.orientation has norm {norm:.3g}: not a rotation')
-    return Sample(sec * NS_PER_S + nanosec, np.array(position),
-                  np.array(quaternion) / norm)
+    return Sample(stamp_ns(msg.header.stamp), np.array(position), np.array(quaternion) / norm)
 
 
 def _floats(field: str, *values) -> list[float]:

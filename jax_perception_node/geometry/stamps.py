@@ -29,6 +29,21 @@ def stamp_refused(stamp: int, now_ns: int | None) -> str | None:
             'or under use_sim_time /clock has stopped')
 
 
+def stamp_fields_error(stamp) -> str | None:
+    """
+    Return why a header stamp (builtin_interfaces/Time) is malformed; None when it is not.
+
+    Negative seconds, or nanoseconds outside [0, 1e9): rclpy takes either, and the stamp's
+    nanoseconds would then name a time the message does not say (published with the node's
+    outputs as another stamp, so nothing could pair them by stamp).
+    """
+    sec, nanosec = int(stamp.sec), int(stamp.nanosec)
+    if sec < 0 or not 0 <= nanosec < NS_PER_S:
+        return (f'header.stamp is sec {sec}, nanosec {nanosec}: seconds must be >= 0 and '
+                f'nanoseconds in [0, {NS_PER_S})')
+    return None
+
+
 def stamp_ns(stamp) -> int:
     """builtin_interfaces/Time (rclpy or rosbags) -> integer nanoseconds."""
     return stamp.sec * NS_PER_S + stamp.nanosec

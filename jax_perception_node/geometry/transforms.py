@@ -44,7 +44,7 @@ import threading
 import numpy as np
 
 from .rotations import interpolate_pose, transform_matrix
-from .stamps import NS_PER_S
+from .stamps import NS_PER_S, stamp_fields_error, stamp_ns
 
 TF_TOPIC, TF_STATIC_TOPIC = '/tf', '/tf_static'     # tf2_msgs/TFMessage (bagio.TF_TYPE)
 CACHE_S = 10.0                 # s of dynamic history kept per edge, as tf2's default
@@ -88,10 +88,9 @@ def read_transform(msg) -> tuple[str, str, int, np.ndarray, np.ndarray]:
     if parent == child:
         raise TransformError(f'child_frame_id "{child}" is its own parent (header.frame_id)')
     where = f'transform "{parent}" -> "{child}"'
-    sec, nanosec = int(msg.header.stamp.sec), int(msg.header.stamp.nanosec)
-    if sec < 0 or not 0 <= nanosec < NS_PER_S:
-        raise TransformError(f'{where}: header.stamp is sec {sec}, nanosec {nanosec}: seconds '
-                             f'must be >= 0 and nanoseconds in [0, {NS_PER_S})')
+    malformed = stamp_fields_error(msg.header.stamp)
+    if malformed is not None:
+        raise TransformError(f'{where}: {malformed}')
     t, r = msg.transform.translation, msg.transform.rotation
     translation = np.array([t.x, t.y, t.z], np.float64)
     quaternion = np.array([r.x, r.y, r.z, r.w], np.float64)
@@ -102,7 +101,7 @@ def read_transform(msg) -> tuple[str, str, int, np.ndarray, np.ndarray]:
     if not abs(norm * norm - 1.0) <= QUATERNION_TOLERANCE:
         raise TransformError(f'{where}: transform.rotation {quaternion.tolist()} is not a unit '
                              f'quaternion (norm {norm:.4g})')
-    return parent, child, sec * NS_PER_S + nanosec, translation, quaternion / norm
+    return parent, child, stamp_ns(msg.header.stamp), translation, quaternion / norm
 
 
 class _Edge:

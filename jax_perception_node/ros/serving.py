@@ -38,7 +38,7 @@ from ..frames.frame_path import FramePath, uses_tf
 from ..frames.latency import format_value, LatencyWindow
 from ..frames.lidar_sets import LidarSet, LidarSets
 from ..geometry.odometry import OdometryError
-from ..geometry.stamps import split_ns, stamp_ns, stamp_refused
+from ..geometry.stamps import split_ns, stamp_fields_error, stamp_ns, stamp_refused
 from ..geometry.transforms import TransformError
 from ..outputs.grid_map import GridMapLayers
 from ..sensors.camera import CameraInfoError, FeatureMapError, UncalibratedCameraInfo
@@ -280,8 +280,8 @@ class PerceptionCore:
         now, stamp = time.monotonic(), stamp_ns(msg.header.stamp)
         # Refused before the sets: taken, its stamp would make the others' clouds late for it.
         clock = self.node.get_clock()
-        now_ns = clock.now().nanoseconds
-        refused = stamp_refused(stamp, now_ns or None)      # 0: sim time not started
+        now_ns = clock.now().nanoseconds     # 0: sim time not started, nothing to judge by
+        refused = stamp_fields_error(msg.header.stamp) or stamp_refused(stamp, now_ns or None)
         arrived = None if clock.ros_time_is_active else now_ns  # /clock lags: no referee
         with self._lock:
             self._received(now)

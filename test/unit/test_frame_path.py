@@ -197,6 +197,23 @@ def test_the_lidar_frame_is_the_parameter(pipe):
     with pytest.raises(CloudFormatError, match='"lidar" is not the LiDAR frame "velodyne"'):
         path.process(cloud())
     assert path.process(cloud(frame_id='velodyne')).result.num_points == len(POINTS)
+    # A ROS 1 bag's '/velodyne' names the same frame, as in tf2 (it was refused).
+    assert path.process(cloud(T0 + 10**8, '/velodyne')).result.num_points == len(POINTS)
+
+
+def test_a_stamp_with_nanoseconds_past_a_second_is_refused(path):
+    # Taken, the outputs carried (sec + 1, nanosec - 1e9): another stamp than the input's.
+    bad = cloud(T0 + 10**8)
+    bad.header.stamp.nanosec += 10**9
+    message = r'header.stamp is sec 1700000000, nanosec 1100000000: seconds must be >= 0 and '
+    with pytest.raises(CloudFormatError, match=message):
+        path.process(bad)
+    bad_map = features('front', T0 + 10**8)
+    bad_map.header.stamp.nanosec += 10**9
+    with pytest.raises(FeatureMapError, match=message):
+        path.add_features('front', bad_map)
+    frame = path.process(cloud(T0 + 10**8))
+    assert frame.result.num_points == len(POINTS) and frame.stale == ('front', 'rear')
 
 
 def test_a_feature_map_in_another_frame_is_rejected_and_not_buffered(path):
@@ -216,6 +233,7 @@ def test_a_camera_frame_from_the_parameters(pipe):
                                               '"cam0"'):
         path.add_features('front', features('front'))
     path.add_features('front', features('front', frame_id='cam0'))
+    path.add_features('front', features('front', T0 + 10**8, frame_id='/cam0'))
 
 
 def test_camera_info_is_applied_once_and_a_bad_one_changes_nothing(path, warmed):
