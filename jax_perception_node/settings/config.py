@@ -291,7 +291,7 @@ def config_from_parameters(params: Mapping[str, Any]) -> PipelineConfig:
     check_encoder(cameras, cfg.encoder)
     if fusion.weights_file:
         load_fusion_weights(cfg)   # validate now, not on the first frame
-    _check_head_keys(cfg.head)
+    _check_head_keys(cfg.head, cfg.output.objects_type)
     return cfg
 
 
@@ -305,7 +305,7 @@ def _check_fixed_frame(v: dict) -> None:
                           "'map')")
 
 
-def _check_head_keys(head: HeadConfig) -> None:
+def _check_head_keys(head: HeadConfig, objects_type: str) -> None:
     """Refuse head settings without a head: unused, they would look like a head that runs."""
     if head.weights and not head.module:
         raise ConfigError(f'head.weights: {head.weights} given, but head.module is empty '
@@ -313,6 +313,11 @@ def _check_head_keys(head: HeadConfig) -> None:
     if head.score_thresholds and not head.module:
         raise ConfigError(f'head.score_thresholds: {list(head.score_thresholds)} given, but '
                           'head.module is empty (no head whose classes they threshold)')
+    if objects_type != 'vision_msgs' and not head.module:
+        # An integrator's own file asking for Autoware objects, without the shipped file's
+        # head: no ~/output/objects at all, and its remap went nowhere, unsaid.
+        raise ConfigError(f'output.objects_type: {objects_type} given, but head.module is '
+                          'empty (no head, so no objects to publish)')
 
 
 def load_fusion_weights(cfg: PipelineConfig) -> tuple[np.ndarray, np.ndarray] | None:

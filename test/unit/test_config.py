@@ -84,6 +84,9 @@ def test_accumulation_defaults_off_and_overrides():
     ('head.score_thresholds', [0.3, 0.4],
      'head.score_thresholds: [0.3, 0.4] given, but head.module is empty (no head whose classes '
      'they threshold)'),
+    ('output.objects_type', 'autoware',
+     'output.objects_type: autoware given, but head.module is empty (no head, so no objects to '
+     'publish)'),
 ])
 def test_bad_values_name_the_key(key, value, message):
     params = small_params()
