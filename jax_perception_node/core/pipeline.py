@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import kernels, lift
+from .api_arguments import (check_intrinsics, checked_frame_arguments, checked_lidar_poses,
+                            checked_points)
 from .box_decode import head_function, param_leaves
 from .buckets import BucketPadder, PaddedCloud, SetCloud
 from .compile_counter import compile_count, install_compile_counter
@@ -36,7 +38,7 @@ from ..settings.parameters import ConfigError
 
 class BevPipeline(HeadWeights, EncoderWeights):
     """
-    LiDAR + camera BEV fusion with one AOT executable per bucket; see the module doc.
+    LiDAR + camera BEV fusion with one AOT executable per bucket; one thread at a time.
 
     Args
     ----
@@ -252,9 +254,7 @@ class BevPipeline(HeadWeights, EncoderWeights):
         in force. ``tables``: ``lift_tables(cameras)`` computed beforehand (off the frame path),
         else here. Raises ConfigError as ``lift_tables``; nothing changes then.
         """
-        lidar = (lidar,) if isinstance(lidar, Pose) else (lidar or self._calibration[0])
-        if len(lidar) != self.lidar_count:
-            raise ValueError(f'{len(lidar)} LiDAR poses for {self.lidar_count} LiDARs')
+        lidar = checked_lidar_poses(lidar, self._calibration[0])
         if cameras is not None and self.cfg.cameras:
             self._tables = self.lift_tables(cameras) if tables is None else tables
         self.lidar_filter = lidar_filter or self.lidar_filter
@@ -272,6 +272,7 @@ class BevPipeline(HeadWeights, EncoderWeights):
         if tuple(c.name for c in cameras) != self.camera_names:
             raise ConfigError(f'cameras.names: calibration for {[c.name for c in cameras]}, '
                               f'the pipeline has {list(self.camera_names)}')
+        check_intrinsics(cameras)
         if self._geometry is None:
             raise RuntimeError('set_calibration(cameras=...) needs warmup() first')
         tables, dropped = self._geometry(calibration_arrays(cameras), self._grid)
@@ -370,14 +371,12 @@ class BevPipeline(HeadWeights, EncoderWeights):
         if not self._executables:
             raise RuntimeError('BevPipeline.process() needs warmup() first')
         start = time.perf_counter()
+        pose = checked_frame_arguments(cameras, num_points, stamp_ns, pose, motion)
         if isinstance(points, PaddedCloud):
             padded = points
         else:
-            points = np.asarray(points, np.float32)
-            if points.ndim != 2 or points.shape[1] != 4:
-                raise ValueError(f'points must be (N, 4), got {points.shape}')
-            padded = self.padder.pad(points, None if times is None else np.asarray(
-                times, np.float32).reshape(-1), self.lidar_filter.intensity_scale)
+            padded = self.padder.pad(*checked_points(points, times),
+                                     self.lidar_filter.intensity_scale)
         total = padded.num_points if num_points is None else max(num_points, padded.num_points)
         nonfinite, changed = self.stage_cameras(cameras or {})
         used = 1

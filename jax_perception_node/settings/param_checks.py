@@ -7,17 +7,21 @@ parameters (a ROS double refuses 40, Python callers write it).
 """
 
 import math
+from numbers import Integral, Real
 from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from .parameters import ARRAY_TYPES, ConfigError, GROUPS, number_text, ParamSpec, spec_for
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    # numbers' ABCs: NumPy's scalars too (a config built from arrays), bools never.
+    return isinstance(value, Integral) and not isinstance(value, (bool, np.bool_))
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, Real) and not isinstance(value, (bool, np.bool_))
 
 
 def _as_float(value: Any) -> float | None:
@@ -66,6 +70,8 @@ def _check_scalar(spec: ParamSpec, key: str, value: Any) -> Any:
         return value
     if kind == 'integer' and not _is_int(value):
         raise ConfigError(f'{key}: expected an integer, got {value!r}')
+    if kind == 'integer':
+        value = int(value)
     if kind == 'double':
         if not _is_number(value):
             raise ConfigError(f'{key}: expected a number, got {value!r}')
@@ -109,6 +115,8 @@ def _check_array(spec: ParamSpec, key: str, value: Any) -> list:
         items = floats
     elif kind == 'integer' and not all(_is_int(v) for v in items):
         raise ConfigError(f'{key}: expected a list of integers, got {items!r}')
+    elif kind == 'integer':
+        items = [int(v) for v in items]
     elif kind == 'string' and not all(isinstance(v, str) for v in items):
         raise ConfigError(f'{key}: expected a list of strings, got {items!r}')
     elif kind == 'string' and spec.nonempty and not all(items):

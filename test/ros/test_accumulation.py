@@ -314,3 +314,15 @@ def test_replay_of_the_sample_drive_uses_its_odometry(tmp_path, pipe):
     # Frame 0 has no earlier sweep; from frame 2 on, two earlier sweeps (0.1 and 0.2 s) count.
     assert lags[0].max() == 0.0
     assert lags[1].max() == pytest.approx(0.1) and lags[4].max() == pytest.approx(0.2)
+
+
+def test_a_pose_array_updated_in_place_still_shows_a_jump(pipe):
+    # The sweep history kept the caller's array: one buffer written in place made every past
+    # pose the current one, so a jump looked like no motion and the old sweep was placed.
+    pipe.reset_sweeps()
+    point = np.array([[1.0, 0.5, 0.2, 1.0]], np.float32)
+    pose = yaw_pose(0.0, 0.0, 0.0)
+    pipe.process(point, stamp_ns=T0, pose=pose)
+    pose[:] = yaw_pose(11.0, 0.0, 180.0)          # 11 m and a half turn in 0.1 s: a jump
+    out = pipe.process(np.zeros((0, 4), np.float32), stamp_ns=T0 + DT, pose=pose)
+    assert out.sweeps_used == 1 and not out.features[..., 0].any()
