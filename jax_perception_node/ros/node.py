@@ -19,7 +19,7 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
 from .executors import check_executor, make_executor
-from .node_params import command_line_lists
+from .node_params import command_line_overrides
 from .serving import PerceptionCore
 from ..settings.parameters import ConfigError
 
@@ -89,7 +89,7 @@ def run(program: str, make_node, args=None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _stop_starting)   # a warm-up can take a minute: leave it
     try:
-        overrides = command_line_lists(sys.argv if args is None else args)
+        overrides = command_line_overrides(sys.argv if args is None else args)
         node = make_node(parameter_overrides=overrides)
         executor = make_executor(node.get_parameter('executor').value)
     except (ConfigError, ParameterException) as exc:

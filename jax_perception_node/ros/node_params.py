@@ -26,7 +26,7 @@ import yaml
 
 from ..settings.live_params import plain
 from ..settings.param_checks import check_value, ros_type_error, unknown_key
-from ..settings.param_file import read_param_file
+from ..settings.param_file import read_param_file, read_value
 from ..settings.parameters import (camera_keys, ConfigError, is_camera_name, is_foreign,
                                    lidar_keys, NODE_KEYS, ParamSpec, spec_for, STARTED)
 
@@ -170,7 +170,7 @@ def declare_parameters(node) -> None:
     override of a key the node does not have (a misspelt key, or a block of a camera or LiDAR
     not named): ``grid.resoluton: unknown parameter``, as the params file reader says. Where
     the command line sets ``cameras.names`` or ``lidars.names`` (``-p cameras.names:=[]`` or
-    ``:=[front]``, ``command_line_lists``), the params file's blocks of the names it leaves
+    ``:=[front]``, ``command_line_overrides``), the params file's blocks of the names it leaves
     out are left unread with one WARN instead.
     """
     for key in NODE_KEYS:
@@ -295,11 +295,15 @@ def qos_overrides_unapplied(node, later: tuple[str, ...] = ()) -> str | None:
             f'policy): {", ".join(names)}') if names else None
 
 
-def command_line_lists(args: list[str]) -> list[Parameter]:
+def command_line_overrides(args: list[str]) -> list[Parameter]:
     """
-    Return an override of each list key of the node whose last ``-p`` in ``args`` must be marked.
+    Return an override of each key of the node whose last ``-p`` in ``args`` rcl would mistake.
 
-    Two kinds, both :class:`CommandLineList`. A list key given ``[]``, NOT_SET: rcl gives
+    Raises ConfigError for a ``-p`` of a number, boolean or number list that reads as text
+    (``grid.resolution:=0,25``): where a params file sets the key, rcl keeps both values and
+    rclpy takes the file's, so the typo would be dropped without a word (without a file,
+    rclpy refuses it in the same words). The overrides are of two kinds, both
+    :class:`CommandLineList`. A list key given ``[]``, NOT_SET: rcl gives
     ``[]`` no type, and where a params file sets the key it keeps the file's list (``-p
     cameras.names:=[]`` beside the shipped file left the four cameras); given to the node's
     constructor (which wins over rcl's overrides), NOT_SET declares the key's typed empty
@@ -325,6 +329,8 @@ def command_line_lists(args: list[str]) -> list[Parameter]:
     out = []
     for key, text in last.items():
         spec = spec_for(key)
+        if spec is not None and spec.item_type != 'string' and _reads_as_text(text):
+            raise ConfigError(ros_type_error(key, f'{text} (string)'))
         if text.replace(' ', '') == '[]' and spec and spec.ros_type.endswith('_array'):
             out.append(CommandLineList(key))
         elif key in _BLOCKS and (names := _string_list(text)) is not None:
@@ -335,7 +341,7 @@ def command_line_lists(args: list[str]) -> list[Parameter]:
 def _string_list(text: str) -> list[str] | None:
     """Return the YAML flow list of strings ``text`` (as rcl reads a ``-p``); None otherwise."""
     try:
-        value = yaml.safe_load(text)
+        value = read_value(text)
     except yaml.YAMLError:
         return None
     if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
@@ -343,8 +349,18 @@ def _string_list(text: str) -> list[str] | None:
     return None
 
 
+def _reads_as_text(text: str) -> bool:
+    """Return True when rcl reads ``-p`` text ``text`` as a string or holds one in its list."""
+    try:
+        value = read_value(text)
+    except yaml.YAMLError:
+        return False        # rcl refuses it itself, in its own words
+    return isinstance(value, str) or (isinstance(value, list)
+                                      and any(isinstance(item, str) for item in value))
+
+
 class CommandLineList(Parameter):
-    """An override from ``command_line_lists``: a list key the command line set."""
+    """An override from ``command_line_overrides``: a list key the command line set."""
 
 
 def read_parameters(node) -> dict:

@@ -32,18 +32,27 @@ def flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
 
 class _RosLoader(yaml.SafeLoader):
     """
-    A safe YAML loader that reads numbers as ROS does: ``1e300`` and ``1.0e5`` are doubles.
+    A safe YAML loader that reads scalars as ROS does: ``1e300`` a double, ``n`` false.
 
     PyYAML (YAML 1.1) wants a dot and a signed exponent (``1.0e+5``) and reads the rest as
-    strings; rcl's parser takes whatever strtod takes. Reading them alike means a value the CLI
+    strings; rcl's parser takes whatever strtod takes. rcl also reads ``y``, ``Y``, ``n`` and
+    ``N`` as booleans, where PyYAML has strings. Reading them alike means a value the CLI
     refuses is the value the node would refuse, with the same message.
     """
+
+    bool_values = {**yaml.SafeLoader.bool_values, 'y': True, 'n': False}
 
 
 _RosLoader.add_implicit_resolver(
     'tag:yaml.org,2002:float',
     re.compile(r'^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$'),
     list('-+.0123456789'))
+_RosLoader.add_implicit_resolver('tag:yaml.org,2002:bool', re.compile(r'^[yYnN]$'), list('yYnN'))
+
+
+def read_value(text: str) -> Any:
+    """Return a ``-p key:=value`` value as rcl reads it (YAML, ROS's scalars)."""
+    return yaml.load(text, Loader=_RosLoader)
 
 
 NODE = '/jax_perception'     # the node's fully qualified name, unless a launch renames it

@@ -8,7 +8,8 @@ import time
 from configs import small_config, small_params
 from jax_perception_node.core.pipeline import BevPipeline
 from jax_perception_node.frames.latency import FRAME_KEYS
-from jax_perception_node.ros.node_params import command_line_lists
+from jax_perception_node.ros.node_params import command_line_overrides
+from jax_perception_node.settings.parameters import ConfigError
 import numpy as np
 import pytest
 from ros_harness import (make_cloud, make_features, NodeProcess, other_domain, Probe, serving_node,
@@ -444,7 +445,7 @@ def test_only_a_list_keys_last_p_is_marked():
     # rcl's own rule is that the last -p of a key wins; a scalar key given [] is not ours to
     # empty (it fell back to its default, silently, under the first version).
     def marked(*args):
-        return [(p.name, p.value) for p in command_line_lists(['jax_perception_node', *args])]
+        return [(p.name, p.value) for p in command_line_overrides(['jax_perception_node', *args])]
     assert marked('--ros-args', '-p', 'cameras.names:=[]', '-p', 'cameras.names:=[front]') == [
         ('cameras.names', ['front'])]
     assert marked('--ros-args', '-p', 'cameras.names:=[front]', '--param',
@@ -460,6 +461,22 @@ def test_only_a_list_keys_last_p_is_marked():
     assert marked('--ros-args', '-r', '__ns:=/a', '--', '-p', 'cameras.names:=[]') == []
 
 
+def test_a_p_number_that_reads_as_text_is_refused_not_dropped():
+    # Beside a file that sets the key, rcl kept both values and rclpy took the file's: the
+    # typo was dropped without a word, the node ran at the file's 0.5.
+    def overrides(*args):
+        return command_line_overrides(['jax_perception_node', '--ros-args', *args])
+    with pytest.raises(ConfigError, match=r'^grid\.resolution: expected double .*, got 0,25 '
+                                          r'\(string\)$'):
+        overrides('-p', 'grid.resolution:=0,25')
+    with pytest.raises(ConfigError, match=r'^buckets: expected integer\[\].*, got \[64, x\] '):
+        overrides('-p', 'buckets:=[64, x]')
+    with pytest.raises(ConfigError, match=r'^lidar\.deskew: .*, got maybe \(string\)$'):
+        overrides('-p', 'lidar.deskew:=maybe')
+    assert overrides('-p', 'lidar.deskew:=n', '-p', 'grid.resolution:=1e-1', '-p',
+                     'lidar.frame_id:=0,25', '-p', 'qos_overrides.x:=y') == []
+
+
 def test_a_params_file_after_the_empty_p_wins_as_in_rcl(tmp_path):
     # rcl applies -p and --params-file in their order (launch_ros passes a parent's
     # SetParameter as -p before the node's file): the later file's list is the value.
@@ -469,7 +486,7 @@ def test_a_params_file_after_the_empty_p_wins_as_in_rcl(tmp_path):
 
     def emptied(*args):
         args = ['jax_perception_node', '--ros-args', *args]
-        return [p.name for p in command_line_lists(args)]
+        return [p.name for p in command_line_overrides(args)]
     empty = ('-p', 'head.score_thresholds:=[]')
     assert emptied(*empty, '--params-file', str(thresholds)) == []
     assert emptied('--params-file', str(thresholds), *empty) == ['head.score_thresholds']

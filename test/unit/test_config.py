@@ -116,6 +116,15 @@ def test_a_param_file_is_typed_like_the_node_but_python_callers_may_write_8_for_
     assert written.cameras[0].fx == 8.0 and written.lidar.translation == (0.0, 0.0, 2.0)
 
 
+@pytest.mark.parametrize('text,value', [('n', False), ('Y', True), ('off', False)])
+def test_a_param_file_reads_booleans_as_rcl_does(tmp_path, text, value):
+    # rcl reads y, Y, n and N as booleans too: the node started where the CLI refused
+    # `lidar.deskew: n` (expected true or false, got 'n').
+    path = tmp_path / 'bool.yaml'
+    path.write_text(PARAMS_FILE.read_text().replace('deskew: true', f'deskew: {text}', 1))
+    assert load_config(path).lidar_timing.deskew is value
+
+
 def test_weights_file_shape_is_checked(tmp_path):
     path = tmp_path / 'w.npz'
     np.savez(path, W=np.zeros((9, 4)), b=np.zeros(4))
