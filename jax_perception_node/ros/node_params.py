@@ -29,6 +29,7 @@ from ..settings.param_checks import check_value, ros_type_error, unknown_key
 from ..settings.param_file import read_param_file, read_value
 from ..settings.parameters import (camera_keys, ConfigError, is_camera_name, is_foreign,
                                    lidar_keys, NODE_KEYS, ParamSpec, spec_for, STARTED)
+from ..settings.rcl_values import rcl_type
 
 ROS_TYPES = {
     'bool': Parameter.Type.BOOL, 'integer': Parameter.Type.INTEGER,
@@ -299,11 +300,12 @@ def command_line_overrides(args: list[str]) -> list[Parameter]:
     """
     Return an override of each key of the node whose last ``-p`` in ``args`` rcl would mistake.
 
-    Raises ConfigError for a ``-p`` of a number, boolean or number list that reads as text
-    (``grid.resolution:=0,25``): where a params file sets the key, rcl keeps both values and
-    rclpy takes the file's, so the typo would be dropped without a word (without a file,
-    rclpy refuses it in the same words). The overrides are of two kinds, both
-    :class:`CommandLineList`. A list key given ``[]``, NOT_SET: rcl gives
+    Raises ConfigError for a ``-p`` value of another ROS type than its key's, as rcl types it
+    (``grid.resolution:=0,25`` a string, ``head.max_objects:=100.0`` a double): where a params
+    file sets the key, rcl keeps both values and rclpy takes the first of bool, integer,
+    double, string, so a ``-p`` of a later type was dropped without a word for the file's
+    value (without a file, rclpy refuses it in the same words). The overrides are of two
+    kinds, both :class:`CommandLineList`. A list key given ``[]``, NOT_SET: rcl gives
     ``[]`` no type, and where a params file sets the key it keeps the file's list (``-p
     cameras.names:=[]`` beside the shipped file left the four cameras); given to the node's
     constructor (which wins over rcl's overrides), NOT_SET declares the key's typed empty
@@ -329,8 +331,9 @@ def command_line_overrides(args: list[str]) -> list[Parameter]:
     out = []
     for key, text in last.items():
         spec = spec_for(key)
-        if spec is not None and spec.item_type != 'string' and _reads_as_text(text):
-            raise ConfigError(ros_type_error(key, f'{text} (string)'))
+        typed = None if spec is None else rcl_type(text)
+        if typed is not None and typed != spec.ros_type:
+            raise ConfigError(ros_type_error(key, f'{text} ({typed})'))
         if text.replace(' ', '') == '[]' and spec and spec.ros_type.endswith('_array'):
             out.append(CommandLineList(key))
         elif key in _BLOCKS and (names := _string_list(text)) is not None:
@@ -347,16 +350,6 @@ def _string_list(text: str) -> list[str] | None:
     if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
         return value
     return None
-
-
-def _reads_as_text(text: str) -> bool:
-    """Return True when rcl reads ``-p`` text ``text`` as a string or holds one in its list."""
-    try:
-        value = read_value(text)
-    except yaml.YAMLError:
-        return False        # rcl refuses it itself, in its own words
-    return isinstance(value, str) or (isinstance(value, list)
-                                      and any(isinstance(item, str) for item in value))
 
 
 class CommandLineList(Parameter):

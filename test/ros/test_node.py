@@ -453,28 +453,38 @@ def test_only_a_list_keys_last_p_is_marked():
     assert marked('--ros-args', '-p', 'grid.resolution:=[]', '-p', 'vehicle_frame:=[]') == []
     assert marked('--ros-args', '-p', 'cameras.front.translation:=[]') == [
         ('cameras.front.translation', None)]
-    # Names are marked in YAML's reading, as rcl's; a list of other things is rcl's to refuse.
-    assert marked('--ros-args', '-p', 'lidars.names:=[top, "left"]', '-p', 'cameras.names:=[1]',
-                  '-p', 'buckets:=[64, 128]') == [('lidars.names', ['top', 'left'])]
-    assert marked('--ros-args', '-p', 'cameras.names:=front') == []
+    # Names are marked in rcl's reading; a list of mixed types is rcl's to refuse.
+    assert marked('--ros-args', '-p', 'lidars.names:=[top, "left"]', '-p',
+                  'cameras.names:=[a, 1]', '-p', 'buckets:=[64, 128]') == [
+        ('lidars.names', ['top', 'left'])]
     assert marked('-p', 'cameras.names:=[]') == []      # not a ROS argument
     assert marked('--ros-args', '-r', '__ns:=/a', '--', '-p', 'cameras.names:=[]') == []
 
 
-def test_a_p_number_that_reads_as_text_is_refused_not_dropped():
-    # Beside a file that sets the key, rcl kept both values and rclpy took the file's: the
-    # typo was dropped without a word, the node ran at the file's 0.5.
-    def overrides(*args):
-        return command_line_overrides(['jax_perception_node', '--ros-args', *args])
-    with pytest.raises(ConfigError, match=r'^grid\.resolution: expected double .*, got 0,25 '
-                                          r'\(string\)$'):
-        overrides('-p', 'grid.resolution:=0,25')
-    with pytest.raises(ConfigError, match=r'^buckets: expected integer\[\].*, got \[64, x\] '):
-        overrides('-p', 'buckets:=[64, x]')
-    with pytest.raises(ConfigError, match=r'^lidar\.deskew: .*, got maybe \(string\)$'):
-        overrides('-p', 'lidar.deskew:=maybe')
-    assert overrides('-p', 'lidar.deskew:=n', '-p', 'grid.resolution:=1e-1', '-p',
-                     'lidar.frame_id:=0,25', '-p', 'qos_overrides.x:=y') == []
+@pytest.mark.parametrize('given,typed', [
+    ('grid.resolution:=0,25', 'string'), ('grid.resolution:=null', 'string'),
+    ('diagnostics.window:=1_000', 'string'), ('diagnostics.window:=600.0', 'double'),
+    ('head.max_objects:=100.0', 'double'), ('output.bev_features:=0', 'integer'),
+    ('lidar.deskew:=maybe', 'string'), ('buckets:=[64.0, 128.0]', 'double_array'),
+    ('grid.resolution:=[0.25]', 'double_array'),
+    ('cameras.names:=front', 'string')])
+def test_a_p_value_of_another_type_is_refused_not_dropped(given, typed):
+    # Beside a file that sets the key, rcl kept both values and rclpy took the first of bool,
+    # integer, double, string: a -p of a later type was dropped without a word (the node
+    # ran at the file's value); only text was refused at first (an independent review).
+    key, _, text = given.partition(':=')
+    with pytest.raises(ConfigError) as err:
+        command_line_overrides(['jax_perception_node', '--ros-args', '-p', given])
+    assert str(err.value).startswith(f'{key}: expected ')
+    assert str(err.value).endswith(f', got {text} ({typed})')
+
+
+def test_a_p_value_is_typed_as_rcl_types_it():
+    # strtol with base 0, then strtod, after rcl's boolean words: 08 is a double, 0x10 an int.
+    assert command_line_overrides([
+        'jax_perception_node', '--ros-args', '-p', 'lidar.deskew:=n', '-p',
+        'grid.resolution:=08', '-p', 'grid.x_max:=0x1p5', '-p', 'head.max_objects:=0x40', '-p',
+        'lidar.frame_id:=0,25', '-p', 'grid.z_min:=.INF', '-p', 'qos_overrides.x:=y']) == []
 
 
 def test_a_params_file_after_the_empty_p_wins_as_in_rcl(tmp_path):
