@@ -10,7 +10,7 @@ the node's odometry buffer the same way, in bag-time order. With ``extrinsics.so
 transform buffer the same way; a cloud TF cannot place is skipped and counted
 (``frames_without_tf``), a camera masked and counted (``cameras_without_tf``). Otherwise TF in the
 bag is not read, and a bag without TF replays as before. A message whose bytes do not deserialize
-is rejected and counted like a malformed one of its kind, and the replay goes on.
+is rejected and counted like a malformed one of its kind; the replay goes on.
 
 With ``lidars.names`` each LiDAR's clouds (``BagTopics.lidar``) go into the node's
 ``LidarSets`` with the bag time as its clock; before each message a set whose wait has ended
@@ -37,7 +37,7 @@ from ..frames.intensity_scale import OffScale
 from ..frames.latency import format_value, FRAME_KEYS, percentiles, STAGES
 from ..frames.lidar_sets import LidarSet, LidarSets
 from ..geometry.odometry import OdometryError
-from ..geometry.stamps import NS_PER_S, stamp_ns
+from ..geometry.stamps import NS_PER_S, stamp_fields_error, stamp_ns
 from ..geometry.transforms import TF_STATIC_TOPIC, TF_TOPIC, TransformError
 from ..outputs.detected_objects import detected_objects_message
 from ..outputs.grid_map import grid_map_message, GridMapLayers
@@ -117,11 +117,9 @@ class ReplayResult:
             'buckets': {str(k): v for k, v in sorted(self.buckets.items())},
             'latency_ms': {s: percentiles(r[s] for r in self.records) for s in STAGES},
             **{key: getattr(self, key) for key in SUMMARY_COUNTS},
-            'lidars_missing': dict(self.lidars_missing),
-            'late_lidar_clouds': self.late_lidar_clouds,
-            'overflowed_frames': self.overflowed, 'warmup_s': round(self.warmup_s, 3),
-            'cameras_used': percentiles(r['cameras_used'] for r in self.records),
-            **detection,
+            'lidars_missing': dict(self.lidars_missing), 'warmup_s': round(self.warmup_s, 3),
+            'late_lidar_clouds': self.late_lidar_clouds, 'overflowed_frames': self.overflowed,
+            'cameras_used': percentiles(r['cameras_used'] for r in self.records), **detection,
         }
 
     def warnings(self) -> list[str]:
@@ -143,8 +141,7 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
     Run every LiDAR frame of ``src`` through the pipeline and write the outputs to ``dst``.
 
     ``dst`` appears only when the replay completes (``bagio.writing_bag``): after an error or
-    an interrupt neither it nor its temporary folder is left. A message that does not
-    deserialize is rejected and counted like a malformed one. Each replay starts a given
+    an interrupt neither it nor its temporary folder is left. Each replay starts a given
     pipeline from the parameters' calibration, so one bag's CameraInfo or sweeps never carry
     over to the next. Odometry is read only with accumulation or deskew (``needs_ego_poses``),
     TF only when a pose source is ``tf``.
@@ -330,6 +327,9 @@ class BagFrames:
         """Process a cloud, or offer it to its set (LiDAR ``name``); count it if it is no cloud."""
         try:
             msg = bagio.deserialize(raw, msgtype)
+            # Refused before the sets, as the node does: its stamp would make the others late.
+            if self.sets is not None and (refused := stamp_fields_error(msg.header.stamp)):
+                raise bagio.BagError(refused)
         except bagio.BagError as exc:
             self.result.rejected += 1
             self.result.errors.append(f'point cloud{f" of LiDAR {name}" if name else ""} at '

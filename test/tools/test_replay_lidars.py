@@ -1,6 +1,7 @@
 """Offline replay of a three-LiDAR drive: one frame per sweep, the BEV of the three clouds."""
 
 import json
+import struct
 
 import bag_messages
 from cli_errors import assert_one_line_error
@@ -183,6 +184,24 @@ def test_a_late_cloud_is_dropped_and_a_broken_one_rejected(drive, rig, tmp_path)
         2, {'top': 0, 'left': 0, 'right': 2})
     assert len(result.errors) == 1 and 'point cloud of LiDAR right' in result.errors[0]
     assert result.compiles_after_warmup == 0
+
+
+def test_a_cloud_with_a_malformed_stamp_is_rejected_before_the_sets(drive, rig, tmp_path):
+    # Taken into the sets, sweep 1's right cloud with nanosec + 1e9 (1 s later) made the
+    # others late for it: 21 clouds dropped, about 1 s of every LiDAR.
+    bag, _ = drive
+    cfg, pipe = rig
+
+    def edit(name, sweep, t, raw):
+        if (name, sweep) != ('right', 1):
+            return TOPICS[name], t, raw
+        nanosec, = struct.unpack_from('<I', raw, 8)     # after the CDR header and sec
+        return TOPICS[name], t, raw[:8] + struct.pack('<I', nanosec + 10**9) + raw[12:]
+    rewrite(bag, tmp_path / 'bad', edit)
+    result = replay_bag(tmp_path / 'bad', tmp_path / 'out', cfg, pipeline=pipe)
+    assert (result.frames, result.rejected, result.late_lidar_clouds) == (FRAMES, 1, 0)
+    assert result.lidars_missing == {'top': 0, 'left': 0, 'right': 1}
+    assert 'nanoseconds in [0, 1000000000)' in result.errors[0]
 
 
 def test_a_set_whose_wait_ended_goes_before_later_messages(drive, warmed, rig_params, tmp_path):
