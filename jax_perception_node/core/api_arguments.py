@@ -41,11 +41,15 @@ def checked_frame_arguments(cameras, num_points, stamp_ns, pose, motion) -> np.n
 
 
 def checked_points(points, times) -> tuple[np.ndarray, np.ndarray | None]:
-    """Return ``points`` as float32[N, 4] and ``times`` as float32 (``pad`` checks [N])."""
+    """Return ``points`` as float32[N, 4], ``times`` as float32[N] (a column [N, 1] too)."""
     points = np.asarray(points, np.float32)
     if points.ndim != 2 or points.shape[1] != 4:
         raise ValueError(f'points must be (N, 4), got {points.shape}')
-    return points, None if times is None else np.asarray(times, np.float32)
+    if times is None:
+        return points, None
+    times = np.asarray(times, np.float32)
+    # pad() refuses any other shape than [N], naming it.
+    return points, times[:, 0] if times.ndim == 2 and times.shape[1] == 1 else times
 
 
 def _check_finite(name: str, value, shape: tuple[int, ...], what: str) -> np.ndarray:

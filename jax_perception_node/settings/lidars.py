@@ -71,9 +71,9 @@ def lidar_blocks(v: Mapping[str, Any], names: tuple[str, ...],
         lidars.append(LidarConfig(
             name, v[k + 'frame_id'] or f'lidar_{name}', pose(v, k[:-1]), field,
             timing_at(v, k, v['lidar.deskew']), float(v[k + 'intensity_scale'])))
-    frames = [lidar.frame_id for lidar in lidars]
+    frames = [lidar.frame_id.lstrip('/') for lidar in lidars]   # '/top' is 'top', as in tf2
     for index, lidar in enumerate(lidars):
-        if lidar.frame_id in frames[:index]:
+        if frames[index] in frames[:index]:
             raise ConfigError(f'{lidar.key}.frame_id: "{lidar.frame_id}" is the frame of '
                               'another LiDAR too; each needs its own')
     return tuple(lidars)

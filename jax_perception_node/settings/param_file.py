@@ -42,6 +42,13 @@ class _RosLoader(yaml.SafeLoader):
 
     bool_values = {**yaml.SafeLoader.bool_values, 'y': True, 'n': False}
 
+    def construct_mapping(self, node, deep=False):
+        """Read every plain key as a name, as rcl does: ``n:`` is a camera named n."""
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.style is None:
+                key.tag = 'tag:yaml.org,2002:str'
+        return super().construct_mapping(node, deep)
+
 
 _RosLoader.add_implicit_resolver(
     'tag:yaml.org,2002:float',

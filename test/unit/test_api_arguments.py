@@ -33,6 +33,12 @@ def test_a_malformed_frame_argument_is_refused_by_name(pipe, arguments, message)
     assert compile_count() == compiles
 
 
+def test_times_may_be_a_column(pipe):
+    # An (N, 1) column, as a structured cloud's field gives it, was taken before the checks.
+    column = pipe.process(POINTS, times=np.zeros((len(POINTS), 1), np.float32))
+    assert column.num_points == len(POINTS)
+
+
 def test_numpy_numbers_pass_as_python_ones(pipe):
     out = pipe.process(POINTS, num_points=np.int64(150), stamp_ns=np.uint64(7))
     assert (out.num_points, out.overflow_points) == (150, 50)

@@ -125,6 +125,15 @@ def test_a_param_file_reads_booleans_as_rcl_does(tmp_path, text, value):
     assert load_config(path).lidar_timing.deskew is value
 
 
+def test_a_param_files_keys_are_names_never_booleans(tmp_path):
+    # With n read as false, a camera named n became cameras.False.* (refused, not in names).
+    path = tmp_path / 'keys.yaml'
+    path.write_text('/**:\n  ros__parameters:\n    cameras:\n      names: ["n", "on"]\n'
+                    '      n: {fx: 1.0}\n      on: {fy: 2.0}\n')
+    assert read_param_file(path) == {'cameras.names': ['n', 'on'], 'cameras.n.fx': 1.0,
+                                     'cameras.on.fy': 2.0}
+
+
 def test_weights_file_shape_is_checked(tmp_path):
     path = tmp_path / 'w.npz'
     np.savez(path, W=np.zeros((9, 4)), b=np.zeros(4))

@@ -253,6 +253,7 @@ def test_tf_poses_per_lidar_equal_the_parameters(three):
                                        'underscores, not a digit first'),
     ({'lidars.names': ['names']}, 'taken by the key lidars.names'),
     ({'lidars.left.frame_id': 'lidar_top'}, 'lidars.left.frame_id: "lidar_top" is the frame of'),
+    ({'lidars.left.frame_id': '/lidar_top'}, 'lidars.left.frame_id: "/lidar_top" is the frame'),
     ({'lidars.left.intensity_field': 'x'}, 'lidars.left.intensity_field'),
     ({'lidars.left.intensity_scale': -1.0}, 'lidars.left.intensity_scale: must be >= 1e-06'),
     ({'lidars.left.time_unit': 'h'}, 'lidars.left.time_unit'),
