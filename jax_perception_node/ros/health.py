@@ -240,7 +240,7 @@ def _cloud_problems(period, times: CloudTimes, now: float, timeout_s: float,
         # Still arriving (within the timeout), later than the last valid one: not once stopped.
         rejected = (times.valid is None or times.last > times.valid) and (
             now - times.last <= timeout_s)
-        problems.append((ERROR, f'no valid point cloud for {silent:.1f} s (lidar_timeout_s '
+        problems.append((ERROR, f'no valid point cloud for {silent:.2f} s (lidar_timeout_s '
                                 f'{timeout_s:g})' + ('; clouds arrive but none is served with a '
                                                      'valid point (rejected, skipped for want '
                                                      'of TF, or all NaN)' if rejected else '')))

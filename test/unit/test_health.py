@@ -47,7 +47,7 @@ def test_rejected_clouds_do_not_reset_the_lidar_timeout():
     # The last valid cloud 3 s ago, rejected clouds since, the newest 0.1 s ago.
     result = run(period={'rejected': 10}, times=CloudTimes(NOW - 9.0, NOW - 0.1, NOW - 3.0))
     assert result.level == ERROR
-    assert result.message == ('no valid point cloud for 3.0 s (lidar_timeout_s 2); clouds '
+    assert result.message == ('no valid point cloud for 3.00 s (lidar_timeout_s 2); clouds '
                               'arrive but none is served with a valid point (rejected, skipped '
                               'for want of TF, or all NaN); all 10 clouds since the last report '
                               'rejected')
@@ -69,7 +69,7 @@ def test_clouds_without_a_valid_point_warn_and_do_not_count_as_valid():
 def test_silence_after_valid_clouds_is_an_error_without_the_rejected_note():
     result = run(times=CloudTimes(NOW - 9.0, NOW - 2.5, NOW - 2.5))
     assert (result.level, result.message) == (
-        ERROR, 'no valid point cloud for 2.5 s (lidar_timeout_s 2)')
+        ERROR, 'no valid point cloud for 2.50 s (lidar_timeout_s 2)')
     # Rejected clouds that then stopped (found by an independent review: the note stayed).
     for valid in (None, NOW - 5.0):
         result = run(times=CloudTimes(NOW - 9.0, NOW - 3.7, valid))
@@ -92,7 +92,7 @@ def test_clouds_but_none_valid_yet_is_not_ok():
                               'rejected')
     result = run(times=CloudTimes(NOW - 2.5, NOW - 0.1, None))
     assert (result.level, result.message) == (
-        ERROR, 'no valid point cloud for 2.5 s (lidar_timeout_s 2); clouds arrive but none is '
+        ERROR, 'no valid point cloud for 2.50 s (lidar_timeout_s 2); clouds arrive but none is '
         'served with a valid point (rejected, skipped for want of TF, or all NaN)')
 
 
