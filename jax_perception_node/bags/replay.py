@@ -94,7 +94,7 @@ class ReplayResult:
     lidar_sets_incomplete: int = 0    # lidars.names: frames whose set lacked some LiDAR
     lidars_missing: dict[str, int] = field(default_factory=dict)   # name -> frames without it
     late_lidar_clouds: int = 0        # lidars.names: clouds dropped, too late for their set
-    lidar_clocks: list[str] = field(default_factory=list)   # a LiDAR ahead of the others, back
+    lidar_clocks: list[str] = field(default_factory=list)   # LidarSets.take_news' lines
     clouds_unread: int = 0            # clouds the bag's index lists that could not be read
     overflowed: int = 0
     compiles_after_warmup: int = 0

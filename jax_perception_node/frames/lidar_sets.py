@@ -6,7 +6,7 @@ receive time in seconds), so both group clouds identically: nothing here reads a
 decision depends only on the arguments. Stamps are integer nanoseconds (the message header stamp).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 # A stamp more than this before its own LiDAR's newest one taken starts a new timeline.
@@ -69,7 +69,8 @@ class LidarSets:
        opened are forgotten, so the others' clouds count against their own last ones again (the
        set stamps step back once, from its stamps to theirs); its clouds are then dropped as late,
        the others form the sets and it is named missing, as a LiDAR running behind is.
-       ``take_news`` says when it is left out and when it is back.
+       ``take_news`` says when it is left out and when it is back, and when sets keep closing
+       before they are whole though every LiDAR sends (``_note_split``).
     4. The cloud joins the pending set when within the tolerance of its reference and its sensor
        is not in it yet; a set holding every configured sensor is closed and returned at once.
     5. Otherwise (a newer stamp past the tolerance, or a newer cloud of a sensor already in the
@@ -105,6 +106,7 @@ class LidarSets:
         self._behind: dict[str, int] = {}     # name -> fresh clouds stamped a second before
         self._said_behind: set[str] = set()   # the LiDARs said to run behind, not yet back
         self._below: dict[tuple[str, str], int] = {}    # (above, a second below) -> in a row
+        self._split = _SplitRun()
         self._news: list[str] = []
 
     def reset(self) -> None:
@@ -118,6 +120,7 @@ class LidarSets:
         self._last_stamps, self._newest = {}, {}
         self.ahead, self._seen, self._early, self._below = {}, {}, {}, {}
         self._behind, self._said_behind = {}, set()
+        self._split = _SplitRun()
 
     def deadline(self) -> float | None:
         """Return when the pending set's wait ends (first arrival + max_delay_s), None if none."""
@@ -278,10 +281,42 @@ class LidarSets:
         news, self._news = self._news, []
         return news
 
+    def _note_split(self, stamps: dict[str, int]) -> None:
+        """
+        Follow sets closed before they were whole; say when the LiDARs' stamps lie too far apart.
+
+        LiDARs stamped steadily further apart than the tolerance (but less than a period)
+        never share a set: each set closes missing one, the next holds it, and no cloud is
+        late, while the health names every LiDAR missing in turn. Told apart from a LiDAR that
+        stopped (never in the run) and from a clock ahead or behind (their clouds are late):
+        ``AHEAD_SETS`` sets in a row not whole that hold every LiDAR between them, no cloud
+        late meanwhile. Said once, until a set is whole.
+        """
+        run = self._split
+        if len(stamps) == len(self.names):
+            self._split = _SplitRun()
+            return
+        if not run.sets or run.late != self.late:       # a run starts, or starts over
+            run.sets, run.seen, run.spread_ns, run.late = 0, set(), 0, self.late
+        elif self._last_ref_ns is not None:             # the previous set of the run
+            run.spread_ns = max([run.spread_ns] + [s - self._last_ref_ns for n, s in
+                                                   stamps.items() if n not in self._last_stamps])
+        run.sets += 1
+        run.seen |= set(stamps)
+        if (run.sets >= AHEAD_SETS and len(run.seen) == len(self.names) and not run.said
+                and not self.ahead):
+            run.said = True
+            self._news.append(
+                f'LiDAR sets not whole {run.sets} times in a row, though every LiDAR sends: '
+                f'their clouds are stamped up to {run.spread_ns / 1e9:.3f} s apart, past '
+                f'sync.lidar_stamp_tolerance_s ({self.tolerance_ns / 1e9:g} s); if the LiDARs '
+                'are stamped this far apart, set it and sync.max_lidar_delay_s above that')
+
     def _close(self, now: float) -> LidarSet:
         """Close the pending set and return it; its reference becomes the last closed one."""
         order = [n for n in self.names if n in self._clouds]
         stamps = {n: self._clouds[n][0] for n in order}
+        self._note_split(stamps)
         done = LidarSet(clouds={n: self._clouds[n][1] for n in order}, stamps=stamps,
                         stamp_ns=min(stamps.values()),
                         missing=tuple(n for n in self.names if n not in self._clouds),
@@ -290,6 +325,17 @@ class LidarSets:
         self._clouds = {}
         self._ref_ns = None
         return done
+
+
+@dataclass
+class _SplitRun:
+    """Sets closed in a row before they were whole (``LidarSets._note_split``)."""
+
+    sets: int = 0
+    seen: set = field(default_factory=set)     # the LiDARs in them
+    spread_ns: int = 0                         # the widest stamp spread seen between them
+    late: int = 0                              # ``LidarSets.late`` when the run started
+    said: bool = False
 
 
 def _back(name: str) -> str:

@@ -164,6 +164,49 @@ def test_lidars_stamped_apart_by_over_half_a_period_stay_paired_whichever_arrive
     assert sets.late == 0
 
 
+def sweeps(sets, first, last, offsets_ms):
+    """
+    Offer 10 Hz sweeps ``first`` to ``last - 1``; return (the sets closed, the lines said).
+
+    Each LiDAR's cloud is stamped ``offsets_ms`` into its sweep and arrives 100 ms after it.
+    """
+    done, news = [], []
+    for k in range(first, last):
+        for name, offset in zip(NAMES, offsets_ms):
+            stamp = k * 100 + offset
+            done += sets.add(name, T + stamp * MS, k, 0.1 + stamp / 1000)
+            news += sets.take_news()
+    return done, news
+
+
+def test_lidars_stamped_apart_past_the_tolerance_split_every_set_and_it_is_said_once():
+    # 10 Hz, left stamped 30 ms and right 60 ms after top (tolerance and wait 50 ms): every
+    # set came without one LiDAR, none late, and nothing said why (an independent review).
+    sets = three(tolerance_s=0.05, max_delay_s=0.05)
+    done, news = sweeps(sets, 0, 10, (0, 30, 60))
+    assert sets.late == 0 and len(done) >= 12 and all(len(s.missing) == 1 for s in done)
+    assert news == [f'LiDAR sets not whole {AHEAD_SETS} times in a row, though every LiDAR '
+                    'sends: their clouds are stamped up to 0.070 s apart, past '
+                    'sync.lidar_stamp_tolerance_s (0.05 s); if the LiDARs are stamped this far '
+                    'apart, set it and sync.max_lidar_delay_s above that']
+    # The advice taken, live: whole sets from the next sweep on, and nothing more said.
+    sets.tolerance_ns, sets.max_delay_s = 80 * MS, 0.08
+    done, news = sweeps(sets, 10, 14, (0, 30, 60))
+    assert [s.missing for s in done[-3:]] == [(), (), ()] and news == []
+
+
+def test_a_lidar_that_stopped_is_missing_and_not_said_to_split_the_sets():
+    sets = three(tolerance_s=0.05, max_delay_s=0.05)
+    done, news = sweeps(sets, 0, 5, (0, 10, 20))
+    assert [s.missing for s in done] == [()] * 5 and news == []
+    done, news = [], []
+    for k in range(5, 15):         # right stops: top and left make every set
+        for name, offset in (('top', 0), ('left', 30)):
+            done += sets.add(name, T + (k * 100 + offset) * MS, k, 0.1 + k / 10 + offset / 1000)
+            news += sets.take_news()
+    assert all(s.missing == ('right',) for s in done[1:]) and news == []
+
+
 def test_a_lidar_whose_clock_runs_behind_is_late_and_missing_not_a_new_timeline():
     # right's clock is 2 s behind top's and left's (no PTP): its clouds are late, every set
     # names it missing and set stamps keep increasing (no jump back to its time and forth).
