@@ -21,21 +21,6 @@ if 'PYTEST_XDIST_WORKER' in os.environ:
 os.environ.setdefault('FASTRTPS_DEFAULT_PROFILES_FILE', str(REPO / 'config' / 'fastdds_local.xml'))
 
 
-# The slowest files first (longest first: 2026-12-07's durations). Under `make test`'s two
-# workers (--dist loadfile) a long file that started last ran alone while the other worker
-# idled, about two minutes of the suite's wall time. Every other file keeps its order.
-SLOW_FILES = ('tools/test_bench.py', 'ros/test_soak.py', 'tools/test_train.py',
-              'ros/test_launch.py', 'ros/test_node.py', 'tools/test_demo.py',
-              'tools/test_replay_atomic.py', 'ros/test_faults.py', 'tools/test_train_images.py')
-
-
-def pytest_collection_modifyitems(items):
-    """Run SLOW_FILES first, in their order (a stable sort: nothing else moves)."""
-    rank = {name: index for index, name in enumerate(SLOW_FILES)}
-    items.sort(key=lambda item: rank.get(
-        '/'.join(item.path.relative_to(REPO / 'test').parts), len(SLOW_FILES)))
-
-
 @pytest.fixture
 def tiny_cfg() -> PipelineConfig:
     """small_config() with two cameras."""
