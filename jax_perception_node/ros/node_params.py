@@ -22,7 +22,6 @@ from rclpy.exceptions import (InvalidParameterTypeException, InvalidParameterVal
                               ParameterNotDeclaredException, ParameterUninitializedException)
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, ReliabilityPolicy
-import yaml
 
 from ..settings.live_params import plain
 from ..settings.param_checks import check_value, ros_type_error, unknown_key
@@ -336,20 +335,9 @@ def command_line_overrides(args: list[str]) -> list[Parameter]:
             raise ConfigError(ros_type_error(key, f'{text} ({typed})'))
         if text.replace(' ', '') == '[]' and spec and spec.ros_type.endswith('_array'):
             out.append(CommandLineList(key))
-        elif key in _BLOCKS and (names := _string_list(text)) is not None:
-            out.append(CommandLineList(key, Parameter.Type.STRING_ARRAY, names))
+        elif key in _BLOCKS and typed == 'string_array':
+            out.append(CommandLineList(key, Parameter.Type.STRING_ARRAY, read_value(text)))
     return out
-
-
-def _string_list(text: str) -> list[str] | None:
-    """Return the YAML flow list of strings ``text`` (as rcl reads a ``-p``); None otherwise."""
-    try:
-        value = read_value(text)
-    except yaml.YAMLError:
-        return None
-    if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
-        return value
-    return None
 
 
 class CommandLineList(Parameter):
