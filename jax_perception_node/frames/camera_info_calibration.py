@@ -47,14 +47,17 @@ class CameraInfoCalibration:
         rectified = next(c.rectified for c in self.cfg.cameras if c.name == name)
         intrinsics = scale_camera_info(msg, height, width, rectified)
         self._info_frames[name] = msg.header.frame_id   # with TF: for maps that name none
-        if with_intrinsics(cameras, name, intrinsics) is None:
+        updated = with_intrinsics(cameras, name, intrinsics)
+        if updated is None:
             self._info_seen[name] = (cameras, fields)
             return None     # as in force (one beside every image): no wait for a frame's lock
+        tables = self.pipe.lift_tables(updated)     # ~170 ms: before the lock, frames go on
         with self._pipe_lock:
-            updated = with_intrinsics(self.cameras, name, intrinsics)
-            if updated is None:
-                return None
-            self.pipe.set_calibration(cameras=updated)
+            if self.cameras is not cameras:     # calibrated meanwhile: onto the newer cameras
+                updated, tables = with_intrinsics(self.cameras, name, intrinsics), None
+                if updated is None:
+                    return None
+            self.pipe.set_calibration(cameras=updated, tables=tables)
             self.cameras = updated
             self._from_info[name] = intrinsics
             self._tf_refused = {}     # new intrinsics: a refused TF pose may fit now

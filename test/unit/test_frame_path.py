@@ -1,5 +1,6 @@
 """FramePath: frame checks, CameraInfo, live updates (newest word wins), locking, TF poses."""
 
+from dataclasses import replace
 import threading
 from types import SimpleNamespace
 
@@ -362,6 +363,28 @@ def test_a_camera_info_repeating_the_calibration_is_taken_while_the_pipeline_is_
         assert not changed.wait(timeout=0.2), 'a new calibration did not wait for the frame'
     assert changed.wait(timeout=60.0)
     assert path.cameras[0].fx == pytest.approx(5.0)
+
+
+def test_a_new_camera_info_computes_its_lift_geometry_before_taking_the_pipeline(
+        path, monkeypatch):
+    """The ~170 ms lift tables of new intrinsics never hold a frame up; a race lands on both."""
+    lift_tables, held = path.pipe.lift_tables, []
+
+    def recording(cameras):
+        held.append(path._pipe_lock.locked())
+        return lift_tables(cameras)
+    monkeypatch.setattr(path.pipe, 'lift_tables', recording)
+    assert path.apply_camera_info('front', bag_messages.camera_info(**IMAGE)).fx == 6.0
+    assert held == [False]
+    # The cameras change while the geometry is computed: the CameraInfo lands on the newer ones.
+    moved = replace(path.cameras[1], fx=7.0)
+
+    def racing(cameras):
+        path.cameras = (path.cameras[0], moved)
+        return recording(cameras)
+    monkeypatch.setattr(path.pipe, 'lift_tables', racing)
+    assert path.apply_camera_info('front', bag_messages.camera_info(**dict(IMAGE, fx=20.0)))
+    assert [(c.fx, c.name) for c in path.cameras] == [(5.0, 'front'), (7.0, 'rear')]
 
 
 def test_a_new_path_starts_from_the_parameters_calibration(pipe):
