@@ -44,7 +44,7 @@ from ..outputs.grid_map import GridMapLayers
 from ..sensors.camera import CameraInfoError, FeatureMapError, UncalibratedCameraInfo
 from ..sensors.cloud import CloudFormatError
 from ..settings.config import config_from_parameters
-from ..settings.live_params import changed_intrinsics, check_update, is_ours
+from ..settings.live_params import changed_intrinsics, check_update, is_ours, set_live_line
 from ..settings.parameters import ConfigError
 
 IDLE_WAIT_S = 0.1       # the worker looks at the stop flag at least this often
@@ -212,7 +212,7 @@ class PerceptionCore:
             self.log.error(f'parameter change {sorted(changes)} failed: {reason}')
         else:
             self.values = values
-            self.log.info('parameters set live: ' + ', '.join(sorted(changes)))
+            self.log.info(set_live_line(changes))
             return SetParametersResult(successful=True)
         self.log.warning(f'parameter change refused: {reason}')
         return SetParametersResult(successful=False, reason=reason)

@@ -59,3 +59,16 @@ def changed_intrinsics(changes: Mapping[str, Any]) -> set[str]:
     """Return the cameras whose intrinsics or lens (``INTRINSIC_KEYS``) are among ``changes``."""
     return {key.split('.')[1] for key in changes
             if key.startswith('cameras.') and key.rsplit('.', 1)[1] in INTRINSIC_KEYS}
+
+
+def set_live_line(changes: Mapping[str, Any]) -> str:
+    """
+    Return the log line of an accepted parameter set: the keys set, the static ones apart.
+
+    A static key is accepted only at the value in force (``check_update``), so nothing of it
+    changed: it is named as kept, never as set live.
+    """
+    kept = sorted(key for key in changes if is_ours(key) and static_reason(key) is not None)
+    live = sorted(key for key in changes if key not in kept)
+    line = 'parameters set live: ' + ', '.join(live) if live else 'no parameter set live'
+    return line + (f' (static, at the value in force: {", ".join(kept)})' if kept else '')

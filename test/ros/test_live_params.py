@@ -5,7 +5,7 @@ from types import SimpleNamespace
 from configs import camera_params, small_config, small_params
 from jax_perception_node.core.pipeline import BevPipeline
 from jax_perception_node.settings.channels import LIDAR_CHANNELS
-from jax_perception_node.settings.live_params import check_update, static_reason
+from jax_perception_node.settings.live_params import check_update, set_live_line, static_reason
 from jax_perception_node.settings.parameters import ConfigError
 import numpy as np
 import pytest
@@ -48,6 +48,15 @@ def test_check_update_refuses_static_keys_and_bad_values():
                                         'cameras.front.fx': 6.0})
     assert 'use_sim_time' not in merged and cfg.cameras[0].fx == 6.0
     assert values['cameras.front.fx'] == 8.0                 # the input is left alone
+
+
+def test_the_log_line_of_a_set_names_a_static_key_as_kept_not_as_set_live():
+    assert set_live_line({'cameras.front.fx': 6.0, 'use_sim_time': True}) == (
+        'parameters set live: cameras.front.fx, use_sim_time')
+    assert set_live_line({'grid.resolution': 0.5, 'cameras.front.fx': 6.0}) == (
+        'parameters set live: cameras.front.fx (static, at the value in force: grid.resolution)')
+    assert set_live_line({'grid.resolution': 0.5}) == (
+        'no parameter set live (static, at the value in force: grid.resolution)')
 
 
 def test_accumulation_limits_are_live_and_the_sweep_count_is_static():
@@ -151,6 +160,8 @@ def test_static_and_bad_values_are_refused_with_a_reason(running):
                                  'restart the node (a managed node: cleanup, set it, '
                                  'configure) to change it')
     assert get_parameter(probe, getter, 'grid.resolution') == 0.5
+    assert set_parameters(probe, setter, grid__resolution=0.5)[0].successful
+    assert 'no parameter set live (static, at the value in force: grid.resolution)' in node.log()
     results = set_parameters(probe, setter, cameras__front__fx=-2.0)
     # Refused by the descriptor's range (rclpy) or the config layer: the reason names the key.
     assert not results[0].successful and 'cameras.front.fx' in results[0].reason
