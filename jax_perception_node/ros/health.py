@@ -267,4 +267,5 @@ def _cloud_problems(period, times: CloudTimes, now: float, timeout_s: float,
 
 def _age(now: float, then: float | None) -> str:
     """Seconds since ``then`` as a decimal string; 'inf' when there was none."""
-    return 'inf' if then is None else f'{now - then:.2f}'
+    # A cloud may land between the report's clock read and its look at the times: never -0.00.
+    return 'inf' if then is None else f'{max(now - then, 0.0):.2f}'

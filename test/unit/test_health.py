@@ -55,6 +55,12 @@ def test_rejected_clouds_do_not_reset_the_lidar_timeout():
     assert result.values['seconds_since_valid_cloud'] == '3.00'
 
 
+def test_a_cloud_newer_than_the_reports_clock_reads_zero_seconds_not_minus_zero():
+    result = run(period={'processed': 5}, times=CloudTimes(NOW - 1.0, NOW + 0.001, NOW + 0.001))
+    assert result.values['seconds_since_cloud'] == '0.00'
+    assert result.values['seconds_since_valid_cloud'] == '0.00'
+
+
 def test_clouds_without_a_valid_point_warn_and_do_not_count_as_valid():
     # Processed (published), but all NaN: the serving core leaves CloudTimes.valid alone.
     result = run(period={'processed': 4, 'empty_clouds': 4},
