@@ -213,6 +213,10 @@ def load_weights(path: str | os.PathLike, template,
         if name not in arrays:
             raise ConfigError(f'{key}: {path} lacks {name}')
         value, want = arrays[name], np.asarray(leaf)
+        if value.dtype.kind == want.dtype.kind == 'V' and value.dtype.names is None \
+                and value.dtype.itemsize == want.dtype.itemsize:
+            # np.savez writes ml_dtypes' types (bfloat16, float8) as raw bytes ('|V2').
+            value = value.view(want.dtype)
         if value.shape != want.shape or value.dtype != want.dtype:
             raise ConfigError(f'{key}: {path} {name} is {value.dtype}{list(value.shape)}, '
                               f'the {owner} needs {want.dtype}{list(want.shape)}')

@@ -5,6 +5,7 @@ import pathlib
 import sys
 
 from configs import small_config
+import jax.numpy as jnp
 from jax_perception_node.core.pipeline import BevPipeline, compile_count
 from jax_perception_node.detection.head import HeadInput, load_head, load_weights, save_weights
 from jax_perception_node.settings.parameters import ConfigError
@@ -181,6 +182,20 @@ def test_a_pickled_checkpoint_is_never_unpickled(tmp_path):
     with pytest.raises(ConfigError, match='head.weights'):
         load_weights(tmp_path / 'w.npz', {'scale': np.float32(0)})
     assert not marker.exists()
+
+
+def test_bfloat16_weights_load_from_their_own_file_and_other_raw_bytes_are_refused(tmp_path):
+    """np.savez keeps bfloat16 as raw 2-byte items ('|V2'): read back by the template's dtype."""
+    bf16 = np.dtype(jnp.bfloat16)
+    params = {'scale': np.arange(-3, 3).astype(bf16), 'bias': np.float32(0.5)}
+    save_weights(tmp_path / 'w.npz', params)
+    with np.load(tmp_path / 'w.npz') as npz:
+        assert npz["['scale']"].dtype == np.dtype('V2')     # what makes the view needed
+    loaded = load_weights(tmp_path / 'w.npz', params)
+    assert loaded['scale'].dtype == bf16
+    np.testing.assert_array_equal(loaded['scale'].astype(np.float32), np.arange(-3.0, 3.0))
+    with pytest.raises(ConfigError, match=r"\['scale'\] is \|V2\[6\], the head needs float8"):
+        load_weights(tmp_path / 'w.npz', dict(params, scale=np.zeros(6, jnp.float8_e4m3fn)))
 
 
 def test_the_heads_validate_hook_checks_every_checkpoint_live_swaps_too(tmp_path, monkeypatch):
