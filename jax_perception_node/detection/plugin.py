@@ -47,7 +47,7 @@ def import_factory(name: str, key: str = 'head.module'):
     module_name, attr = name.split(':')
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:        # a plug-in's import may fail in any way: report, not crash
+    except (Exception, SystemExit) as exc:   # any way, a module-level argparse's exit too
         raise ConfigError(f'{key}: cannot import {module_name}: '
                           f'{type(exc).__name__}: {exc}') from None
     factory = getattr(module, attr, None)

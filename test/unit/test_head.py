@@ -428,6 +428,16 @@ def test_a_bad_head_module_is_refused_by_name(module, match):
         load_head(module, '', HeadInput(32, 48, 8, 0.5))
 
 
+def test_a_plug_in_that_exits_at_import_is_one_line_naming_the_key(tmp_path, monkeypatch):
+    """A script made a module (argparse at module level) exits on the node's argv: no exit."""
+    (tmp_path / 'script_head.py').write_text(
+        'import argparse\nargparse.ArgumentParser().parse_args(["--ros-args"])\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r'^head.module: cannot import script_head: '
+                                          r'SystemExit: 2$'):
+        load_head('script_head:head', '', HeadInput(32, 48, 8, 0.5))
+
+
 def test_a_head_may_give_its_numbers_as_numpy_scalars():
     head = load_head('toy_heads:numpy_numbers_head', '', HeadInput(32, 48, 8, 0.5))
     assert (type(head.spec.stride), type(head.spec.centre_votes)) == (int, int)
