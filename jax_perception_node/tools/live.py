@@ -13,6 +13,7 @@ import time
 
 from jax_perception_node.bags import bagio
 from jax_perception_node.bags.topics import lidar_topic
+from jax_perception_node.geometry.stamps import MAX_FUTURE_STAMP_S
 from jax_perception_node.geometry.transforms import TF_STATIC_TOPIC, TF_TOPIC
 from jax_perception_node.settings.config import PipelineConfig
 import rclpy
@@ -24,8 +25,10 @@ _ROS_TYPES = {}
 CLOCK_TOPIC = '/clock'
 PLAYER = 'jax_perception_player'     # node name, root namespace
 CLOCK_TYPE = 'rosgraph_msgs/msg/Clock'
-# Between restamped loops: a node carries a pose at most accumulation.max_odometry_gap_s
-RESTAMP_SEAM_S = 1.0    # (0.2 s by default) on, never across the seam
+# Between loops: a node carries a pose at most accumulation.max_odometry_gap_s (0.2 s by
+# default) on, never across a restamped seam; and a loop's last cloud is served before the
+# next loop's odometry starts a new timeline (else it went without its sweeps and deskew).
+LOOP_SEAM_S = 1.0
 
 
 def ros_type(msgtype: str):
@@ -143,17 +146,24 @@ def play_bag(src, cfg: PipelineConfig, topics: bagio.BagTopics = bagio.BagTopics
     node's age measures real latency and a new loop never steps back; messages without a
     Header pass unchanged. ``clock_hz`` > 0 publishes /clock (rosgraph_msgs/Clock, the bag's
     time, shifted with ``restamp``) that many times a second, like ``ros2 bag play --clock``,
-    once at each loop's start before its first message. Playing starts once
-    the LiDAR topics and every
-    topic named in ``remap`` have a subscriber, or after ``wait_s``, so the first messages are
-    not lost to discovery (the demo records the ground truth this way: on a loaded machine its
-    recorder was once matched only after a 1.5 s bag had played).
+    once at each loop's start before its first message; refused (BagError) when one tick steps
+    ``MAX_FUTURE_STAMP_S`` of the bag or more. Loops are ``LOOP_SEAM_S`` apart. Playing starts
+    once the LiDAR topics and every topic named in ``remap`` have a subscriber, or after
+    ``wait_s``, so the first messages are not lost to discovery (the demo records the ground
+    truth this way: on a loaded machine its recorder was once matched only after a 1.5 s bag
+    had played).
     """
     if restamp and rate != 1.0:
         raise bagio.BagError(f'--restamp plays at --rate 1 only (got {rate:g}): restamped at '
                              'another rate, the stamps would stretch the motion deskew and '
                              'accumulation measure; play with --clock and the node on '
                              'use_sim_time instead')
+    if clock_hz and rate / clock_hz >= MAX_FUTURE_STAMP_S:
+        raise bagio.BagError(
+            f'--clock {clock_hz:g} Hz at --rate {rate:g} steps the clock {rate / clock_hz:g} s '
+            f'of the bag at a time: the node refuses clouds stamped over {MAX_FUTURE_STAMP_S:g} '
+            f's ahead of its clock; publish /clock more than {rate / MAX_FUTURE_STAMP_S:g} '
+            'times a second')
     reader = bagio.open_reader(src)
     try:
         types = bagio.topic_types(reader)
@@ -211,7 +221,7 @@ def _play(reader, pubs, rate: float, restamp: bool, loop: bool, context, clock, 
             once = _play_once(reader, pubs, rate, restamp, clock, sent)
             if not loop or not once or not context.ok():     # an empty bag: no busy loop
                 break
-            time.sleep(RESTAMP_SEAM_S if restamp else 0.0)
+            time.sleep(LOOP_SEAM_S)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

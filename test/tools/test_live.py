@@ -496,6 +496,40 @@ def test_play_stopped_by_ctrl_c_mid_loop_counts_what_it_published(tmp_path):
     assert sent >= 3 and node.lines == [f'published {sent} messages']
 
 
+def test_loops_are_a_seam_apart_so_a_loops_last_cloud_is_served_before_the_next_timeline(
+        tmp_path):
+    """Back to back, the next loop's odometry reset the buffers under the last cloud's frame."""
+    class Timed(Kept):
+        def publish(self, raw):
+            super().publish(time.monotonic())
+
+    class Node:
+        def get_logger(self):
+            return SimpleNamespace(info=lambda line: None)
+    answers = iter([True, False])            # two loops
+    context = SimpleNamespace(ok=lambda: next(answers))
+    bag = write_bag(tmp_path / 'bag')
+    pubs = {bagio.POINTCLOUD_TOPIC: Timed(), EXTRA_TOPIC: Kept()}
+    reader = bagio.open_reader(bag)
+    try:
+        live._play(reader, pubs, 100.0, False, True, context, None, Node())
+    finally:
+        reader.close()
+    times = pubs[bagio.POINTCLOUD_TOPIC].raw
+    assert len(times) == 2 * CLOUDS
+    assert times[CLOUDS] - times[CLOUDS - 1] >= live.LOOP_SEAM_S
+
+
+def test_a_clock_too_slow_for_the_nodes_one_second_rule_is_refused(tmp_path):
+    bag = write_bag(tmp_path / 'bag')
+    with pytest.raises(bagio.BagError, match=r'^--clock 0.5 Hz at --rate 1 steps the clock 2 s '
+                       r'of the bag at a time: .* publish /clock more than 1 times a second$'):
+        live.play_bag(bag, small_config(), clock_hz=0.5)
+    with pytest.raises(bagio.BagError, match=r'^--clock 40 Hz at --rate 50 steps the clock 1.25 '
+                       r's .* more than 50 times a second$'):
+        live.play_bag(bag, small_config(), rate=50.0, clock_hz=40.0)
+
+
 def test_restamped_loops_keep_the_bags_spacing_follow_the_wall_clock_never_step_back(
         tmp_path):
     bag = write_bag(tmp_path / 'bag')
