@@ -62,13 +62,14 @@ class LidarSets:
        ``AHEAD_SETS`` of its fresh clouds in a row (each newer than its last one received;
        one is enough a second ahead) are stamped more than ``EARLY_NS`` (or the tolerance)
        after they arrived while another LiDAR's latest is not, and comes back when stamped
-       within that of the clock. Without it, with three LiDARs or more, one runs ahead when its
-       newest stamp lies more than ``JUMP_BACK_NS`` above ``AHEAD_SETS`` fresh clouds in a row
-       of every other LiDAR (no latency explains a second), and comes back when stamped within
-       a second of their newest. Its pending cloud is dropped (counted late) and the sets it
-       opened are forgotten, so the others' clouds count against their own last ones again (the
-       set stamps step back once, from its stamps to theirs); its clouds are then dropped as late,
-       the others form the sets and it is named missing, as a LiDAR running behind is.
+       within half that of the clock. Without it, with three LiDARs or more, one runs ahead when
+       its newest stamp lies more than ``JUMP_BACK_NS`` above ``AHEAD_SETS`` fresh clouds in a
+       row of every other LiDAR (no latency explains a second), and comes back when stamped
+       within half a second of their newest. Its pending cloud is dropped (counted late) and the
+       sets it opened are forgotten, so the others' clouds count against their own last ones
+       again (the set stamps step back once, from its stamps to theirs); its clouds are then
+       dropped as late, the others form the sets and it is named missing, as a LiDAR running
+       behind is.
        ``take_news`` says when it is left out and when it is back, and when sets keep closing
        before they are whole though every LiDAR sends (``_note_split``).
     4. The cloud joins the pending set when within the tolerance of its reference and its sensor
@@ -192,11 +193,13 @@ class LidarSets:
 
     def _caught_up(self, name: str, stamp_ns: int, clock_ns: int | None) -> bool:
         """Return True (and take it back) when a LiDAR ahead is stamped with the others again."""
+        # Back within half the lead that took it out: a clock drifting about the threshold,
+        # jitter on it, flipped the LiDAR in and out (and said so) every second or so.
         if clock_ns is not None:
-            back = stamp_ns - clock_ns <= self._early_ns()
+            back = stamp_ns - clock_ns <= self._early_ns() // 2
         else:       # the rule that found it, the other way round
             others = [s for n, s in self._seen.items() if n != name]
-            back = bool(others) and stamp_ns <= max(others) + JUMP_BACK_NS
+            back = bool(others) and stamp_ns <= max(others) + JUMP_BACK_NS // 2
         if not back:
             return False
         del self.ahead[name]
@@ -236,7 +239,7 @@ class LidarSets:
 
     def _judge_behind(self, name: str, lead: int) -> None:
         """
-        Say once when a LiDAR's clock runs a second or more behind the clock, and when it no more.
+        Say once when a LiDAR's clock runs a second or more behind the clock, and when half that.
 
         Its clouds are then late for the others' sets whatever sync.max_lidar_delay_s; it is
         left as it is (counted late and missing), only said. Not while every LiDAR is behind (a
@@ -252,7 +255,7 @@ class LidarSets:
                 f'LiDAR {name}: its stamps run {-lead / 1e9:.3f} s behind the clock they arrive '
                 'by (a clock not synchronised?): its clouds are too late for the sets of the '
                 'others')
-        elif not behind and name in self._said_behind:
+        elif lead >= -JUMP_BACK_NS // 2 and name in self._said_behind:   # as ahead: half
             self._said_behind.discard(name)
             self._news.append(f'LiDAR {name}: stamped with the clock again')
 

@@ -272,6 +272,24 @@ def clock_drift(sets, offsets_ms, ticks, first=None, start=0, clock=True):
     return out
 
 
+@pytest.mark.parametrize('offset_ms, between_ms, said', [
+    (120, 90, 'ahead of the clock'), (-980, -510, 'behind the clock')])
+def test_a_clock_jittering_about_the_threshold_is_said_once_not_in_and_out(
+        offset_ms, between_ms, said):
+    """Found by an independent review: 927 WARN lines in 10 minutes at a 100 +- 3 ms lead."""
+    sets, jitter = three(), np.random.default_rng(0).integers(-5, 6, 600)
+    news = []
+    for k, ms in enumerate(jitter):     # arriving first: its lead is the offset less 20 ms
+        clock_drift(sets, {'left': offset_ms + int(ms)}, 1, first='left', start=k)
+        news += sets.take_news()
+    assert len(news) == 1 and said in news[0]
+    # Back (said) once stamped within half the threshold of the clock, not before.
+    clock_drift(sets, {'left': between_ms}, 3, first='left', start=600)
+    assert sets.take_news() == []
+    clock_drift(sets, {}, 3, first='left', start=603)
+    assert len(sets.take_news()) == 1 and sets.ahead == {}
+
+
 @pytest.mark.parametrize('ahead_ms', [150, 240, 500, 5000])
 @pytest.mark.parametrize('first', ['left', 'top', 'right'])
 def test_a_lidar_whose_clock_runs_ahead_is_left_out_and_the_others_make_the_frames(
