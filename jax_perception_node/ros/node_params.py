@@ -197,7 +197,8 @@ def declare_parameters(node) -> None:
                                        for group in ('cameras', 'lidars')})
     # qos_overrides.* are declared by rclpy as the subscriptions are made (sensor_inputs).
     check_qos_overrides({name: _overrides(node)[name].value for name in undeclared})
-    foreign = [name for name in undeclared if not name.startswith(QOS_OVERRIDES)]
+    foreign = [name for name in undeclared
+               if not name.startswith(QOS_OVERRIDES) and name not in left]
     if foreign:
         node.get_logger().warning(
             "parameters of no group of this node, ignored (another node's, from a /** "

@@ -393,6 +393,7 @@ def test_camera_names_given_with_p_leave_the_files_other_blocks(tmp_path, names,
     assert 'ready: ' in log and f'cameras {expected}' in log, log
     assert (f'cameras.names {expected} from the command line: the blocks {blocks} of the '
             'params file are left unread') in log
+    assert "another node's" not in log, log      # they were named as such too, once more
 
 
 def test_a_block_the_files_own_names_leave_out_is_refused(tmp_path):
