@@ -54,3 +54,16 @@ def host_backbone(inp):
         return jax.pure_callback(
             lambda im: np.zeros(shape.shape, np.float32), shape, image)
     return EncoderSpec(apply, ())
+
+
+def argparse_factory(inp):
+    """Build nothing: read options with argparse, which exits on the node's own argv."""
+    import argparse
+    argparse.ArgumentParser().parse_args(['--ros-args'])
+
+
+def exiting_apply(inp):
+    """Build an encoder whose apply exits the process as it is traced."""
+    def apply(params, image):
+        raise SystemExit(3)
+    return EncoderSpec(apply, ())

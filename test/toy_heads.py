@@ -172,3 +172,16 @@ def positive_scale(params: dict) -> None:
 def validated_head(head_input):
     """Build the occupancy head with a validate hook: a checkpoint's scale must be > 0."""
     return replace(occupancy_head(head_input), validate=positive_scale)
+
+
+def argparse_factory_head(head_input):
+    """Build nothing: read options with argparse, which exits on the node's own argv."""
+    import argparse
+    argparse.ArgumentParser().parse_args(['--ros-args'])
+
+
+def exiting_apply_head(head_input):
+    """Build a head whose apply exits the process as it is traced."""
+    def apply(params, bev):
+        raise SystemExit(3)
+    return HeadSpec(apply, {}, STRIDE, ('car',))

@@ -86,7 +86,7 @@ def check_encoder_output(spec: EncoderSpec, inp: EncoderInput, name: str) -> Non
     try:
         out = jax.eval_shape(jax.vmap(spec.apply, in_axes=(None, 0)), spec.params, images)
         out = jax.ShapeDtypeStruct(out.shape[1:], out.dtype) if hasattr(out, 'shape') else out
-    except Exception as exc:        # the plug-in's own error, named as such
+    except (Exception, SystemExit) as exc:   # the plug-in's own error (argparse's exit)
         raise ConfigError(f'encoder.module: {name} cannot run on a {inp.image_height} x '
                           f'{inp.image_width} RGB image: {type(exc).__name__}: {exc}') from None
     want = (inp.map_height, inp.map_width, inp.channels)
@@ -115,7 +115,7 @@ def load_encoder(name: str, weights: str, inp: EncoderInput) -> LoadedEncoder | 
         spec = factory(inp)
     except ConfigError:             # the factory's own line, naming the parameter to set
         raise
-    except Exception as exc:        # the plug-in's own error, named as such
+    except (Exception, SystemExit) as exc:   # the plug-in's own error (argparse's exit)
         raise ConfigError(f'encoder.module: {name} failed: {type(exc).__name__}: '
                           f'{exc}') from None
     if not isinstance(spec, EncoderSpec):

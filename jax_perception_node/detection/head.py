@@ -257,7 +257,7 @@ def check_outputs(spec: HeadSpec, bev: HeadInput, name: str) -> dict:
     try:
         shapes = jax.eval_shape(spec.apply, spec.params, jax.ShapeDtypeStruct(
             (bev.height, bev.width, bev.channels), jnp.float32))
-    except Exception as exc:        # the plug-in's own error, named as such
+    except (Exception, SystemExit) as exc:   # the plug-in's own error (argparse's exit)
         raise ConfigError(f'head.module: {name} cannot run on a {bev.height} x {bev.width} x '
                           f'{bev.channels} BEV: {type(exc).__name__}: {exc}') from None
     if not isinstance(shapes, dict) or set(shapes) != set(HEAD_OUTPUTS):
@@ -302,7 +302,7 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
         spec = factory(bev)
     except ConfigError:             # the factory's own line, naming the parameter to set
         raise
-    except Exception as exc:        # the plug-in's own error, named as such
+    except (Exception, SystemExit) as exc:   # the plug-in's own error (argparse's exit)
         raise ConfigError(f'head.module: {name} failed: {type(exc).__name__}: {exc}') from None
     if not isinstance(spec, HeadSpec):
         raise ConfigError(f'head.module: {name} returned {type(spec).__name__}, not a HeadSpec')

@@ -229,7 +229,7 @@ def load_weights(path: str | os.PathLike, template,
             validate(params)
         except ValueError as exc:
             raise ConfigError(f'{key}: {path}: {exc}') from None
-        except Exception as exc:    # the plug-in's own error, named as such
+        except (Exception, SystemExit) as exc:    # the plug-in's own error, named as such
             raise ConfigError(f'{key}: {path}: the {owner} plug-in failed to validate it: '
                               f'{type(exc).__name__}: {exc}') from None
     return params

@@ -231,6 +231,12 @@ def test_a_validate_hook_that_fails_otherwise_is_named(tmp_path):
     with pytest.raises(ConfigError, match=match):
         head.checkpoint(str(tmp_path / 'w.npz'))
 
+    def exiting(params):
+        raise SystemExit(4)
+    head = LoadedHead('toy', replace(spec, validate=exiting), spec.params, None, 'digest')
+    with pytest.raises(ConfigError, match=r'failed to validate it: SystemExit: 4$'):
+        head.checkpoint(str(tmp_path / 'w.npz'))
+
 
 def test_features_stay_unfetched_when_not_asked_for(head_pipe):
     cloud = cluster_cloud(np.random.default_rng(7), [[0.0, 0.0, 0.0]])
@@ -428,7 +434,8 @@ def test_a_bad_head_module_is_refused_by_name(module, match):
         load_head(module, '', HeadInput(32, 48, 8, 0.5))
 
 
-def test_a_plug_in_that_exits_at_import_is_one_line_naming_the_key(tmp_path, monkeypatch):
+def test_a_plug_in_that_exits_at_import_build_or_trace_is_one_line_naming_the_key(
+        tmp_path, monkeypatch):
     """A script made a module (argparse at module level) exits on the node's argv: no exit."""
     (tmp_path / 'script_head.py').write_text(
         'import argparse\nargparse.ArgumentParser().parse_args(["--ros-args"])\n')
@@ -436,6 +443,13 @@ def test_a_plug_in_that_exits_at_import_is_one_line_naming_the_key(tmp_path, mon
     with pytest.raises(ConfigError, match=r'^head.module: cannot import script_head: '
                                           r'SystemExit: 2$'):
         load_head('script_head:head', '', HeadInput(32, 48, 8, 0.5))
+    # Or in its factory, or in its apply as it is traced: the same, naming head.module.
+    with pytest.raises(ConfigError, match=r'^head.module: toy_heads:argparse_factory_head '
+                                          r'failed: SystemExit: 2$'):
+        load_head('toy_heads:argparse_factory_head', '', HeadInput(32, 48, 8, 0.5))
+    with pytest.raises(ConfigError, match=r'^head.module: toy_heads:exiting_apply_head cannot '
+                                          r'run on a 32 x 48 x 8 BEV: SystemExit: 3$'):
+        load_head('toy_heads:exiting_apply_head', '', HeadInput(32, 48, 8, 0.5))
 
 
 def test_a_head_may_give_its_numbers_as_numpy_scalars():

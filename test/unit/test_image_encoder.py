@@ -170,6 +170,11 @@ def test_an_encoder_without_images_is_refused():
     ('toy_encoders:nothing', 3, r'^encoder\.module: toy_encoders has no callable nothing'),
     ('no_such_package.encoders:x', 3, r'^encoder\.module: cannot import no_such_package'),
     ('not a module', 3, r"^encoder\.module: expected 'package\.module:factory'"),
+    # A plug-in exiting the process (argparse on the node's argv): one line all the same.
+    ('toy_encoders:argparse_factory', 3, r'^encoder\.module: toy_encoders:argparse_factory '
+                                         r'failed: SystemExit: 2$'),
+    ('toy_encoders:exiting_apply', 3, r'^encoder\.module: toy_encoders:exiting_apply cannot run '
+                                      r'on a \d+ x \d+ RGB image: SystemExit: 3$'),
 ])
 def test_encoders_that_cannot_load_are_refused_naming_encoder_module(module, channels, message):
     with pytest.raises(ConfigError, match=message):
