@@ -110,7 +110,7 @@ def load_encoder(name: str, weights: str, inp: EncoderInput) -> LoadedEncoder | 
     """
     if not name:
         return None
-    factory, digest = import_factory(name, 'encoder.module')
+    factory, digest_of = import_factory(name, 'encoder.module')
     try:
         spec = factory(inp)
     except ConfigError:             # the factory's own line, naming the parameter to set
@@ -122,6 +122,7 @@ def load_encoder(name: str, weights: str, inp: EncoderInput) -> LoadedEncoder | 
         raise ConfigError(f'encoder.module: {name} returned {type(spec).__name__}, not an '
                           'EncoderSpec')
     check_encoder_output(spec, inp, name)
+    digest = digest_of()        # after the trace: what it imported is loaded by now
     loaded = LoadedEncoder(name, spec, factory_params(spec.params, 'encoder.module'), None,
                            digest)
     path, params = loaded.checkpoint(weights)

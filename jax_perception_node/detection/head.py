@@ -297,7 +297,7 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
     """
     if not name:
         return None
-    factory, digest = import_factory(name)
+    factory, digest_of = import_factory(name)
     try:
         spec = factory(bev)
     except ConfigError:             # the factory's own line, naming the parameter to set
@@ -339,6 +339,7 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
         raise ConfigError(f'head.module: {name} gives intensity_top {top!r}: a finite number '
                           '>= 0 (0: no intensity-scale check) is needed')
     check_outputs(spec, bev, name)
+    digest = digest_of()        # after the trace: what it imported is loaded by now
     path = Path(os.path.expanduser(weights)) if weights else spec.weights
     params = factory_params(spec.params)
     if path is not None:

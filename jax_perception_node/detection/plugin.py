@@ -7,6 +7,7 @@ leaf, read without pickles and within each leaf's size (:func:`load_weights`).
 This module imports no ROS.
 """
 
+import functools
 import hashlib
 import importlib
 import os
@@ -38,9 +39,11 @@ _CHANNELS_BYTES = 1 << 20       # the most bytes of names a checkpoint may hold
 
 def import_factory(name: str, key: str = 'head.module'):
     """
-    Import ``package.module:factory``; return (factory, source digest).
+    Import ``package.module:factory``; return (factory, digest): ``digest()`` its source digest.
 
-    Raises ConfigError('<key>: ...') naming the parameter ``key`` on any failure.
+    Call ``digest`` once the factory has run and its ``apply`` been traced: a one-file plug-in
+    importing a module beside it from inside the factory has loaded it only then. Raises
+    ConfigError('<key>: ...') naming the parameter ``key`` on any failure, ``digest`` too.
     """
     if not _MODULE_RE.match(name):
         raise ConfigError(f"{key}: expected 'package.module:factory', got {name!r}")
@@ -53,18 +56,22 @@ def import_factory(name: str, key: str = 'head.module'):
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError(f'{key}: {module_name} has no callable {attr}')
+    return factory, functools.partial(_loaded_digest, module, key)
+
+
+def _loaded_digest(module, key: str) -> str:
     try:
-        # Read once per module, when first imported here: this process runs that source
-        # however the files change later (an upgrade under a running node).
+        # Read once per module, when first loaded here: this process runs that source however
+        # the files change later (an upgrade under a running node).
         if module.__name__ not in LOADED_DIGESTS:
             LOADED_DIGESTS[module.__name__] = source_digest(module)
     except OSError as exc:      # an unreadable file in its package: the store key needs it
         raise ConfigError(f'{key}: cannot read the source of its package: '
                           f'{exc.filename}: {exc.strerror or exc}') from None
-    return factory, LOADED_DIGESTS[module.__name__]
+    return LOADED_DIGESTS[module.__name__]
 
 
-LOADED_DIGESTS: dict[str, str] = {}    # plug-in module -> source_digest when imported
+LOADED_DIGESTS: dict[str, str] = {}    # plug-in module -> source_digest when first loaded
 
 
 def source_digest(module) -> str:

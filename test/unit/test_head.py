@@ -704,6 +704,36 @@ def test_a_single_file_heads_key_covers_the_modules_it_imports_from_its_folder(
             sys.modules.pop(name, None)
 
 
+@pytest.mark.parametrize('where', ['factory', 'apply'])
+def test_a_module_a_one_file_head_imports_only_when_built_keys_it_too(
+        tmp_path, monkeypatch, where):
+    """Found by an independent review: the digest was taken before the factory ran."""
+    from jax_perception_node.detection import plugin
+    (tmp_path / 'lazy_layers.py').write_text('BIAS = 0.0\n')
+    imports = {'factory': ('    import lazy_layers\n', ''),
+               'apply': ('', '        import lazy_layers\n')}[where]
+    (tmp_path / 'lazy_head.py').write_text(
+        'import toy_heads\n'
+        'from jax_perception_node.detection.head import HeadSpec\n'
+        'def head(bev):\n' + imports[0]
+        + '    def apply(params, bev):\n' + imports[1]
+        + '        return toy_heads.toy_outputs(params, bev)\n'
+        '    return HeadSpec(apply, toy_heads.occupancy_head(bev).params, toy_heads.STRIDE, '
+        "('car',))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(plugin, 'LOADED_DIGESTS', {})
+    for name in ('lazy_head', 'lazy_layers'):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    head = load_head('lazy_head:head', '', HeadInput(32, 48, 8, 0.5))
+    (tmp_path / 'lazy_layers.py').write_text('BIAS = 3.0\n')
+    assert plugin.source_digest(sys.modules['lazy_head']) != head.source_digest
+    # A module it imports is in its key: the same as the digest of all it loaded.
+    (tmp_path / 'lazy_layers.py').write_text('BIAS = 0.0\n')
+    assert plugin.source_digest(sys.modules['lazy_head']) == head.source_digest
+    for name in ('lazy_head', 'lazy_layers'):
+        sys.modules.pop(name, None)
+
+
 def test_a_head_with_a_host_callback_serves_though_the_store_cannot_keep_it(
         monkeypatch, tmp_path):
     # jax.debug.print in apply: the executable holds a Python callback, which cannot be
