@@ -6,6 +6,7 @@ import time
 import jax
 import numpy as np
 
+from .plugin_failure import plugin_failure
 from ..settings.parameters import ConfigError
 
 
@@ -52,8 +53,8 @@ class PendingFrame:
     """
 
     def __init__(self, output, times: tuple[float, float, float],
-                 score_threshold: float | np.ndarray, stats: dict):
-        self._output, self._times, self._stats = output, times, stats
+                 score_threshold: float | np.ndarray, plugins: str, stats: dict):
+        self._output, self._times, self._stats, self._plugins = output, times, stats, plugins
         self._threshold = score_threshold
         self._result: FrameResult | None = None
 
@@ -67,11 +68,17 @@ class PendingFrame:
         if self._result is None:
             start, staged, put = self._times
             bev, boxes = self._output if isinstance(self._output, tuple) else (self._output, None)
-            bev.block_until_ready()
-            ready = time.perf_counter()
+            try:
+                bev.block_until_ready()
+                ready = time.perf_counter()
+                rows = None if boxes is None else np.asarray(boxes)
+            except jax.errors.JaxRuntimeError as exc:
+                failed = plugin_failure(exc, self._plugins)
+                if failed is None:
+                    raise
+                raise failed from None
             objects, nonfinite = None, 0
-            if boxes is not None:
-                rows = np.asarray(boxes)
+            if rows is not None:
                 score, finite = rows[:, 7], np.isfinite(rows).all(axis=1)
                 kept = (score >= _row_thresholds(self._threshold, rows[:, 8])) & (score > 0)
                 nonfinite = int(np.count_nonzero(~finite & (kept | np.isnan(score))))

@@ -13,6 +13,7 @@ import re
 
 import jax
 
+from .plugin_failure import plugin_failure
 from ..settings.parameters import ConfigError
 
 # The keys that size the pipeline's memory, named in the message.
@@ -22,7 +23,11 @@ SIZING_KEYS = ('grid.resolution and the x / y ranges', 'fusion.num_heights',
 
 
 def refused_out_of_memory(method):
-    """Decorate a BevPipeline step: out of memory raises ConfigError with the size asked for."""
+    """
+    Decorate a BevPipeline step: out of memory raises ConfigError with the size asked for.
+
+    A plug-in failing as it runs (``plugin_failure``, the pipeline's ``plugins``) too.
+    """
     @functools.wraps(method)
     def step(*args, **kwargs):
         try:
@@ -32,7 +37,10 @@ def refused_out_of_memory(method):
                 '. ', ' ')
         except jax.errors.JaxRuntimeError as exc:
             if 'RESOURCE_EXHAUSTED' not in str(exc):
-                raise
+                failed = plugin_failure(exc, getattr(args[0], 'plugins', '') if args else '')
+                if failed is None:
+                    raise
+                raise failed from None
             found = re.search(r'allocating (\d+) bytes', str(exc))
             asked = f'{int(found[1]) / 2 ** 30:.2f} GiB' if found else 'more'
         raise ConfigError(f'out of memory: the pipeline asked for {asked} at once; lower '

@@ -25,6 +25,7 @@ from .executable_cache import ExecutableCache, private_cache_dir
 from .frame_result import class_thresholds, FrameResult, PendingFrame, result_placement
 from .kernel_inputs import calibration_arrays, calibration_vector, SweepHistory
 from .memory_refusal import refused_out_of_memory
+from .plugin_failure import plugin_keys
 from .plugin_weights import EncoderWeights, HeadWeights
 from .staging import CameraStaging, DoubleBuffer
 from ..detection.head import HeadInput, load_head
@@ -85,6 +86,7 @@ class BevPipeline(HeadWeights, EncoderWeights):
             + cfg.camera_channel_names + (COVERAGE_CHANNEL,),
             self.encoder.name if self.encoder else '')
         self.head = load_head(cfg.head.module, cfg.head.weights, self.head_input)
+        self.plugins = plugin_keys(self.head, self.encoder)     # named if one fails as it runs
         self.head_classes, self._head_params, self.head_weights = ((), None, None) if (
             self.head is None) else (self.head.spec.classes, param_leaves(self.head.params),
                                      self.head.weights_path)
@@ -101,9 +103,8 @@ class BevPipeline(HeadWeights, EncoderWeights):
             kernels.bev_frame, height=self.height, width=self.width,
             activation=cfg.fusion.activation, encode=self.encoder and self.encoder.spec.apply),
             donate_argnums=(1,) if past else (), out_shardings=shardings)
-        self._head_executable = None
-        # Accumulation state: the device ring, and what each slot holds on the host.
-        self._ring = None
+        self._head_executable = self._ring = None    # set by warmup (the ring: accumulation)
+        # Accumulation state on the host: what each slot of the device ring holds.
         self._sweeps = SweepHistory(past, kernels.MOTION_SIZE)
         self._sweep_staging = kernels.SweepArgs(
             DoubleBuffer(self._sweeps.scalars.shape, np.int32),
@@ -391,13 +392,13 @@ class BevPipeline(HeadWeights, EncoderWeights):
         out, put = self._launch(padded, motion)
         if self.num_sweeps > 1:
             self._sweeps.record(stamp_ns, pose, padded.count, points_frame)
-        return PendingFrame(out, (start, staged, put), self.score_threshold, {
-            'num_points': total, 'bucket': padded.bucket,
-            'overflow_points': total - padded.count,
+        return PendingFrame(out, (start, staged, put), self.score_threshold, self.plugins, {
+            'num_points': total, 'bucket': padded.bucket, 'overflow_points': total - padded.count,
             'cameras_used': int(self._camera_valid.sum()), 'nonfinite_features': nonfinite,
             'compiles_after_warmup': self.compiles_after_warmup, 'cameras_sent': changed,
             'sweeps_used': used, 'deskewed': motion is not None})
 
+    @refused_out_of_memory      # and a plug-in failing as it runs (a host callback: at once)
     def _launch(self, padded: PaddedCloud, motion: np.ndarray | None = None):
         """Hand a frame's inputs to its executable; return (output, when they were handed)."""
         args = call = self.frame_args(padded.buffer, padded.count, padded.times, motion,

@@ -752,3 +752,34 @@ def test_a_head_with_a_host_callback_serves_though_the_store_cannot_keep_it(
     before = compile_count()
     out = pipe.process(np.ones((10, 4), np.float32))
     assert out.objects is not None and compile_count() == before
+
+
+def test_a_head_failing_as_it_runs_is_one_line_naming_it_and_the_next_frame_serves(
+        monkeypatch):
+    """Found by an independent review: a raising host callback came out as tracebacks."""
+    import jax
+    fail = {'now': True}
+
+    def check(total):
+        if fail['now']:
+            raise RuntimeError('my head cannot take this BEV')
+        return total
+
+    def apply(params, bev):
+        total = jax.pure_callback(check, jax.ShapeDtypeStruct((), jnp.float32), bev.sum())
+        return toy_heads.toy_outputs(params, bev + 0.0 * total)
+    monkeypatch.setattr(toy_heads, 'failing_head', _broken({'apply': apply}), raising=False)
+    pipe = BevPipeline(head_config('toy_heads:failing_head'))
+    message = (r'^head.module toy_heads:failing_head: failed as it ran: RuntimeError: my head '
+               r'cannot take this BEV$')
+    with pytest.raises(ConfigError, match=message):
+        pipe.warmup()
+    fail['now'] = False
+    pipe = BevPipeline(head_config('toy_heads:failing_head'))
+    pipe.warmup()
+    before, cloud = compile_count(), np.ones((10, 4), np.float32)
+    fail['now'] = True
+    with pytest.raises(ConfigError, match=message):
+        pipe.process(cloud)
+    fail['now'] = False
+    assert pipe.process(cloud).objects is not None and compile_count() == before
