@@ -67,7 +67,7 @@ class LoadedEncoder:
         if target is None:
             return None, factory_params(self.spec.params, 'encoder.module')
         return target, load_weights(target, self.params, self.spec.validate,
-                                    key='encoder.weights')
+                                    key='encoder.weights' if path else 'encoder.module')
 
     @property
     def identity(self) -> str:

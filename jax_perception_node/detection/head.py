@@ -121,7 +121,8 @@ class LoadedHead:
             return None, factory_params(self.spec.params)
         fit = None if self.bev is None else fits(self.name, self.spec, self.bev, target,
                                                  shipped=not path)
-        return target, load_weights(target, self.params, self.spec.validate, fit)
+        return target, load_weights(target, self.params, self.spec.validate, fit,
+                                    'head.weights' if path else 'head.module')   # it ships it
 
     @property
     def identity(self) -> str:
@@ -344,5 +345,6 @@ def load_head(name: str, weights: str, bev: HeadInput) -> LoadedHead | None:
     params = factory_params(spec.params)
     if path is not None:
         params = load_weights(path, params, spec.validate,
-                              fits(name, spec, bev, path, shipped=not weights))
+                              fits(name, spec, bev, path, shipped=not weights),
+                              'head.weights' if weights else 'head.module')     # it ships it
     return LoadedHead(name, spec, params, path, digest, bev)

@@ -311,6 +311,15 @@ def test_another_heads_shipped_weights_of_other_shapes_name_head_module(tmp_path
         'head.weights to them')     # not "jax-perception train": it trains the reference head
 
 
+def test_weights_a_head_ships_that_cannot_be_read_name_head_module(tmp_path, monkeypatch):
+    """An installed plug-in missing its package data: head.weights was never set."""
+    missing = tmp_path / 'not_installed.npz'
+    monkeypatch.setattr(toy_heads, 'shipped_head', lambda head_input: replace(
+        toy_heads.occupancy_head(head_input), weights=missing), raising=False)
+    text = refused(lambda: load_head('toy_heads:shipped_head', '', bev(LIDAR_ONLY)))
+    assert text.startswith(f'head.module: cannot read {missing}'), text
+
+
 def test_channel_lists_are_short():
     assert describe_channels(3) == '3 BEV channels'
     assert describe_channels(4, ('a_1', 'a_2', 'b', 'c_0')) == '4 BEV channels (a_1, a_2, b, c_0)'

@@ -246,3 +246,14 @@ def test_an_images_other_transport_copy_is_skipped_undecoded(rgb_pipe):
     assert path.sync.holds('front', 100 * 10**9) and path.sync.holds('front', 101 * 10**9)
     assert path.add_features('front', message(99, raw=False)) is True       # went back
     assert decoded == [100, 101, 99] and not path.sync.holds('front', 100 * 10**9)
+
+
+def test_weights_an_encoder_ships_that_cannot_be_read_name_encoder_module(tmp_path, monkeypatch):
+    """An installed plug-in missing its package data: encoder.weights was never set."""
+    from dataclasses import replace
+    import toy_encoders
+    missing = tmp_path / 'not_installed.npz'
+    monkeypatch.setattr(toy_encoders, 'shipping', lambda inp: replace(
+        toy_encoders.gained(inp), weights=missing), raising=False)
+    with pytest.raises(ConfigError, match=f'^encoder.module: cannot read {missing}'):
+        load_encoder('toy_encoders:shipping', '', EncoderInput(24, 40, 4, 6, 10, 3))
