@@ -418,6 +418,9 @@ def cmd_train(args, stream=sys.stderr) -> int:
     stream.write(f'loss {losses[:k, 0].mean():.3f} -> {losses[-k:, 0].mean():.3f} '
                  f'(mean of the first and last {k} steps); {time.perf_counter() - start:.0f} s '
                  f'in all; wrote {written}\n')
+    if encoder:     # the head read this encoder's features: with another one it is lost
+        stream.write(f'run them together: head.weights {outputs["--out"]} and '
+                     f'encoder.weights {outputs["--encoder-out"]}\n')
     return 0
 
 

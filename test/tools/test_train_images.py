@@ -155,7 +155,8 @@ def test_train_writes_a_head_and_an_encoder_the_node_runs(drive, tmp_path):
     assert ('samples with all cameras 0.4, subset cameras 0.3, none cameras 0.3; the encoder '
             f'{learned.NAME} trained with the head end to end') in err
     assert err.endswith(f'wrote {out}, {tmp_path / "head_encoder.npz"} and '
-                        f'{tmp_path / "head_loss.png"}\n')
+                        f'{tmp_path / "head_loss.png"}\nrun them together: head.weights {out} '
+                        f'and encoder.weights {tmp_path / "head_encoder.npz"}\n')
     encoder_file = tmp_path / 'head_encoder.npz'
     with np.load(out) as head, np.load(encoder_file) as encoder:
         assert str(head[ENCODER_KEY]) == learned.NAME
