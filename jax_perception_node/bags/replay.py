@@ -193,9 +193,9 @@ def replay_bag(src: str | Path, dst: str | Path, cfg: PipelineConfig,
                 replay.run(reader, types, topics, progress)
                 if -1 in snapshot_frames and replay.last is not None:
                     result.snapshots[result.frames - 1] = replay.last.copy()
-            if truth is not None:       # before the bag is renamed: Ctrl-C leaves no OUT
-                result.detection = detection_summary(replay.objects, truth, pipe.head_classes,
-                                                     other_classes)
+            if truth is not None or other_classes:  # none in common: said, 0 boxes scored
+                result.detection = detection_summary(replay.objects, truth or {},
+                                                     pipe.head_classes, other_classes)
         result.compiles_after_warmup = pipe.compiles_after_warmup
         return result
     finally:

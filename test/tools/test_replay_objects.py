@@ -208,6 +208,32 @@ def test_ground_truth_of_classes_the_head_does_not_know_is_left_out_and_counted(
         "'pedestrian' x1")
 
 
+def test_ground_truth_of_only_classes_the_head_does_not_know_is_said_not_silent(
+        tmp_path, head_cfg, head_pipe):
+    """Found by an independent review: no detection line and no JSON key, nothing said."""
+    import bag_messages
+    from jax_perception_node.outputs.objects import detections_message
+    from jax_perception_node.tools.report import detection_line
+    boxes = np.array([[4, 1, 0, 1, 1, 1.8, 0.1, 1, 0]], np.float32)
+    rng = np.random.default_rng(5)
+    with bagio.BagWriter(tmp_path / 'in') as writer:
+        for k in range(2):
+            stamp = 10**9 * (k + 1)
+            points = rng.uniform(-6, 6, (300, 4)).astype(np.float32)
+            writer.write(bagio.POINTCLOUD_TOPIC, bag_messages.cloud(points, stamp), stamp)
+            writer.write(GROUND_TRUTH_TOPIC, detections_message(
+                bagio.TYPESTORE.types, boxes, ('pedestrian',), stamp, 'base_link'), stamp)
+    result = replay_bag(tmp_path / 'in', tmp_path / 'out', head_cfg, pipeline=head_pipe)
+    detection = json.loads(json.dumps(result.summary()))['detection']
+    assert (detection['frames'], detection['ground_truth'], detection['ap']) == (0, 0, None)
+    assert detection['other_classes'] == {'pedestrian': 2}
+    line = detection_line(detection)
+    assert line.startswith('detection: AP@2m n/a within 40 m, recall n/a (0 car boxes in the '
+                           'ground truth, 0 predicted)'), line
+    assert line.endswith('; ground truth of classes the head does not know, left out: '
+                         "'pedestrian' x2")
+
+
 def test_ground_truth_of_a_frame_never_served_counts_as_missed(tmp_path, head_cfg, head_pipe):
     """Half the clouds rejected: their vehicles are misses, not left out of the score."""
     import bag_messages
