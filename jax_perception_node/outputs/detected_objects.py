@@ -63,6 +63,12 @@ def class_labels(classes: Sequence[str], labels: Sequence[tuple[str, str]]) -> l
     return [AUTOWARE_LABELS.index(names.get(name, UNKNOWN)) for name in classes]
 
 
+def unlabelled_classes(classes: Sequence[str], labels: Sequence[tuple[str, str]]) -> list[str]:
+    """Return the head classes ``labels`` map to no label: they go out as UNKNOWN."""
+    names = dict(labels)
+    return [name for name in classes if name not in names]
+
+
 def detected_objects_message(types: Mapping[str, type], boxes: np.ndarray,
                              classes: Sequence[str], labels: Sequence[tuple[str, str]],
                              stamp_ns: int, frame_id: str):

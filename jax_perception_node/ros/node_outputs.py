@@ -44,7 +44,7 @@ from .message_constructors import message_constructors
 from .timing import AutowareTiming, float64_stamped, TIMING_TOPICS
 from ..frames.frame_path import Frame, FramePath, rgb_image_fields
 from ..frames.latency import format_value, FRAME_KEYS
-from ..outputs.detected_objects import detected_objects_message
+from ..outputs.detected_objects import detected_objects_message, unlabelled_classes
 from ..outputs.grid_map import grid_map_message, GridMapLayers
 from ..outputs.object_markers import markers_message
 from ..outputs.objects import detections_message
@@ -93,13 +93,16 @@ class FrameOutputs:
 
     def __init__(self, create_publisher, layers: GridMapLayers, classes: tuple[str, ...] = (),
                  bev_features: bool = True, output: OutputConfig = OutputConfig(),
-                 resolve_topic_name=None):
+                 resolve_topic_name=None, warn=None):
         """
         Create the publishers with ``create_publisher`` (the node's or lifecycle node's).
 
         ``resolve_topic_name``: the node's, to tell a remapped PublishedTime topic (None: not
-        remapped).
+        remapped). ``warn``: the node logger's, told of head classes Autoware objects carry as
+        UNKNOWN (a class missing from ``output.autoware_labels``, or a typo there), now and
+        whenever the labels change.
         """
+        self._warn = warn
         reliable = QoSProfile(depth=5)
         self.layers, self.bev_features, self.classes = layers, bev_features, tuple(classes)
         self.output = output
@@ -124,13 +127,22 @@ class FrameOutputs:
             self.publishers['published_time'] = create_publisher(
                 PublishedTime, published_time_topic(self.publishers['objects'].topic_name,
                                                     resolve_topic_name), QoSProfile(depth=1))
+        self._say_unlabelled()
 
     def update(self, layers: GridMapLayers, bev_features: bool,
                output: OutputConfig | None = None) -> None:
         """Take the GridMap layers, the features switch and the labels of a live change."""
         self.layers, self.bev_features = layers, bev_features
         if output is not None:     # its objects_type is static: the same as before
-            self.output = output
+            labels, self.output = self.output.autoware_labels, output
+            if output.autoware_labels != labels:
+                self._say_unlabelled()
+
+    def _say_unlabelled(self) -> None:
+        unknown = unlabelled_classes(self.classes, self.output.autoware_labels)
+        if self._warn is not None and self.output.objects_type == 'autoware' and unknown:
+            self._warn(f'head classes {", ".join(unknown)} go out as UNKNOWN: '
+                       'output.autoware_labels maps none of them (class:LABEL)')
 
     def start(self) -> None:
         """Count the next frame's cyclic time from now (activation)."""

@@ -108,7 +108,7 @@ class PerceptionCore:
         self.window = LatencyWindow(cfg.diagnostics.window, cfg.diagnostics.latency_window_s)
         self.outputs = FrameOutputs(self._create_publisher, layers, pipe.head_classes,
                                     cfg.output_bev_features, cfg.output,
-                                    self.node.resolve_topic_name)
+                                    self.node.resolve_topic_name, self.log.warning)
         self._diagnostics_pub = self._create_publisher(DiagnosticArray, '/diagnostics',
                                                        QoSProfile(depth=5))
 

@@ -361,6 +361,32 @@ def fake_outputs(classes, bev_features=True, **output):
     return outputs, pubs
 
 
+def test_head_classes_autoware_objects_carry_as_unknown_are_said_at_start_and_on_a_change():
+    """Found by an independent review: a typo in output.autoware_labels went unsaid."""
+    from jax_perception_node.ros.node_outputs import FrameOutputs
+    from jax_perception_node.settings.config import autoware_labels, OutputConfig
+    said, classes = [], ('truck', 'person', 'traffic_cone')
+
+    def create(msg_type, topic, qos):
+        return FakePublisher(topic, msg_type)
+
+    def output(*items, objects_type='autoware'):
+        return OutputConfig(objects_type=objects_type, autoware_labels=autoware_labels(items))
+    outputs = FrameOutputs(create, None, classes, output=output('truck:TRUCK', 'persn:PEDESTRIAN'),
+                           warn=said.append)
+    assert said == ['head classes person, traffic_cone go out as UNKNOWN: '
+                    'output.autoware_labels maps none of them (class:LABEL)']
+    outputs.update(None, True, output('truck:TRUCK', 'persn:PEDESTRIAN'))    # unchanged
+    outputs.update(None, True, output('truck:TRUCK', 'person:PEDESTRIAN'))
+    assert said[1:] == ['head classes traffic_cone go out as UNKNOWN: output.autoware_labels '
+                        'maps none of them (class:LABEL)']
+    outputs.update(None, True, output('truck:TRUCK', 'person:PEDESTRIAN', 'traffic_cone:UNKNOWN'))
+    assert len(said) == 2
+    FrameOutputs(create, None, classes, output=output('truck:TRUCK', objects_type='vision_msgs'),
+                 warn=said.append)       # vision_msgs carry the class names: nothing to say
+    assert len(said) == 2
+
+
 def fake_frame(objects, features):
     from jax_perception_node.frames.frame_path import Frame
     result = SimpleNamespace(features=features, objects=objects)
