@@ -26,4 +26,15 @@ def plugin_failure(exc: Exception, keys: str) -> ConfigError | None:
             'RESOURCE_EXHAUSTED' in text):
         return None
     last = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), text)
+    _forget_failed_runs()
     return ConfigError(f'{keys}: failed as it ran: {last}')
+
+
+def _forget_failed_runs() -> None:
+    # JAX keeps a failed run's runtime token and raises its error again as the process exits
+    # (two more tracebacks from its atexit hooks): said here once, it is forgotten there.
+    try:
+        from jax._src.dispatch import runtime_tokens
+    except ImportError:         # another JAX: the exit may then repeat the error
+        return
+    runtime_tokens.clear()

@@ -1,6 +1,7 @@
 """The head plug-in: traced into every bucket, decoded on the device, weights swapped live."""
 
 import functools
+import os
 import pathlib
 import sys
 
@@ -783,3 +784,33 @@ def test_a_head_failing_as_it_runs_is_one_line_naming_it_and_the_next_frame_serv
         pipe.process(cloud)
     fail['now'] = False
     assert pipe.process(cloud).objects is not None and compile_count() == before
+
+
+def test_a_plug_in_failing_as_it_runs_leaves_no_traceback_at_the_process_exit(tmp_path):
+    """JAX raised the failed run's error again from its atexit hooks: two more tracebacks."""
+    import subprocess
+    script = tmp_path / 'fails.py'
+    script.write_text(
+        'import jax, jax.numpy as jnp, toy_heads\n'
+        'from configs import small_config\n'
+        'from jax_perception_node import BevPipeline, ConfigError\n'
+        'from dataclasses import replace\n'
+        'def boom(total):\n'
+        '    raise RuntimeError("boom")\n'
+        'def apply(params, bev):\n'
+        '    total = jax.pure_callback(boom, jax.ShapeDtypeStruct((), jnp.float32), bev.sum())\n'
+        '    return toy_heads.toy_outputs(params, bev + 0.0 * total)\n'
+        'toy_heads.failing = lambda inp: replace(toy_heads.occupancy_head(inp), apply=apply)\n'
+        'pipe = BevPipeline(small_config(cameras=0, **{"head.module": "toy_heads:failing"}))\n'
+        'try:\n'
+        '    pipe.warmup()\n'
+        'except ConfigError as exc:\n'
+        '    print(exc)\n')
+    test_dir = pathlib.Path(__file__).parents[1]
+    paths = os.pathsep.join(map(str, (test_dir, test_dir.parent)))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env={**os.environ, 'PYTHONPATH': paths})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ('head.module toy_heads:failing: failed as it ran: '
+                                   'RuntimeError: boom')
+    assert 'Exception ignored' not in done.stderr, done.stderr
