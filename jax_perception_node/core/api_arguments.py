@@ -8,15 +8,17 @@ drops every point, a NaN focal length every camera sample). Each check raises be
 is staged: ValueError naming the argument, or ConfigError naming the camera's key.
 """
 
+from dataclasses import replace
 from numbers import Integral
 from typing import Mapping
 
 import numpy as np
 
 from ..geometry.ego_motion import MOTION_SIZE
+from ..geometry.rotations import Pose, UNIT_NORM_TOLERANCE
 from ..settings.cameras import CameraConfig
-from ..settings.config import Pose
 from ..settings.param_checks import check_value
+from ..settings.parameters import ConfigError
 
 
 def checked_frame_arguments(cameras, num_points, stamp_ns, pose, motion) -> np.ndarray | None:
@@ -66,17 +68,47 @@ def _check_finite(name: str, value, shape: tuple[int, ...], what: str) -> np.nda
 
 def checked_lidar_poses(lidar, in_force: tuple[Pose, ...]) -> tuple[Pose, ...]:
     """Return ``set_calibration``'s LiDAR poses (a Pose, a sequence, None: ``in_force``)."""
-    lidar = (lidar,) if isinstance(lidar, Pose) else in_force if lidar is None else lidar
+    if lidar is None:
+        return in_force
+    lidar = (lidar,) if isinstance(lidar, Pose) else lidar
     if (isinstance(lidar, (str, bytes, np.ndarray)) or not hasattr(lidar, '__len__')
             or not all(isinstance(pose, Pose) for pose in lidar)):
         raise ValueError(f'lidar must be a Pose or one per LiDAR, got {lidar!r}')
     if len(lidar) != len(in_force):
         raise ValueError(f'{len(lidar)} LiDAR poses for {len(in_force)} LiDARs')
-    return tuple(lidar)
+    return tuple(unit_pose(pose, f'lidar pose {k}') for k, pose in enumerate(lidar))
 
 
-def check_intrinsics(cameras: tuple[CameraConfig, ...]) -> None:
-    """Raise ConfigError for a camera whose fx, fy, cx or cy is outside its parameter's bounds."""
+def checked_cameras(cameras: tuple[CameraConfig, ...]) -> tuple[CameraConfig, ...]:
+    """
+    Return ``cameras`` with unit rotations; ConfigError naming the camera's key otherwise.
+
+    Its fx, fy, cx or cy outside its parameter's bounds, or a rotation not a unit quaternion.
+    """
+    checked = []
     for camera in cameras:
         for field in ('fx', 'fy', 'cx', 'cy'):
             check_value(f'cameras.{camera.name}.{field}', getattr(camera, field))
+        try:
+            checked.append(replace(camera, pose=unit_pose(camera.pose,
+                                                          f'cameras.{camera.name}')))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    return tuple(checked)
+
+
+def unit_pose(pose: Pose, name: str) -> Pose:
+    """
+    Return ``pose`` with its quaternion normalised, as the parameters' are; else ValueError.
+
+    The rotation is built from the quaternion as given: one of norm 1.41 scaled and sheared
+    every point, unsaid. Refused beyond 1e-3 of unit norm, as ``lidar.rotation_xyzw`` is.
+    """
+    translation = _check_finite(f'{name}.translation', pose.translation, (3,), '')
+    q = _check_finite(f'{name}.rotation_xyzw', pose.rotation_xyzw, (4,), '')
+    norm = float(np.linalg.norm(q))
+    if abs(norm - 1.0) > UNIT_NORM_TOLERANCE:
+        raise ValueError(f'{name}.rotation_xyzw: not a unit quaternion (norm {norm:.4f})')
+    if abs(norm - 1.0) < 1e-12:     # unit already (the parameters', TF's): kept to the bit
+        return pose
+    return Pose(tuple(map(float, translation)), tuple(map(float, q / norm)))

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import kernels, lift
-from .api_arguments import (check_intrinsics, checked_frame_arguments, checked_lidar_poses,
+from .api_arguments import (checked_cameras, checked_frame_arguments, checked_lidar_poses,
                             checked_points)
 from .box_decode import head_function, param_leaves
 from .buckets import BucketPadder, PaddedCloud, SetCloud
@@ -273,7 +273,7 @@ class BevPipeline(HeadWeights, EncoderWeights):
         if tuple(c.name for c in cameras) != self.camera_names:
             raise ConfigError(f'cameras.names: calibration for {[c.name for c in cameras]}, '
                               f'the pipeline has {list(self.camera_names)}')
-        check_intrinsics(cameras)
+        cameras = checked_cameras(cameras)      # rotations normalised as the parameters'
         if self._geometry is None:
             raise RuntimeError('set_calibration(cameras=...) needs warmup() first')
         tables, dropped = self._geometry(calibration_arrays(cameras), self._grid)

@@ -5,6 +5,9 @@ import math
 
 import numpy as np
 
+# A quaternion within this of unit norm is normalised; further off it is refused (a typo).
+UNIT_NORM_TOLERANCE = 1e-3
+
 
 @dataclass(frozen=True)
 class Pose:
@@ -22,8 +25,9 @@ def quaternion_matrix(q) -> np.ndarray:
     """
     Return the float64[3, 3] rotation matrix of a unit quaternion ``q`` = (x, y, z, w).
 
-    ``q`` is used as given, not normalised here: the parameters and the odometry checks
-    normalise it (a non-unit ``q`` gives a matrix that is no rotation).
+    ``q`` is used as given, not normalised here: the parameters, the Python API's
+    ``set_calibration`` and the odometry checks normalise it (a non-unit ``q`` gives a matrix
+    that is no rotation).
     """
     x, y, z, w = (float(v) for v in q)
     return np.array([

@@ -57,3 +57,29 @@ def test_set_calibration_refuses_what_is_not_a_calibration(pipe):
     with pytest.raises(ConfigError, match=r'cameras\.rear\.fx: must be finite'):
         pipe.set_calibration(cameras=bad)
     np.testing.assert_array_equal(pipe.process(POINTS).features, before)
+
+
+def test_a_pose_of_no_unit_quaternion_is_refused_and_a_nearly_unit_one_normalised(pipe):
+    """Found by an independent review: q = (0, 0, 1, 1) scaled and sheared every point."""
+    from jax_perception_node.geometry.rotations import Pose
+    before = pipe.process(POINTS).features
+    lidar = pipe.lidar_poses[0]
+    with pytest.raises(ValueError, match=r'^lidar pose 0\.rotation_xyzw: not a unit quaternion '
+                                         r'\(norm 1\.4142\)$'):
+        pipe.set_calibration(Pose(lidar.translation, (0.0, 0.0, 1.0, 1.0)))
+    rear = next(c for c in pipe.cfg.cameras if c.name == 'rear')
+    skewed = replace(rear, pose=Pose(rear.pose.translation, (0.0, 0.0, 1.0, 1.0)))
+    with pytest.raises(ConfigError, match=r'^cameras\.rear\.rotation_xyzw: not a unit '):
+        pipe.set_calibration(cameras=tuple(skewed if c.name == 'rear' else c
+                                           for c in pipe.cfg.cameras))
+    np.testing.assert_array_equal(pipe.process(POINTS).features, before)
+    # Rounded to four decimals (norm 0.9999 here): taken as the unit quaternion it stands for.
+    q = np.array([0.0, 0.0, 0.6, 0.8])
+    try:
+        pipe.set_calibration(Pose(lidar.translation, tuple(q)))
+        exact = pipe.process(POINTS).features
+        pipe.set_calibration(Pose(lidar.translation, tuple(q * 0.9999)))
+        np.testing.assert_array_equal(pipe.process(POINTS).features, exact)
+        assert not np.array_equal(exact, before)
+    finally:
+        pipe.set_calibration(lidar)      # the module's pipeline: as the next test expects it
