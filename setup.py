@@ -22,7 +22,7 @@ setup(
         ('share/' + package_name + '/foxglove', glob('foxglove/*.json')),
     ],
     install_requires=['setuptools', 'numpy', 'jax', 'equinox', 'rosbags', 'pyyaml', 'pillow',
-                      'simplejpeg'],
+                      'simplejpeg', 'mcap'],
     # The node needs none of these: reports and pictures, peers, fleet replay.
     extras_require={'tools': ['matplotlib', 'psutil'], 'bench': ['torch', 'scipy', 'numba'],
                     'fleet': ['ray'], 'train': ['optax', 'matplotlib']},

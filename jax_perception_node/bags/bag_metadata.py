@@ -53,7 +53,7 @@ def embedded_info(path: Path) -> dict | None:
     """Return the bag information rosbag2 wrote into .mcap or .db3 file ``path``, if any."""
     try:
         if path.suffix == '.mcap':
-            from mcap.reader import make_reader     # the tools' extra: without it, no record
+            from mcap.reader import make_reader     # requirements.txt: run time, not tools
             with open(path, 'rb') as stream:
                 text = next((record.metadata.get('serialized_metadata')
                              for record in make_reader(stream).iter_metadata()

@@ -334,10 +334,9 @@ def test_live_tf_static_reaches_a_late_subscriber_and_float64_stamped_arrives():
 
 # Imports with a rosdep key of another name, and those without one (pip: requirements.txt).
 ROSDEP_KEYS = {'numpy': 'python3-numpy', 'yaml': 'python3-yaml', 'PIL': 'python3-pil'}
-PIP_ONLY = {'jax', 'jaxlib', 'rosbags', 'equinox', 'simplejpeg'}
+PIP_ONLY = {'jax', 'jaxlib', 'rosbags', 'equinox', 'simplejpeg', 'mcap'}
 # The tools' extras (requirements-dev.txt), never imported by the node.
-TOOLS_ONLY = {'matplotlib', 'psutil', 'scipy', 'torch', 'ray', 'mcap', 'mcap_ros2', 'numba',
-              'optax'}
+TOOLS_ONLY = {'matplotlib', 'psutil', 'scipy', 'torch', 'ray', 'mcap_ros2', 'numba', 'optax'}
 
 
 def imported_packages(paths) -> set[str]:
@@ -366,3 +365,16 @@ def test_package_xml_lists_every_package_the_code_imports():
     assert {f'python3-{n}' for n in ('matplotlib', 'psutil', 'scipy')} <= test_depends
     interface_packages = {p.parent.name for p in (REPO / 'interfaces').glob('*/package.xml')}
     assert interface_packages <= exec_depends
+
+
+def test_the_pip_only_packages_the_code_imports_are_run_time_requirements():
+    # Found by an independent review: mcap was a tools extra, so an install without it read
+    # no seed from a bare .mcap and trained on a held-out drive.
+    pinned = {line.split('==')[0].lower() for line in
+              (REPO / 'requirements.txt').read_text().splitlines()
+              if line and not line.startswith('#')}
+    imported = imported_packages([*(REPO / 'jax_perception_node').rglob('*.py')])
+    assert PIP_ONLY <= imported and PIP_ONLY <= pinned
+    setup = (REPO / 'setup.py').read_text()
+    requires = setup[setup.index('install_requires'):setup.index('extras_require')]
+    assert all(f"'{name}'" in requires for name in PIP_ONLY - {'jaxlib'})    # jax brings it
