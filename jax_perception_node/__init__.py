@@ -3,8 +3,8 @@ jax_perception_node: LiDAR + camera BEV fusion on JAX that never recompiles afte
 
 The public Python API::
 
-    from jax_perception_node import BevPipeline, load_config
-    pipe = BevPipeline(load_config('config/jax_perception.param.yaml'))
+    from jax_perception_node import BevPipeline, default_params_file, load_config
+    pipe = BevPipeline(load_config(default_params_file()))     # or a params file of yours
     pipe.warmup()
     out = pipe.process(points, cameras={'front': fmap})
 
@@ -19,6 +19,7 @@ import importlib
 _EXPORTS = {
     'BevPipeline': 'core.pipeline', 'FrameResult': 'core.pipeline',
     'compile_count': 'core.pipeline', 'load_config': 'settings.config',
+    'default_params_file': 'settings.config',
     'config_from_parameters': 'settings.config', 'ConfigError': 'settings.parameters',
     'PipelineConfig': 'settings.config', 'kernels': 'core.kernels',
 }

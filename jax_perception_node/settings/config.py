@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import os
 from pathlib import Path
 import sys
+import sysconfig
 from typing import Any, Mapping
 
 import numpy as np
@@ -385,7 +386,9 @@ def default_params_file(filename: str = 'jax_perception.param.yaml') -> Path:
     """
     Return a shipped config file: the ament index's (a colcon install) first, else ours.
 
-    Ours: the source tree's (editable installs), else the one pip installed under sys.prefix.
+    Ours: the source tree's (editable installs), else the one pip installed: under sys.prefix,
+    or the data folder of pip's scheme where that is another (``--user``, Debian's
+    /usr/local).
     """
     name = Path('config') / filename
     candidates = []
@@ -394,8 +397,10 @@ def default_params_file(filename: str = 'jax_perception.param.yaml') -> Path:
         candidates.append(Path(get_package_share_directory('jax_perception_node')) / name)
     except (ImportError, LookupError, OSError):   # no index, not in it, AMENT_PREFIX_PATH unset
         pass
-    candidates += [Path(__file__).resolve().parents[2] / name,
-                   Path(sys.prefix) / 'share' / 'jax_perception_node' / name]
+    data = [sys.prefix, sysconfig.get_path('data'),
+            sysconfig.get_path('data', f'{os.name}_user')]
+    candidates += [Path(__file__).resolve().parents[2] / name] + [
+        Path(root) / 'share' / 'jax_perception_node' / name for root in dict.fromkeys(data)]
     for path in candidates:
         if path.exists():
             return path

@@ -1,6 +1,7 @@
 """Config: the shipped YAML, the schema defaults, and one clear error per bad key."""
 
 import ast
+import os
 import re
 
 from configs import FRONT, PARAMS_FILE, REPO, small_config, small_params
@@ -428,6 +429,30 @@ def test_default_params_come_from_the_ament_index_of_a_colcon_install(tmp_path, 
     assert default_params_file() == shipped
     monkeypatch.delenv('AMENT_PREFIX_PATH')
     assert default_params_file() == PARAMS_FILE      # the source tree's, outside a ROS install
+
+
+def test_the_public_api_finds_the_shipped_parameters_wherever_it_runs(tmp_path, monkeypatch):
+    """users.md's snippet named config/... relative to a checkout: from /tmp it was refused."""
+    import jax_perception_node
+    monkeypatch.chdir(tmp_path)
+    assert jax_perception_node.default_params_file() == PARAMS_FILE
+    assert jax_perception_node.load_config(jax_perception_node.default_params_file()) == (
+        load_config(PARAMS_FILE))
+
+
+def test_default_params_come_from_pips_data_folder_where_it_is_not_sys_prefix(
+        tmp_path, monkeypatch):
+    """With pip install --user (or Debian's pip, into /usr/local) the share folder is elsewhere."""
+    import sysconfig
+    user = tmp_path / 'user'
+    shipped = user / 'share' / 'jax_perception_node' / 'config' / 'only_installed.yaml'
+    shipped.parent.mkdir(parents=True)
+    shipped.write_text('/**:\n  ros__parameters: {}\n')
+    get_path = sysconfig.get_path
+    monkeypatch.setattr(sysconfig, 'get_path', lambda name, *scheme: str(user) if (
+        name, *scheme) == ('data', f'{os.name}_user') else get_path(name, *scheme))
+    monkeypatch.delenv('AMENT_PREFIX_PATH', raising=False)
+    assert default_params_file('only_installed.yaml') == shipped
 
 
 @pytest.mark.parametrize('labels, message', [
