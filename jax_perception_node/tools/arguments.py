@@ -6,6 +6,7 @@ and exits 1: numbers that are not finite or out of range, topic names ROS would 
 output paths that cannot be written or would land on an input (or on another output).
 """
 
+import importlib.util
 import math
 import os
 from pathlib import Path
@@ -154,3 +155,29 @@ def distinct_bags(bags: list[str]) -> None:
             raise UsageError(f'{src}: the same bag as {seen[bag]}, named twice (its frames would '
                              'count twice)')
         seen[bag] = src
+
+
+# What a command imports beyond the node's requirements, and the setup.py extra that brings
+# it: (module, extra, given an option only / '' always, not given an option / ''). A fleet
+# replay's Ray says so itself (FleetError).
+EXTRAS = {'demo': (('matplotlib', 'tools', '', ''),),
+          'replay': (('matplotlib', 'tools', '--png', ''),),
+          'train': (('optax', 'train', '', ''), ('matplotlib', 'train', '', '')),
+          'bench': (('psutil', 'tools', '', '--markdown'),
+                    ('matplotlib', 'tools', '', '--markdown'))}
+
+
+def check_extras(argv: list[str]) -> None:
+    """
+    Raise UsageError naming the extra a command needs and lacks, before any of its work.
+
+    Without it the command ran (a demo's 30 s, a whole replay) and ended in an ImportError.
+    """
+    def given(option: str) -> bool:
+        return any(arg == option or arg.startswith(option + '=') for arg in argv)
+    command = argv[0] if argv else ''
+    for module, extra, only, unless in EXTRAS.get(command, ()):
+        if ((not only or given(only)) and not (unless and given(unless))
+                and importlib.util.find_spec(module) is None):
+            raise UsageError(f'{command}{" " + only if only else ""} needs {module}: pip install '
+                             f'"jax_perception_node[{extra}]" (or pip install {module})')

@@ -22,7 +22,8 @@ from jax_perception_node.sensors.cloud import CloudFormatError
 from jax_perception_node.settings.config import default_params_file, load_config
 from jax_perception_node.settings.parameters import ConfigError
 
-from .arguments import check_writable, number, outputs_apart, pairs, topic_name, UsageError
+from .arguments import (check_extras, check_writable, number, outputs_apart, pairs, topic_name,
+                        UsageError)
 from .bench.common import BenchError
 from .fleet import is_bag
 from .fleet_types import FleetError
@@ -35,8 +36,7 @@ from .replay_files import write_json, write_pictures
 MIN_RATE, MIN_CLOCK_HZ, MAX_CLOCK_HZ = 1e-3, 1e-2, 1e4
 MAX_DRIVE_S = 3600.0     # a sample drive or demo of an hour is already 36 000 clouds
 
-# One exception type per layer; each reaching ``main`` is one line and exit code 1. The
-# message decoders' errors are counted by replay, never raised through it: listed all the same.
+# One exception type per layer (the decoders' too, which replay counts): one line, exit 1.
 USER_ERRORS = (UsageError, ConfigError, BagError, FleetError, BenchError, CloudFormatError,
                FeatureMapError, CameraInfoError, OdometryError, TransformError)
 
@@ -390,8 +390,7 @@ def _add_sample_bag(p: argparse.ArgumentParser) -> None:
     p.add_argument('--lidars', choices=('one', 'three'), default='one', help='three: top+sides')
     p.add_argument('--speed', type=float, metavar='M/S', help='ego speed, <= 25 m/s (10)')
     p.add_argument('--instant-sweep', action='store_true', help='all columns fire at the stamp')
-    p.add_argument('--beams', type=int, help="LiDAR beams, spread evenly over the preset's "
-                   'field (64)')
+    p.add_argument('--beams', type=int, help="LiDAR beams, spread over the preset's field (64)")
     p.add_argument('--azimuth-steps', type=int, help='LiDAR columns per turn (default 2048)')
     p.add_argument('--range-noise', type=float, help='LiDAR range noise sigma, m (0.02)')
     p.add_argument('--dropout', type=float, help='probability a return is lost (0.02)')
@@ -427,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``jax-perception`` console script."""
     script, argv = argv is None, sys.argv[1:] if argv is None else list(argv)
     try:
+        check_extras(argv)      # before the work: a demo's or a replay's ImportError at its end
         args = build_parser(with_train=argv[:1] == ['train']).parse_args(argv)
         if getattr(args, 'params', None) == '':     # not the shipped file by accident
             raise UsageError('--params: an empty path')
