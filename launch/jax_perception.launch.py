@@ -203,7 +203,7 @@ def autostart(node: LifecycleNode) -> list:
         return [change(Transition.TRANSITION_ACTIVATE)] if configured[0] == 'inactive' else []
 
     def exited(event, context):
-        if configured:
+        if configured or context.is_shutdown:   # Ctrl-C while it starts: the launch is ending
             return None
         why = f'{event.action.name} exited (code {event.returncode}) before it was configured'
         return [LogInfo(msg=f'{why}: the launch ends'), EmitEvent(event=Shutdown(reason=why))]

@@ -132,7 +132,9 @@ def _read_sections(path: Path, sections: list[tuple[str, Mapping]], node: str,
         node = _node_of_file(path, specific, node)
     elif not any(node_matches(name, node) for name, _ in specific):
         ours = [name for name, tree in specific if _holds_ours(tree)]
-        if ours:
+        # A /** that configures it too: a file of several robots, each its own section on it.
+        common = any(_holds_ours(tree) for name, tree in sections if name.strip('/') == '**')
+        if ours and not common:
             raise ConfigError(f'params file {path}: {", ".join(ours)} configure this node, '
                               f'but no section applies to node {node} (rcl would give it the '
                               f'/** values alone); name one {node}')

@@ -521,6 +521,18 @@ def test_a_launch_refuses_a_file_whose_sections_name_another_node(tmp_path, text
     assert read_param_file(path, '/jax_perception', strict=True)['grid.resolution'] == 0.5
 
 
+def test_a_launch_takes_the_common_section_of_a_file_of_several_robots(tmp_path):
+    """Found by an independent review: robot2 was refused for robot1's own section."""
+    path = tmp_path / 'robots.yaml'
+    path.write_text('/**:\n  ros__parameters:\n    grid:\n      resolution: 0.5\n'
+                    '/robot1/jax_perception_node:\n  ros__parameters:\n    grid:\n'
+                    '      resolution: 0.25\n')
+    assert read_param_file(path, '/robot2/jax_perception_node', strict=True) == (
+        rcl_overrides(path, '/robot2/jax_perception_node')) == {'grid.resolution': 0.5}
+    assert read_param_file(path, '/robot1/jax_perception_node', strict=True) == (
+        {'grid.resolution': 0.25})
+
+
 @pytest.mark.parametrize('text, message', [
     ('/**:\n  ros__parameters:\n    grid: &a {x: *a}\n', 'a mapping nested in itself'),
     ('/**:\n  ros__parameters:\n    g: ' + '[' * 3000 + ']' * 3000 + '\n',
