@@ -192,6 +192,12 @@ def play_bag(src, cfg: PipelineConfig, topics: bagio.BagTopics = bagio.BagTopics
             while time.monotonic() < deadline and any(
                     pub.get_subscription_count() == 0 for pub in awaited):
                 time.sleep(0.02)
+            unheard = [pub.topic_name for pub in awaited if pub.get_subscription_count() == 0]
+            if unheard:     # a namespaced node reads other names: --remap onto them
+                node.get_logger().warning(
+                    f'no subscriber after {wait_s:g} s on {", ".join(unheard)}: playing '
+                    'anyway (a node in a namespace or renamed reads other names: --remap '
+                    'FROM:=TO onto its inputs)')
             node.get_logger().info(f'playing {src}: ' + ', '.join(
                 f'{a} -> {b}' for a, b in routes.items())
                 + (f', /clock at {clock_hz:g} Hz' if clock else ''))

@@ -430,7 +430,7 @@ def test_looping_a_bag_without_messages_ends_instead_of_spinning(tmp_path):
         rclpy.try_shutdown(context=context)
 
 
-def test_play_with_several_lidars_waits_for_their_subscriber(tmp_path):
+def test_play_with_several_lidars_waits_for_their_subscriber(tmp_path, capfd):
     # With lidars.names the clouds are on ~/input/<name>/pointcloud: play waits for those, as
     # it waits for ~/input/pointcloud with one LiDAR (it waited for nothing, and the first
     # frames were lost to discovery).
@@ -459,6 +459,12 @@ def test_play_with_several_lidars_waits_for_their_subscriber(tmp_path):
         assert time.monotonic() - started >= 1.5     # nobody subscribed: it waited it out
     finally:
         rclpy.try_shutdown(context=context)
+    # And said so: a node in a namespace reads other names (found by an independent review).
+    err = capfd.readouterr().err
+    [line] = [line for line in err.splitlines() if 'no subscriber after 1.5 s on ' in line]
+    assert all(f'/jax_perception/input/{name}/pointcloud' in line for name in names), err
+    assert line.endswith('(a node in a namespace or renamed reads other names: --remap '
+                         'FROM:=TO onto its inputs)')
 
 
 class Kept:
