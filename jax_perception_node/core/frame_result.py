@@ -53,8 +53,8 @@ class PendingFrame:
     """
 
     def __init__(self, output, times: tuple[float, float, float],
-                 score_threshold: float | np.ndarray, plugins: str, stats: dict):
-        self._output, self._times, self._stats, self._plugins = output, times, stats, plugins
+                 score_threshold: float | np.ndarray, pipeline, stats: dict):
+        self._output, self._times, self._stats, self._pipeline = output, times, stats, pipeline
         self._threshold = score_threshold
         self._result: FrameResult | None = None
 
@@ -73,7 +73,7 @@ class PendingFrame:
                 ready = time.perf_counter()
                 rows = None if boxes is None else np.asarray(boxes)
             except jax.errors.JaxRuntimeError as exc:
-                failed = plugin_failure(exc, self._plugins)
+                failed = plugin_failure(exc, self._pipeline)
                 if failed is None:
                     raise
                 raise failed from None

@@ -37,7 +37,7 @@ def refused_out_of_memory(method):
                 '. ', ' ')
         except jax.errors.JaxRuntimeError as exc:
             if 'RESOURCE_EXHAUSTED' not in str(exc):
-                failed = plugin_failure(exc, getattr(args[0], 'plugins', '') if args else '')
+                failed = plugin_failure(exc, args[0] if args else None)
                 if failed is None:
                     raise
                 raise failed from None

@@ -127,8 +127,7 @@ class BevPipeline(HeadWeights, EncoderWeights):
         map_h, map_w = self._map_shape[:2]
         return jax.jit(functools.partial(
             function, height=self.height, width=self.width,
-            num_heights=self.cfg.fusion.num_heights, map_height=map_h, map_width=map_w,
-            **static))
+            num_heights=self.cfg.fusion.num_heights, map_height=map_h, map_width=map_w, **static))
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -179,8 +178,7 @@ class BevPipeline(HeadWeights, EncoderWeights):
         # One real call per executable pays first-run costs now, not on the first frame.
         batch = None if self._staging is None else self._staging.batches.current
         self._features_device = batch if self.host_inputs else jax.device_put(batch)
-        if accumulating:
-            self._ring = jax.device_put(np.zeros(self._ring_shape, np.float32))
+        self.reset_sweeps(ring=True)
         for size in self.padder.sizes:
             jax.block_until_ready(self._launch(self.padder.pad(np.zeros((size, 4),
                                                                         np.float32)))[0])
@@ -294,9 +292,11 @@ class BevPipeline(HeadWeights, EncoderWeights):
         """Return the LiDAR poses in force (parameters or the last TF poses applied)."""
         return self._calibration[0]
 
-    def reset_sweeps(self) -> None:
-        """Forget the earlier sweeps: the next frame uses its own sweep only."""
+    def reset_sweeps(self, ring: bool = False) -> None:
+        """Forget the earlier sweeps: the next frame uses its own sweep only (``ring``: anew)."""
         self._sweeps.reset()
+        if ring and self.num_sweeps > 1:    # warm-up, or the ring went with a failed frame
+            self._ring = jax.device_put(np.zeros(self._ring_shape, np.float32))
 
     @property
     def lift_samples(self) -> np.ndarray | None:
@@ -392,7 +392,7 @@ class BevPipeline(HeadWeights, EncoderWeights):
         out, put = self._launch(padded, motion)
         if self.num_sweeps > 1:
             self._sweeps.record(stamp_ns, pose, padded.count, points_frame)
-        return PendingFrame(out, (start, staged, put), self.score_threshold, self.plugins, {
+        return PendingFrame(out, (start, staged, put), self.score_threshold, self, {
             'num_points': total, 'bucket': padded.bucket, 'overflow_points': total - padded.count,
             'cameras_used': int(self._camera_valid.sum()), 'nonfinite_features': nonfinite,
             'compiles_after_warmup': self.compiles_after_warmup, 'cameras_sent': changed,

@@ -4,8 +4,9 @@ A head or image encoder plug-in failing as its executable runs: one ConfigError 
 A plug-in's host callback (``jax.pure_callback``) that raises reaches the caller as XLA's
 JaxRuntimeError, its text the whole Python traceback; out at the warm-up or a frame's fetch,
 the node and the CLI printed several tracebacks. Turned into the config layer's error, they
-print one line naming the plug-in's key and its exception (the traceback's last line). Out of
-memory is left to ``memory_refusal``; a pipeline without a plug-in re-raises as it was.
+print one line naming the plug-in's key and its exception (the traceback's last line). Any
+other runtime error (out of memory: ``memory_refusal``; a compile or device error) and a
+pipeline without a plug-in re-raise as they were.
 """
 
 import jax
@@ -19,14 +20,21 @@ def plugin_keys(head, encoder) -> str:
                        (('head.module', head), ('encoder.module', encoder)) if loaded)
 
 
-def plugin_failure(exc: Exception, keys: str) -> ConfigError | None:
-    """Return the ConfigError for ``exc`` raised by an executable running ``keys``; else None."""
+def plugin_failure(exc: Exception, pipeline) -> ConfigError | None:
+    """
+    Return the ConfigError for ``exc``, a plug-in's callback failing in ``pipeline``; else None.
+
+    The pipeline's sweep ring, an output (and a donated input) of the failed frame, is made
+    anew (``reset_sweeps(ring=True)``): every later frame read the failed one's.
+    """
     text = str(exc)
+    keys = getattr(pipeline, 'plugins', '')
     if not keys or not isinstance(exc, jax.errors.JaxRuntimeError) or (
-            'RESOURCE_EXHAUSTED' in text):
+            'callback' not in text.lower()):    # jaxlib: 'CpuCallback error calling callback'
         return None
     last = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), text)
     _forget_failed_runs()
+    pipeline.reset_sweeps(ring=True)
     return ConfigError(f'{keys}: failed as it ran: {last}')
 
 

@@ -18,7 +18,7 @@ def test_boxes_with_a_nonfinite_value_are_dropped_and_counted():
     # What a checkpoint whose numbers overflow decodes to: infinite sizes, NaN scores.
     rows = np.array([box(0.9), box(0.8, np.inf), box(np.nan), box(0.7, np.nan),
                      box(0.1, np.inf), box(0.6)], np.float32)
-    pending = PendingFrame((jnp.zeros((4, 4, 3)), rows), (0.0, 0.0, 0.0), 0.3, '', dict(STATS))
+    pending = PendingFrame((jnp.zeros((4, 4, 3)), rows), (0.0, 0.0, 0.0), 0.3, None, dict(STATS))
     result = pending.result()
     np.testing.assert_array_equal(result.objects, rows[[0, 5]])
     # Counted: the two above the threshold and the NaN score; the one below it is no box.
@@ -27,7 +27,7 @@ def test_boxes_with_a_nonfinite_value_are_dropped_and_counted():
 
 def test_finite_boxes_count_nothing():
     rows = np.array([box(0.9), box(0.2)], np.float32)
-    result = PendingFrame((jnp.zeros((4, 4, 3)), rows), (0.0, 0.0, 0.0), 0.3, '',
+    result = PendingFrame((jnp.zeros((4, 4, 3)), rows), (0.0, 0.0, 0.0), 0.3, None,
                           dict(STATS)).result()
     np.testing.assert_array_equal(result.objects, rows[:1])
     assert result.nonfinite_objects == 0

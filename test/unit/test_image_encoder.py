@@ -257,3 +257,51 @@ def test_weights_an_encoder_ships_that_cannot_be_read_name_encoder_module(tmp_pa
         toy_encoders.gained(inp), weights=missing), raising=False)
     with pytest.raises(ConfigError, match=f'^encoder.module: cannot read {missing}'):
         load_encoder('toy_encoders:shipping', '', EncoderInput(24, 40, 4, 6, 10, 3))
+
+
+def test_an_encoder_failing_as_it_runs_costs_its_frame_only_with_accumulation(monkeypatch):
+    """Found by an independent review: the failed frame's sweep ring went to every later one."""
+    from dataclasses import replace
+    import jax.numpy as jnp
+    import toy_encoders
+    fail = {'now': False}
+
+    def check(total):
+        if fail['now']:
+            raise RuntimeError('my encoder cannot take this image')
+        return total
+
+    def failing(inp):
+        spec = toy_encoders.gained(inp)
+
+        def apply(params, image):
+            total = jax.pure_callback(check, jax.ShapeDtypeStruct((), jnp.float32),
+                                      image.sum(dtype=jnp.float32), vmap_method='sequential')
+            return spec.apply(params, image) + 0.0 * total
+        return replace(spec, apply=apply)
+    monkeypatch.setattr(toy_encoders, 'failing', failing, raising=False)
+    cfg = image_config('toy_encoders:failing', **{'accumulation.num_sweeps': 2})
+    pipe = BevPipeline(cfg)
+    pipe.warmup()
+    images, points = random_images(cfg, 3), cell_centre_cloud(cfg, np.random.default_rng(5))
+
+    def frame(k):
+        return pipe.process(points, images, stamp_ns=k * 10**8, pose=np.eye(4))
+    assert frame(1).sweeps_used == 1 and frame(2).sweeps_used == 2
+    fail['now'] = True
+    message = (r'^encoder\.module toy_encoders:failing: failed as it ran: RuntimeError: my '
+               r'encoder cannot take this image$')
+    with pytest.raises(ConfigError, match=message):
+        frame(3)
+    fail['now'] = False
+    before = compile_count()
+    assert frame(4).sweeps_used == 1        # the ring anew: its own sweep only
+    assert frame(5).sweeps_used == 2 and compile_count() == before
+
+
+def test_a_runtime_error_of_no_plug_in_callback_is_not_blamed_on_a_plug_in(rgb_pipe):
+    from jax_perception_node.core.plugin_failure import plugin_failure
+    assert rgb_pipe.plugins.startswith('encoder.module ')
+    other = jax.errors.JaxRuntimeError('INTERNAL: something in XLA itself')
+    assert plugin_failure(other, rgb_pipe) is None
+    assert plugin_failure(ValueError('callback'), rgb_pipe) is None
