@@ -56,22 +56,23 @@ def import_factory(name: str, key: str = 'head.module'):
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError(f'{key}: {module_name} has no callable {attr}')
-    return factory, functools.partial(_loaded_digest, module, key)
+    return factory, functools.partial(_loaded_digest, module, name, key)
 
 
-def _loaded_digest(module, key: str) -> str:
+def _loaded_digest(module, name: str, key: str) -> str:
     try:
-        # Read once per module, when first loaded here: this process runs that source however
-        # the files change later (an upgrade under a running node).
-        if module.__name__ not in LOADED_DIGESTS:
-            LOADED_DIGESTS[module.__name__] = source_digest(module)
+        # Read once per factory, when first built here: this process runs that source however
+        # the files change later (an upgrade under a running node). Per factory: another of
+        # the same module may import modules of its own as it builds.
+        if name not in LOADED_DIGESTS:
+            LOADED_DIGESTS[name] = source_digest(module)
     except OSError as exc:      # an unreadable file in its package: the store key needs it
         raise ConfigError(f'{key}: cannot read the source of its package: '
                           f'{exc.filename}: {exc.strerror or exc}') from None
-    return LOADED_DIGESTS[module.__name__]
+    return LOADED_DIGESTS[name]
 
 
-LOADED_DIGESTS: dict[str, str] = {}    # plug-in module -> source_digest when first loaded
+LOADED_DIGESTS: dict[str, str] = {}    # 'module:factory' -> source_digest when first built
 
 
 def source_digest(module) -> str:

@@ -87,7 +87,9 @@ def read_param_file(path: str | os.PathLike, node: str = NODE,
     (``grid.resolution``, ``cameras.front.fx``; a camera driver's ``cameras: [...]`` is not).
     With ``strict`` (a launch file, for the node it starts) a file whose sections other than
     ``/**`` hold this node's parameters but none applies to ``node`` is refused: rcl would
-    give the node the ``/**`` values alone, and the file's configuration of it would be lost.
+    give the node the ``/**`` values alone, and the file's configuration of it would be lost;
+    unless those sections are ``node``'s own name in other namespaces beside a ``/**`` that
+    holds its parameters (a file of several robots: ``/robot1/<name>`` for ``/robot2/<name>``).
     Otherwise (the CLI, which runs no node), when no section applies to ``node`` itself, the
     file is read for the node it configures: the one section of ``node``'s own name in
     another namespace (``/perception/jax_perception``), or else the one section that holds
@@ -132,9 +134,11 @@ def _read_sections(path: Path, sections: list[tuple[str, Mapping]], node: str,
         node = _node_of_file(path, specific, node)
     elif not any(node_matches(name, node) for name, _ in specific):
         ours = [name for name, tree in specific if _holds_ours(tree)]
-        # A /** that configures it too: a file of several robots, each its own section on it.
-        common = any(_holds_ours(tree) for name, tree in sections if name.strip('/') == '**')
-        if ours and not common:
+        # Other robots' sections of this node's name, on a /** that configures it too.
+        robots = all(name.rstrip('/').rsplit('/', 1)[-1] == node.rsplit('/', 1)[-1]
+                     for name in ours) and any(
+            _holds_ours(tree) for name, tree in sections if name.strip('/') == '**')
+        if ours and not robots:
             raise ConfigError(f'params file {path}: {", ".join(ours)} configure this node, '
                               f'but no section applies to node {node} (rcl would give it the '
                               f'/** values alone); name one {node}')

@@ -173,8 +173,11 @@ def check_extras(argv: list[str]) -> None:
 
     Without it the command ran (a demo's 30 s, a whole replay) and ended in an ImportError.
     """
-    def given(option: str) -> bool:
-        return any(arg == option or arg.startswith(option + '=') for arg in argv)
+    def given(option: str) -> bool:     # argparse's abbreviations too (--pn for --png)
+        return any(len(name) > 3 and option.startswith(name)
+                   for name in (arg.split('=', 1)[0] for arg in argv if arg.startswith('--')))
+    if '-h' in argv or '--help' in argv:
+        return      # help needs nothing
     command = argv[0] if argv else ''
     for module, extra, only, unless in EXTRAS.get(command, ()):
         if ((not only or given(only)) and not (unless and given(unless))

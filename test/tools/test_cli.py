@@ -607,6 +607,7 @@ def test_a_bag_whose_clouds_cannot_all_be_read_or_has_none_is_said(sample, tmp_p
     (['demo', '--seconds', '2'], 'demo needs matplotlib: pip install '
                                  '"jax_perception_node[tools]" (or pip install matplotlib)'),
     (['replay', 'in', '--out', 'out', '--png=pictures'], 'replay --png needs matplotlib'),
+    (['replay', 'in', '--out', 'out', '--pn', 'pictures'], 'replay --png needs matplotlib'),
     (['train', 'bags', '--out', 'w.npz'], 'train needs optax: pip install '
                                           '"jax_perception_node[train]"'),
     (['bench', '--quick'], 'bench needs psutil'),
@@ -626,5 +627,8 @@ def test_a_missing_extra_is_one_line_before_any_work(argv, message, monkeypatch,
         assert main(['replay', 'in', '--out', 'out']) == 1       # not a bag: its own line
         assert 'matplotlib' not in capsys.readouterr().err
     if argv[0] == 'bench':      # rendering a results file runs nothing
-        assert main(['bench', '--markdown', 'absent.json']) == 1
+        assert main(['bench', '--mark', 'absent.json']) == 1
         assert 'needs' not in capsys.readouterr().err
+    with pytest.raises(SystemExit):     # and help needs nothing
+        main([argv[0], '--help'])
+    assert 'needs' not in capsys.readouterr().err

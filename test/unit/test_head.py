@@ -720,12 +720,15 @@ def test_a_module_a_one_file_head_imports_only_when_built_keys_it_too(
         + '    def apply(params, bev):\n' + imports[1]
         + '        return toy_heads.toy_outputs(params, bev)\n'
         '    return HeadSpec(apply, toy_heads.occupancy_head(bev).params, toy_heads.STRIDE, '
-        "('car',))\n")
+        "('car',))\n"
+        'plain = toy_heads.occupancy_head\n')
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(plugin, 'LOADED_DIGESTS', {})
     for name in ('lazy_head', 'lazy_layers'):
         monkeypatch.delitem(sys.modules, name, raising=False)
+    plain = load_head('lazy_head:plain', '', HeadInput(32, 48, 8, 0.5))  # imports nothing
     head = load_head('lazy_head:head', '', HeadInput(32, 48, 8, 0.5))
+    assert head.source_digest != plain.source_digest     # its own, with what it imported
     (tmp_path / 'lazy_layers.py').write_text('BIAS = 3.0\n')
     assert plugin.source_digest(sys.modules['lazy_head']) != head.source_digest
     # A module it imports is in its key: the same as the digest of all it loaded.
