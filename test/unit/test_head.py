@@ -185,7 +185,7 @@ def test_a_pickled_checkpoint_is_never_unpickled(tmp_path):
     assert not marker.exists()
 
 
-def test_bfloat16_weights_load_from_their_own_file_and_other_raw_bytes_are_refused(tmp_path):
+def test_bfloat16_weights_load_from_their_own_file_and_raw_bytes_of_another_size_not(tmp_path):
     """np.savez keeps bfloat16 as raw 2-byte items ('|V2'): read back by the template's dtype."""
     bf16 = np.dtype(jnp.bfloat16)
     params = {'scale': np.arange(-3, 3).astype(bf16), 'bias': np.float32(0.5)}
