@@ -58,12 +58,23 @@ class JaxPerceptionNode(Node):
         super().destroy_node()
 
 
-class StoppedStarting(BaseException):
-    """SIGINT or SIGTERM while the node is made (its warm-up): unwinds it, as Ctrl-C does."""
+def _leave_while_starting(program: str):
+    """
+    Return a SIGINT / SIGTERM handler that ends the process at once, with one line (exit 0).
 
+    It leaves from inside the handler: an exception raised there to unwind the warm-up was lost
+    when the signal landed in a callback that native code calls (JAX's garbage-collection hook
+    prints "Exception ignored" and goes on), and the node then warmed up and served. XLA's
+    threads may still compile on buffers an interpreter shutdown would free under them (the
+    CLI's interrupts.exit_interrupted), so nothing is unwound: ``os._exit``. The line is
+    written with ``os.write``, which cannot meet a ``print`` the signal interrupted.
+    """
+    line = f'{program}: stopped while starting (warm-up not finished)\n'.encode()
 
-def _stop_starting(signum, frame):
-    raise StoppedStarting()
+    def leave(signum, frame):
+        os.write(2, line)
+        os._exit(0)
+    return leave
 
 
 def run(program: str, make_node, args=None) -> int:
@@ -87,7 +98,7 @@ def run(program: str, make_node, args=None) -> int:
         return 1
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _stop_starting)   # a warm-up can take a minute: leave it
+        signal.signal(signum, _leave_while_starting(program))   # a warm-up can take a minute
     try:
         overrides = command_line_overrides(sys.argv if args is None else args)
         node = make_node(parameter_overrides=overrides)
@@ -97,12 +108,6 @@ def run(program: str, make_node, args=None) -> int:
         print(f'{program}: bad parameter {" ".join(str(exc).split())}', file=sys.stderr)
         rclpy.try_shutdown()
         return 1
-    except StoppedStarting:
-        print(f'{program}: stopped while starting (warm-up not finished)', file=sys.stderr)
-        sys.stderr.flush()
-        # XLA's threads may still compile on buffers the interpreter's shutdown would free
-        # under them (the CLI's interrupts.exit_interrupted): leave at once.
-        os._exit(0)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     executor.add_node(node)
