@@ -93,16 +93,18 @@ class FrameOutputs:
 
     def __init__(self, create_publisher, layers: GridMapLayers, classes: tuple[str, ...] = (),
                  bev_features: bool = True, output: OutputConfig = OutputConfig(),
-                 resolve_topic_name=None, warn=None):
+                 resolve_topic_name=None, warn=None, node_name: str = '/jax_perception'):
         """
         Create the publishers with ``create_publisher`` (the node's or lifecycle node's).
 
         ``resolve_topic_name``: the node's, to tell a remapped PublishedTime topic (None: not
         remapped). ``warn``: the node logger's, told of head classes Autoware objects carry as
         UNKNOWN (a class missing from ``output.autoware_labels``, or a typo there), now and
-        whenever the labels change.
+        whenever the labels change. ``node_name``: the fully qualified name the latency status
+        is named after (``<node_name>: frame``), as /diagnostics' ``<node_name>: pipeline``.
         """
         self._warn = warn
+        self._status_name = f'{node_name}: frame'
         reliable = QoSProfile(depth=5)
         self.layers, self.bev_features, self.classes = layers, bev_features, tuple(classes)
         self.output = output
@@ -195,7 +197,7 @@ class FrameOutputs:
         if pubs['latency'].get_subscription_count() > 0:
             latency = DiagnosticArray(header=header)
             latency.status.append(DiagnosticStatus(
-                level=DiagnosticStatus.OK, name='jax_perception: frame',
+                level=DiagnosticStatus.OK, name=self._status_name,
                 hardware_id=header.frame_id,
                 values=[KeyValue(key=k, value=format_value(record[k])) for k in FRAME_KEYS]))
             pubs['latency'].publish(latency)

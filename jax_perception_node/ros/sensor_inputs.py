@@ -7,6 +7,7 @@ nodes and tf2_ros' listener do: read once when it is made, read-only after.
 """
 
 import copy
+import functools
 
 from nav_msgs.msg import Odometry
 from rclpy.qos import (DurabilityPolicy, qos_profile_sensor_data, QoSPolicyKind, QoSProfile,
@@ -82,8 +83,13 @@ def subscribe_lidars(node, names, on_cloud, on_lidar_cloud, on_odometry) -> list
 
 
 def subscribe_tf(node, on_transforms) -> list:
-    """Subscribe to /tf_static and /tf, calling ``on_transforms(msg, static)``; return both."""
-    return [_subscribe(node, TFMessage, '/tf_static', lambda msg: on_transforms(msg, True),
-                       tf_qos(static=True)),
-            _subscribe(node, TFMessage, '/tf', lambda msg: on_transforms(msg, False),
-                       tf_qos(static=False))]
+    """
+    Subscribe to /tf_static and /tf, calling ``on_transforms(msg, static, topic)``; return both.
+
+    ``topic``: the name as remapped (a namespaced robot's /robot1/tf), for what is logged.
+    """
+    return [_subscribe(node, TFMessage, topic,
+                       functools.partial(on_transforms, static=static,
+                                         topic=node.resolve_topic_name(topic)),
+                       tf_qos(static=static))
+            for topic, static in (('/tf_static', True), ('/tf', False))]

@@ -83,9 +83,8 @@ class PerceptionCore:
 
     def configure(self) -> None:
         """Validate the parameters, build and warm the pipeline; raises ConfigError."""
-        values = read_parameters(self.node)
+        values, started = read_parameters(self.node), time.perf_counter()
         cfg = config_from_parameters(values)
-        started = time.perf_counter()
         pipe = BevPipeline(cfg)
         layers = GridMapLayers.for_pipeline(cfg, pipe)    # ConfigError before the warm-up
         times = pipe.warmup()
@@ -108,7 +107,8 @@ class PerceptionCore:
         self.window = LatencyWindow(cfg.diagnostics.window, cfg.diagnostics.latency_window_s)
         self.outputs = FrameOutputs(self._create_publisher, layers, pipe.head_classes,
                                     cfg.output_bev_features, cfg.output,
-                                    self.node.resolve_topic_name, self.log.warning)
+                                    self.node.resolve_topic_name, self.log.warning,
+                                    self.node.get_fully_qualified_name())
         self._diagnostics_pub = self._create_publisher(DiagnosticArray, '/diagnostics',
                                                        QoSProfile(depth=5))
 
@@ -314,9 +314,9 @@ class PerceptionCore:
                       ('rejected_odometry',), 'odometry rejected', OdometryError):
             self._warnings.reset(self.log, RESETS['odometry'])
 
-    def _on_transforms(self, msg: TFMessage, static: bool) -> None:
+    def _on_transforms(self, msg: TFMessage, static: bool, topic: str) -> None:
         self._take(lambda: self.path.add_transforms(msg, static), 'transforms_received',
-                   ('rejected_transforms',), '/tf_static' if static else '/tf', TransformError)
+                   ('rejected_transforms',), topic, TransformError)
 
     def _on_features(self, name: str, msg) -> None:
         """Take a feature map, or (decoded on the pool) an Image or CompressedImage."""

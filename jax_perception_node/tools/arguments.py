@@ -176,9 +176,9 @@ def check_extras(argv: list[str]) -> None:
     def given(option: str) -> bool:     # argparse's abbreviations too (--pn for --png)
         return any(len(name) > 3 and option.startswith(name)
                    for name in (arg.split('=', 1)[0] for arg in argv if arg.startswith('--')))
-    if '-h' in argv or '--help' in argv:
-        return      # help needs nothing
     command = argv[0] if argv else ''
+    if ('-h' in argv or '--help' in argv) and command != 'train':
+        return      # help needs nothing, but train's arguments are its module's (optax)
     for module, extra, only, unless in EXTRAS.get(command, ()):
         if ((not only or given(only)) and not (unless and given(unless))
                 and importlib.util.find_spec(module) is None):

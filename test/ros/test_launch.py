@@ -313,6 +313,7 @@ def test_launch_arguments_remap_every_topic_and_name_the_node(launch_site, tmp_p
 
 def test_xml_launch_with_autoware_arguments_managed_autostart(launch_site, tmp_path):
     from autoware_internal_debug_msgs.msg import Float64Stamped
+    from diagnostic_msgs.msg import DiagnosticArray
     from lifecycle_msgs.msg import Transition
     from sensor_msgs.msg import Image
     # use_sim_time from the params file alone (no argument): a stack's /** section sets it.
@@ -328,11 +329,14 @@ def test_xml_launch_with_autoware_arguments_managed_autostart(launch_site, tmp_p
         cloud_pub = cloud_publisher(probe)
         features = listen(probe, Image, topics['output/bev_features'])
         timing = listen(probe, Float64Stamped, topics['debug/processing_time_ms'])
+        latency = listen(probe, DiagnosticArray, f'/{NODE_NAME}/debug/latency')
         wait_serving(launch, probe, cloud_pub)       # no transition requested by anyone here
         client = LifecycleClient(probe, f'/{NODE_NAME}')
         client.wait_for_services(timeout=30.0)
         assert client.state() == 'active'
-        assert_output(launch, probe, cloud_pub, features)
+        assert_output(launch, probe, cloud_pub, features, latency)
+        # Its frame status too (it was 'jax_perception: frame' under any name).
+        assert [s.name for s in latency[0].status] == [f'/{NODE_NAME}: frame']
         probe.wait_for(lambda: timing, what='processing_time_ms on its remapped topic')
         for own in ('input/pointcloud', 'output/bev_features', 'debug/processing_time_ms'):
             assert not probe.node.get_subscriptions_info_by_topic(f'/{NODE_NAME}/{own}')
@@ -401,6 +405,8 @@ def test_autostart_after_a_failed_configure_and_a_node_that_dies_before_one(laun
 def test_a_namespaced_robot_reads_tf_in_its_namespace(launch_site, tmp_path):
     # Nav2's multi-robot launch files remap /tf to tf (and /tf_static to tf_static): each
     # robot's TF in its namespace. The launch file had no argument for it.
+    from geometry_msgs.msg import TransformStamped
+    from tf2_msgs.msg import TFMessage
     params = write_params(small_params(0, **{'extrinsics.source': 'tf'}),
                           tmp_path / 'params.yaml')
     launch = Launch(launch_site, tmp_path, params_file=params, namespace='robot1',
@@ -413,6 +419,16 @@ def test_a_namespaced_robot_reads_tf_in_its_namespace(launch_site, tmp_path):
             assert launch.running(), launch.log()
         assert probe.node.count_subscribers('/tf') == 0
         assert probe.node.count_subscribers('/tf_static') == 0
+        # A refused transform is logged under the topic it came on (it said /tf).
+        bad = TFMessage(transforms=[TransformStamped()])
+        bad.transforms[0].header.frame_id = 'odom'
+        publisher = probe.node.create_publisher(TFMessage, '/robot1/tf', 10)
+        said = '/robot1/tf: child_frame_id is empty'
+        deadline = time.monotonic() + 30.0
+        while said not in launch.log() and time.monotonic() < deadline:
+            publisher.publish(bad)      # until discovery has matched the two
+            time.sleep(0.2)
+        assert said in launch.log(), launch.log()
     except BaseException:
         launch.stop()       # launch would outlive the test
         raise

@@ -629,6 +629,10 @@ def test_a_missing_extra_is_one_line_before_any_work(argv, message, monkeypatch,
     if argv[0] == 'bench':      # rendering a results file runs nothing
         assert main(['bench', '--mark', 'absent.json']) == 1
         assert 'needs' not in capsys.readouterr().err
+    if argv[0] == 'train':      # its arguments are its module's, which imports optax
+        assert main(['train', '--help']) == 1
+        assert capsys.readouterr().err.startswith(f'jax-perception: {message}')
+        return
     with pytest.raises(SystemExit):     # and help needs nothing
         main([argv[0], '--help'])
     assert 'needs' not in capsys.readouterr().err
