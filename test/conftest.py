@@ -1,10 +1,13 @@
 """Fixtures, and the environment of every test run: DDS on loopback in a domain of its own."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # Registers the CI rule: a skip for a missing part of the environment fails under CI=true.
 from ci_skips import pytest_runtest_makereport  # noqa: F401
-from configs import REPO, small_config
+from configs import REPO, small_config, TEST_STORE
 from jax_perception_node.settings.config import PipelineConfig
 import pytest
 from ros_harness import DOMAIN_BLOCK
@@ -17,6 +20,9 @@ os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
 os.environ.setdefault('ROS_DOMAIN_ID', str(10 + os.getpid() % 80))
 if 'PYTEST_XDIST_WORKER' in os.environ:
     os.environ['ROS_DOMAIN_ID'] = str(DOMAIN_BLOCK + int(os.environ['ROS_DOMAIN_ID']) % 100)
+if TEST_STORE not in os.environ:     # the run's own (workers inherit it), removed at its end
+    os.environ[TEST_STORE] = tempfile.mkdtemp(prefix='jax-perception-test-store-')
+    atexit.register(shutil.rmtree, os.environ[TEST_STORE], True)
 # Big messages over shared memory, UDP on loopback only: see config/fastdds_local.xml.
 os.environ.setdefault('FASTRTPS_DEFAULT_PROFILES_FILE', str(REPO / 'config' / 'fastdds_local.xml'))
 

@@ -40,6 +40,10 @@ LOAD_POINTS = 131072    # the largest shipped bucket: every frame the heaviest w
 LONG_RUN_S = 300.0
 # A leak grows private memory with every frame: 1 KiB a frame is ~9.8 MiB per 10k frames.
 MAX_PRIVATE_MIB_PER_10K_FRAMES = 3.0
+# A short run only guards against a gross leak: each frame's BEV or cloud kept is MiBs a frame,
+# hundreds of MiB within seconds. The allocator alone moved RSS by -2.9 % to +6.2 % in 30 s
+# here (three runs, one beside the rest of the suite), so 5 % failed for nothing.
+MAX_SHORT_RUN_GROWTH = 0.10
 T0 = 1_700_000_000 * 10**9
 
 
@@ -240,7 +244,7 @@ def test_soak(tmp_path):
     if SOAK_S >= LONG_RUN_S:
         assert per_10k < MAX_PRIVATE_MIB_PER_10K_FRAMES
     else:
-        assert growth < 0.05
+        assert growth < MAX_SHORT_RUN_GROWTH
 
 
 def load_inputs(cfg):
@@ -345,7 +349,7 @@ def test_load_soak(tmp_path):
     if LOAD_S >= LONG_RUN_S:
         assert per_10k < MAX_PRIVATE_MIB_PER_10K_FRAMES
     else:
-        assert growth < 0.05
+        assert growth < MAX_SHORT_RUN_GROWTH
 
 
 def write_soak_json(path: str, key: str, results: dict) -> None:
