@@ -14,6 +14,7 @@ Run with the venv's python: ``.venv/bin/python interfaces/build_interfaces.py``.
 """
 
 import argparse
+import concurrent.futures
 import hashlib
 import importlib.metadata
 import os
@@ -146,12 +147,44 @@ def build_package(name, source, prefix, jobs, env):
     return time.monotonic() - start
 
 
+def build_all(packages, prefix, jobs, at_once, env):
+    """
+    Build every package, ``at_once`` at a time, each after those of this folder it depends on.
+
+    Much of a package's build runs on one core (its configure, the generators): two at once
+    keep both busier, 90 s for the seven here against 105 s one after the other. The first
+    failure is raised once the builds under way have ended.
+    """
+    order = build_order(packages)
+    done, running = set(), {}
+    with concurrent.futures.ThreadPoolExecutor(max(1, at_once)) as pool:
+        while order or running:
+            ready = [name for name in order if packages[name][1] & packages.keys() <= done]
+            for name in ready[:max(1, at_once) - len(running)]:
+                order.remove(name)
+                running[pool.submit(build_package, name, packages[name][0], prefix, jobs,
+                                    env)] = name
+            finished, _ = concurrent.futures.wait(
+                running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in finished:
+                name = running.pop(future)
+                if future.exception() is not None:
+                    order.clear()       # start nothing more; the running ones end
+                    concurrent.futures.wait(running)
+                    raise future.exception()
+                done.add(name)
+                print(f'interfaces: {name} built in {future.result():.0f} s', flush=True)
+
+
 def main(argv=None):
     """Build what changed since the stamp; return a process exit code."""
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('--prefix', type=Path, default=Path(sys.prefix),
                         help='install prefix, the venv (default: this python)')
-    parser.add_argument('--jobs', type=int, default=2, help='parallel compile jobs (2)')
+    parser.add_argument('--jobs', type=int, default=2,
+                        help='parallel compile jobs of one package (2)')
+    parser.add_argument('--packages-at-once', type=int, default=2,
+                        help='packages built at the same time (2)')
     parser.add_argument('--force', action='store_true', help='rebuild even if the stamp matches')
     args = parser.parse_args(argv)
     prefix = args.prefix.resolve()
@@ -165,9 +198,7 @@ def main(argv=None):
     packages = interface_packages(HERE)
     env = build_environment(prefix)
     try:
-        for name in build_order(packages):
-            seconds = build_package(name, packages[name][0], prefix, args.jobs, env)
-            print(f'interfaces: {name} built in {seconds:.0f} s')
+        build_all(packages, prefix, args.jobs, args.packages_at_once, env)
     except BuildError as error:
         print(f'interfaces: {error}', file=sys.stderr)
         return 1

@@ -273,6 +273,9 @@ class Probe:
     def close(self):
         import rclpy
         self.executor.shutdown()
+        # Its spin thread may be between two waits: it made its next wait set on a context
+        # shut down under it (an RCLError in that thread, a pytest warning) before this join.
+        self._thread.join(timeout=10.0)
         self.node.destroy_node()
         rclpy.try_shutdown(context=self.context)
 

@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 import subprocess
 import sys
+import threading
 import time
 
 from configs import REPO
@@ -277,6 +278,50 @@ def test_build_order_puts_dependencies_first(tmp_path):
         (tmp_path / name / 'package.xml').write_text(
             f'<package format="3"><name>{name}</name>{depends}</package>')
     assert build.build_order(build.interface_packages(tmp_path)) == ['b_msgs', 'c_msgs', 'a_msgs']
+
+
+def test_packages_build_two_at_once_each_after_its_dependencies(capsys):
+    build = load_build_script()
+    packages = {'a': ('', {'c', 'std_msgs'}), 'b': ('', set()), 'c': ('', {'b'}),
+                'd': ('', set()), 'e': ('', set()), 'f': ('', {'a', 'e'})}
+    events, lock, running = [], threading.Lock(), set()
+
+    def build_package(name, source, prefix, jobs, env):
+        with lock:
+            running.add(name)
+            events.append(('start', name, len(running)))
+        time.sleep(0.05)
+        with lock:
+            running.discard(name)
+            events.append(('end', name, len(running)))
+        return 0.05
+    build.build_package = build_package
+    build.build_all(packages, None, 2, 2, {})
+    assert max(count for kind, _, count in events if kind == 'start') == 2
+    ended = [name for kind, name, _ in events if kind == 'end']
+    assert sorted(ended) == sorted(packages)
+    for name, (_, deps) in packages.items():
+        started = next(i for i, (kind, n, _) in enumerate(events) if (kind, n) == ('start', name))
+        assert all(('end', dep) in [(k, n) for k, n, _ in events[:started]]
+                   for dep in deps & packages.keys()), (name, events)
+    assert capsys.readouterr().out.count(' built in ') == len(packages)
+
+
+def test_a_failed_package_stops_the_build_once_the_running_one_ends():
+    build = load_build_script()
+    packages = {name: ('', set()) for name in 'abcd'}
+    finished = []
+
+    def build_package(name, source, prefix, jobs, env):
+        if name == 'a':
+            raise build.BuildError('a failed')
+        time.sleep(0.2)
+        finished.append(name)
+        return 0.2
+    build.build_package = build_package
+    with pytest.raises(build.BuildError, match='a failed'):
+        build.build_all(packages, None, 2, 2, {})
+    assert finished == ['b']        # running beside it: ended; c and d never started
 
 
 def test_stamp_hash_moves_with_a_definition_only(tmp_path):
