@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from jax_perception_node.settings.config import default_params_file
+from jax_perception_node.tools.arguments import UsageError
 
 
 def local_ros_env() -> dict:
@@ -31,12 +32,28 @@ def local_ros_env() -> dict:
 
 
 def console_script(name: str) -> str:
-    """Path of a console script of this package: the running venv's first, else the PATH's."""
-    local = Path(sys.executable).with_name(name)
-    if local.exists():
-        return str(local)
+    """
+    Return the path of a console script of this package; UsageError when none is found.
+
+    Looked for beside the running python (a venv), beside the running script (a colcon
+    install puts them in lib/jax_perception_node, off PATH, where ``ros2 run`` finds them),
+    in the ament index's prefix, then on PATH.
+    """
+    folders = [Path(sys.executable).parent, Path(sys.argv[0]).resolve().parent]
+    try:
+        from ament_index_python.packages import get_package_prefix
+        folders.append(Path(get_package_prefix('jax_perception_node')) / 'lib'
+                       / 'jax_perception_node')
+    except (ImportError, LookupError, OSError):   # no index, not in it, AMENT_PREFIX_PATH unset
+        pass
+    for folder in folders:
+        path = folder / name
+        if path.is_file() and os.access(path, os.X_OK):   # not the package's own folder
+            return str(path)
     if shutil.which(name) is None:
-        raise FileNotFoundError(f'{name}: console script not installed (pip install -e .)')
+        raise UsageError(f'{name}: console script not found beside {sys.executable} or '
+                         f'{sys.argv[0]}, in the ament index or on PATH (pip install -e ., or '
+                         f'colcon build and source install/setup.bash)')
     return name
 
 
