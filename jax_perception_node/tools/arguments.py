@@ -165,6 +165,8 @@ EXTRAS = {'demo': (('matplotlib', 'tools', '', ''),),
           'train': (('optax', 'train', '', ''), ('matplotlib', 'train', '', '')),
           'bench': (('psutil', 'tools', '', '--markdown'),
                     ('matplotlib', 'tools', '', '--markdown'))}
+# What a command's --help imports: train's arguments are its module's, which imports optax.
+HELP_IMPORTS = {'train': ('optax',)}
 
 
 def check_extras(argv: list[str]) -> None:
@@ -177,9 +179,10 @@ def check_extras(argv: list[str]) -> None:
         return any(len(name) > 3 and option.startswith(name)
                    for name in (arg.split('=', 1)[0] for arg in argv if arg.startswith('--')))
     command = argv[0] if argv else ''
-    if ('-h' in argv or '--help' in argv) and command != 'train':
-        return      # help needs nothing, but train's arguments are its module's (optax)
+    helping = '-h' in argv or '--help' in argv
     for module, extra, only, unless in EXTRAS.get(command, ()):
+        if helping and module not in HELP_IMPORTS.get(command, ()):
+            continue
         if ((not only or given(only)) and not (unless and given(unless))
                 and importlib.util.find_spec(module) is None):
             raise UsageError(f'{command}{" " + only if only else ""} needs {module}: pip install '
