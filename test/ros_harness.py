@@ -143,7 +143,6 @@ class Probe:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from nav_msgs.msg import Odometry
-        from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import qos_profile_sensor_data, QoSProfile
         from sensor_msgs.msg import Image, PointCloud2
         self.context = rclpy.Context()
@@ -169,10 +168,31 @@ class Probe:
                                       keep(self.latency), QoSProfile(depth=100))
         self.node.create_subscription(DiagnosticArray, '/diagnostics', keep(self.diagnostics),
                                       QoSProfile(depth=20))
+        self._spin()
+
+    def _spin(self) -> None:
+        from rclpy.executors import SingleThreadedExecutor
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self._thread = threading.Thread(target=self.executor.spin, daemon=True)
         self._thread.start()
+
+    def _stop_spinning(self) -> None:
+        self.executor.shutdown()
+        # Its spin thread may be between two waits: it made its next wait set on a context
+        # shut down under it (an RCLError in that thread, a pytest warning) before this join.
+        self._thread.join(timeout=10.0)
+
+    def destroy_subscription(self, subscription) -> None:
+        """
+        Destroy a subscription of the probe's node with its spin thread stopped; spin on.
+
+        Destroyed beside the spinning thread, its QoS event handler raised InvalidHandle in
+        that thread's next wait set: the thread died and the probe heard nothing more.
+        """
+        self._stop_spinning()
+        self.node.destroy_subscription(subscription)
+        self._spin()
 
     def _keep(self, store, msg):
         with self.lock:
@@ -272,10 +292,7 @@ class Probe:
 
     def close(self):
         import rclpy
-        self.executor.shutdown()
-        # Its spin thread may be between two waits: it made its next wait set on a context
-        # shut down under it (an RCLError in that thread, a pytest warning) before this join.
-        self._thread.join(timeout=10.0)
+        self._stop_spinning()
         self.node.destroy_node()
         rclpy.try_shutdown(context=self.context)
 

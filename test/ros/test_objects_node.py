@@ -177,7 +177,7 @@ def test_markers_come_while_subscribed(running):
             assert (cube.pose.position.x, cube.pose.position.y) == (c.x, c.y)
             assert cube.header.frame_id == 'base_link'
     finally:
-        probe.node.destroy_subscription(sub)
+        probe.destroy_subscription(sub)
 
 
 def node_sees_subscriber(probe) -> bool:
@@ -284,7 +284,7 @@ def test_published_time_comes_when_subscribed(running):
                         + published.published_stamp.nanosec)
         assert before <= published_ns <= after
     finally:
-        probe.node.destroy_subscription(sub)
+        probe.destroy_subscription(sub)
     assert node.alive()
 
 
