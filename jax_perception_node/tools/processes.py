@@ -39,7 +39,8 @@ def console_script(name: str) -> str:
     install puts them in lib/jax_perception_node, off PATH, where ``ros2 run`` finds them),
     in the ament index's prefix, then on PATH.
     """
-    folders = [Path(sys.executable).parent, Path(sys.argv[0]).resolve().parent]
+    running = sys.argv[0] if sys.argv else ''    # empty where Python is embedded
+    folders = [Path(sys.executable).parent, Path(running).resolve().parent]
     try:
         from ament_index_python.packages import get_package_prefix
         folders.append(Path(get_package_prefix('jax_perception_node')) / 'lib'
@@ -52,7 +53,7 @@ def console_script(name: str) -> str:
             return str(path)
     if shutil.which(name) is None:
         raise UsageError(f'{name}: console script not found beside {sys.executable} or '
-                         f'{sys.argv[0]}, in the ament index or on PATH (pip install -e ., or '
+                         f'{running}, in the ament index or on PATH (pip install -e ., or '
                          f'colcon build and source install/setup.bash)')
     return name
 
