@@ -15,7 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from ..geometry.ego_motion import MOTION_SIZE
-from ..geometry.rotations import Pose, UNIT_NORM_TOLERANCE
+from ..geometry.rotations import checked_norm, Pose
 from ..settings.cameras import CameraConfig
 from ..settings.param_checks import check_value
 from ..settings.parameters import ConfigError
@@ -106,9 +106,7 @@ def unit_pose(pose: Pose, name: str) -> Pose:
     """
     translation = _check_finite(f'{name}.translation', pose.translation, (3,), '')
     q = _check_finite(f'{name}.rotation_xyzw', pose.rotation_xyzw, (4,), '')
-    norm = float(np.linalg.norm(q))
-    if abs(norm - 1.0) > UNIT_NORM_TOLERANCE:
-        raise ValueError(f'{name}.rotation_xyzw: not a unit quaternion (norm {norm:.4f})')
+    norm = checked_norm(q, f'{name}.rotation_xyzw')
     if abs(norm - 1.0) < 1e-12:     # unit already (the parameters', TF's): kept to the bit
         return pose
     return Pose(tuple(map(float, translation)), tuple(map(float, q / norm)))

@@ -21,6 +21,19 @@ class Pose:
         return quaternion_matrix(self.rotation_xyzw)
 
 
+def checked_norm(q, name: str) -> float:
+    """
+    Return the norm of quaternion ``q``; ValueError naming ``name`` beyond the tolerance.
+
+    The one rule for every pose given by hand (parameters, the Python API): within
+    ``UNIT_NORM_TOLERANCE`` of 1 the caller normalises, further off it is a typo.
+    """
+    norm = float(np.linalg.norm(q))
+    if abs(norm - 1.0) > UNIT_NORM_TOLERANCE:
+        raise ValueError(f'{name}: not a unit quaternion (norm {norm:.4f})')
+    return norm
+
+
 def quaternion_matrix(q) -> np.ndarray:
     """
     Return the float64[3, 3] rotation matrix of a unit quaternion ``q`` = (x, y, z, w).

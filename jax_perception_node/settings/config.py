@@ -28,7 +28,7 @@ from .param_checks import check_ros_type, check_value, unknown_key
 from .param_file import read_param_file
 from .parameters import (camera_defaults, camera_keys, ConfigError, defaults, is_foreign,
                          lidar_defaults, lidar_keys, NODE_KEYS)
-from ..geometry.rotations import Pose, UNIT_NORM_TOLERANCE
+from ..geometry.rotations import checked_norm, Pose
 
 __all__ = ['AccumulationConfig', 'autoware_labels', 'BondConfig', 'CameraConfig',
            'config_from_parameters',
@@ -376,9 +376,10 @@ def autoware_labels(items: list[str]) -> tuple[tuple[str, str], ...]:
 
 def _pose(v: Mapping[str, Any], prefix: str) -> Pose:
     q = np.array(v[f'{prefix}.rotation_xyzw'])
-    norm = float(np.linalg.norm(q))
-    if abs(norm - 1.0) > UNIT_NORM_TOLERANCE:
-        raise ConfigError(f'{prefix}.rotation_xyzw: not a unit quaternion (norm {norm:.4f})')
+    try:
+        norm = checked_norm(q, f'{prefix}.rotation_xyzw')
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return Pose(tuple(v[f'{prefix}.translation']), tuple(float(c) for c in q / norm))
 
 
