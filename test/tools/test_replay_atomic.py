@@ -352,11 +352,17 @@ def test_a_ctrl_c_that_lands_in_a_finalizer_reaches_the_main_thread(monkeypatch)
     class Finalized:
         def __del__(self):
             raise KeyboardInterrupt
-    with pytest.raises(KeyboardInterrupt):
-        Finalized()
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:
-            time.sleep(0.01)
+    # Ctrl-C as in a terminal: a process started in the background of a shell without job
+    # control (a CI script, nohup) ignores SIGINT from birth, and then no Ctrl-C can come.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Finalized()
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     Finalized.__del__ = lambda self: 1 / 0      # anything else goes to the hook before
     Finalized()
     assert [type(r.exc_value) for r in reported] == [ZeroDivisionError]
