@@ -12,6 +12,10 @@ INTERFACES := $(shell find interfaces -type f -not -path '*/__pycache__/*')
 # ROS_DOMAIN_ID of their own (from the process id) unless one is set.
 export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export FASTRTPS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_local.xml
+# Bytecode is written at a module's first import, once: pip installs none (--no-compile: it
+# compiles all 13.7k modules on one core, 80 of its 126 s here, where a run imports a few
+# thousand). Where PYTHONDONTWRITEBYTECODE is set, every process would compile what it imports.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: venv test demo bench soak fuzz lint clean
 
@@ -22,14 +26,6 @@ $(STAMP): requirements.txt requirements-dev.txt requirements.lock setup.py
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --no-compile -r requirements-dev.txt -c requirements.lock
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
-	@# Bytecode now: where PYTHONDONTWRITEBYTECODE is set, every process would compile what it
-	@# imports. On every core (pip's own step uses one: 80 of its 126 s here, against 38 s);
-	@# test folders below site-packages left out (the pattern anchored there: a checkout under
-	@# a tests/ folder would skip all): never imported, and torch's hold Python 3.12 syntax.
-	$(PY) -m compileall -q -j 0 jax_perception_node
-	P=$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))'); \
-		X=$$($(PY) -c 'import re, sys; print(re.escape(sys.argv[1]))' "$$P"); \
-		$(PY) -m compileall -q -j 0 -x "^$$X/(.+/)?(tests?|testing/_internal)/" "$$P"
 	@touch $(STAMP)
 
 $(INTERFACES_STAMP): $(STAMP) $(INTERFACES)
