@@ -5,10 +5,11 @@ Build the interface packages in this folder into a Python prefix (the venv) with
 tf2_msgs, grid_map_msgs, vision_msgs, autoware_internal_debug_msgs, autoware_perception_msgs,
 autoware_internal_msgs and bond have no wheels. On a real ROS install they come from apt; here
 every sub-folder with a package.xml is a plain ament_cmake project, configured with cmake
-against the ROS wheels' own generator toolchain and installed into the prefix itself: the
-libraries carry no RPATH, and the venv's start-up hook already puts <prefix>/lib on
-LD_LIBRARY_PATH. A stamp in the prefix holds a hash of the definitions and of the
-toolchain versions; while it matches, nothing is rebuilt (``--force`` rebuilds anyway).
+against the ROS wheels' own generator toolchain (the C and Python generators: what rclpy loads,
+see wheel_includes.cmake) and installed into the prefix itself: the libraries carry no RPATH,
+and the venv's start-up hook already puts <prefix>/lib on LD_LIBRARY_PATH. A stamp in the
+prefix holds a hash of the definitions and of the toolchain versions; while it matches,
+nothing is rebuilt (``--force`` rebuilds anyway).
 
 Run with the venv's python: ``.venv/bin/python interfaces/build_interfaces.py``.
 """
@@ -152,7 +153,7 @@ def build_all(packages, prefix, jobs, at_once, env):
     Build every package, ``at_once`` at a time, each after those of this folder it depends on.
 
     Much of a package's build runs on one core (its configure, the generators): two at once
-    keep both busier, 90 s for the seven here against 105 s one after the other. The first
+    keep both busier, 44 s for the seven here against 56 s one after the other. The first
     failure is raised once the builds under way have ended.
     """
     order = build_order(packages)
