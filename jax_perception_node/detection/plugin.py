@@ -34,6 +34,9 @@ ENCODER_KEY = 'image_encoder'
 # another, objects span other numbers of cells than it learned (at 0.2 m for 0.4 the reference
 # head's car AP at 1 m fell from 0.49 to 0.06, unsaid).
 RESOLUTION_KEY = 'grid_resolution'
+# The dtype of each leaf np.savez writes as raw bytes (ml_dtypes' bfloat16, float8: '|V2', '|V1'),
+# 'leaf=dtype' strings: float8_e4m3fn bytes were otherwise read as float8_e5m2, unsaid.
+RAW_DTYPES_KEY = 'raw_dtypes'
 _CHANNELS_BYTES = 1 << 20       # the most bytes of names a checkpoint may hold
 
 
@@ -130,10 +133,14 @@ def save_weights(path: str | os.PathLike, params, channel_names=(), encoder: str
     ``channel_names``, the BEV channels the weights were trained for, are recorded as
     :data:`CHANNELS_KEY` (none: not recorded); a configuration with others is then refused.
     ``encoder``, the image encoder a head was trained with, as :data:`ENCODER_KEY` ('': none);
-    ``resolution``, the BEV's cell size (m), as :data:`RESOLUTION_KEY` (0: none).
+    ``resolution``, the BEV's cell size (m), as :data:`RESOLUTION_KEY` (0: none). The dtype of
+    a leaf saved as raw bytes is recorded as :data:`RAW_DTYPES_KEY`.
     """
     leaves = jax.tree_util.tree_leaves(params)
     arrays = dict(zip(leaf_names(params), (np.asarray(leaf) for leaf in leaves)))
+    raw = [f'{name}={a.dtype.name}' for name, a in arrays.items() if _raw_bytes(a.dtype)]
+    if raw:
+        arrays[RAW_DTYPES_KEY] = np.asarray(raw, np.str_)
     if channel_names:
         arrays[CHANNELS_KEY] = np.asarray(tuple(channel_names), np.str_)
     if encoder:
@@ -142,6 +149,11 @@ def save_weights(path: str | os.PathLike, params, channel_names=(), encoder: str
         arrays[RESOLUTION_KEY] = np.float64(resolution)
     with open(path, 'wb') as f:
         np.savez(f, **arrays)
+
+
+def _raw_bytes(dtype: np.dtype) -> bool:
+    """Return True for a dtype np.savez writes as raw bytes (ml_dtypes' types: kind 'V')."""
+    return dtype.kind == 'V' and dtype.names is None
 
 
 def checked_resolution(arrays: Mapping[str, np.ndarray], what: str) -> float:
@@ -185,6 +197,17 @@ def factory_params(params, key: str = 'head.module'):
     return jax.tree_util.tree_map_with_path(host, params)
 
 
+def _raw_dtypes(arrays: Mapping[str, np.ndarray], path, key: str) -> dict[str, str]:
+    """Return {leaf: dtype name} of a checkpoint's :data:`RAW_DTYPES_KEY` record ({}: none)."""
+    record = arrays.get(RAW_DTYPES_KEY)
+    if record is None:
+        return {}
+    if record.ndim != 1 or record.dtype.kind != 'U' or not all('=' in r for r in record):
+        raise ConfigError(f'{key}: {path} {RAW_DTYPES_KEY} is {record.dtype}'
+                          f"{list(record.shape)}, not 'leaf=dtype' strings")
+    return dict(str(r).rsplit('=', 1) for r in record)
+
+
 def load_weights(path: str | os.PathLike, template,
                  validate: Callable[[Any], None] | None = None,
                  fit: Callable[[Mapping[str, np.ndarray]], None] | None = None,
@@ -205,7 +228,8 @@ def load_weights(path: str | os.PathLike, template,
     names = leaf_names(template)
     leaves, treedef = jax.tree_util.tree_flatten(template)
     limits = {name: np.asarray(leaf).nbytes for name, leaf in zip(names, leaves)}
-    records = {CHANNELS_KEY: _CHANNELS_BYTES, ENCODER_KEY: _CHANNELS_BYTES, RESOLUTION_KEY: 8}
+    records = {CHANNELS_KEY: _CHANNELS_BYTES, ENCODER_KEY: _CHANNELS_BYTES, RESOLUTION_KEY: 8,
+               RAW_DTYPES_KEY: _CHANNELS_BYTES}
     try:
         arrays = read_npz(path, key, {**limits, **records})
     except ConfigError:
@@ -216,14 +240,18 @@ def load_weights(path: str | os.PathLike, template,
         raise
     if fit is not None:
         fit(arrays)
+    raw = _raw_dtypes(arrays, path, key)
     values = []
     for name, leaf in zip(names, leaves):
         if name not in arrays:
             raise ConfigError(f'{key}: {path} lacks {name}')
         value, want = arrays[name], np.asarray(leaf)
-        if value.dtype.kind == want.dtype.kind == 'V' and value.dtype.names is None \
+        if _raw_bytes(value.dtype) and _raw_bytes(want.dtype) \
                 and value.dtype.itemsize == want.dtype.itemsize:
-            # np.savez writes ml_dtypes' types (bfloat16, float8) as raw bytes ('|V2').
+            # Raw bytes, by the record (a checkpoint without it: by the template alone).
+            if raw.get(name, want.dtype.name) != want.dtype.name:
+                raise ConfigError(f'{key}: {path} {name} is {raw[name]}{list(value.shape)}, '
+                                  f'the {owner} needs {want.dtype}{list(want.shape)}')
             value = value.view(want.dtype)
         if value.shape != want.shape or value.dtype != want.dtype:
             raise ConfigError(f'{key}: {path} {name} is {value.dtype}{list(value.shape)}, '

@@ -199,6 +199,30 @@ def test_bfloat16_weights_load_from_their_own_file_and_raw_bytes_of_another_size
         load_weights(tmp_path / 'w.npz', dict(params, scale=np.zeros(6, jnp.float8_e4m3fn)))
 
 
+def test_raw_bytes_of_another_dtype_of_the_same_size_are_refused_by_the_record(tmp_path):
+    # float8_e4m3fn and float8_e4m3fnuz are both '|V1' in the file: read by the template alone,
+    # [2, -0.5] came back as [1, -0.25] (the same bytes, another exponent bias).
+    e4m3, fnuz = np.dtype(jnp.float8_e4m3fn), np.dtype(jnp.float8_e4m3fnuz)
+    params = {'scale': np.array([2.0, -0.5], np.float32).astype(e4m3)}
+    save_weights(tmp_path / 'w.npz', params)
+    with np.load(tmp_path / 'w.npz') as npz:
+        assert npz["['scale']"].dtype == np.dtype('V1')
+        assert list(npz['raw_dtypes']) == ["['scale']=float8_e4m3fn"]
+    np.testing.assert_array_equal(load_weights(tmp_path / 'w.npz', params)['scale']
+                                  .astype(np.float32), [2.0, -0.5])
+    with pytest.raises(ConfigError, match=r"w.npz \['scale'\] is float8_e4m3fn\[2\], the head "
+                                          r'needs float8_e4m3fnuz\[2\]'):
+        load_weights(tmp_path / 'w.npz', {'scale': np.zeros(2, fnuz)})
+    # A checkpoint written before the record: read by the template, as then.
+    with open(tmp_path / 'old.npz', 'wb') as f:
+        np.savez(f, **{"['scale']": params['scale']})
+    assert load_weights(tmp_path / 'old.npz', {'scale': np.zeros(2, fnuz)})['scale'].dtype == fnuz
+    with open(tmp_path / 'bad.npz', 'wb') as f:
+        np.savez(f, **{"['scale']": params['scale'], 'raw_dtypes': np.float32(1)})
+    with pytest.raises(ConfigError, match="raw_dtypes is float32\\[\\], not 'leaf=dtype' strings"):
+        load_weights(tmp_path / 'bad.npz', params)
+
+
 def test_the_heads_validate_hook_checks_every_checkpoint_live_swaps_too(tmp_path, monkeypatch):
     calls, check = [], toy_heads.positive_scale
 
