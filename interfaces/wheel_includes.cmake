@@ -27,7 +27,7 @@ cmake_language(DEFER CALL jpn_fix_wheel_include_directories)
 
 # Only Python loads these packages here, through the C type supports (rclpy and rmw_fastrtps_cpp
 # read rosidl_typesupport_c and _fastrtps_c): the C++ generators (messages, their type support,
-# introspection and Fast DDS type supports) were half of every build, for nothing in the venv.
+# introspection and Fast DDS type supports) were 40 % of the build, for nothing in the venv.
 # Found first, with its extensions filtered; the package's own find_package then returns at once.
 find_package(rosidl_default_generators REQUIRED)
 list(FILTER AMENT_EXTENSIONS_rosidl_generate_idl_interfaces EXCLUDE REGEX "^[a-z_]+_cpp:")

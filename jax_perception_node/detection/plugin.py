@@ -34,8 +34,8 @@ ENCODER_KEY = 'image_encoder'
 # another, objects span other numbers of cells than it learned (at 0.2 m for 0.4 the reference
 # head's car AP at 1 m fell from 0.49 to 0.06, unsaid).
 RESOLUTION_KEY = 'grid_resolution'
-# The dtype of each leaf np.savez writes as raw bytes (ml_dtypes' bfloat16, float8: '|V2', '|V1'),
-# 'leaf=dtype' strings: float8_e4m3fn bytes were otherwise read as float8_e5m2, unsaid.
+# The dtype of each leaf saved as raw bytes (ml_dtypes' bfloat16, float8, int4: '|V2', '|V1'),
+# 'leaf=dtype' strings: float8_e4m3fn bytes were otherwise read as float8_e4m3fnuz, unsaid.
 RAW_DTYPES_KEY = 'raw_dtypes'
 _CHANNELS_BYTES = 1 << 20       # the most bytes of names a checkpoint may hold
 
@@ -138,9 +138,11 @@ def save_weights(path: str | os.PathLike, params, channel_names=(), encoder: str
     """
     leaves = jax.tree_util.tree_leaves(params)
     arrays = dict(zip(leaf_names(params), (np.asarray(leaf) for leaf in leaves)))
-    raw = [f'{name}={a.dtype.name}' for name, a in arrays.items() if _raw_bytes(a.dtype)]
+    raw = [name for name, a in arrays.items() if _saved_raw(a.dtype)]
     if raw:
-        arrays[RAW_DTYPES_KEY] = np.asarray(raw, np.str_)
+        arrays[RAW_DTYPES_KEY] = np.asarray([f'{n}={arrays[n].dtype.name}' for n in raw], np.str_)
+        # As bytes: a .npy header cannot name them (float8_e5m2's '<f1' was written, unreadable).
+        arrays.update({n: arrays[n].view(f'V{arrays[n].dtype.itemsize}') for n in raw})
     if channel_names:
         arrays[CHANNELS_KEY] = np.asarray(tuple(channel_names), np.str_)
     if encoder:
@@ -151,9 +153,12 @@ def save_weights(path: str | os.PathLike, params, channel_names=(), encoder: str
         np.savez(f, **arrays)
 
 
-def _raw_bytes(dtype: np.dtype) -> bool:
-    """Return True for a dtype np.savez writes as raw bytes (ml_dtypes' types: kind 'V')."""
-    return dtype.kind == 'V' and dtype.names is None
+def _saved_raw(dtype: np.dtype) -> bool:
+    """Return True for a dtype a .npy header cannot name (ml_dtypes' types): saved as bytes."""
+    try:
+        return np.dtype(np.lib.format.dtype_to_descr(dtype)) != dtype
+    except (TypeError, ValueError):
+        return True
 
 
 def checked_resolution(arrays: Mapping[str, np.ndarray], what: str) -> float:
@@ -202,10 +207,12 @@ def _raw_dtypes(arrays: Mapping[str, np.ndarray], path, key: str) -> dict[str, s
     record = arrays.get(RAW_DTYPES_KEY)
     if record is None:
         return {}
-    if record.ndim != 1 or record.dtype.kind != 'U' or not all('=' in r for r in record):
+    pairs = [str(r).rsplit('=', 1) for r in record.reshape(-1)] \
+        if record.ndim == 1 and record.dtype.kind == 'U' else [[]]
+    if not all(len(pair) == 2 and all(pair) for pair in pairs):
         raise ConfigError(f'{key}: {path} {RAW_DTYPES_KEY} is {record.dtype}'
                           f"{list(record.shape)}, not 'leaf=dtype' strings")
-    return dict(str(r).rsplit('=', 1) for r in record)
+    return dict(pairs)
 
 
 def load_weights(path: str | os.PathLike, template,
@@ -228,8 +235,10 @@ def load_weights(path: str | os.PathLike, template,
     names = leaf_names(template)
     leaves, treedef = jax.tree_util.tree_flatten(template)
     limits = {name: np.asarray(leaf).nbytes for name, leaf in zip(names, leaves)}
+    # The dtype record: a 4-byte character per name, '=' and a dtype name (at most 32).
+    longest = max(map(len, names), default=0)
     records = {CHANNELS_KEY: _CHANNELS_BYTES, ENCODER_KEY: _CHANNELS_BYTES, RESOLUTION_KEY: 8,
-               RAW_DTYPES_KEY: _CHANNELS_BYTES}
+               RAW_DTYPES_KEY: 4 * len(names) * (longest + 33)}
     try:
         arrays = read_npz(path, key, {**limits, **records})
     except ConfigError:
@@ -246,16 +255,15 @@ def load_weights(path: str | os.PathLike, template,
         if name not in arrays:
             raise ConfigError(f'{key}: {path} lacks {name}')
         value, want = arrays[name], np.asarray(leaf)
-        if _raw_bytes(value.dtype) and _raw_bytes(want.dtype) \
-                and value.dtype.itemsize == want.dtype.itemsize:
-            # Raw bytes, by the record (a checkpoint without it: by the template alone).
-            if raw.get(name, want.dtype.name) != want.dtype.name:
-                raise ConfigError(f'{key}: {path} {name} is {raw[name]}{list(value.shape)}, '
-                                  f'the {owner} needs {want.dtype}{list(want.shape)}')
-            value = value.view(want.dtype)
+        if value.dtype.kind == 'V' and value.dtype.names is None:
+            # Raw bytes: of the recorded dtype (a checkpoint without the record: the template's).
+            saved = raw.get(name, want.dtype.name if _saved_raw(want.dtype) else None)
+            if saved == want.dtype.name and value.dtype.itemsize == want.dtype.itemsize:
+                value = value.view(want.dtype)
         if value.shape != want.shape or value.dtype != want.dtype:
-            raise ConfigError(f'{key}: {path} {name} is {value.dtype}{list(value.shape)}, '
-                              f'the {owner} needs {want.dtype}{list(want.shape)}')
+            raise ConfigError(f'{key}: {path} {name} is {raw.get(name, value.dtype)}'
+                              f'{list(value.shape)}, the {owner} needs {want.dtype}'
+                              f'{list(want.shape)}')
         if not np.all(np.isfinite(value)):
             raise ConfigError(f'{key}: {path} {name} has non-finite values')
         values.append(value)
