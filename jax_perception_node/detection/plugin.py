@@ -207,9 +207,9 @@ def _raw_dtypes(arrays: Mapping[str, np.ndarray], path, key: str) -> dict[str, s
     record = arrays.get(RAW_DTYPES_KEY)
     if record is None:
         return {}
-    pairs = [str(r).rsplit('=', 1) for r in record.reshape(-1)] \
-        if record.ndim == 1 and record.dtype.kind == 'U' else [[]]
-    if not all(len(pair) == 2 and all(pair) for pair in pairs):
+    strings = record.ndim == 1 and record.dtype.kind == 'U'
+    pairs = [str(r).rsplit('=', 1) for r in record] if strings else []
+    if not strings or not all(len(pair) == 2 and all(pair) for pair in pairs):
         raise ConfigError(f'{key}: {path} {RAW_DTYPES_KEY} is {record.dtype}'
                           f"{list(record.shape)}, not 'leaf=dtype' strings")
     return dict(pairs)
