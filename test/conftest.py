@@ -10,16 +10,17 @@ from ci_skips import pytest_runtest_makereport  # noqa: F401
 from configs import REPO, small_config, TEST_STORE
 from jax_perception_node.settings.config import PipelineConfig
 import pytest
-from ros_harness import DOMAIN_BLOCK
+from ros_harness import DOMAIN_BLOCK, DOMAIN_BLOCK_SIZE
 
 # DDS never leaves loopback; the domain is per run so parallel runs do not cross-talk. Under
 # pytest-xdist (make test runs two workers, which inherit the run's domain) each worker moves
-# it into a block of 100 domains of its own (ros_harness.DOMAIN_BLOCK), so the two workers'
-# nodes never share a domain either.
+# it into a block of domains of its own (ros_harness.domain_block), so no two workers' nodes
+# share a domain either.
 os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
 os.environ.setdefault('ROS_DOMAIN_ID', str(10 + os.getpid() % 80))
 if 'PYTEST_XDIST_WORKER' in os.environ:
-    os.environ['ROS_DOMAIN_ID'] = str(DOMAIN_BLOCK + int(os.environ['ROS_DOMAIN_ID']) % 100)
+    os.environ['ROS_DOMAIN_ID'] = str(
+        DOMAIN_BLOCK + int(os.environ['ROS_DOMAIN_ID']) % DOMAIN_BLOCK_SIZE)
 if TEST_STORE not in os.environ:     # the run's own (workers inherit it), removed at its end
     os.environ[TEST_STORE] = tempfile.mkdtemp(prefix='jax-perception-test-store-')
     atexit.register(shutil.rmtree, os.environ[TEST_STORE], True)

@@ -14,9 +14,30 @@ from jax_perception_node.tools.cloud_messages import rclpy_types
 from jax_perception_node.tools.processes import console_script, stop_process
 import numpy as np
 
-# pytest-xdist names its workers gw0, gw1: each takes a block of 100 ROS domains of its own
-# (two blocks fit under Fast DDS's highest domain, 232; make test runs two workers).
-DOMAIN_BLOCK = 100 * (int(os.environ.get('PYTEST_XDIST_WORKER', 'gw0')[2:]) % 2)
+MAX_DOMAIN = 232          # Fast DDS's highest domain id (its ports run out past it)
+MIN_BLOCK = 10            # a worker's own domain and other_domain's offsets 0 to 8
+
+
+def domain_block(worker: str, workers: int) -> tuple[int, int]:
+    """
+    Return (first domain, size) of the ROS domains of pytest-xdist worker ``worker`` ('gw3').
+
+    Each of the ``workers`` takes a block of its own, so no two workers' nodes share a domain:
+    100 domains each for make test's two, fewer for more (three shared one block before, and
+    a node took a cloud of the other worker's test). A restarted worker (gw2 of two) takes the
+    block of the one it replaces. Raises RuntimeError when the blocks would be too small.
+    """
+    blocks = max(2, workers)
+    size = min(100, (MAX_DOMAIN + 1) // blocks)
+    if size < MIN_BLOCK:
+        raise RuntimeError(f'at most {(MAX_DOMAIN + 1) // MIN_BLOCK} pytest-xdist workers: each '
+                           f'needs {MIN_BLOCK} ROS domains of its own (Fast DDS stops at '
+                           f'{MAX_DOMAIN}), got {workers}')
+    return size * (int(worker[2:]) % blocks), size
+
+
+DOMAIN_BLOCK, DOMAIN_BLOCK_SIZE = domain_block(os.environ.get('PYTEST_XDIST_WORKER', 'gw0'),
+                                               int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', 1)))
 
 
 class NodeProcess:
@@ -69,8 +90,11 @@ def make_features(fmap: np.ndarray, stamp_ns: int, name: str, frame_id: str | No
 
 
 def other_domain(offset: int) -> int:
-    """Return a ROS domain next to this run's own, so two test nodes never share topics."""
-    return DOMAIN_BLOCK + (int(os.environ['ROS_DOMAIN_ID']) - DOMAIN_BLOCK + offset) % 100 + 1
+    """Return a ROS domain next to this run's own in its block: two test nodes never share one."""
+    if not 0 <= offset < MIN_BLOCK - 1:
+        raise ValueError(f'offset {offset}: 0 to {MIN_BLOCK - 2} fit every block (MIN_BLOCK)')
+    own = int(os.environ['ROS_DOMAIN_ID']) - DOMAIN_BLOCK
+    return DOMAIN_BLOCK + (own + offset + 1) % DOMAIN_BLOCK_SIZE
 
 
 @contextmanager
