@@ -15,7 +15,7 @@ from jax_perception_node.tools.processes import console_script, stop_process
 import numpy as np
 
 MAX_DOMAIN = 232          # Fast DDS's highest domain id (its ports run out past it)
-MIN_BLOCK = 10            # a worker's own domain and other_domain's offsets 0 to 8
+MIN_BLOCK = 48            # a worker's own domain and other_domain's offsets (0 to 46 in use)
 
 
 def domain_block(worker: str, workers: int) -> tuple[int, int]:

@@ -5,7 +5,7 @@ import ros_harness
 from ros_harness import domain_block, MAX_DOMAIN, MIN_BLOCK
 
 
-@pytest.mark.parametrize('workers', [1, 2, 3, 4, 8, 23])
+@pytest.mark.parametrize('workers', [1, 2, 3, 4])
 def test_the_workers_blocks_are_disjoint_and_fast_dds_takes_every_domain(workers):
     # Three workers shared a block before (a block of 100 per gw index mod 2): the demo's
     # node counted 16 clouds of a 15-cloud bag, one from the other worker's test.
@@ -20,7 +20,7 @@ def test_the_workers_blocks_are_disjoint_and_fast_dds_takes_every_domain(workers
     assert domain_block(f'gw{max(2, workers)}', workers) == blocks[0]
 
 
-@pytest.mark.parametrize('workers', [2, 23])
+@pytest.mark.parametrize('workers', [2, 4])
 def test_other_domains_stay_in_the_workers_block_and_off_its_own(workers, monkeypatch):
     # Before, the last domain of gw0's block could be gw1's own (100).
     for worker in ('gw0', 'gw1'):
@@ -35,7 +35,7 @@ def test_other_domains_stay_in_the_workers_block_and_off_its_own(workers, monkey
 
 
 def test_too_many_workers_for_the_domains_is_one_clear_error():
-    with pytest.raises(RuntimeError, match=r'at most 23 pytest-xdist workers: each needs 10 '
+    with pytest.raises(RuntimeError, match=r'at most 4 pytest-xdist workers: each needs 48 '
                                            r'ROS domains of its own \(Fast DDS stops at 232\), '
-                                           r'got 24'):
-        domain_block('gw0', 24)
+                                           r'got 5'):
+        domain_block('gw0', 5)
