@@ -16,6 +16,9 @@ class-balanced (``training_set.class_balanced``, as CBGS) unless ``--no-class-ba
 AdamW with a warm-up and cosine decay.
 Camera dropout (issue 29): a sample has all its cameras,
 a random subset or none (``training_set.CameraDropout``), so the head works with them masked.
+``--camera-classes`` routes the cameras to some classes' heatmaps only
+(``detection.heads.camera_routing``): the other classes and the box regression read the LiDAR
+channels alone, so the cameras never change their boxes.
 When the cameras send images to an encoder with parameters (``encoders.learned``), the encoder
 is trained with the head, end to end through the camera lift (``train_images``), and written
 beside the head (``--encoder-out``); the head records that encoder. ``--init-head`` starts from
@@ -27,8 +30,8 @@ written. The weights are written to a temporary file beside ``--out`` and rename
 a failed write leaves no partial file there.
 """
 
-import argparse
 from dataclasses import replace
+import functools
 import os
 from pathlib import Path
 import sys
@@ -42,22 +45,21 @@ import optax
 
 from .arguments import check_writable, distinct_bags, outputs_apart, UsageError
 from .head_targets import encode_targets, flip_boxes
+# add_arguments: the command's parser, beside cmd_train (cli.py takes both from here).
+from .train_arguments import add_arguments, camera_routing  # noqa: F401
 from .train_images import EndToEnd, ImageFrames, make_step as end_to_end_step, samples
 from .training_progress import plot_losses, progress_bar
 from .training_set import CameraDropout, collect, Dataset, draws, read_truth, VARIANTS
 from ..bags import bagio
 from ..core.pipeline import BevPipeline
 from ..detection.head import fits, HeadInput, leaf_names, load_weights, save_weights
+from ..detection.heads.camera_routing import camera_outputs, CameraRouting
 from ..detection.heads.centerpoint import (
     CenterPointHead, check_input, CLASSES, mirrored, object_head, validate)
 from ..outputs.grid_map import GridMapLayers
 from ..settings.config import default_params_file, HeadConfig, load_config
 from ..settings.parameters import ConfigError, REFERENCE_HEAD
 
-DEFAULT_STEPS = 6000        # the shipped weights: 20 minutes on a 2-core CPU, 26 drives
-DEFAULT_BATCH = 8
-# A typo's bounds: 10 million steps is years of this CPU; the steps' draws are kept in memory.
-MAX_STEPS, MAX_BATCH = 10 ** 7, 4096
 LEARNING_RATE = 3e-3
 WEIGHT_DECAY = 1e-4
 REG_WEIGHT = 0.25          # CenterPoint's weight of the box regression against the heatmap
@@ -100,8 +102,15 @@ def batch(dataset: Dataset, indices, flips, grid, variants=None, scales=None):
 # -- loss and training -----------------------------------------------------------------------
 
 
-def head_loss(model: CenterPointHead, pooled, heat, reg, mask):
-    """Return (focal + REG_WEIGHT x L1, (focal, L1)), both summed over objects and per object."""
+def head_loss(model: CenterPointHead, pooled, heat, reg, mask,
+              routing: CameraRouting | None = None):
+    """
+    Return (focal + REG_WEIGHT x L1, (focal, L1)), both summed over objects and per object.
+
+    With ``routing``, the model's routed-off weights count as 0 (and so get no gradient).
+    """
+    if routing is not None:
+        model = routing.apply(model)
     out = model.from_pooled(pooled)
     logits = out['heatmap']
     positive = (heat >= 1.0).astype(jnp.float32)
@@ -122,12 +131,12 @@ def trainable_mask(model: CenterPointHead | EndToEnd):
     return eqx.tree_at(lambda m: (head(m).mean, head(m).std), mask, replace=(False, False))
 
 
-def make_step(optimizer, frozen):
+def make_step(optimizer, frozen, loss_of):
     """Return the jitted ``step(trainable, opt_state, batch) -> (trainable, state, losses)``."""
     @jax.jit
     def step(trainable, opt_state, pooled, heat, reg, mask):
         def loss(t):
-            return head_loss(eqx.combine(t, frozen), pooled, heat, reg, mask)
+            return loss_of(eqx.combine(t, frozen), pooled, heat, reg, mask)
         (total, (focal, l1)), grads = jax.value_and_grad(loss, has_aux=True)(trainable)
         updates, opt_state = optimizer.update(grads, opt_state, trainable)
         return optax.apply_updates(trainable, updates), opt_state, jnp.stack([total, focal, l1])
@@ -138,7 +147,8 @@ def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, se
           progress=None, learning_rate: float | None = None,
           dropout: CameraDropout | None = None, balance: bool = False,
           init: CenterPointHead | None = None, images: ImageFrames | None = None,
-          encoder=None) -> tuple[CenterPointHead | EndToEnd, np.ndarray]:
+          encoder=None, routing: CameraRouting | None = None,
+          ) -> tuple[CenterPointHead | EndToEnd, np.ndarray]:
     """
     Train a head on ``dataset``; return it and the per-step losses float32[steps, 3].
 
@@ -160,6 +170,8 @@ def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, se
         dataset's statistics).
     images, encoder: each frame's camera images and the LoadedEncoder to train with the head,
         end to end (``train_images``; None: the head alone).
+    routing: the outputs that may read the camera channels (``camera_routing``; None: all);
+        the weights it routes off stay 0 in training and are written 0.
 
     Returns
     -------
@@ -180,16 +192,14 @@ def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, se
         init, jax.tree.map(jnp.asarray, encoder.params))
     trainable, frozen = eqx.partition(model, trainable_mask(model))
     rate = LEARNING_RATE if learning_rate is None else learning_rate
-    optimizer = optax.chain(optax.clip_by_global_norm(10.0), optax.adamw(
-        optax.warmup_cosine_decay_schedule(0.0, rate, min(100, max(steps // 10, 1)),
-                                           max(steps, 2), rate * 0.02),
-        weight_decay=WEIGHT_DECAY))
+    optimizer = adamw(rate, steps)
     opt_state = optimizer.init(trainable)
     intensity = dataset.names.index('intensity_mean') if images is not None and (
         'intensity_mean' in dataset.names) else None
-    step = make_step(optimizer, frozen) if images is None else end_to_end_step(
+    loss_of = functools.partial(head_loss, routing=routing)
+    step = make_step(optimizer, frozen, loss_of) if images is None else end_to_end_step(
         optimizer, frozen, encoder.spec.apply, images.stacked_tables(), dataset.cameras,
-        intensity, head_loss)
+        intensity, loss_of)
     weights = dataset.variants(dropout or CameraDropout(0.0), drawn=images is not None)
     losses = np.zeros((steps, 3), np.float32)
     for n, (indices, flips, variants, scales, keep) in enumerate(draws(
@@ -210,9 +220,26 @@ def train(dataset: Dataset, grid, channels: int, steps: int, batch_size: int, se
                 f'{focal:g}, box regression {l1:g}); {_hint(dataset, rate)}')
         if progress:
             progress(n + 1, steps, float(losses[n, 0]))
-    model = eqx.combine(trainable, frozen)
+    model = routed(eqx.combine(trainable, frozen), routing)
     check_finite(model, steps, lambda: _hint(dataset, rate))
     return model, losses
+
+
+def adamw(rate: float, steps: int):
+    """Return AdamW with gradient clipping, a warm-up and a cosine decay to 2 % of ``rate``."""
+    return optax.chain(optax.clip_by_global_norm(10.0), optax.adamw(
+        optax.warmup_cosine_decay_schedule(0.0, rate, min(100, max(steps // 10, 1)),
+                                           max(steps, 2), rate * 0.02),
+        weight_decay=WEIGHT_DECAY))
+
+
+def routed(model: CenterPointHead | EndToEnd, routing: CameraRouting | None):
+    """Return ``model`` with its head's routed-off weights 0 (``routing`` None: as it is)."""
+    if routing is None:
+        return model
+    if isinstance(model, EndToEnd):
+        return eqx.tree_at(lambda m: m.head, model, routing.apply(model.head))
+    return routing.apply(model)
 
 
 def check_finite(model, steps: int, hint) -> None:
@@ -261,78 +288,6 @@ def write_weights(path: Path, params, channel_names: tuple[str, ...] = (),
 
 
 # -- command line ----------------------------------------------------------------------------
-
-
-def _number(kind, low, high=None):
-    """Return an argparse type: a ``kind`` (int or float) of at least ``low``, at most ``high``."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            what = 'an integer' if kind is int else 'a number'
-            raise argparse.ArgumentTypeError(f'expected {what}, got {text!r}') from None
-        if value < low or (high is not None and not value <= high):
-            raise argparse.ArgumentTypeError(
-                f'must be at least {low}, got {value}' if high is None else
-                f'must be within [{low}, {high}], got {text}')
-        return value
-    return parse
-
-
-def _picture_file(text: str) -> str:
-    """Accept a file path whose suffix matplotlib writes (the loss picture is written last)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    formats = FigureCanvasAgg.get_supported_filetypes()
-    if Path(text).suffix.lower().lstrip('.') not in formats:
-        raise argparse.ArgumentTypeError(f'{text}: the loss picture needs one of the suffixes '
-                                         f'{", ".join(sorted(formats))}')
-    return text
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the train command's arguments to its (sub)parser."""
-    parser.description = ('Train the reference CenterPoint head (four classes) on sample '
-                          'drives with ground truth. Train only on drives of seeds >= 100 '
-                          '(jax-perception sample-bag OUT --seed K); seeds below 100 are for '
-                          'tests, the demo, '
-                          'the benchmarks and evaluation. The parameter file fixes the BEV '
-                          'the weights are for: cameras.names: [] for LiDAR-only weights.')
-    parser.add_argument('bags', nargs='+', metavar='BAGS',
-                        help='sample drives with /ground_truth/objects (seeds >= 100 only)')
-    parser.add_argument('--out', required=True, metavar='WEIGHTS',
-                        help='the weights (.npz) to write')
-    parser.add_argument('--params', metavar='FILE',
-                        help='parameter file (default: the shipped one); fixes the BEV')
-    parser.add_argument('--steps', type=_number(int, 1, MAX_STEPS), default=DEFAULT_STEPS,
-                        help=f'optimizer steps (default {DEFAULT_STEPS})')
-    parser.add_argument('--batch', type=_number(int, 1, MAX_BATCH), default=DEFAULT_BATCH,
-                        help=f'frames per step (default {DEFAULT_BATCH})')
-    parser.add_argument('--seed', type=_number(int, 0), default=0,
-                        help='seed of the initial weights, frame order, flips and camera '
-                             'dropout (default 0); not a drive seed')
-    default, share = CameraDropout(), _number(float, 0, 1)
-    parser.add_argument('--camera-dropout', type=share, default=default.rate, metavar='P',
-                        help='the share of training samples with cameras dropped (default '
-                             f'{default.rate:g}): every camera (--drop-all-cameras), or each '
-                             'kept with probability 0.5 (drawn per frame with --seed); 0: all '
-                             'cameras always (half the memory); no effect without cameras')
-    parser.add_argument('--drop-all-cameras', type=share, default=default.every, metavar='F',
-                        help='of the samples with cameras dropped, the share with every camera '
-                             f'dropped (default {default.every:g})')
-    parser.add_argument('--class-balance', action=argparse.BooleanOptionalAction, default=True,
-                        help='draw frames class-balanced, as CBGS (default); --no-class-balance'
-                             ': every frame once per pass')
-    parser.add_argument('--png', type=_picture_file, metavar='FILE',
-                        help='the loss curve picture (default: WEIGHTS with _loss.png)')
-    parser.add_argument('--init-head', metavar='WEIGHTS',
-                        help='start from this head checkpoint, its input normalization kept '
-                             '(default: a new head)')
-    parser.add_argument('--encoder-out', metavar='WEIGHTS',
-                        help='where an image encoder with parameters, trained with the head '
-                             'end to end, is written (default: WEIGHTS with _encoder.npz)')
-    parser.add_argument('--untrained-encoder', action='store_true',
-                        help="start that encoder from its factory's parameters, not from "
-                             "encoder.weights (the shipped ones for '')")
 
 
 def initial_head(path: str, bev: HeadInput) -> CenterPointHead:
@@ -389,6 +344,7 @@ def cmd_train(args, stream=sys.stderr) -> int:
     pipe.warmup()
     names = GridMapLayers.for_pipeline(cfg, pipe).names
     dataset = Dataset.of(cfg, pipe, names)
+    routing = camera_routing(args.camera_classes, names, pipe.projected)
     if encoder is not None and dataset.cameras is None:
         raise ConfigError('encoder.module: its parameters are trained through the camera lift, '
                           "which fusion.weights projects away; set fusion.weights_file: ''")
@@ -408,12 +364,15 @@ def cmd_train(args, stream=sys.stderr) -> int:
         model, losses = train(dataset, grid, pipe.output_channels, args.steps, args.batch,
                               args.seed, progress_bar(stream), dropout=dropout,
                               balance=args.class_balance, init=init, images=images,
-                              encoder=encoder)
+                              encoder=encoder, routing=routing)
     except TrainingError as exc:
         if stream.isatty():
             stream.write('\n')        # end the progress bar's line
         raise TrainingError(f'{exc}; nothing written to {out}') from None
     written = write_outputs(model, losses, names, outputs, encoder, grid.resolution)
+    if routing is not None:
+        reach = camera_outputs(model.head if encoder else model, routing.lidar_channels)
+        stream.write(f'the camera channels reach: {", ".join(reach) or "nothing"}\n')
     k = max(1, min(20, len(losses) // 10))
     stream.write(f'loss {losses[:k, 0].mean():.3f} -> {losses[-k:, 0].mean():.3f} '
                  f'(mean of the first and last {k} steps); {time.perf_counter() - start:.0f} s '

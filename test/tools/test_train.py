@@ -22,7 +22,9 @@ from jax_perception_node.settings.channels import COVERAGE_CHANNEL, lidar_channe
 from jax_perception_node.settings.config import config_from_parameters
 from jax_perception_node.settings.param_file import write_param_file
 from jax_perception_node.settings.parameters import REFERENCE_HEAD
-from jax_perception_node.tools import head_targets, train, training_progress, training_set
+from jax_perception_node.tools import (
+    head_targets, train, train_arguments, training_progress, training_set)
+from jax_perception_node.tools.arguments import UsageError
 from jax_perception_node.tools.cli import main
 from jax_perception_node.tools.synthetic_drive import write_sample_bag
 import numpy as np
@@ -284,7 +286,7 @@ def test_the_sampler_draws_the_variants_with_their_weights(camera_dataset, camer
         return real(dataset, indices, flips, grid, variants, scales)
 
     monkeypatch.setattr(train, 'batch', batch)
-    monkeypatch.setattr(train, 'make_step', lambda optimizer, frozen: (
+    monkeypatch.setattr(train, 'make_step', lambda optimizer, frozen, loss_of: (
         lambda t, state, *arrays: (t, state, np.ones(3, np.float32))))
     assert training_set.CameraDropout().weights == pytest.approx((0.4, 0.3, 0.3))
 
@@ -340,7 +342,7 @@ def test_training_draws_frames_class_balanced(dataset, drive, monkeypatch):
         return real(data, indices, flips, grid, variants, scales)
 
     monkeypatch.setattr(train, 'batch', batch)
-    monkeypatch.setattr(train, 'make_step', lambda optimizer, frozen: (
+    monkeypatch.setattr(train, 'make_step', lambda optimizer, frozen, loss_of: (
         lambda t, state, *arrays: (t, state, np.ones(3, np.float32))))
     channels = dataset.channels
     want = training_set.class_balanced(dataset.boxes, len(centerpoint.CLASSES))
@@ -388,6 +390,41 @@ def test_train_command_drops_cameras_by_its_options(camera_drive, tmp_path, caps
                            ('x', "expected a number, got 'x'")):
         assert main(['train'] + argv + ['--drop-all-cameras', value]) != 0
         assert_one_line_error(capsys, f'argument --drop-all-cameras: {refused}')
+
+
+def test_train_command_routes_the_cameras_to_the_classes_it_names(camera_drive, tmp_path,
+                                                                  capsys):
+    params_file, bag, cfg = camera_drive
+    out = tmp_path / 'head.npz'
+    argv = [str(bag), '--out', str(out), '--params', str(params_file), '--steps', '2',
+            '--batch', '2']
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    stream = io.StringIO()
+    args = parser.parse_args(argv + ['--camera-classes', 'large_vehicle, car'])
+    assert train.cmd_train(args, stream) == 0
+    assert 'the camera channels reach: car, large_vehicle\n' in stream.getvalue()
+    names = tuple(str(name) for name in np.load(out)[CHANNELS_KEY])
+    spec = object_head(HeadInput(cfg.grid.height, cfg.grid.width, len(names),
+                                 cfg.grid.resolution, names))
+    params = load_weights(out, spec.params)
+    rng = np.random.default_rng(4)
+    bev = rng.uniform(0.0, 2.0, (cfg.grid.height, cfg.grid.width, len(names)))
+    bev[..., 0] = rng.random(bev.shape[:2]) < 0.3
+    other = bev.copy()
+    other[..., 6:] = rng.uniform(-3.0, 3.0, other[..., 6:].shape)     # the cameras' channels
+    a, b = (spec.apply(params, np.asarray(x, np.float32)) for x in (bev, other))
+    np.testing.assert_array_equal(a['heatmap'][..., 2:], b['heatmap'][..., 2:])
+    for name in ('offset', 'z', 'size', 'yaw'):
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    assert not np.array_equal(a['heatmap'][..., :2], b['heatmap'][..., :2])
+    capsys.readouterr()
+    assert main(['train'] + argv + ['--camera-classes', 'car,bus']) != 0
+    assert_one_line_error(capsys, "argument --camera-classes: 'car,bus': expected distinct "
+                                  'names among car, large_vehicle, pedestrian, cyclist')
+    with pytest.raises(UsageError, match='--camera-classes: fusion.weights_file projects '):
+        train_arguments.camera_routing(('car',), names, projected=True)
+    assert train_arguments.camera_routing(centerpoint.CLASSES, names, False) is None
 
 
 def test_a_sample_drive_of_a_held_out_seed_is_refused_before_the_warm_up(
@@ -711,8 +748,8 @@ def test_final_weights_that_are_not_finite_are_refused(dataset, drive, monkeypat
     # The last step's update is not seen by any loss: the weights are checked themselves.
     make_step, steps = train.make_step, []
 
-    def poisoned(optimizer, frozen):
-        step = make_step(optimizer, frozen)
+    def poisoned(optimizer, frozen, loss_of):
+        step = make_step(optimizer, frozen, loss_of)
 
         def wrapped(*args):
             trainable, state, losses = step(*args)

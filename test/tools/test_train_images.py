@@ -150,8 +150,9 @@ def test_train_writes_a_head_and_an_encoder_the_node_runs(drive, tmp_path):
     stream = io.StringIO()
     assert train.cmd_train(parser.parse_args([
         str(bag), '--out', str(out), '--params', str(params_file), '--steps', '3',
-        '--batch', '2']), stream) == 0
+        '--batch', '2', '--camera-classes', 'car']), stream) == 0
     err = stream.getvalue()
+    assert '\nthe camera channels reach: car\n' in err      # the encoder's features: car only
     assert ('samples with all cameras 0.4, subset cameras 0.3, none cameras 0.3; the encoder '
             f'{learned.NAME} trained with the head end to end') in err
     assert err.endswith(f'wrote {out}, {tmp_path / "head_encoder.npz"} and '
