@@ -341,10 +341,10 @@ def cmd_train(args, stream=sys.stderr) -> int:
     init = initial_head(args.init_head, pipe.head_input) if args.init_head else None
     if encoder is not None and args.untrained_encoder:
         encoder = replace(encoder, params=jax.tree.map(np.asarray, encoder.spec.params))
-    pipe.warmup()
     names = GridMapLayers.for_pipeline(cfg, pipe).names
-    dataset = Dataset.of(cfg, pipe, names)
     routing = camera_routing(args.camera_classes, names, pipe.projected)
+    pipe.warmup()
+    dataset = Dataset.of(cfg, pipe, names)
     if encoder is not None and dataset.cameras is None:
         raise ConfigError('encoder.module: its parameters are trained through the camera lift, '
                           "which fusion.weights projects away; set fusion.weights_file: ''")
@@ -372,7 +372,7 @@ def cmd_train(args, stream=sys.stderr) -> int:
     written = write_outputs(model, losses, names, outputs, encoder, grid.resolution)
     if routing is not None:
         reach = camera_outputs(model.head if encoder else model, routing.lidar_channels)
-        stream.write(f'the camera channels reach: {", ".join(reach) or "nothing"}\n')
+        stream.write(f'the camera channels reach: {", ".join(reach)}\n')
     k = max(1, min(20, len(losses) // 10))
     stream.write(f'loss {losses[:k, 0].mean():.3f} -> {losses[-k:, 0].mean():.3f} '
                  f'(mean of the first and last {k} steps); {time.perf_counter() - start:.0f} s '

@@ -51,13 +51,14 @@ def _classes(text: str) -> tuple[str, ...]:
     return names
 
 
-def camera_routing(classes: tuple[str, ...], names: tuple[str, ...], projected: bool):
+def camera_routing(classes: tuple[str, ...] | None, names: tuple[str, ...], projected: bool):
     """
-    Return the CameraRouting of ``--camera-classes`` for BEV channels ``names``; None: all.
+    Return the CameraRouting of ``--camera-classes`` for BEV channels ``names``.
 
+    None for ``classes`` None (the option not given: every output may read the cameras).
     UsageError where a fusion projection mixes the LiDAR and camera channels.
     """
-    if set(classes) == set(CLASSES):
+    if classes is None:
         return None
     if projected:
         raise UsageError('--camera-classes: fusion.weights_file projects the LiDAR and camera '
@@ -98,11 +99,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--drop-all-cameras', type=share, default=default.every, metavar='F',
                         help='of the samples with cameras dropped, the share with every camera '
                              f'dropped (default {default.every:g})')
-    parser.add_argument('--camera-classes', type=_classes, default=CLASSES, metavar='NAMES',
+    parser.add_argument('--camera-classes', type=_classes, metavar='NAMES',
                         help='the classes whose heatmaps may read the camera channels, comma-'
-                             'separated (default: all); the others and the box regression '
-                             'read the LiDAR channels only, so the cameras never change their '
-                             'boxes (' + ', '.join(CLASSES) + ')')
+                             'separated (' + ', '.join(CLASSES) + '); the other heatmaps and '
+                             'the box regression read the LiDAR channels only, so the cameras '
+                             'never change their boxes (default: every output reads them all)')
     parser.add_argument('--class-balance', action=argparse.BooleanOptionalAction, default=True,
                         help='draw frames class-balanced, as CBGS (default); --no-class-balance'
                              ': every frame once per pass')

@@ -424,7 +424,9 @@ def test_train_command_routes_the_cameras_to_the_classes_it_names(camera_drive, 
                                   'names among car, large_vehicle, pedestrian, cyclist')
     with pytest.raises(UsageError, match='--camera-classes: fusion.weights_file projects '):
         train_arguments.camera_routing(('car',), names, projected=True)
-    assert train_arguments.camera_routing(centerpoint.CLASSES, names, False) is None
+    assert train_arguments.camera_routing(None, names, False) is None     # the default
+    every = train_arguments.camera_routing(centerpoint.CLASSES, names, False)
+    assert every.classes == (0, 1, 2, 3) and every.lidar_channels == 6
 
 
 def test_a_sample_drive_of_a_held_out_seed_is_refused_before_the_warm_up(

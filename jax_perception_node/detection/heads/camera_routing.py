@@ -16,9 +16,11 @@ lower with the cameras than without (docs/users.md, "Subsets of the cameras"). R
 
 The network and its cost are unchanged: routing is a pattern of zeros in three weights (the
 first 1 x 1 convolution, the blocks' pointwise ones and the output's). ``train
---camera-classes`` keeps them zero throughout (the forward pass multiplies the weights by the
-masks, so those weights get no gradient) and writes them zero. :func:`camera_outputs` reads
-the pattern back from any checkpoint's weights, trained so or not.
+--camera-classes`` trains with them multiplied by the masks (so they act as 0 and get no
+gradient) and writes them 0. :func:`camera_outputs` reads the pattern back from any
+checkpoint's weights, trained so or not. A zero weight adds an exact 0 for any finite camera
+value (the node zeroes non-finite camera features and values beyond ``MAX_ABS_INPUT`` before
+the BEV is made).
 """
 
 from dataclasses import dataclass
@@ -85,7 +87,7 @@ def camera_outputs(model: CenterPointHead, lidar_channels: int) -> tuple[str, ..
     Read from the weights' nonzero pattern through the network (a hidden channel reads the
     cameras if a nonzero weight joins it to a camera channel or to such a hidden channel; the
     depthwise convolutions and the residuals keep channels apart), so an output not named
-    here is, bit for bit, the same whatever the camera channels hold.
+    here is, bit for bit, the same whatever finite values the camera channels hold.
     """
     c = model.mean.shape[0]
     weight = np.asarray(model.conv1.weight)[0, 0]                 # [2C + 4, hidden]
