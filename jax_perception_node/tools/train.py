@@ -341,9 +341,9 @@ def cmd_train(args, stream=sys.stderr) -> int:
     init = initial_head(args.init_head, pipe.head_input) if args.init_head else None
     if encoder is not None and args.untrained_encoder:
         encoder = replace(encoder, params=jax.tree.map(np.asarray, encoder.spec.params))
-    names = GridMapLayers.for_pipeline(cfg, pipe).names
-    routing = camera_routing(args.camera_classes, names, pipe.projected)
+    routing = camera_routing(args.camera_classes, len(pipe.lidar_channels), pipe.projected)
     pipe.warmup()
+    names = GridMapLayers.for_pipeline(cfg, pipe).names
     dataset = Dataset.of(cfg, pipe, names)
     if encoder is not None and dataset.cameras is None:
         raise ConfigError('encoder.module: its parameters are trained through the camera lift, '

@@ -7,7 +7,6 @@ from .arguments import UsageError
 from .training_set import CameraDropout
 from ..detection.heads.camera_routing import CameraRouting
 from ..detection.heads.centerpoint import CLASSES
-from ..settings.channels import lidar_channels
 
 DEFAULT_STEPS = 6000        # the shipped weights: 20 minutes on a 2-core CPU, 26 drives
 DEFAULT_BATCH = 8
@@ -51,9 +50,9 @@ def _classes(text: str) -> tuple[str, ...]:
     return names
 
 
-def camera_routing(classes: tuple[str, ...] | None, names: tuple[str, ...], projected: bool):
+def camera_routing(classes: tuple[str, ...] | None, lidar: int, projected: bool):
     """
-    Return the CameraRouting of ``--camera-classes`` for BEV channels ``names``.
+    Return the CameraRouting of ``--camera-classes`` for a BEV of ``lidar`` LiDAR channels.
 
     None for ``classes`` None (the option not given: every output may read the cameras).
     UsageError where a fusion projection mixes the LiDAR and camera channels.
@@ -64,9 +63,7 @@ def camera_routing(classes: tuple[str, ...] | None, names: tuple[str, ...], proj
         raise UsageError('--camera-classes: fusion.weights_file projects the LiDAR and camera '
                          'channels together, so no output can read the LiDAR alone; leave '
                          "--camera-classes out or set fusion.weights_file: ''")
-    lidar = lidar_channels(2)
-    count = next((k for k, name in enumerate(names) if name not in lidar), len(names))
-    return CameraRouting(count, tuple(CLASSES.index(name) for name in classes))
+    return CameraRouting(lidar, tuple(CLASSES.index(name) for name in classes))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

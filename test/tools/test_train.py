@@ -423,9 +423,9 @@ def test_train_command_routes_the_cameras_to_the_classes_it_names(camera_drive, 
     assert_one_line_error(capsys, "argument --camera-classes: 'car,bus': expected distinct "
                                   'names among car, large_vehicle, pedestrian, cyclist')
     with pytest.raises(UsageError, match='--camera-classes: fusion.weights_file projects '):
-        train_arguments.camera_routing(('car',), names, projected=True)
-    assert train_arguments.camera_routing(None, names, False) is None     # the default
-    every = train_arguments.camera_routing(centerpoint.CLASSES, names, False)
+        train_arguments.camera_routing(('car',), 6, projected=True)
+    assert train_arguments.camera_routing(None, 6, False) is None     # the default
+    every = train_arguments.camera_routing(centerpoint.CLASSES, 6, False)
     assert every.classes == (0, 1, 2, 3) and every.lidar_channels == 6
 
 
